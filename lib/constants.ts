@@ -1,0 +1,115 @@
+// Linux uapi values (include/uapi/linux/rds.h, asm-generic socket.h, poll.h).
+// Kept numerically identical so code ported from C keeps its option numbers.
+
+export const AF_RDS = 21;
+export const PF_RDS = 21;
+export const SOL_RDS = 276;
+export const SOL_SOCKET = 1;
+
+// SOL_SOCKET options (asm-generic)
+export const SO_SNDBUF = 7;
+export const SO_RCVBUF = 8;
+export const SO_TIMESTAMP = 29;
+export const SO_TIMESTAMP_OLD = 29;
+export const SO_TIMESTAMP_NEW = 63;
+
+// SOL_RDS options
+export const RDS_CANCEL_SENT_TO = 1;
+export const RDS_GET_MR = 2;
+export const RDS_FREE_MR = 3;
+export const RDS_RECVERR = 5;
+export const RDS_CONG_MONITOR = 6;
+export const RDS_GET_MR_FOR_DEST = 7;
+export const SO_RDS_TRANSPORT = 8;
+export const SO_RDS_MSG_RXPATH_LATENCY = 10;
+
+// Transports (SO_RDS_TRANSPORT values)
+export const RDS_TRANS_IB = 0;
+export const RDS_TRANS_GAP = 1;
+export const RDS_TRANS_IWARP = 1;
+export const RDS_TRANS_TCP = 2;
+export const RDS_TRANS_COUNT = 3;
+export const RDS_TRANS_NONE = 0xffffffff;
+/** Kernel-internal loopback transport; reported by getsockopt for sockets that only talk locally. */
+export const RDS_TRANS_LOOP = 3;
+
+// Control-message types
+export const RDS_CMSG_RDMA_ARGS = 1;
+export const RDS_CMSG_RDMA_DEST = 2;
+export const RDS_CMSG_RDMA_MAP = 3;
+export const RDS_CMSG_RDMA_STATUS = 4;
+export const RDS_CMSG_CONG_UPDATE = 5;
+export const RDS_CMSG_ATOMIC_FADD = 6;
+export const RDS_CMSG_ATOMIC_CSWP = 7;
+export const RDS_CMSG_MASKED_ATOMIC_FADD = 8;
+export const RDS_CMSG_MASKED_ATOMIC_CSWP = 9;
+export const RDS_CMSG_RXPATH_LATENCY = 11;
+export const RDS_CMSG_ZCOPY_COOKIE = 12;
+export const RDS_CMSG_ZCOPY_COMPLETION = 13;
+
+// getsockopt(SOL_RDS, RDS_INFO_*)
+export const RDS_INFO_FIRST = 10000;
+export const RDS_INFO_COUNTERS = 10000;
+export const RDS_INFO_CONNECTIONS = 10001;
+export const RDS_INFO_SEND_MESSAGES = 10003;
+export const RDS_INFO_RETRANS_MESSAGES = 10004;
+export const RDS_INFO_RECV_MESSAGES = 10005;
+export const RDS_INFO_SOCKETS = 10006;
+export const RDS_INFO_TCP_SOCKETS = 10007;
+export const RDS_INFO_IB_CONNECTIONS = 10008;
+export const RDS_INFO_LAST = 10017;
+
+// Congestion monitor helpers
+export const RDS_CONG_MONITOR_SIZE = 64;
+export const RDS_CONG_MONITOR_BIT = (port: number): number => port % RDS_CONG_MONITOR_SIZE;
+export const RDS_CONG_MONITOR_MASK = (port: number): bigint => 1n << BigInt(port % RDS_CONG_MONITOR_SIZE);
+
+// poll(2) bits (asm-generic/poll.h)
+export const POLLIN = 0x0001;
+export const POLLPRI = 0x0002;
+export const POLLOUT = 0x0004;
+export const POLLERR = 0x0008;
+export const POLLHUP = 0x0010;
+export const POLLNVAL = 0x0020;
+export const POLLRDNORM = 0x0040;
+export const POLLRDBAND = 0x0080;
+export const POLLWRNORM = 0x0100;
+export const POLLWRBAND = 0x0200;
+
+// Wire constants (net/rds/rds.h)
+export const RDS_HEADER_SIZE = 48;
+export const RDS_MAX_MSG_SIZE = 1 << 20;
+export const RDS_CONG_MAP_BYTES = 8192;
+export const RDS_TCP_PORT = 16385;
+export const RDS_PORT = 18634;
+export const RDS_FLAG_CONG_BITMAP = 0x01;
+export const RDS_FLAG_ACK_REQUIRED = 0x02;
+export const RDS_FLAG_RETRANSMITTED = 0x04;
+export const RDS_FLAG_PROBE_PORT = 1;
+export const RDS_MPATH_WORKERS = 8;
+
+export const RDS_EXTHDR_NONE = 0;
+export const RDS_EXTHDR_VERSION = 1;
+export const RDS_EXTHDR_RDMA = 2;
+export const RDS_EXTHDR_RDMA_DEST = 3;
+export const RDS_EXTHDR_RDMA_BYTES = 4;
+export const RDS_EXTHDR_NPATHS = 5;
+export const RDS_EXTHDR_GEN_NUM = 6;
+export const RDS_EXTHDR_CAP_BITS = 7;
+export const RDS_EXTHDR_SPORT_IDX = 8;
+export const RDS_EXTHDR_CSUM = 9;
+
+// Connection (path) states, numbered as enum rds_conn_state
+export const RDS_CONN_DOWN = 0;
+export const RDS_CONN_CONNECTING = 1;
+export const RDS_CONN_DISCONNECTING = 2;
+export const RDS_CONN_UP = 3;
+export const RDS_CONN_RESETTING = 4;
+export const RDS_CONN_ERROR = 5;
+
+// Linux defaults that shape socket buffers: net.core.wmem_default / rmem_default.
+export const WMEM_DEFAULT = 212992;
+export const RMEM_DEFAULT = 212992;
+/** SOCK_MIN_SNDBUF / SOCK_MIN_RCVBUF on x86-64 (2 * (2048 + sizeof(struct sk_buff))), rounded as Linux reports. */
+export const SOCK_MIN_SNDBUF = 4608;
+export const SOCK_MIN_RCVBUF = 2304;

@@ -1,0 +1,112 @@
+import { isIP, isIPv4 } from 'node:net';
+import { networkInterfaces } from 'node:os';
+import { RdsError } from '../errors.js';
+
+export interface RdsAddress {
+  address: string;
+  port: number;
+}
+
+/** Canonical text of an IP address, or null if it is not one. */
+export function canonicalAddress(a: string): string | null {
+  const fam = isIP(a);
+  if (fam === 4) return a.split('.').map((o) => String(Number(o))).join('.');
+  if (fam === 6) {
+    try {
+      return new URL(`http://[${a}]/`).hostname.slice(1, -1);
+    } catch {
+      return null;
+    }
+  }
+  return null;
+}
+
+function v4ToU32(a: string): number {
+  const p = a.split('.');
+  return ((+p[0]! << 24) >>> 0) + (+p[1]! << 16) + (+p[2]! << 8) + +p[3]!;
+}
+
+function v6Groups(a: string): number[] {
+  let s = a;
+  const v4tail: number[] = [];
+  const m = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
+  if (m) {
+    const v = v4ToU32(m[1]!);
+    v4tail.push(v >>> 16, v & 0xffff);
+    s = s.slice(0, -m[1]!.length);
+    if (s.endsWith(':') && !s.endsWith('::')) s = s.slice(0, -1);
+  }
+  const halves = s.split('::');
+  const parse = (x: string): number[] => (x === '' ? [] : x.split(':').map((h) => parseInt(h, 16)));
+  const head = parse(halves[0]!);
+  if (halves.length === 1) return [...head, ...v4tail];
+  const tail = parse(halves[1]!);
+  const zeros = new Array<number>(8 - head.length - tail.length - v4tail.length).fill(0);
+  return [...head, ...zeros, ...tail, ...v4tail];
+}
+
+/**
+ * A 32-hex-digit key equal to the address as a 128-bit big-endian integer, IPv4 in its
+ * v4-mapped form, so string comparison orders addresses exactly as the kernel's rds_addr_cmp.
+ */
+export function addressKey(a: string): string {
+  if (isIPv4(a)) return '00000000000000000000ffff' + v4ToU32(a).toString(16).padStart(8, '0');
+  return v6Groups(a).map((g) => g.toString(16).padStart(4, '0')).join('');
+}
+
+/** <0 if a is numerically smaller than b: the smaller address initiates TCP connections. */
+export function compareAddresses(a: string, b: string): number {
+  const ka = addressKey(a);
+  const kb = addressKey(b);
+  return ka < kb ? -1 : ka > kb ? 1 : 0;
+}
+
+export function isLoopbackAddress(a: string): boolean {
+  if (isIPv4(a)) return a.startsWith('127.');
+  return a === '::1';
+}
+
+/** An address this host owns: all of 127.0.0.0/8 (Linux routes it locally), ::1, and interface addresses. */
+export function isHostLocalAddress(a: string): boolean {
+  if (isLoopbackAddress(a)) return true;
+  for (const list of Object.values(networkInterfaces())) {
+    for (const ni of list ?? []) {
+      if (canonicalAddress(ni.address.split('%')[0]!) === a) return true;
+    }
+  }
+  return false;
+}
+
+/** Why an address cannot be an RDS endpoint (unspecified, broadcast, multicast), or null. */
+export function nonUnicastReason(a: string): string | null {
+  if (isIPv4(a)) {
+    const v = v4ToU32(a);
+    if (v === 0) return 'is INADDR_ANY; RDS sockets bind to one exact address';
+    if (v === 0xffffffff) return 'is the broadcast address';
+    if (v >>> 28 === 0xe) return 'is a multicast address';
+    return null;
+  }
+  const k = addressKey(a);
+  if (/^0+$/.test(k)) return 'is the unspecified address ::';
+  if (k.startsWith('ff')) return 'is a multicast address';
+  return null;
+}
+
+export function validatePort(port: unknown, what: string): number {
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new RdsError('EINVAL', `${what} port must be an integer 0..65535, got ${String(port)}`);
+  }
+  return port;
+}
+
+/** Parses a user-supplied { address, port }; throws RdsError EINVAL with the reason. */
+export function parseEndpoint(ep: unknown, what: string): RdsAddress {
+  if (ep === null || typeof ep !== 'object') {
+    throw new RdsError('EINVAL', `${what} must be an object { address, port }`);
+  }
+  const { address, port } = ep as { address?: unknown; port?: unknown };
+  if (typeof address !== 'string') throw new RdsError('EINVAL', `${what}.address must be an IP address string`);
+  const canon = canonicalAddress(address);
+  if (canon === null) throw new RdsError('EINVAL', `${what}.address "${address}" is not an IPv4 or IPv6 address`);
+  return { address: canon, port: validatePort(port, what) };
+}

@@ -1,0 +1,48 @@
+import { RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
+import { OFF_FLAGS } from '../wire/header.js';
+import type { RdsConnPath } from './path.js';
+
+/** Who gets the bytes back when a message is acknowledged or cancelled: the sending socket. */
+export interface SendOwner {
+  messageDone(msg: RdsOutgoing): void;
+}
+
+/**
+ * One queued message. `wire` is the complete frame, header and payload in one buffer, encoded once
+ * when the message is queued, so transmitting is a single write and a retransmission only flips
+ * a flag bit.
+ */
+export class RdsOutgoing {
+  /** True once acknowledged or cancelled: its bytes went back to the owner. */
+  done = false;
+  cancelled = false;
+
+  constructor(
+    readonly wire: Buffer,
+    readonly seq: number,
+    readonly sport: number,
+    readonly dport: number,
+    readonly daddr: string,
+    readonly path: RdsConnPath,
+    readonly owner: SendOwner | null,
+  ) {}
+
+  get len(): number {
+    return this.wire.length - RDS_HEADER_SIZE;
+  }
+
+  get flags(): number {
+    return this.wire[OFF_FLAGS]!;
+  }
+
+  markRetransmitted(): void {
+    this.wire[OFF_FLAGS] = this.wire[OFF_FLAGS]! | RDS_FLAG_RETRANSMITTED;
+  }
+
+  /** Acknowledged or cancelled: return its bytes to the sender's budget, once. */
+  complete(): void {
+    if (this.done) return;
+    this.done = true;
+    this.owner?.messageDone(this);
+  }
+}

@@ -1,0 +1,574 @@
+import { isIPv4 } from 'node:net';
+import { EventEmitter } from 'eventemitter3';
+import {
+  POLLIN, POLLOUT, POLLRDNORM, POLLWRBAND, POLLWRNORM, RDS_CANCEL_SENT_TO, RDS_CONG_MONITOR, RDS_MAX_MSG_SIZE,
+  RDS_RECVERR, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, RMEM_DEFAULT, SOCK_MIN_RCVBUF, SOCK_MIN_SNDBUF,
+  SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_RDS_TRANSPORT, SO_SNDBUF, SO_TIMESTAMP, SO_TIMESTAMP_NEW, WMEM_DEFAULT,
+} from '../constants.js';
+import { abortError, RdsError } from '../errors.js';
+import {
+  isHostLocalAddress, nonUnicastReason, parseEndpoint, type RdsAddress,
+} from './address.js';
+import { Fifo } from './fifo.js';
+import type { RdsOutgoing, SendOwner } from './message.js';
+import type { RdsConnection } from './connection.js';
+import { RdsStack, type BoundSocket, type RdsMessage } from './stack.js';
+import type { RdsTransport } from './transport.js';
+
+export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
+
+export interface RdsSocketOptions {
+  /** SO_RDS_TRANSPORT before bind: 'tcp' or 'ib'. Default: the first that accepts the bound address. */
+  transport?: 'tcp' | 'ib';
+  /** The node this socket belongs to; default RdsStack.default(). */
+  stack?: RdsStack;
+}
+
+export interface WaitOptions {
+  signal?: AbortSignal;
+}
+
+export interface RdsSocketEvents {
+  readable: () => void;
+  writable: () => void;
+  close: () => void;
+  error: (err: Error) => void;
+}
+
+const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_TRANS_IB };
+
+type Waiter = { wake: () => void };
+
+/**
+ * An RDS socket: socket(PF_RDS, SOCK_SEQPACKET, 0). One socket sends to and receives from every
+ * peer; the connections underneath belong to the stack and are shared by all its sockets.
+ */
+export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSocket, SendOwner {
+  readonly stack: RdsStack;
+  private transportType: number = RDS_TRANS_NONE;
+  private transport: RdsTransport | null = null;
+  private bound: RdsAddress | null = null;
+  private binding = false;
+  private closed = false;
+  private peer: RdsAddress | null = null;
+
+  /** Budgets as the application set them (the kernel stores twice these and uses half). */
+  private sndbuf = WMEM_DEFAULT / 2;
+  private rcvbuf = RMEM_DEFAULT / 2;
+  private sndBytes = 0;
+  private rcvBytes = 0;
+  private congested = false;
+  private timestamps = false;
+  private recvErr = false;
+  private congMonitor = false;
+  private congMask = 0n;
+  private congNotify = 0n;
+  private lastPollCongGen = 0;
+
+  private readonly rxQueue = new Fifo<RdsMessage>();
+  private readonly pending = new Set<RdsOutgoing>();
+  private readonly waiters = new Set<Waiter>();
+  private readableQueued = false;
+
+  constructor(opts: RdsSocketOptions = {}) {
+    super();
+    if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'options must be an object');
+    this.stack = opts.stack ?? RdsStack.default();
+    if (!(this.stack instanceof RdsStack)) throw new RdsError('EINVAL', 'options.stack must be an RdsStack');
+    if (opts.transport !== undefined) {
+      const t = TRANSPORT_BY_NAME[opts.transport as string];
+      if (t === undefined) throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
+      this.setTransport(t);
+    }
+    this.lastPollCongGen = this.stack.congGeneration;
+    this.stack.socketOpened();
+  }
+
+  get boundAddress(): string {
+    return this.bound?.address ?? '';
+  }
+
+  get boundPort(): number {
+    return this.bound?.port ?? 0;
+  }
+
+  /** True after close(). */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  private checkOpen(what: string): void {
+    if (this.closed) throw new RdsError('EBADF', `${what} on a closed socket; make a new RdsSocket`);
+  }
+
+  private setTransport(type: number): void {
+    if (this.transport !== null || this.bound !== null || this.binding) {
+      throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
+    }
+    const t = this.stack.transportByType(type);
+    if (t === undefined || !t.userSelectable) {
+      const name = type === RDS_TRANS_IB ? 'InfiniBand (ib)' : `type ${type}`;
+      throw new RdsError('ENOPROTOOPT', `the ${name} transport is not available in this stack`);
+    }
+    this.transport = t;
+    this.transportType = type;
+  }
+
+  // ---- bind / connect / address ----
+
+  /** bind(2). Port 0 picks an ephemeral port. Resolves once the address is reachable by peers. */
+  async bind(addr: { address: string; port?: number }): Promise<void> {
+    this.checkOpen('bind()');
+    if (this.bound !== null || this.binding) throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
+    const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
+    const why = nonUnicastReason(ep.address);
+    if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
+    if (ep.port === 1) throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
+    if (!isHostLocalAddress(ep.address)) {
+      throw new RdsError('EADDRNOTAVAIL', `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`);
+    }
+    if (this.peer !== null && isIPv4(this.peer.address) !== isIPv4(ep.address)) {
+      throw new RdsError('EINVAL', 'the default destination set with connect() is of the other address family');
+    }
+    const port = ep.port === 0 ? this.stack.ephemeralPort(ep.address) : ep.port;
+    this.stack.bindReserve(ep.address, port, this);
+    this.binding = true;
+    try {
+      this.transport = await this.chooseTransport(ep.address);
+      this.transportType = this.transport.transType;
+    } catch (e) {
+      this.stack.unbind(ep.address, port, this);
+      throw e;
+    } finally {
+      this.binding = false;
+    }
+    if (this.closed) {
+      this.stack.unbind(ep.address, port, this);
+      throw new RdsError('EBADF', 'socket was closed while bind() was in progress');
+    }
+    this.bound = { address: ep.address, port };
+  }
+
+  private async chooseTransport(address: string): Promise<RdsTransport> {
+    if (this.transport !== null) {
+      try {
+        await this.transport.laddrCheck(address);
+      } catch (e) {
+        // With SO_RDS_TRANSPORT preset the kernel answers ENOPROTOOPT; keep our reason.
+        if (e instanceof RdsError && e.code !== 'EADDRINUSE') {
+          throw new RdsError('ENOPROTOOPT', `${address} cannot be used with the ${this.transport.name} transport: ${e.message}`, { cause: e });
+        }
+        throw e;
+      }
+      return this.transport;
+    }
+    let last: unknown = null;
+    for (const t of this.stack.selectableTransports()) {
+      try {
+        await t.laddrCheck(address);
+        return t;
+      } catch (e) {
+        if (e instanceof RdsError && e.code === 'EADDRINUSE') throw e;
+        last = e;
+      }
+    }
+    if (last instanceof RdsError) throw last;
+    throw new RdsError('EADDRNOTAVAIL', `no transport can use ${address}`, { cause: last });
+  }
+
+  /** connect(2): sets the default destination; no network activity. */
+  connect(addr: { address: string; port: number }): void {
+    this.checkOpen('connect()');
+    const ep = parseEndpoint(addr, 'destination');
+    if (/^(0\.0\.0\.0|::)$/.test(ep.address)) throw new RdsError('EDESTADDRREQ', 'destination address is unspecified; give a peer address');
+    const why = nonUnicastReason(ep.address);
+    if (why !== null) throw new RdsError('EINVAL', `cannot send to ${ep.address}: it ${why}`);
+    this.peer = ep;
+  }
+
+  /** getsockname(2). */
+  address(): RdsAddress {
+    if (this.bound === null) throw new RdsError('EINVAL', 'socket is not bound; call bind() first');
+    return { ...this.bound };
+  }
+
+  /** getpeername(2): the default destination set by connect(). */
+  remoteAddress(): RdsAddress {
+    if (this.peer === null) throw new RdsError('ENOTCONN', 'no default destination; call connect() first');
+    return { ...this.peer };
+  }
+
+  // ---- send ----
+
+  /**
+   * sendmsg(2), non-blocking: queues the message and returns its length, or throws
+   * EAGAIN (send buffer full), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN, ...
+   */
+  sendmsg(data: RdsData, dest?: { address: string; port: number }): number {
+    this.checkOpen('sendmsg()');
+    const { parts, len } = gather(data);
+    const to = dest === undefined || dest === null ? null : parseEndpoint(dest, 'destination');
+    if (to !== null) {
+      const why = nonUnicastReason(to.address);
+      if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
+    }
+    if (this.bound === null) throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
+    const target = to ?? this.peer;
+    if (target === null) throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
+    if (isIPv4(target.address) !== isIPv4(this.bound.address)) {
+      throw new RdsError('EOPNOTSUPP', `cannot send from ${this.bound.address} to ${target.address}: address families differ`);
+    }
+    if (len > RDS_MAX_MSG_SIZE) throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
+    if (len > this.sndbuf) {
+      throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds the send buffer (${this.sndbuf} bytes); raise SO_SNDBUF`);
+    }
+    const conn = this.stack.connForSend(this.bound.address, target.address, this.transport!);
+    if (conn.peerCong.test(target.port)) {
+      this.stack.stats.inc('cong_send_error');
+      if (this.congMonitor) this.congMask |= 1n << BigInt(target.port % 64);
+      // Re-test once: an update may have arrived between the test and recording the mask.
+      if (conn.peerCong.test(target.port)) {
+        throw new RdsError('ENOBUFS', `destination ${target.address}:${target.port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
+      }
+    }
+    if (this.sndBytes >= this.sndbuf) {
+      this.stack.stats.inc('send_queue_full');
+      throw new RdsError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
+    }
+    const path = conn.pathFor(this.bound.port);
+    const msg = path.queue(parts.length === 1 ? parts[0]! : parts, len, this.bound.port, target.port, this);
+    this.sndBytes += len;
+    this.pending.add(msg);
+    return len;
+  }
+
+  /** sendmsg(2), blocking: waits for send-buffer room and for an uncongested destination. */
+  async send(data: RdsData, dest?: { address: string; port: number }, opts: WaitOptions = {}): Promise<number> {
+    const signal = opts?.signal;
+    for (;;) {
+      if (signal?.aborted) throw abortError(signal, 'send()');
+      try {
+        return this.sendmsg(data, dest);
+      } catch (e) {
+        if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
+        if (e.code === 'ENOBUFS') this.stack.stats.inc('cong_send_blocked');
+        await this.waitFor(e.code === 'ENOBUFS' ? 'cong' : 'room', signal, 'send()');
+      }
+    }
+  }
+
+  /** SendOwner: a message was acknowledged or cancelled. */
+  messageDone(msg: RdsOutgoing): void {
+    const wasFull = this.sndBytes >= this.sndbuf;
+    this.sndBytes -= msg.len;
+    this.pending.delete(msg);
+    const room = wasFull && this.sndBytes < this.sndbuf;
+    if (room || this.pending.size === 0) this.wakeAll();
+    if (room && !this.closed) this.emit('writable');
+  }
+
+  /** Resolves once every message this socket has queued is acknowledged or cancelled. */
+  async flush(opts: WaitOptions = {}): Promise<void> {
+    while (this.pending.size > 0) {
+      this.checkOpen('flush()');
+      await this.waitFor('flush', opts?.signal, 'flush()');
+    }
+  }
+
+  /** RDS_CANCEL_SENT_TO: drop every queued or unacknowledged message to (address, port). */
+  private cancelSentTo(value: unknown): void {
+    if (this.bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
+    const ep = parseEndpoint(value, 'RDS_CANCEL_SENT_TO value');
+    let n = 0;
+    for (const m of [...this.pending]) {
+      if (m.daddr === ep.address && m.dport === ep.port) {
+        m.cancelled = true;
+        m.complete();
+        n++;
+      }
+    }
+    this.stack.stats.inc('send_cancelled', n);
+  }
+
+  // ---- receive ----
+
+  /** BoundSocket: the stack delivers a message. */
+  enqueueIncoming(msg: RdsMessage): void {
+    if (this.closed) {
+      this.stack.stats.inc('recv_drop_dead_sock');
+      return;
+    }
+    if (this.timestamps) msg.timestamp = performance.timeOrigin + performance.now();
+    this.rxQueue.push(msg);
+    this.stack.stats.inc('recv_queued');
+    this.rcvDelta(msg.data.length);
+    this.wakeOne();
+    this.announceReadable();
+  }
+
+  /** BoundSocket: a congestion map from `conn` arrived; `mask` says which port groups cleared. */
+  congestionUpdated(_conn: RdsConnection, mask: bigint): void {
+    if (this.congMonitor) {
+      const hit = this.congMask & mask;
+      if (hit !== 0n) {
+        this.congNotify |= hit;
+        this.congMask &= ~hit;
+        this.wakeOne();
+        this.announceReadable();
+      }
+    }
+  }
+
+  private announceReadable(): void {
+    if (this.readableQueued) return;
+    this.readableQueued = true;
+    queueMicrotask(() => {
+      this.readableQueued = false;
+      if (!this.closed && (this.rxQueue.length > 0 || this.congNotify !== 0n)) this.emit('readable');
+    });
+  }
+
+  /** rds_recv_rcvbuf_delta: set the port's congestion bit above SO_RCVBUF, clear it below half. */
+  private rcvDelta(delta: number): void {
+    this.rcvBytes += delta;
+    if (this.bound === null) return;
+    const map = this.stack.congMap(this.bound.address);
+    if (!this.congested && this.rcvBytes > this.rcvbuf) {
+      this.congested = true;
+      if (map.set(this.bound.port)) this.stack.localCongChanged(this.bound.address);
+    } else if (this.congested && this.rcvBytes < this.rcvbuf / 2) {
+      this.congested = false;
+      if (map.clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
+    }
+  }
+
+  /** recvmsg(2), non-blocking: the next message, or null when none is queued. */
+  recvmsg(): RdsMessage | null {
+    this.checkOpen('recvmsg()');
+    if (this.congNotify !== 0n) {
+      const mask = this.congNotify;
+      this.congNotify = 0n;
+      return { data: Buffer.alloc(0), address: '', port: 0, congestionUpdate: mask };
+    }
+    const msg = this.rxQueue.shift();
+    if (msg === undefined) return null;
+    this.stack.stats.inc('recv_bytes_freed_fromsock', msg.data.length);
+    this.stack.stats.inc('copy_to_user');
+    this.rcvDelta(-msg.data.length);
+    return msg;
+  }
+
+  /** recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first. */
+  async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
+    const signal = opts?.signal;
+    for (;;) {
+      if (signal?.aborted) throw abortError(signal, 'recv()');
+      const m = this.recvmsg();
+      if (m !== null) return m;
+      await this.waitFor('data', signal, 'recv()');
+    }
+  }
+
+  /** `for await (const msg of sock)`: ends when the socket is closed. Breaking out leaves it open. */
+  async *[Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
+    yield* this.messages();
+  }
+
+  /** Like the async iterator, with an AbortSignal that ends the loop (by throwing its reason). */
+  async *messages(opts: WaitOptions = {}): AsyncGenerator<RdsMessage, void, undefined> {
+    for (;;) {
+      if (this.closed) return;
+      let m: RdsMessage;
+      try {
+        m = await this.recv(opts);
+      } catch (e) {
+        if (e instanceof RdsError && e.code === 'EBADF' && this.closed) return;
+        throw e;
+      }
+      yield m;
+    }
+  }
+
+  // ---- waiting ----
+
+  private waitFor(what: 'data' | 'room' | 'cong' | 'flush', signal: AbortSignal | undefined, op: string): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      if (this.closed) {
+        reject(new RdsError('EBADF', `${op} interrupted: the socket was closed`));
+        return;
+      }
+      let settled = false;
+      const finish = (err?: Error): void => {
+        if (settled) return;
+        settled = true;
+        this.waiters.delete(w);
+        this.stack.removeCongWaiter(w.wake);
+        signal?.removeEventListener('abort', onAbort);
+        if (err) reject(err);
+        else resolve();
+      };
+      const w: Waiter = {
+        wake: () => finish(this.closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : undefined),
+      };
+      const onAbort = (): void => finish(abortError(signal!, op));
+      this.waiters.add(w);
+      if (what === 'cong') this.stack.addCongWaiter(w.wake);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  private wakeOne(): void {
+    // Receivers retry on wake, so waking all is correct; waking all also covers mixed waiters.
+    this.wakeAll();
+  }
+
+  private wakeAll(): void {
+    const ws = [...this.waiters];
+    for (const w of ws) w.wake();
+  }
+
+  // ---- poll ----
+
+  /** poll(2) bits as the kernel reports them (spec §6.6). */
+  poll(): number {
+    let mask = 0;
+    if (this.closed) return 0x20; // POLLNVAL
+    if (this.rxQueue.length > 0 || this.congNotify !== 0n) mask |= POLLIN | POLLRDNORM;
+    if (!this.congMonitor && this.lastPollCongGen !== this.stack.congGeneration) {
+      this.lastPollCongGen = this.stack.congGeneration;
+      mask |= POLLIN | POLLRDNORM | POLLWRBAND;
+    }
+    if (this.sndBytes < this.sndbuf) mask |= POLLOUT | POLLWRNORM;
+    return mask;
+  }
+
+  // ---- options ----
+
+  setsockopt(level: number, optname: number, value: unknown): void {
+    this.checkOpen('setsockopt()');
+    if (level === SOL_SOCKET) {
+      switch (optname) {
+        case SO_SNDBUF: {
+          const v = intValue(value, 'SO_SNDBUF');
+          if (v < 0) throw new RdsError('EINVAL', 'SO_SNDBUF must not be negative');
+          this.sndbuf = Math.max(v, SOCK_MIN_SNDBUF / 2);
+          if (this.sndBytes < this.sndbuf) this.wakeAll();
+          return;
+        }
+        case SO_RCVBUF: {
+          const v = intValue(value, 'SO_RCVBUF');
+          if (v < 0) throw new RdsError('EINVAL', 'SO_RCVBUF must not be negative');
+          this.rcvbuf = Math.max(v, SOCK_MIN_RCVBUF / 2);
+          this.rcvDelta(0);
+          return;
+        }
+        case SO_TIMESTAMP:
+        case SO_TIMESTAMP_NEW:
+          this.timestamps = boolValue(value, 'SO_TIMESTAMP');
+          return;
+        default:
+          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP)`);
+      }
+    }
+    if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}; use SOL_RDS (276) or SOL_SOCKET (1)`);
+    switch (optname) {
+      case RDS_CANCEL_SENT_TO:
+        this.cancelSentTo(value);
+        return;
+      case RDS_RECVERR:
+        this.recvErr = boolValue(value, 'RDS_RECVERR');
+        return;
+      case RDS_CONG_MONITOR:
+        this.congMonitor = boolValue(value, 'RDS_CONG_MONITOR');
+        if (!this.congMonitor) {
+          this.congMask = 0n;
+          this.congNotify = 0n;
+        }
+        return;
+      case SO_RDS_TRANSPORT: {
+        const v = intValue(value, 'SO_RDS_TRANSPORT');
+        if (this.transport !== null || this.bound !== null || this.binding) {
+          throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
+        }
+        if (v < 0 || v >= 3) throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
+        this.setTransport(v);
+        return;
+      }
+      default:
+        throw new RdsError('ENOPROTOOPT', `unknown SOL_RDS option ${optname}`);
+    }
+  }
+
+  getsockopt(level: number, optname: number): number | boolean {
+    this.checkOpen('getsockopt()');
+    if (level === SOL_SOCKET) {
+      switch (optname) {
+        // Linux reports twice the value set (the kernel's bookkeeping overhead allowance).
+        case SO_SNDBUF: return this.sndbuf * 2;
+        case SO_RCVBUF: return this.rcvbuf * 2;
+        case SO_TIMESTAMP:
+        case SO_TIMESTAMP_NEW: return this.timestamps ? 1 : 0;
+        default: throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname}`);
+      }
+    }
+    if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}`);
+    switch (optname) {
+      case RDS_RECVERR: return this.recvErr ? 1 : 0;
+      case RDS_CONG_MONITOR: return this.congMonitor ? 1 : 0;
+      case SO_RDS_TRANSPORT: return this.transportType;
+      default: throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
+    }
+  }
+
+  // ---- close ----
+
+  /**
+   * close(2): releases the port, discards received messages, cancels every message not yet
+   * acknowledged (as the kernel does), and ends pending send()/recv() and iterators.
+   * Connections stay up: they belong to the stack.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.bound !== null) {
+      if (this.congested) {
+        const map = this.stack.congMap(this.bound.address);
+        if (map.clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
+        this.congested = false;
+      }
+      this.stack.unbind(this.bound.address, this.bound.port, this);
+    }
+    this.rxQueue.drain();
+    this.rcvBytes = 0;
+    for (const m of [...this.pending]) {
+      m.cancelled = true;
+      m.complete();
+    }
+    this.wakeAll();
+    this.stack.socketClosed();
+    this.emit('close');
+  }
+}
+
+function gather(data: RdsData): { parts: Uint8Array[]; len: number } {
+  if (data instanceof Uint8Array) return { parts: [data], len: data.length };
+  if (Array.isArray(data)) {
+    let len = 0;
+    for (const p of data) {
+      if (!(p instanceof Uint8Array)) throw new RdsError('EINVAL', 'every element of a data array must be a Buffer or Uint8Array');
+      len += p.length;
+    }
+    return { parts: data as Uint8Array[], len };
+  }
+  throw new RdsError('EINVAL', 'data must be a Buffer, a Uint8Array or an array of them');
+}
+
+function intValue(v: unknown, name: string): number {
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw new RdsError('EINVAL', `${name} takes an integer, got ${typeof v === 'number' ? v : typeof v}`);
+  return v;
+}
+
+function boolValue(v: unknown, name: string): boolean {
+  return intValue(v, name) !== 0;
+}

@@ -1,0 +1,375 @@
+import { randomInt } from 'node:crypto';
+import { EventEmitter } from 'eventemitter3';
+import { RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP } from '../constants.js';
+import { RdsError } from '../errors.js';
+import { CongMap } from './cong-map.js';
+import { RdsConnection } from './connection.js';
+import type { ConnState, RdsConnPath } from './path.js';
+import { recvIncoming } from './recv.js';
+import { RdsStats } from './stats.js';
+import type { RdsTransport } from './transport.js';
+
+export interface RdsStackOptions {
+  /** TCP port the TCP transport listens on and connects to (the kernel's is 16385). */
+  tcpPort?: number;
+  /** net.rds.reconnect_min_delay_ms: first backoff step. Default 1. */
+  reconnectMinDelayMs?: number;
+  /** net.rds.reconnect_max_delay_ms: backoff cap. Default 1000. */
+  reconnectMaxDelayMs?: number;
+  /** net.rds.ping_enable: answer pings and multipath probes. Default true. */
+  pingEnable?: boolean;
+  /** Transports to register; defaults to the library's (TCP and loopback). */
+  transports?: RdsTransport[];
+}
+
+export interface ResolvedStackOptions {
+  tcpPort: number;
+  reconnectMinDelayMs: number;
+  reconnectMaxDelayMs: number;
+  pingEnable: boolean;
+}
+
+/** A message as recvmsg() returns it. */
+export interface RdsMessage {
+  data: Buffer;
+  /** Sender's address and bound port (port 0 for a pong). */
+  address: string;
+  port: number;
+  /** With SO_TIMESTAMP: when the message was queued to the socket, ms since the epoch. */
+  timestamp?: number;
+  /** With RDS_CONG_MONITOR: ports (bit p % 64) that became uncongested; data is empty. */
+  congestionUpdate?: bigint;
+}
+
+/** What the stack needs of a socket bound in it. */
+export interface BoundSocket {
+  readonly boundAddress: string;
+  readonly boundPort: number;
+  enqueueIncoming(msg: RdsMessage): void;
+  congestionUpdated(conn: RdsConnection, mask: bigint): void;
+  close(): Promise<void>;
+}
+
+export interface PathInfo {
+  index: number;
+  state: ConnState;
+  nextTxSeq: number;
+  nextRxSeq: number;
+  sendQueue: number;
+  retransQueue: number;
+  sentMessages: number;
+  sentBytes: number;
+  recvMessages: number;
+  recvBytes: number;
+  upCount: number;
+  transport: Record<string, unknown> | null;
+}
+
+export interface ConnectionInfo {
+  localAddress: string;
+  peerAddress: string;
+  transport: string;
+  npaths: number;
+  initiator: boolean;
+  paths: PathInfo[];
+}
+
+export interface PathStateEvent {
+  localAddress: string;
+  peerAddress: string;
+  transport: string;
+  path: number;
+  from: ConnState;
+  to: ConnState;
+}
+
+export interface RdsStackEvents {
+  /** A path changed state. */
+  state: (ev: PathStateEvent) => void;
+  /** A connection was dropped because the peer broke the protocol (already counted). */
+  'protocol-error': (ev: { localAddress: string; peerAddress: string; transport: string; path: number; error: Error }) => void;
+  /** An asynchronous failure with no call to report it to (a listener died, ...). */
+  error: (err: Error) => void;
+}
+
+/** The part of the stack a transport talks to. */
+export type RdsTransportHost = Pick<RdsStack,
+  'stats' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
+  | 'closing' | 'emit'>;
+
+const defaultTransportFactories: (() => RdsTransport)[] = [];
+
+/**
+ * One RDS node inside this process: the bind table, the connections to every peer (shared by
+ * all sockets), the congestion maps and the counters. Sockets made without a stack use the
+ * default one, so a process is one node unless it asks for more.
+ */
+export class RdsStack extends EventEmitter<RdsStackEvents> {
+  private static defaultStack: RdsStack | null = null;
+
+  readonly options: ResolvedStackOptions;
+  readonly stats = new RdsStats();
+  /** rds_gen_num: random per stack instance, so peers can tell that we restarted. */
+  readonly genNum: number = randomInt(1, 0xffffffff);
+  readonly maxPaths = RDS_MPATH_WORKERS;
+  readonly loopTransportType = RDS_TRANS_LOOP;
+
+  private readonly transports = new Map<string, RdsTransport>();
+  private readonly bindTable = new Map<string, BoundSocket>();
+  private readonly addrRefs = new Map<string, number>();
+  private readonly conns = new Map<string, RdsConnection>();
+  private readonly congMaps = new Map<string, CongMap>();
+  /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). */
+  private readonly congWaiters = new Set<() => void>();
+  private openSockets = 0;
+  /** Bumped on every received map: poll() reports POLLWRBAND once after each. */
+  congGeneration = 0;
+  closing = false;
+  referenced = false;
+
+  /** Registers the transports every new stack gets; the package entry point supplies them. */
+  static setDefaultTransports(factories: (() => RdsTransport)[]): void {
+    defaultTransportFactories.splice(0, defaultTransportFactories.length, ...factories);
+  }
+
+  /** The process-wide stack used by sockets made without one. */
+  static default(): RdsStack {
+    if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) RdsStack.defaultStack = new RdsStack();
+    return RdsStack.defaultStack;
+  }
+
+  constructor(opts: RdsStackOptions = {}) {
+    super();
+    const tcpPort = opts.tcpPort ?? RDS_TCP_PORT;
+    if (!Number.isInteger(tcpPort) || tcpPort < 1 || tcpPort > 65535) {
+      throw new RdsError('EINVAL', `tcpPort must be an integer 1..65535, got ${String(opts.tcpPort)}`);
+    }
+    const min = opts.reconnectMinDelayMs ?? 1;
+    const max = opts.reconnectMaxDelayMs ?? 1000;
+    if (!(min >= 1) || !(max >= min)) {
+      throw new RdsError('EINVAL', `need 1 <= reconnectMinDelayMs <= reconnectMaxDelayMs, got ${min} and ${max}`);
+    }
+    this.options = { tcpPort, reconnectMinDelayMs: min, reconnectMaxDelayMs: max, pingEnable: opts.pingEnable ?? true };
+    for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
+  }
+
+  registerTransport(t: RdsTransport): void {
+    if (this.transports.has(t.name)) throw new RdsError('EINVAL', `transport ${t.name} is already registered`);
+    this.transports.set(t.name, t);
+    t.attach(this);
+  }
+
+  transport(name: string): RdsTransport | undefined {
+    return this.transports.get(name);
+  }
+
+  transportByType(type: number): RdsTransport | undefined {
+    for (const t of this.transports.values()) if (t.transType === type) return t;
+    return undefined;
+  }
+
+  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). */
+  selectableTransports(): RdsTransport[] {
+    return [...this.transports.values()].filter((t) => t.userSelectable).sort((a, b) => a.transType - b.transType);
+  }
+
+  // ---- bind table (bind.c) ----
+
+  isBound(address: string, port: number): boolean {
+    return this.bindTable.has(`${address}|${port}`);
+  }
+
+  /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. */
+  bindReserve(address: string, port: number, sock: BoundSocket): void {
+    const key = `${address}|${port}`;
+    if (this.bindTable.has(key)) {
+      throw new RdsError('EADDRINUSE', `${address}:${port} is already bound by another RDS socket in this stack; choose another port or 0 for an ephemeral one`);
+    }
+    this.bindTable.set(key, sock);
+    this.addrRefs.set(address, (this.addrRefs.get(address) ?? 0) + 1);
+  }
+
+  /** Picks a free port the way the kernel does: random start >= 2, probing upward. */
+  ephemeralPort(address: string): number {
+    const start = randomInt(2, 65536);
+    for (let i = 0; i < 65534; i++) {
+      const p = 2 + ((start - 2 + i) % 65534);
+      if (!this.bindTable.has(`${address}|${p}`)) return p;
+    }
+    throw new RdsError('EADDRINUSE', `no free RDS port left on ${address}`);
+  }
+
+  unbind(address: string, port: number, sock: BoundSocket): void {
+    const key = `${address}|${port}`;
+    if (this.bindTable.get(key) !== sock) return;
+    this.bindTable.delete(key);
+    const n = (this.addrRefs.get(address) ?? 1) - 1;
+    if (n <= 0) this.addrRefs.delete(address);
+    else this.addrRefs.set(address, n);
+  }
+
+  /** An address some socket of this stack is bound to: traffic to it uses the loopback transport. */
+  isLocalAddress(address: string): boolean {
+    return this.addrRefs.has(address);
+  }
+
+  sockets(): BoundSocket[] {
+    return [...this.bindTable.values()];
+  }
+
+  // ---- sockets keep the process alive, an idle stack does not ----
+
+  socketOpened(): void {
+    if (this.openSockets++ === 0) this.setRef(true);
+  }
+
+  socketClosed(): void {
+    if (--this.openSockets === 0) this.setRef(false);
+  }
+
+  private setRef(ref: boolean): void {
+    this.referenced = ref;
+    for (const t of this.transports.values()) t.setRef(ref);
+    for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
+  }
+
+  // ---- connections (connection.c) ----
+
+  /** The connection (laddr, faddr, transport), made on first use. */
+  connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
+    const key = RdsConnection.key(laddr, faddr, transport.name);
+    let c = this.conns.get(key);
+    if (c === undefined) {
+      c = new RdsConnection(this, laddr, faddr, transport, transport.mpathCapable ? this.maxPaths : 1);
+      this.conns.set(key, c);
+    }
+    return c;
+  }
+
+  /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. */
+  connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
+    if (this.isLocalAddress(faddr)) {
+      const loop = this.transportByType(RDS_TRANS_LOOP);
+      if (loop) return this.connFor(laddr, faddr, loop);
+    }
+    return this.connFor(laddr, faddr, transport);
+  }
+
+  /** Paths we advertise in NPATHS. */
+  advertisedPaths(conn: RdsConnection): number {
+    return conn.transport.mpathCapable ? conn.paths.length : 1;
+  }
+
+  connections(): ConnectionInfo[] {
+    return [...this.conns.values()].map((c) => ({
+      localAddress: c.laddr,
+      peerAddress: c.faddr,
+      transport: c.transport.name,
+      npaths: c.npaths,
+      initiator: c.isInitiator,
+      paths: c.paths.map((p) => {
+        const q = p.pendingCount();
+        return {
+          index: p.index, state: p.stateName, nextTxSeq: p.nextTxSeq, nextRxSeq: p.nextRxSeq,
+          sendQueue: q.send, retransQueue: q.retrans, sentMessages: p.sentMessages, sentBytes: p.sentBytes,
+          recvMessages: p.recvMessages, recvBytes: p.recvBytes, upCount: p.upCount,
+          transport: c.transport.pathInfo?.(p) ?? null,
+        };
+      }),
+    }));
+  }
+
+  pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
+    this.emit('state', {
+      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name,
+      path: cp.index, from, to,
+    });
+  }
+
+  pathDropped(_cp: RdsConnPath, _reason: string): void {
+    // Hook for diagnostics; the state event already tells observers.
+  }
+
+  reportProtocolError(cp: RdsConnPath, error: Error): void {
+    this.stats.inc('recv_drop_protocol_error');
+    this.emit('protocol-error', {
+      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, error,
+    });
+  }
+
+  /** A restarted peer (new GEN_NUM): its sequence numbering starts over. */
+  peerRestarted(conn: RdsConnection): void {
+    for (const p of conn.paths) p.nextRxSeq = 0;
+  }
+
+  // ---- receive side ----
+
+  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer): void {
+    recvIncoming(this, cp, header, payload);
+  }
+
+  deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer): void {
+    const sock = this.bindTable.get(`${laddr}|${dport}`);
+    if (sock === undefined) {
+      this.stats.inc('recv_drop_no_sock');
+      return;
+    }
+    this.stats.inc('recv_delivered');
+    this.stats.inc('recv_bytes_added_to_sock', data.length);
+    sock.enqueueIncoming({ data, address: faddr, port: sport });
+  }
+
+  // ---- congestion (cong.c) ----
+
+  /** The map of an address: ours if it is local, the peer's copy otherwise. */
+  congMap(address: string): CongMap {
+    let m = this.congMaps.get(address);
+    if (m === undefined) {
+      m = new CongMap();
+      this.congMaps.set(address, m);
+    }
+    return m;
+  }
+
+  /** A local port's bit flipped: every connection from that address sends the full map. */
+  localCongChanged(laddr: string): void {
+    for (const c of this.conns.values()) {
+      if (c.laddr !== laddr || c.isLoopback) continue;
+      c.paths[0]!.queueCongUpdate();
+    }
+    // Loopback senders read this map directly; wake any that wait on it.
+    this.wakeCongWaiters();
+  }
+
+  congMapReceived(conn: RdsConnection, cleared: bigint): void {
+    this.congGeneration++;
+    // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
+    const mask = conn.transport.transType === 0 ? cleared : 0xffffffffffffffffn;
+    for (const s of this.bindTable.values()) if (s.boundAddress === conn.laddr) s.congestionUpdated(conn, mask);
+    this.wakeCongWaiters();
+  }
+
+  addCongWaiter(fn: () => void): void {
+    this.congWaiters.add(fn);
+  }
+
+  removeCongWaiter(fn: () => void): void {
+    this.congWaiters.delete(fn);
+  }
+
+  private wakeCongWaiters(): void {
+    const fns = [...this.congWaiters];
+    this.congWaiters.clear();
+    for (const fn of fns) fn();
+  }
+
+  /** Closes every socket and connection and stops listening. The stack cannot be used afterwards. */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    await Promise.all([...this.bindTable.values()].map((s) => s.close()));
+    for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
+    await Promise.all([...this.transports.values()].map((t) => t.close()));
+    if (RdsStack.defaultStack === this) RdsStack.defaultStack = null;
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * Counters named as net/rds/stats.c names them, so rds-info output and dashboards read the same.
+ * Ours (not in the kernel) follow the same style and are listed after.
+ */
+export const RDS_COUNTER_NAMES = [
+  'conn_reset',
+  'recv_drop_bad_checksum',
+  'recv_drop_old_seq',
+  'recv_drop_no_sock',
+  'recv_drop_dead_sock',
+  'recv_deliver_raced',
+  'recv_delivered',
+  'recv_queued',
+  'recv_immediate_retry',
+  'recv_delayed_retry',
+  'recv_ack_required',
+  'recv_rdma_bytes',
+  'recv_ping',
+  'send_queue_empty',
+  'send_queue_full',
+  'send_lock_contention',
+  'send_lock_queue_raced',
+  'send_immediate_retry',
+  'send_delayed_retry',
+  'send_drop_acked',
+  'send_ack_required',
+  'send_queued',
+  'send_rdma',
+  'send_rdma_bytes',
+  'send_pong',
+  'page_remainder_hit',
+  'page_remainder_miss',
+  'copy_to_user',
+  'copy_from_user',
+  'cong_update_queued',
+  'cong_update_received',
+  'cong_send_error',
+  'cong_send_blocked',
+  'recv_bytes_added_to_sock',
+  'recv_bytes_freed_fromsock',
+  'send_stuck_rm',
+  // transport counters (tcp)
+  'tcp_data_ready_calls',
+  'tcp_write_space_calls',
+  'tcp_sndbuf_full',
+  'tcp_connect_raced',
+  'tcp_listen_closed_stale',
+  // rds-socket's own
+  'recv_drop_protocol_error',
+  'recv_drop_bad_cong_map',
+  'conn_refused_local_peer',
+  'conn_poke_sent',
+  'conn_poke_received',
+  'send_retransmitted',
+  'send_cancelled',
+] as const;
+
+export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
+
+export class RdsStats {
+  private readonly values = new Float64Array(RDS_COUNTER_NAMES.length);
+  private static readonly index = new Map<string, number>(RDS_COUNTER_NAMES.map((n, i) => [n, i]));
+
+  inc(name: RdsCounterName, by = 1): void {
+    this.values[RdsStats.index.get(name)!]! += by;
+  }
+
+  get(name: RdsCounterName): number {
+    return this.values[RdsStats.index.get(name)!]!;
+  }
+
+  /** A plain snapshot { name: value }, cheap enough to take every second. */
+  snapshot(): Record<RdsCounterName, number> {
+    const out = {} as Record<RdsCounterName, number>;
+    RDS_COUNTER_NAMES.forEach((n, i) => (out[n] = this.values[i]!));
+    return out;
+  }
+}

@@ -1,0 +1,60 @@
+import type { RdsConnPath } from './path.js';
+import type { RdsOutgoing } from './message.js';
+import type { RdsTransportHost } from './stack.js';
+
+/**
+ * What a transport provides, modelled on the kernel's struct rds_transport. The core calls these;
+ * a transport calls back into the path (connectComplete, connectFailed, drop, ackThrough, kick)
+ * and into the host (recvIncoming, connFor). The core never imports a transport: they are
+ * handed to a stack when it is made.
+ */
+export interface RdsTransport {
+  /** "tcp", "infiniband", "loopback": the names rds-info prints. */
+  readonly name: string;
+  /** SO_RDS_TRANSPORT value (RDS_TRANS_TCP, RDS_TRANS_IB, RDS_TRANS_LOOP). */
+  readonly transType: number;
+  /** True if the transport can carry more than one path per connection (mprds). */
+  readonly mpathCapable: boolean;
+  /** Whether sockets may choose it (the loopback transport is only ever picked by the core). */
+  readonly userSelectable: boolean;
+
+  /** Called once when the transport is registered with a stack. */
+  attach(host: RdsTransportHost): void;
+
+  /**
+   * bind(): make `laddr` reachable through this transport (the TCP transport starts listening).
+   * Rejects with an RdsError explaining why the address cannot be used.
+   */
+  laddrCheck(laddr: string): Promise<void>;
+
+  /** Whether this side opens (and re-opens) the given path; the other side waits to be connected. */
+  initiates(cp: RdsConnPath): boolean;
+
+  /** Start connecting a path that the core has moved to CONNECTING. */
+  connPathConnect(cp: RdsConnPath): void;
+
+  /** Tear down whatever carries the path; after this no callback for the old carrier may reach the core. */
+  connPathShutdown(cp: RdsConnPath): void;
+
+  /** Optional batching hooks around a burst of xmit calls (the TCP transport corks). */
+  xmitBegin?(cp: RdsConnPath): void;
+  xmitEnd?(cp: RdsConnPath): void;
+
+  /**
+   * Send one encoded message. Return false when the carrier will not take more now; the transport
+   * then calls cp.kick() when it can. The transport calls cp.ackThrough() once the peer has it.
+   */
+  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean;
+
+  /** Send the full congestion map of the path's local address (h_flags 0x01, seq 0). */
+  xmitCong(cp: RdsConnPath, map: Buffer): boolean;
+
+  /** Keep (true) or stop keeping (false) the Node event loop alive. */
+  setRef(ref: boolean): void;
+
+  /** Close every carrier gracefully and stop listening. */
+  close(): Promise<void>;
+
+  /** Per-path details for diagnostics (rds-info -T). */
+  pathInfo?(cp: RdsConnPath): Record<string, unknown> | null;
+}

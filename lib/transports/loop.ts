@@ -1,0 +1,54 @@
+import { RDS_HEADER_SIZE, RDS_TRANS_LOOP } from '../constants.js';
+import type { RdsConnPath } from '../core/path.js';
+import type { RdsOutgoing } from '../core/message.js';
+import type { RdsTransportHost } from '../core/stack.js';
+import type { RdsTransport } from '../core/transport.js';
+
+/**
+ * The loopback transport (net/rds/loop.c): messages between addresses of the same stack are
+ * handed straight to the receive path, with no bytes on any wire. The receiving side's view is
+ * the reverse connection (faddr -> laddr), so replies such as pongs flow back naturally.
+ */
+export class LoopTransport implements RdsTransport {
+  readonly name = 'loopback';
+  readonly transType = RDS_TRANS_LOOP;
+  readonly mpathCapable = false;
+  readonly userSelectable = false;
+  private host!: RdsTransportHost;
+
+  attach(host: RdsTransportHost): void {
+    this.host = host;
+  }
+
+  async laddrCheck(): Promise<void> {
+    // Never chosen by bind: the core picks it per destination.
+  }
+
+  initiates(): boolean {
+    return true;
+  }
+
+  connPathConnect(cp: RdsConnPath): void {
+    queueMicrotask(() => cp.connectComplete());
+  }
+
+  connPathShutdown(): void {}
+
+  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+    const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this);
+    const rcp = rev.paths[0]!;
+    // The receiver owns the payload from here: the sender never touches an acknowledged message.
+    this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), msg.wire.subarray(RDS_HEADER_SIZE));
+    cp.ackThrough(msg.seq);
+    return true;
+  }
+
+  xmitCong(): boolean {
+    // Loopback peers read the local map directly (the connection's peer map is the same object).
+    return true;
+  }
+
+  setRef(): void {}
+
+  async close(): Promise<void> {}
+}

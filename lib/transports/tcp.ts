@@ -1,0 +1,279 @@
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_TCP } from '../constants.js';
+import { RdsError } from '../errors.js';
+import { canonicalAddress, compareAddresses } from '../core/address.js';
+import type { RdsConnPath } from '../core/path.js';
+import type { RdsOutgoing } from '../core/message.js';
+import type { RdsTransportHost } from '../core/stack.js';
+import type { RdsTransport } from '../core/transport.js';
+import { encodeHeader } from '../wire/header.js';
+import { FrameReader } from '../wire/frame-reader.js';
+
+/** Per-path state: the carrier socket and its reassembly. */
+interface TcpPath {
+  sock: Socket | null;
+  reader: FrameReader | null;
+  /** The larger side's short-lived poke connection, if one is in flight. */
+  poke: Socket | null;
+}
+
+const KEEPALIVE_MS = 5000;
+/** How long a graceful close waits for the peer's FIN before resetting. */
+const CLOSE_LINGER_MS = 2000;
+
+function tcpPath(cp: RdsConnPath): TcpPath {
+  if (cp.tdata === null) cp.tdata = { sock: null, reader: null, poke: null } satisfies TcpPath;
+  return cp.tdata as TcpPath;
+}
+
+function peerOf(sock: Socket): { local: string | null; remote: string | null } {
+  const strip = (a: string | undefined): string | null => {
+    if (a === undefined) return null;
+    return canonicalAddress(a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a);
+  };
+  return { local: strip(sock.localAddress), remote: strip(sock.remoteAddress) };
+}
+
+/**
+ * RDS over TCP, wire-compatible with net/rds/tcp*.c: one listener per local address on the RDS/TCP
+ * port, the numerically smaller address connects, the larger one only pokes, and the byte stream is
+ * a plain sequence of [48-byte header][payload] records.
+ */
+export class TcpTransport implements RdsTransport {
+  readonly name = 'tcp';
+  readonly transType = RDS_TRANS_TCP;
+  readonly mpathCapable = false;
+  readonly userSelectable = true;
+  private host!: RdsTransportHost;
+  private readonly listeners = new Map<string, Promise<Server>>();
+  private readonly sockets = new Set<Socket>();
+  private ref = false;
+  private closed = false;
+
+  attach(host: RdsTransportHost): void {
+    this.host = host;
+  }
+
+  laddrCheck(laddr: string): Promise<void> {
+    let p = this.listeners.get(laddr);
+    if (p === undefined) {
+      p = this.listen(laddr);
+      this.listeners.set(laddr, p);
+      p.catch(() => this.listeners.delete(laddr));
+    }
+    return p.then(() => undefined);
+  }
+
+  private listen(laddr: string): Promise<Server> {
+    const port = this.host.options.tcpPort;
+    return new Promise<Server>((resolve, reject) => {
+      const server = createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS }, (s) => this.accept(s));
+      server.once('error', (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EADDRINUSE') {
+          reject(new RdsError('EADDRINUSE', `TCP port ${port} on ${laddr} is already in use (another rds-socket stack, or the kernel's rds_tcp module); give this stack another one with new RdsStack({ tcpPort })`, { cause: err }));
+        } else if (err.code === 'EADDRNOTAVAIL') {
+          reject(new RdsError('EADDRNOTAVAIL', `${laddr} is not an address of this host`, { cause: err }));
+        } else {
+          reject(new RdsError('EADDRNOTAVAIL', `cannot listen on ${laddr}:${port}: ${err.message}`, { cause: err }));
+        }
+      });
+      server.listen({ host: laddr, port, exclusive: true, backlog: 64 }, () => {
+        server.on('error', (err) => this.host.emit('error', err));
+        if (!this.ref) server.unref();
+        resolve(server);
+      });
+    });
+  }
+
+  initiates(cp: RdsConnPath): boolean {
+    return cp.conn.isInitiator;
+  }
+
+  private track(sock: Socket): void {
+    this.sockets.add(sock);
+    sock.once('close', () => this.sockets.delete(sock));
+    if (!this.ref) sock.unref();
+    sock.setNoDelay(true);
+    sock.setKeepAlive(true, KEEPALIVE_MS);
+  }
+
+  connPathConnect(cp: RdsConnPath): void {
+    const conn = cp.conn;
+    const tp = tcpPath(cp);
+    const port = this.host.options.tcpPort;
+    if (!conn.isInitiator) {
+      // The larger address never keeps a connection it opened: it only pokes the smaller side,
+      // which answers by connecting to us (spec §2.2). Paths > 0 are never poked.
+      if (cp.index !== 0) {
+        cp.connectFailed();
+        return;
+      }
+      const poke = connect({ host: conn.faddr, port, localAddress: conn.laddr });
+      this.track(poke);
+      tp.poke = poke;
+      poke.once('connect', () => {
+        this.host.stats.inc('conn_poke_sent');
+        poke.destroy();
+      });
+      poke.on('error', () => {});
+      poke.once('close', () => {
+        if (tp.poke === poke) {
+          tp.poke = null;
+          cp.connectFailed();
+        }
+      });
+      return;
+    }
+    const sock = connect({ host: conn.faddr, port, localAddress: conn.laddr });
+    this.track(sock);
+    this.attachCarrier(cp, sock);
+    sock.once('connect', () => {
+      if (tp.sock === sock) cp.connectComplete();
+    });
+  }
+
+  /** Larger side: a connection from a peer. */
+  private accept(sock: Socket): void {
+    this.track(sock);
+    sock.on('error', () => {});
+    const { local, remote } = peerOf(sock);
+    if (local === null || remote === null || this.closed) {
+      sock.destroy();
+      return;
+    }
+    if (this.host.isLocalAddress(remote)) {
+      // Local destinations use the loopback transport; a TCP connection from one is not ours.
+      this.host.stats.inc('conn_refused_local_peer');
+      sock.resetAndDestroy();
+      return;
+    }
+    const conn = this.host.connFor(local, remote, this);
+    if (compareAddresses(remote, local) > 0) {
+      // A poke: the peer has something for us and we are the one who must connect.
+      this.host.stats.inc('conn_poke_received');
+      sock.resetAndDestroy();
+      conn.paths[0]!.connectIfDown();
+      return;
+    }
+    const cp = conn.paths[0]!;
+    const tp = tcpPath(cp);
+    if (tp.poke !== null) {
+      const poke = tp.poke;
+      tp.poke = null;
+      poke.destroy();
+    }
+    if (tp.sock !== null) {
+      // Simultaneous or replacement connection: the newest carrier wins.
+      this.host.stats.inc('tcp_connect_raced');
+      const old = tp.sock;
+      tp.sock = null;
+      old.destroy();
+    }
+    this.attachCarrier(cp, sock);
+    cp.connectComplete();
+  }
+
+  private attachCarrier(cp: RdsConnPath, sock: Socket): void {
+    const tp = tcpPath(cp);
+    tp.sock = sock;
+    const reader = new FrameReader((h, p) => this.host.recvIncoming(cp, h, p));
+    tp.reader = reader;
+    sock.on('data', (chunk: Buffer) => {
+      if (tp.sock !== sock) return;
+      this.host.stats.inc('tcp_data_ready_calls');
+      try {
+        reader.push(chunk);
+      } catch (e) {
+        if (tp.sock !== sock) return;
+        this.host.reportProtocolError(cp, e instanceof Error ? e : new Error(String(e)));
+        sock.resetAndDestroy();
+        cp.drop('protocol error');
+      }
+    });
+    sock.on('drain', () => {
+      if (tp.sock !== sock) return;
+      this.host.stats.inc('tcp_write_space_calls');
+      cp.kick();
+    });
+    sock.on('error', () => {});
+    sock.once('close', () => {
+      if (tp.sock !== sock) return;
+      tp.sock = null;
+      tp.reader = null;
+      if (cp.state === 1 /* CONNECTING */) cp.connectFailed();
+      else cp.drop('connection closed');
+    });
+  }
+
+  connPathShutdown(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    const sock = tp.sock;
+    tp.sock = null;
+    tp.reader = null;
+    sock?.destroy();
+  }
+
+  xmitBegin(cp: RdsConnPath): void {
+    tcpPath(cp).sock?.cork();
+  }
+
+  xmitEnd(cp: RdsConnPath): void {
+    tcpPath(cp).sock?.uncork();
+  }
+
+  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+    const sock = tcpPath(cp).sock!;
+    // TCP has no RDS acks for a kernel peer: a message counts as delivered once TCP has it.
+    return sock.write(msg.wire, (err) => {
+      if (!err && tcpPath(cp).sock === sock) cp.ackThrough(msg.seq);
+    });
+  }
+
+  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+    const sock = tcpPath(cp).sock!;
+    const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE + RDS_CONG_MAP_BYTES);
+    encodeHeader(frame, 0, { len: RDS_CONG_MAP_BYTES, flags: RDS_FLAG_CONG_BITMAP });
+    map.copy(frame, RDS_HEADER_SIZE);
+    if (!sock.write(frame)) {
+      this.host.stats.inc('tcp_sndbuf_full');
+      return false;
+    }
+    return true;
+  }
+
+  pathInfo(cp: RdsConnPath): Record<string, unknown> | null {
+    const tp = cp.tdata as TcpPath | null;
+    const sock = tp?.sock;
+    if (!sock) return null;
+    const [hdrRem, dataRem] = tp!.reader?.remaining ?? [0, 0];
+    return {
+      localPort: sock.localPort, peerPort: sock.remotePort, bytesWritten: sock.bytesWritten,
+      bytesRead: sock.bytesRead, writeQueued: sock.writableLength, hdrRemaining: hdrRem, dataRemaining: dataRem,
+    };
+  }
+
+  setRef(ref: boolean): void {
+    this.ref = ref;
+    for (const p of this.listeners.values()) p.then((s) => (this.ref ? s.ref() : s.unref()), () => {});
+    for (const s of this.sockets) (ref ? s.ref() : s.unref());
+  }
+
+  /** Stop listening; half-close every carrier so queued bytes still reach the peer, then reset stragglers. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const servers = await Promise.allSettled([...this.listeners.values()]);
+    await Promise.all(servers.map((r) => r.status === 'fulfilled'
+      ? new Promise<void>((res) => r.value.close(() => res())) : Promise.resolve()));
+    await Promise.all([...this.sockets].map((s) => new Promise<void>((res) => {
+      if (s.destroyed) return res();
+      const t = setTimeout(() => s.destroy(), CLOSE_LINGER_MS);
+      t.unref();
+      s.once('close', () => {
+        clearTimeout(t);
+        res();
+      });
+      s.resume();
+      s.end();
+    })));
+  }
+}

@@ -1,0 +1,102 @@
+import {
+  RDS_EXTHDR_NONE, RDS_EXTHDR_VERSION, RDS_EXTHDR_RDMA, RDS_EXTHDR_RDMA_DEST, RDS_EXTHDR_RDMA_BYTES,
+  RDS_EXTHDR_NPATHS, RDS_EXTHDR_GEN_NUM, RDS_EXTHDR_CAP_BITS, RDS_EXTHDR_SPORT_IDX, RDS_EXTHDR_CSUM,
+} from '../constants.js';
+import { EXTHDR_SIZE } from './header.js';
+
+/** Payload length implied by each extension type (spec §1.4). Types not listed are unknown. */
+export const EXTHDR_LENGTHS: ReadonlyMap<number, number> = new Map([
+  [RDS_EXTHDR_VERSION, 4],
+  [RDS_EXTHDR_RDMA, 4],
+  [RDS_EXTHDR_RDMA_DEST, 8],
+  [RDS_EXTHDR_RDMA_BYTES, 8],
+  [RDS_EXTHDR_NPATHS, 2],
+  [RDS_EXTHDR_GEN_NUM, 4],
+  [RDS_EXTHDR_CAP_BITS, 4],
+  [RDS_EXTHDR_SPORT_IDX, 1],
+  [RDS_EXTHDR_CSUM, 8],
+]);
+
+export interface RdsExtension {
+  type: number;
+  data: Uint8Array;
+}
+
+/** The fields of the extensions this implementation acts on, decoded. */
+export interface HandshakeExtensions {
+  npaths?: number;
+  genNum?: number;
+  sportIdx?: boolean;
+  capBits?: number;
+}
+
+/**
+ * Walks the extension area the way a careful kernel does, but stops at any type whose length it
+ * does not know instead of guessing: a ≤6.19 kernel would treat such a type as zero-length and
+ * read its payload as the next type, which turns garbage into phantom extensions.
+ * Old UEK headers put a NONE byte between records; they parse here as their first record only,
+ * exactly as mainline parses them.
+ */
+export function parseExtensions(area: Uint8Array): RdsExtension[] {
+  const out: RdsExtension[] = [];
+  let off = 0;
+  while (off < area.length && off < EXTHDR_SIZE) {
+    const type = area[off]!;
+    if (type === RDS_EXTHDR_NONE) break;
+    const len = EXTHDR_LENGTHS.get(type);
+    if (len === undefined) break;
+    if (off + 1 + len > EXTHDR_SIZE) break;
+    out.push({ type, data: area.slice(off + 1, off + 1 + len) });
+    off += 1 + len;
+  }
+  return out;
+}
+
+/**
+ * Packs records back to back from offset 0 (the 7.0/UEK form). A record that does not fit is
+ * left out, as the kernel does; callers put the most important record first because a ≤6.19
+ * peer only ever writes one but reads all.
+ */
+export function packExtensions(exts: readonly RdsExtension[]): Uint8Array {
+  const area = new Uint8Array(EXTHDR_SIZE);
+  let off = 0;
+  for (const e of exts) {
+    const len = EXTHDR_LENGTHS.get(e.type);
+    if (len === undefined) throw new TypeError(`unknown extension header type ${e.type}`);
+    if (e.data.length !== len) throw new TypeError(`extension type ${e.type} needs ${len} bytes, got ${e.data.length}`);
+    if (off + 1 + len > EXTHDR_SIZE) continue;
+    area[off] = e.type;
+    area.set(e.data, off + 1);
+    off += 1 + len;
+  }
+  return area;
+}
+
+export function npathsExtension(n: number): RdsExtension {
+  return { type: RDS_EXTHDR_NPATHS, data: Uint8Array.of((n >> 8) & 0xff, n & 0xff) };
+}
+
+export function genNumExtension(gen: number): RdsExtension {
+  const data = new Uint8Array(4);
+  new DataView(data.buffer).setUint32(0, gen >>> 0);
+  return { type: RDS_EXTHDR_GEN_NUM, data };
+}
+
+export function sportIdxExtension(): RdsExtension {
+  return { type: RDS_EXTHDR_SPORT_IDX, data: Uint8Array.of(0) };
+}
+
+export function decodeHandshake(exts: readonly RdsExtension[]): HandshakeExtensions {
+  const hs: HandshakeExtensions = {};
+  for (const e of exts) {
+    const dv = new DataView(e.data.buffer, e.data.byteOffset, e.data.byteLength);
+    switch (e.type) {
+      case RDS_EXTHDR_NPATHS: hs.npaths = dv.getUint16(0); break;
+      case RDS_EXTHDR_GEN_NUM: hs.genNum = dv.getUint32(0); break;
+      case RDS_EXTHDR_SPORT_IDX: hs.sportIdx = true; break;
+      case RDS_EXTHDR_CAP_BITS: hs.capBits = dv.getUint32(0); break;
+      default: break;
+    }
+  }
+  return hs;
+}

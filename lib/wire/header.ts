@@ -1,0 +1,96 @@
+import { RDS_HEADER_SIZE } from '../constants.js';
+
+/** The 48-byte RDS header (spec §1.1). All multi-byte fields are big-endian. */
+export interface RdsHeader {
+  sequence: number;
+  ack: number;
+  len: number;
+  sport: number;
+  dport: number;
+  flags: number;
+  credit: number;
+  csum: number;
+  /** The raw 16-byte extension area; parse with parseExtensions(). */
+  exthdr: Uint8Array;
+}
+
+export const OFF_SEQUENCE = 0;
+export const OFF_ACK = 8;
+export const OFF_LEN = 16;
+export const OFF_SPORT = 20;
+export const OFF_DPORT = 22;
+export const OFF_FLAGS = 24;
+export const OFF_CREDIT = 25;
+export const OFF_CSUM = 30;
+export const OFF_EXTHDR = 32;
+export const EXTHDR_SIZE = 16;
+
+const TWO_32 = 0x1_0000_0000;
+
+// Sequence numbers are be64 on the wire; JS numbers hold them exactly up to 2^53, which a
+// path counting from 1 never reaches. Larger values from a hostile peer lose low bits only.
+export function writeU64(buf: Uint8Array, off: number, value: number): void {
+  const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  dv.setUint32(off, Math.floor(value / TWO_32));
+  dv.setUint32(off + 4, value >>> 0);
+}
+
+export function readU64(buf: Uint8Array, off: number): number {
+  const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  return dv.getUint32(off) * TWO_32 + dv.getUint32(off + 4);
+}
+
+/** Writes a header into buf at off (48 bytes). The extension area is copied or zero-filled. */
+export function encodeHeader(buf: Uint8Array, off: number, h: Partial<RdsHeader>): void {
+  const dv = new DataView(buf.buffer, buf.byteOffset + off, RDS_HEADER_SIZE);
+  writeU64(buf, off + OFF_SEQUENCE, h.sequence ?? 0);
+  writeU64(buf, off + OFF_ACK, h.ack ?? 0);
+  dv.setUint32(OFF_LEN, h.len ?? 0);
+  dv.setUint16(OFF_SPORT, h.sport ?? 0);
+  dv.setUint16(OFF_DPORT, h.dport ?? 0);
+  dv.setUint8(OFF_FLAGS, h.flags ?? 0);
+  dv.setUint8(OFF_CREDIT, h.credit ?? 0);
+  dv.setUint32(26, 0); // h_padding[4]
+  dv.setUint16(OFF_CSUM, h.csum ?? 0);
+  if (h.exthdr) {
+    buf.set(h.exthdr.subarray(0, EXTHDR_SIZE), off + OFF_EXTHDR);
+    buf.fill(0, off + OFF_EXTHDR + Math.min(h.exthdr.length, EXTHDR_SIZE), off + RDS_HEADER_SIZE);
+  } else {
+    buf.fill(0, off + OFF_EXTHDR, off + RDS_HEADER_SIZE);
+  }
+}
+
+export function decodeHeader(buf: Uint8Array, off = 0): RdsHeader {
+  const dv = new DataView(buf.buffer, buf.byteOffset + off, RDS_HEADER_SIZE);
+  return {
+    sequence: readU64(buf, off + OFF_SEQUENCE),
+    ack: readU64(buf, off + OFF_ACK),
+    len: dv.getUint32(OFF_LEN),
+    sport: dv.getUint16(OFF_SPORT),
+    dport: dv.getUint16(OFF_DPORT),
+    flags: dv.getUint8(OFF_FLAGS),
+    credit: dv.getUint8(OFF_CREDIT),
+    csum: dv.getUint16(OFF_CSUM),
+    exthdr: buf.slice(off + OFF_EXTHDR, off + RDS_HEADER_SIZE),
+  };
+}
+
+/**
+ * RFC 1071 one's-complement sum over the 48-byte header with h_csum taken as zero; the result
+ * is what goes into h_csum (stored big-endian). Used by the IB transport; TCP sends 0.
+ */
+export function headerChecksum(buf: Uint8Array, off = 0): number {
+  let sum = 0;
+  for (let i = 0; i < RDS_HEADER_SIZE; i += 2) {
+    if (i === OFF_CSUM) continue;
+    sum += (buf[off + i]! << 8) | buf[off + i + 1]!;
+  }
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return ~sum & 0xffff;
+}
+
+/** True when h_csum is 0 ("not present") or matches the header. */
+export function verifyHeaderChecksum(buf: Uint8Array, off = 0): boolean {
+  const stored = (buf[off + OFF_CSUM]! << 8) | buf[off + OFF_CSUM + 1]!;
+  return stored === 0 || stored === headerChecksum(buf, off);
+}

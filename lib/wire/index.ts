@@ -1,0 +1,3 @@
+export * from './header.js';
+export * from './extensions.js';
+export * from './frame-reader.js';
