@@ -1,0 +1,218 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { RdsError, RdsSocket, constants } from '../lib/index.js';
+import { makePair, payload, raiseSndbuf, timeout, type Pair, type TransportKind } from './helpers.js';
+
+// One suite, run unchanged over every transport (tests/helpers decides how the pair is made).
+const KINDS: TransportKind[] = ['tcp', 'loopback'];
+const NET = 21;
+
+describe.each(KINDS)('conformance over %s', (kind) => {
+  let pair: Pair | null = null;
+  let host = kind === 'tcp' ? 0 : 128;
+  const open = async (): Promise<Pair> => (pair = await makePair(kind, NET, ++host));
+  afterEach(async () => {
+    await pair?.close();
+    pair = null;
+  });
+
+  it('delivers a message with the sender address and bound port', async () => {
+    const { a, b } = await open();
+    expect(a.sendmsg(Buffer.from('hi'), b.address())).toBe(2);
+    const m = await b.recv({ signal: timeout() });
+    expect(m.data.toString()).toBe('hi');
+    expect(m).toMatchObject({ address: a.address().address, port: 4000 });
+  });
+
+  it('keeps order and content for a stream of sizes 0..1 MiB', async () => {
+    const { a, b } = await open();
+    raiseSndbuf(a, 8 << 20);
+    const sizes = [0, 1, 47, 48, 49, 4095, 4096, 4097, 65536, 100_000, 1 << 20, 3, 0];
+    const got = (async () => {
+      for (let round = 0; round < 4; round++) {
+        for (let i = 0; i < sizes.length; i++) {
+          const m = await b.recv({ signal: timeout() });
+          expect(m.data.length).toBe(sizes[i]);
+          expect(m.data.equals(payload(round * 100 + i, sizes[i]!))).toBe(true);
+        }
+      }
+    })();
+    for (let round = 0; round < 4; round++) {
+      for (let i = 0; i < sizes.length; i++) await a.send(payload(round * 100 + i, sizes[i]!), b.address(), { signal: timeout() });
+    }
+    await got;
+  });
+
+  it('gathers an array of buffers into one message', async () => {
+    const { a, b } = await open();
+    a.sendmsg([Buffer.from('ab'), new Uint8Array([0x63]), Buffer.alloc(0), Buffer.from('d')], b.address());
+    expect((await b.recv({ signal: timeout() })).data.toString()).toBe('abcd');
+  });
+
+  it('copies data at send time, like the kernel', async () => {
+    const { a, b } = await open();
+    const buf = Buffer.from('before');
+    a.sendmsg(buf, b.address());
+    buf.write('AFTER!');
+    expect((await b.recv({ signal: timeout() })).data.toString()).toBe('before');
+  });
+
+  it('carries traffic both ways at once, each direction in order', async () => {
+    const { a, b } = await open();
+    const N = 500;
+    const recvAll = async (s: RdsSocket, from: RdsSocket): Promise<void> => {
+      for (let i = 0; i < N; i++) {
+        const m = await s.recv({ signal: timeout() });
+        expect(m.port).toBe(from.address().port);
+        expect(m.data.readUInt32BE(0)).toBe(i);
+      }
+    };
+    const ra = recvAll(a, b);
+    const rb = recvAll(b, a);
+    for (let i = 0; i < N; i++) {
+      await a.send(payload(i, 4 + (i % 300)), b.address());
+      await b.send(payload(i, 4 + (i % 200)), a.address());
+    }
+    await Promise.all([ra, rb]);
+  });
+
+  it('keeps order per socket pair with many sockets on each side', async () => {
+    const p = await open();
+    const senders = [p.a];
+    const receivers = [p.b];
+    for (let i = 0; i < 4; i++) {
+      const s = new RdsSocket({ stack: p.stackA });
+      await s.bind({ address: p.a.address().address, port: 0 });
+      senders.push(s);
+      const r = new RdsSocket({ stack: p.stackB });
+      await r.bind({ address: p.b.address().address, port: 0 });
+      receivers.push(r);
+    }
+    const N = 60;
+    for (let i = 0; i < N; i++) {
+      for (const s of senders) for (const r of receivers) await s.send(payload(i, 8 + (i % 50)), r.address());
+    }
+    for (const r of receivers) {
+      const next = new Map<number, number>();
+      for (let k = 0; k < N * senders.length; k++) {
+        const m = await r.recv({ signal: timeout() });
+        const want = next.get(m.port) ?? 0;
+        expect(m.data.readUInt32BE(0)).toBe(want);
+        next.set(m.port, want + 1);
+      }
+      expect([...next.values()]).toEqual(senders.map(() => N));
+    }
+  });
+
+  it('answers a ping to port 0 with a zero-length pong from port 0', async () => {
+    const { a, b, stackB } = await open();
+    a.sendmsg(Buffer.alloc(0), { address: b.address().address, port: 0 });
+    const pong = await a.recv({ signal: timeout() });
+    expect(pong).toMatchObject({ address: b.address().address, port: 0 });
+    expect(pong.data.length).toBe(0);
+    expect(stackB.stats.get('recv_ping')).toBe(1);
+    expect(stackB.stats.get('send_pong')).toBe(1);
+    expect(b.recvmsg()).toBeNull(); // the ping is not delivered to any socket
+  });
+
+  it('drops a message to a port nobody bound, counts it, and keeps going', async () => {
+    const { a, b, stackB } = await open();
+    a.sendmsg(Buffer.from('lost'), { address: b.address().address, port: 4999 });
+    a.sendmsg(Buffer.from('kept'), b.address());
+    expect((await b.recv({ signal: timeout() })).data.toString()).toBe('kept');
+    expect(stackB.stats.get('recv_drop_no_sock')).toBe(1);
+  });
+
+  it('receives with for await and ends the loop when the socket closes', async () => {
+    const { a, b } = await open();
+    for (let i = 0; i < 5; i++) a.sendmsg(payload(i, 16), b.address());
+    const seen: number[] = [];
+    for await (const m of b) {
+      seen.push(m.data.readUInt32BE(0));
+      if (seen.length === 5) void b.close();
+    }
+    expect(seen).toEqual([0, 1, 2, 3, 4]);
+  });
+
+  it('send() waits for room in the send buffer instead of failing with EAGAIN', async () => {
+    const { a, b } = await open();
+    raiseSndbuf(a, 0); // the kernel's minimum budget
+    const N = 200;
+    const got = (async () => {
+      for (let i = 0; i < N; i++) expect((await b.recv({ signal: timeout() })).data.readUInt32BE(0)).toBe(i);
+    })();
+    for (let i = 0; i < N; i++) await a.send(payload(i, 1000), b.address(), { signal: timeout() });
+    await got;
+  });
+
+  it('stops queueing at a congested port: ENOBUFS from sendmsg, send() resumes when it clears', async () => {
+    const { a, b } = await open();
+    b.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 4096);
+    raiseSndbuf(a, 1 << 20);
+    // Fill b's receive queue past its SO_RCVBUF; it becomes congested and says so.
+    let sent = 0;
+    let enobufs: RdsError | null = null;
+    for (let i = 0; i < 2000 && enobufs === null; i++) {
+      try {
+        a.sendmsg(payload(i, 1000), b.address());
+        sent++;
+      } catch (e) {
+        if (e instanceof RdsError && e.code === 'ENOBUFS') enobufs = e;
+        else if (e instanceof RdsError && e.code === 'EAGAIN') await new Promise((r) => setTimeout(r, 2));
+        else throw e;
+      }
+      if (i % 20 === 19) await new Promise((r) => setImmediate(r));
+    }
+    expect(enobufs?.code).toBe('ENOBUFS');
+    const late = a.send(payload(sent, 1000), b.address(), { signal: timeout() });
+    for (let i = 0; i <= sent; i++) expect((await b.recv({ signal: timeout() })).data.readUInt32BE(0)).toBe(i);
+    expect(await late).toBe(1000);
+  });
+
+  it('close() releases the port, rejects a pending recv() and later calls', async () => {
+    const { b, stackB } = await open();
+    const addr = b.address();
+    const pending = b.recv();
+    await b.close();
+    await expect(pending).rejects.toMatchObject({ code: 'EBADF' });
+    expect(() => b.sendmsg(Buffer.alloc(1), addr)).toThrow(RdsError);
+    const again = new RdsSocket({ stack: stackB });
+    await again.bind(addr);
+    expect(again.address()).toEqual(addr);
+  });
+
+  it('recv() honours an AbortSignal timeout with ETIMEDOUT and leaves the socket usable', async () => {
+    const { a, b } = await open();
+    await expect(b.recv({ signal: AbortSignal.timeout(30) })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    a.sendmsg(Buffer.from('after'), b.address());
+    expect((await b.recv({ signal: timeout() })).data.toString()).toBe('after');
+  });
+
+  it('emits readable, and poll() reports POLLIN then clears it', async () => {
+    const { a, b } = await open();
+    expect(b.poll() & constants.POLLIN).toBe(0);
+    expect(b.poll() & constants.POLLOUT).toBe(constants.POLLOUT);
+    const readable = new Promise<void>((r) => b.once('readable', r));
+    a.sendmsg(Buffer.from('x'), b.address());
+    await readable;
+    expect(b.poll() & (constants.POLLIN | constants.POLLRDNORM)).toBe(constants.POLLIN | constants.POLLRDNORM);
+    expect(b.recvmsg()?.data.toString()).toBe('x');
+    expect(b.poll() & constants.POLLIN).toBe(0);
+  });
+
+  it('stamps messages with SO_TIMESTAMP', async () => {
+    const { a, b } = await open();
+    b.setsockopt(constants.SOL_SOCKET, constants.SO_TIMESTAMP, 1);
+    const before = Date.now();
+    a.sendmsg(Buffer.from('t'), b.address());
+    const m = await b.recv({ signal: timeout() });
+    expect(m.timestamp).toBeGreaterThanOrEqual(before - 1);
+    expect(m.timestamp).toBeLessThanOrEqual(Date.now() + 1);
+  });
+
+  it('flush() resolves once every queued message is acknowledged', async () => {
+    const { a, b } = await open();
+    for (let i = 0; i < 50; i++) a.sendmsg(payload(i, 2000), b.address());
+    await a.flush({ signal: timeout() });
+    for (let i = 0; i < 50; i++) expect((await b.recv({ signal: timeout() })).data.readUInt32BE(0)).toBe(i);
+  });
+});

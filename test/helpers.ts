@@ -1,0 +1,62 @@
+import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+
+/** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
+export const TEST_TCP_PORT = 26385;
+
+export interface Pair {
+  a: RdsSocket;
+  b: RdsSocket;
+  stackA: RdsStack;
+  stackB: RdsStack;
+  close(): Promise<void>;
+}
+
+export type TransportKind = 'tcp' | 'loopback';
+
+/**
+ * Two bound sockets that talk over the given transport: for TCP each lives in its own stack
+ * (its own node) on its own 127.x address; for loopback both live in one stack.
+ * `net` is a per-test-file octet so files running in parallel never share an address.
+ */
+export async function makePair(kind: TransportKind, net: number, host: number): Promise<Pair> {
+  const addrA = `127.${net}.${host}.1`;
+  const addrB = `127.${net}.${host}.2`;
+  const stackA = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  const stackB = kind === 'tcp' ? new RdsStack({ tcpPort: TEST_TCP_PORT }) : stackA;
+  const a = new RdsSocket({ stack: stackA });
+  const b = new RdsSocket({ stack: stackB });
+  await a.bind({ address: addrA, port: 4000 });
+  await b.bind({ address: addrB, port: 4000 });
+  return {
+    a, b, stackA, stackB,
+    async close() {
+      await stackA.close();
+      if (stackB !== stackA) await stackB.close();
+    },
+  };
+}
+
+export function timeout(ms = 10000): AbortSignal {
+  return AbortSignal.timeout(ms);
+}
+
+/** Deterministic payload: message i of a stream has its index in the first 4 bytes. */
+export function payload(i: number, size: number, seed = 0): Buffer {
+  const b = Buffer.alloc(size);
+  for (let k = 0; k < size; k++) b[k] = (i * 31 + k * 7 + seed) & 0xff;
+  if (size >= 4) b.writeUInt32BE(i >>> 0, 0);
+  return b;
+}
+
+export function raiseSndbuf(s: RdsSocket, bytes: number): void {
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, bytes);
+}
+
+/** Resolves when `pred` holds, checking on every stack state event and after each turn; bounded. */
+export async function until(pred: () => boolean, what: string, ms = 10000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}

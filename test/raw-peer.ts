@@ -1,0 +1,124 @@
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { wire } from '../lib/index.js';
+
+export interface Frame {
+  header: ReturnType<typeof wire.decodeHeader>;
+  payload: Buffer;
+}
+
+/** A byte-level RDS/TCP peer for tests: reads frames, writes hand-built ones. */
+export class RawConn {
+  private frames: Frame[] = [];
+  private waiters: (() => void)[] = [];
+  closed = false;
+
+  constructor(readonly sock: Socket) {
+    const r = new wire.FrameReader((h, p) => {
+      this.frames.push({ header: wire.decodeHeader(h), payload: p });
+      this.waiters.splice(0).forEach((w) => w());
+    });
+    sock.on('data', (c: Buffer) => r.push(c));
+    sock.on('error', () => {});
+    sock.on('close', () => {
+      this.closed = true;
+      this.waiters.splice(0).forEach((w) => w());
+    });
+  }
+
+  async next(ms = 5000): Promise<Frame> {
+    const deadline = Date.now() + ms;
+    while (this.frames.length === 0) {
+      if (this.closed) throw new Error('raw peer: connection closed');
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error('raw peer: timed out waiting for a frame');
+      await new Promise<void>((res) => {
+        const t = setTimeout(res, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          res();
+        });
+      });
+    }
+    return this.frames.shift()!;
+  }
+
+  /** Next frame that is not a congestion map. */
+  async nextData(ms = 5000): Promise<Frame> {
+    for (;;) {
+      const f = await this.next(ms);
+      if (f.header.flags !== 1) return f;
+    }
+  }
+
+  send(h: Partial<wire.RdsHeader>, payload: Buffer = Buffer.alloc(0)): void {
+    const b = Buffer.alloc(48 + payload.length);
+    wire.encodeHeader(b, 0, { ...h, len: h.len ?? payload.length });
+    payload.copy(b, 48);
+    this.sock.write(b);
+  }
+
+  waitClosed(ms = 5000): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return new Promise((res, rej) => {
+      const t = setTimeout(() => rej(new Error('raw peer: connection not closed')), ms);
+      this.sock.once('close', () => {
+        clearTimeout(t);
+        res();
+      });
+    });
+  }
+}
+
+/** A raw listener on address:port handing out RawConns. */
+export class RawListener {
+  readonly conns: RawConn[] = [];
+  private waiters: (() => void)[] = [];
+  private server: Server;
+
+  private constructor(server: Server) {
+    this.server = server;
+    server.on('connection', (s) => {
+      this.conns.push(new RawConn(s));
+      this.waiters.splice(0).forEach((w) => w());
+    });
+  }
+
+  static async listen(address: string, port: number): Promise<RawListener> {
+    const server = createServer();
+    await new Promise<void>((res, rej) => {
+      server.once('error', rej);
+      server.listen({ host: address, port }, () => res());
+    });
+    return new RawListener(server);
+  }
+
+  async accept(index: number, ms = 5000): Promise<RawConn> {
+    const deadline = Date.now() + ms;
+    while (this.conns.length <= index) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error('raw listener: no connection');
+      await new Promise<void>((res) => {
+        const t = setTimeout(res, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          res();
+        });
+      });
+    }
+    return this.conns[index]!;
+  }
+
+  async close(): Promise<void> {
+    for (const c of this.conns) c.sock.destroy();
+    await new Promise<void>((res) => this.server.close(() => res()));
+  }
+}
+
+export async function rawConnect(from: string, to: string, port: number): Promise<RawConn> {
+  const s = connect({ host: to, port, localAddress: from });
+  await new Promise<void>((res, rej) => {
+    s.once('connect', res);
+    s.once('error', rej);
+  });
+  return new RawConn(s);
+}

@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import { wire } from '../../lib/index.js';
+
+const { FrameReader, RdsProtocolError, encodeHeader } = wire;
+
+function frame(seq: number, payload: Buffer, flags = 0): Buffer {
+  const b = Buffer.alloc(48 + payload.length);
+  encodeHeader(b, 0, { sequence: seq, len: payload.length, sport: 5, dport: 6, flags });
+  payload.copy(b, 48);
+  return b;
+}
+
+describe('TCP stream framing (spec §2.3)', () => {
+  const stream = Buffer.concat([
+    frame(1, Buffer.from('hello')),
+    frame(2, Buffer.alloc(0)),
+    frame(3, Buffer.from('x'.repeat(100))),
+    frame(0, Buffer.alloc(8192, 0xff), 1),
+  ]);
+
+  it('splits a stream cut at every byte boundary into the same frames', () => {
+    for (let cut = 0; cut <= stream.length; cut++) {
+      const got: [number, string][] = [];
+      const r = new FrameReader((h, p) => got.push([h.readUInt32BE(4), p.toString('hex')]));
+      r.push(stream.subarray(0, cut));
+      r.push(stream.subarray(cut));
+      expect(got.map((g) => g[0])).toEqual([1, 2, 3, 0]);
+      expect(got[0]![1]).toBe(Buffer.from('hello').toString('hex'));
+      expect(got[1]![1]).toBe('');
+      expect(got[3]![1].length).toBe(16384);
+      expect(r.idle).toBe(true);
+    }
+  });
+
+  it('handles one byte at a time', () => {
+    const got: number[] = [];
+    const r = new FrameReader((h) => got.push(h.readUInt32BE(4)));
+    for (let i = 0; i < stream.length; i++) r.push(stream.subarray(i, i + 1));
+    expect(got).toEqual([1, 2, 3, 0]);
+  });
+
+  it('reports what is missing of a partial frame', () => {
+    const r = new FrameReader(() => {});
+    r.push(stream.subarray(0, 10));
+    expect(r.remaining).toEqual([38, 0]);
+    r.push(stream.subarray(10, 50));
+    expect(r.remaining).toEqual([0, 3]);
+  });
+
+  it('rejects h_len above 1 MiB before allocating anything, and stays failed', () => {
+    const h = Buffer.alloc(48);
+    encodeHeader(h, 0, { sequence: 1, len: (1 << 20) + 1 });
+    const r = new FrameReader(() => {});
+    expect(() => r.push(h)).toThrow(RdsProtocolError);
+    expect(() => r.push(Buffer.alloc(1))).toThrow(RdsProtocolError);
+  });
+
+  it('accepts exactly 1 MiB', () => {
+    let n = -1;
+    const r = new FrameReader((_h, p) => (n = p.length));
+    r.push(frame(1, Buffer.alloc(1 << 20)));
+    expect(n).toBe(1 << 20);
+  });
+});
