@@ -64,7 +64,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
 function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
   const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
   const conn = cp.conn;
-  let n = hs.npaths === undefined ? 1 : Math.min(stack.maxPaths, hs.npaths);
+  let n = hs.npaths === undefined ? 1 : Math.min(stack.advertisedPaths(conn), hs.npaths);
   n = Math.max(n, 1);
   conn.npaths = n;
   if (hs.genNum !== undefined && hs.genNum !== 0) {

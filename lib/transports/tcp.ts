@@ -261,9 +261,10 @@ export class TcpTransport implements RdsTransport {
   /** Stop listening; half-close every carrier so queued bytes still reach the peer, then reset stragglers. */
   async close(): Promise<void> {
     this.closed = true;
+    // server.close() only calls back once every accepted connection is gone, so end those at the same time.
     const servers = await Promise.allSettled([...this.listeners.values()]);
-    await Promise.all(servers.map((r) => r.status === 'fulfilled'
-      ? new Promise<void>((res) => r.value.close(() => res())) : Promise.resolve()));
+    const closing = servers.map((r) => r.status === 'fulfilled'
+      ? new Promise<void>((res) => r.value.close(() => res())) : Promise.resolve());
     await Promise.all([...this.sockets].map((s) => new Promise<void>((res) => {
       if (s.destroyed) return res();
       const t = setTimeout(() => s.destroy(), CLOSE_LINGER_MS);
@@ -275,5 +276,6 @@ export class TcpTransport implements RdsTransport {
       s.resume();
       s.end();
     })));
+    await Promise.all(closing);
   }
 }

@@ -1,0 +1,184 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+import { RawConn, RawListener, rawConnect } from './raw-peer.js';
+import { TEST_TCP_PORT, timeout, until } from './helpers.js';
+
+// Wire behaviour of the TCP transport, checked byte by byte against a raw peer that plays the
+// kernel's part. Addresses: 127.23.<test>.1 is always the smaller one.
+const P = TEST_TCP_PORT;
+let cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+async function node(address: string, port = 4000): Promise<{ stack: RdsStack; sock: RdsSocket }> {
+  const stack = new RdsStack({ tcpPort: P });
+  cleanups.push(() => stack.close());
+  const sock = new RdsSocket({ stack });
+  await sock.bind({ address, port });
+  return { stack, sock };
+}
+
+async function listener(address: string): Promise<RawListener> {
+  const l = await RawListener.listen(address, P);
+  cleanups.push(() => l.close());
+  return l;
+}
+
+describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
+  it('the smaller side connects, sends its congestion map first, then sequenced data with zero ack/credit/csum', async () => {
+    const peer = await listener('127.23.1.2');
+    const { sock } = await node('127.23.1.1');
+    sock.sendmsg(Buffer.from('one'), { address: '127.23.1.2', port: 4000 });
+    sock.sendmsg(Buffer.from('two'), { address: '127.23.1.2', port: 4001 });
+    const c = await peer.accept(0);
+    expect(c.sock.remoteAddress).toBe('127.23.1.1');
+    const map = await c.next();
+    expect(map.header).toMatchObject({ sequence: 0, ack: 0, len: 8192, sport: 0, dport: 0, flags: 1, credit: 0, csum: 0 });
+    expect(map.payload.every((b) => b === 0)).toBe(true);
+    const m1 = await c.next();
+    expect(m1.header).toMatchObject({ sequence: 1, ack: 0, len: 3, sport: 4000, dport: 4000, flags: 0, credit: 0, csum: 0 });
+    expect(Buffer.from(m1.header.exthdr).every((b) => b === 0)).toBe(true);
+    expect(m1.payload.toString()).toBe('one');
+    const m2 = await c.next();
+    expect(m2.header).toMatchObject({ sequence: 2, dport: 4001 });
+  });
+
+  it('the larger side only pokes, then uses the connection the smaller side opens', async () => {
+    const peer = await listener('127.23.2.1');
+    const { sock, stack } = await node('127.23.2.2');
+    sock.sendmsg(Buffer.from('from larger'), { address: '127.23.2.1', port: 4000 });
+    const poke = await peer.accept(0);
+    await poke.waitClosed();
+    await expect(poke.next(100)).rejects.toThrow(); // nothing was sent on the poke
+    expect(stack.stats.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
+    // As the kernel does, the smaller side now connects to the larger one.
+    const c = await rawConnect('127.23.2.1', '127.23.2.2', P);
+    expect((await c.next()).header.flags).toBe(1);
+    const m = await c.nextData();
+    expect(m.payload.toString()).toBe('from larger');
+    expect(m.header.sequence).toBe(1);
+  });
+
+  it('the smaller side resets a connection from a larger address and connects out itself', async () => {
+    const peer = await listener('127.23.3.2');
+    const { stack } = await node('127.23.3.1');
+    // Our reset may arrive before the client's connect completes: either way the poke is refused.
+    const poke = await rawConnect('127.23.3.2', '127.23.3.1', P).catch(() => null);
+    if (poke) await poke.waitClosed();
+    const c = await peer.accept(0);
+    expect((await c.next()).header.flags).toBe(1); // our map on our own connection
+    expect(stack.stats.get('conn_poke_received')).toBe(1);
+  });
+
+  it('delivers from a smaller peer, suppresses retransmitted duplicates, accepts a restarted peer', async () => {
+    const { sock, stack } = await node('127.23.4.2');
+    const c = await rawConnect('127.23.4.1', '127.23.4.2', P);
+    const hdr = { sport: 7000, dport: 4000 };
+    c.send({ ...hdr, sequence: 5 }, Buffer.from('five'));
+    c.send({ ...hdr, sequence: 5, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('dup'));
+    c.send({ ...hdr, sequence: 6, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('six'));
+    c.send({ ...hdr, sequence: 2 }, Buffer.from('restart'));
+    const got: string[] = [];
+    for (let i = 0; i < 3; i++) got.push((await sock.recv({ signal: timeout() })).data.toString());
+    expect(got).toEqual(['five', 'six', 'restart']);
+    expect(stack.stats.get('recv_drop_old_seq')).toBe(1);
+    const m = (await sock.recvmsg());
+    expect(m).toBeNull();
+  });
+
+  it('applies a received congestion map: sendmsg to a congested port fails with ENOBUFS', async () => {
+    const peer = await listener('127.23.5.2');
+    const { sock } = await node('127.23.5.1');
+    sock.sendmsg(Buffer.from('x'), { address: '127.23.5.2', port: 4000 });
+    const c = await peer.accept(0);
+    await c.next();
+    const map = Buffer.alloc(8192);
+    map[4000 >> 3] |= 1 << (4000 & 7);
+    c.send({ flags: 1 }, map);
+    await until(() => {
+      try {
+        sock.sendmsg(Buffer.from('y'), { address: '127.23.5.2', port: 4000 });
+        return false;
+      } catch (e) {
+        return (e as { code?: string }).code === 'ENOBUFS';
+      }
+    }, 'ENOBUFS');
+    // another port of the same peer is fine
+    expect(sock.sendmsg(Buffer.from('z'), { address: '127.23.5.2', port: 4001 })).toBe(1);
+    // a map of the wrong size is consumed and ignored
+    c.send({ flags: 1 }, Buffer.alloc(100, 0));
+    const clear = Buffer.alloc(8192);
+    c.send({ flags: 1 }, clear);
+    await sock.send(Buffer.from('w'), { address: '127.23.5.2', port: 4000 }, { signal: timeout() });
+  });
+
+  it('answers a ping with a pong on the same connection, and a multipath probe with NPATHS and GEN_NUM', async () => {
+    const { stack } = await node('127.23.6.2');
+    const c = await rawConnect('127.23.6.1', '127.23.6.2', P);
+    await c.next(); // map
+    c.send({ sequence: 1, sport: 1, dport: 0, exthdr: wire_npaths(8) });
+    const pong = await c.nextData();
+    expect(pong.header).toMatchObject({ sequence: 1, sport: 0, dport: 1, len: 0 });
+    const ext = Buffer.from(pong.header.exthdr);
+    expect(ext.subarray(0, 3).toString('hex')).toBe('050001');
+    expect(ext[3]).toBe(constants.RDS_EXTHDR_GEN_NUM);
+    expect(ext.readUInt32BE(4)).toBe(stack.genNum);
+    c.send({ sequence: 2, sport: 5555, dport: 0 }, Buffer.from('payload is ignored'));
+    const p2 = await c.nextData();
+    expect(p2.header).toMatchObject({ sequence: 2, sport: 0, dport: 5555, len: 0 });
+    expect(stack.connections()[0]!.npaths).toBe(1);
+  });
+
+  it('a protocol violation drops only that connection and is counted', async () => {
+    const { sock, stack } = await node('127.23.7.9');
+    const bad = await rawConnect('127.23.7.1', '127.23.7.9', P);
+    const good = await rawConnect('127.23.7.2', '127.23.7.9', P);
+    const violations: unknown[] = [];
+    stack.on('protocol-error', (e) => violations.push(e));
+    bad.send({ sequence: 1, sport: 9, dport: 4000, len: (1 << 20) + 1 });
+    await bad.waitClosed();
+    good.send({ sequence: 1, sport: 9, dport: 4000 }, Buffer.from('still here'));
+    const m = await sock.recv({ signal: timeout() });
+    expect(m).toMatchObject({ address: '127.23.7.2', port: 9 });
+    expect(stack.stats.get('recv_drop_protocol_error')).toBe(1);
+    expect(violations).toHaveLength(1);
+    expect(good.closed).toBe(false);
+  });
+
+  it('reconnects when the peer drops the connection and keeps the sequence going', async () => {
+    const peer = await listener('127.23.8.2');
+    const { sock, stack } = await node('127.23.8.1');
+    const dst = { address: '127.23.8.2', port: 4000 };
+    sock.sendmsg(Buffer.from('a'), dst);
+    const c1 = await peer.accept(0);
+    await c1.next();
+    expect((await c1.next()).header.sequence).toBe(1);
+    c1.sock.destroy();
+    const c2 = await peer.accept(1);
+    expect((await c2.next()).header.flags).toBe(1); // a fresh map first on the new connection
+    sock.sendmsg(Buffer.from('b'), dst);
+    const m = await c2.nextData();
+    expect(m.header.sequence).toBe(2);
+    expect(m.payload.toString()).toBe('b');
+    expect(stack.stats.get('conn_reset')).toBe(1);
+    const info = stack.connections()[0]!;
+    expect(info.paths[0]).toMatchObject({ state: 'UP', upCount: 2 });
+  });
+
+  it('refuses a TCP connection from one of its own addresses', async () => {
+    const { stack } = await node('127.23.9.1');
+    const other = new RdsSocket({ stack });
+    await other.bind({ address: '127.23.9.5', port: 4000 });
+    const c = await rawConnect('127.23.9.5', '127.23.9.1', P).catch(() => null);
+    if (c) await c.waitClosed();
+    expect(stack.stats.get('conn_refused_local_peer')).toBe(1);
+  });
+});
+
+function wire_npaths(n: number): Uint8Array {
+  return Uint8Array.of(constants.RDS_EXTHDR_NPATHS, 0, n);
+}
+
+export type { RawConn };
