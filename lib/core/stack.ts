@@ -369,6 +369,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.closing = true;
     await Promise.all([...this.bindTable.values()].map((s) => s.close()));
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
+    // Hold the event loop while carriers close gracefully (bounded by the transports' linger).
+    for (const t of this.transports.values()) t.setRef(true);
     await Promise.all([...this.transports.values()].map((t) => t.close()));
     if (RdsStack.defaultStack === this) RdsStack.defaultStack = null;
   }

@@ -268,7 +268,6 @@ export class TcpTransport implements RdsTransport {
     await Promise.all([...this.sockets].map((s) => new Promise<void>((res) => {
       if (s.destroyed) return res();
       const t = setTimeout(() => s.destroy(), CLOSE_LINGER_MS);
-      t.unref();
       s.once('close', () => {
         clearTimeout(t);
         res();
