@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Kernel-side RDS peer for interop tests: AF_RDS sockets through python's socket module.
+
+  rdspeer.py recv ADDR PORT N [READY_ADDR READY_PORT]
+        print one JSON line per message: from, port, len, sha256; once bound, send b'ready' to READY
+        (READY_ADDR "file": create /rdsinst/ready.PORT instead, so the host is not contacted first)
+  rdspeer.py send ADDR PORTS DEST DPORT N MAXSIZE [SEED]
+        from each port of the comma-separated PORTS in turn, send N pattern messages (blocking)
+  rdspeer.py ping ADDR DEST              send a zero-length ping to DEST:0, wait for the pong
+  rdspeer.py congest ADDR PORT RCVBUF HOLD_S READY_ADDR READY_PORT
+        bind with a small SO_RCVBUF, say ready, read nothing for HOLD_S seconds, then drain
+  rdspeer.py counters                    RDS_INFO_COUNTERS as JSON
+"""
+import ctypes, hashlib, json, socket, struct, sys, time
+
+AF_RDS, SOL_RDS, RDS_INFO_COUNTERS = 21, 276, 10000
+
+
+def pattern(i, size, seed=0):
+    tile = bytes(((i * 131 + k * 7 + seed) & 0xFF) for k in range(256))
+    return (tile * (size // 256 + 1))[:size]
+
+
+def sizes(n, maxsize):
+    out, x = [], 12345
+    for i in range(n):
+        if i == 0:
+            out.append(0)
+        elif i == n - 1:
+            out.append(maxsize)
+        else:
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            out.append(min(maxsize, int(2 ** ((x / 0x7FFFFFFF) * (maxsize.bit_length())))) - 1)
+    return out
+
+
+def sock(addr, port, sndbuf=8 << 20, rcvbuf=None):
+    s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    if rcvbuf is not None:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind((addr, port))
+    return s
+
+
+def main(argv):
+    cmd = argv[0]
+    if cmd == 'recv':
+        s = sock(argv[1], int(argv[2]))
+        s.settimeout(120)
+        if len(argv) > 4 and argv[4] == 'file':
+            open('/rdsinst/ready.%s' % argv[2], 'w').close()
+        elif len(argv) > 5:
+            s.sendto(b'ready', (argv[4], int(argv[5])))
+        for _ in range(int(argv[3])):
+            data, (a, p) = s.recvfrom(1 << 21)
+            print(json.dumps({'from': a, 'port': p, 'len': len(data), 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
+    elif cmd == 'send':
+        dest = (argv[3], int(argv[4]))
+        n, maxsize = int(argv[5]), int(argv[6])
+        seed = int(argv[7]) if len(argv) > 7 else 0
+        for port in argv[2].split(','):
+            s = sock(argv[1], int(port))
+            for i, size in enumerate(sizes(n, maxsize)):
+                data = pattern(i, size, seed)
+                s.sendto(data, dest)
+                print(json.dumps({'port': int(port), 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
+        print(json.dumps({"sent": n}), flush=True)
+        time.sleep(1)  # let TCP carry the tail before the process (and its socket) goes away
+    elif cmd == 'ping':
+        s = sock(argv[1], 0)
+        s.settimeout(20)
+        t0 = time.time()
+        s.sendto(b'', (argv[2], 0))
+        data, (a, p) = s.recvfrom(100)
+        print(json.dumps({'from': a, 'port': p, 'len': len(data), 'usec': int((time.time() - t0) * 1e6)}), flush=True)
+    elif cmd == 'congest':
+        s = sock(argv[1], int(argv[2]), rcvbuf=int(argv[3]))
+        s.sendto(b'ready', (argv[5], int(argv[6])))
+        print(json.dumps({'bound': True}), flush=True)
+        time.sleep(float(argv[4]))
+        s.settimeout(5)
+        n = 0
+        try:
+            while True:
+                s.recvfrom(1 << 21)
+                n += 1
+        except socket.timeout:
+            pass
+        print(json.dumps({'drained': n}), flush=True)
+    elif cmd == 'counters':
+        libc = ctypes.CDLL(None, use_errno=True)
+        s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
+        buf = ctypes.create_string_buffer(1 << 16)
+        ln = ctypes.c_uint32(len(buf))
+        r = libc.getsockopt(s.fileno(), SOL_RDS, RDS_INFO_COUNTERS, buf, ctypes.byref(ln))
+        if r < 0:
+            raise OSError(ctypes.get_errno(), 'getsockopt RDS_INFO_COUNTERS')
+        out = {}
+        for off in range(0, ln.value, r):
+            name, value = struct.unpack_from('32sQ', buf.raw, off)
+            out[name.rstrip(b'\0').decode()] = value
+        print(json.dumps(out), flush=True)
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

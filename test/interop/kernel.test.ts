@@ -1,0 +1,198 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
+
+// Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3, the
+// guest kernel is 10.77.0.2 with rds_tcp loaded. Guest programs are python AF_RDS sockets.
+const VM = fileURLToPath(new URL('./kernel-vm.sh', import.meta.url));
+const PEER = fileURLToPath(new URL('./guest/rdspeer.py', import.meta.url));
+const KERNEL = '10.77.0.2';
+const SMALL = '10.77.0.1';
+const LARGE = '10.77.0.3';
+
+interface GuestRun { code: number; out: string; lines: Record<string, unknown>[] }
+
+/** Runs a command in the guest; resolves with its output once it exits. */
+function guest(cmd: string): Promise<GuestRun> {
+  return new Promise((resolve) => {
+    const p = spawn('bash', [VM, 'exec', cmd], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    p.on('exit', (code) => {
+      const lines = out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+      resolve({ code: code ?? 1, out, lines });
+    });
+  });
+}
+
+const peer = (args: string): Promise<GuestRun> => guest(`timeout 150 python3 ${PEER} ${args}`);
+const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
+
+/** Same pattern as rdspeer.py: byte k of message i is (i*131 + k*7 + seed) & 0xff. */
+function pattern(i: number, size: number, seed = 0): Buffer {
+  const tile = Buffer.alloc(256);
+  for (let k = 0; k < 256; k++) tile[k] = (i * 131 + k * 7 + seed) & 0xff;
+  return size === 0 ? Buffer.alloc(0) : Buffer.alloc(size, tile);
+}
+
+/** Waits for the guest program's b'ready' (sent over RDS once it has bound). */
+async function ready(s: RdsSocket): Promise<void> {
+  const m = await s.recv({ signal: AbortSignal.timeout(60_000) });
+  expect(m.address).toBe(KERNEL);
+  expect(m.data.toString()).toBe('ready');
+}
+
+/** Waits (bounded) for a guest program's ready file in the shared instance directory. */
+async function readyFile(port: number): Promise<void> {
+  const f = `${process.env.RDS_KVM_CACHE ?? '/var/tmp/rds-socket-kernel'}/instance/ready.${port}`;
+  for (let i = 0; i < 3000 && !existsSync(f); i++) await new Promise((r) => setTimeout(r, 20));
+  expect(existsSync(f), 'guest program never became ready').toBe(true);
+}
+
+const SIZES = [0, 1, 47, 48, 4096, 4097, 65535, 106_496, 300_000, 1 << 20, 7, 0];
+
+const stacks: RdsStack[] = [];
+function node(): RdsStack {
+  const s = new RdsStack();
+  stacks.push(s);
+  return s;
+}
+afterAll(async () => {
+  for (const s of stacks) await s.close();
+});
+
+async function bound(stack: RdsStack, address: string, port: number): Promise<RdsSocket> {
+  const s = new RdsSocket({ stack });
+  await s.bind({ address, port });
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 8 << 20);
+  return s;
+}
+
+describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () => {
+  const stack = node();
+
+  it('sends messages of 0 B..1 MiB from two sockets; the kernel receives each in order, intact', async () => {
+    const a = await bound(stack, SMALL, 5000);
+    const b = await bound(stack, SMALL, 5001);
+    const rx = peer(`recv ${KERNEL} 4000 ${SIZES.length * 2} ${SMALL} 5000`);
+    await ready(a);
+    const want = new Map<number, string[]>([[5000, []], [5001, []]]);
+    for (let i = 0; i < SIZES.length; i++) {
+      for (const s of [a, b]) {
+        const data = pattern(i, SIZES[i]!, s.address().port);
+        want.get(s.address().port)!.push(sha(data));
+        await s.send(data, { address: KERNEL, port: 4000 }, { signal: AbortSignal.timeout(60_000) });
+      }
+    }
+    const r = await rx;
+    expect(r.code, r.out).toBe(0);
+    const got = new Map<number, string[]>([[5000, []], [5001, []]]);
+    for (const l of r.lines) {
+      expect(l.from).toBe(SMALL);
+      got.get(l.port as number)!.push(l.sha256 as string);
+    }
+    expect(got).toEqual(want);
+  });
+
+  it('receives messages of 0 B..1 MiB from a kernel socket, in order, intact', async () => {
+    const r4 = await bound(stack, SMALL, 4000);
+    const tx = peer(`send ${KERNEL} 6000 ${SMALL} 4000 40 ${1 << 20} 9`);
+    const got: string[] = [];
+    for (let i = 0; i < 40; i++) {
+      const m = await r4.recv({ signal: AbortSignal.timeout(60_000) });
+      expect(m).toMatchObject({ address: KERNEL, port: 6000 });
+      got.push(sha(m.data));
+    }
+    const r = await tx;
+    expect(r.code, r.out).toBe(0);
+    const sent = r.lines.filter((l) => 'sha256' in l).map((l) => l.sha256);
+    expect(got).toEqual(sent);
+  });
+
+  it('pings the kernel (pong from port 0) and answers the kernel\'s ping', async () => {
+    const s = await bound(stack, SMALL, 5002);
+    s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
+    const pong = await s.recv({ signal: AbortSignal.timeout(20_000) });
+    expect(pong).toMatchObject({ address: KERNEL, port: 0 });
+    expect(pong.data.length).toBe(0);
+    const before = stack.stats.get('send_pong');
+    const r = await peer(`ping ${KERNEL} ${SMALL}`);
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines[0]).toMatchObject({ from: SMALL, port: 0, len: 0 });
+    expect(stack.stats.get('send_pong')).toBe(before + 1);
+  });
+
+  it('a kernel receiver that stops reading makes our sender get ENOBUFS, then resume', async () => {
+    const s = await bound(stack, SMALL, 5003);
+    const hold = peer(`congest ${KERNEL} 4200 4096 6 ${SMALL} 5003`);
+    await ready(s);
+    const dst = { address: KERNEL, port: 4200 };
+    let sent = 0;
+    let congested = false;
+    const deadline = Date.now() + 60_000;
+    while (!congested && Date.now() < deadline) {
+      try {
+        s.sendmsg(Buffer.alloc(2000, 1), dst);
+        sent++;
+      } catch (e) {
+        if (!(e instanceof RdsError)) throw e;
+        if (e.code === 'ENOBUFS') congested = true;
+        else if (e.code !== 'EAGAIN') throw e;
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(congested).toBe(true);
+    // send() waits for the kernel's map to clear once the reader drains.
+    await s.send(Buffer.alloc(10, 2), dst, { signal: AbortSignal.timeout(60_000) });
+    const r = await hold;
+    expect(r.code, r.out).toBe(0);
+    expect((r.lines[1]?.drained as number) ?? 0).toBeGreaterThanOrEqual(sent);
+  });
+});
+
+describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () => {
+  const stack = node();
+
+  it('pokes the kernel, which connects back, and the message is delivered', async () => {
+    const s = await bound(stack, LARGE, 5000);
+    const rx = peer(`recv ${KERNEL} 4100 1 file`);
+    await readyFile(4100);
+    s.sendmsg(Buffer.from('from the larger side'), { address: KERNEL, port: 4100 });
+    const r = await rx;
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines[0]).toMatchObject({ from: LARGE, port: 5000, len: 20 });
+    expect(stack.stats.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
+    const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
+    expect(c.initiator).toBe(false);
+    expect(c.paths[0]!.state).toBe('UP');
+  });
+
+  it('answers the multipath probe, so blocking kernel senders on ports that hash to paths > 0 do not hang', async () => {
+    const r4 = await bound(stack, LARGE, 4000);
+    // Each kernel socket hashes to a path with a random seed; with seven sockets at least one
+    // almost surely lands on a path > 0, sends the probe and blocks until it is answered.
+    const ports = [6001, 6002, 6003, 6004, 6005, 6006, 6007];
+    const tx = peer(`send ${KERNEL} ${ports.join(',')} ${LARGE} 4000 5 70000 3`);
+    for (let i = 0; i < ports.length * 5; i++) {
+      const m = await r4.recv({ signal: AbortSignal.timeout(60_000) });
+      expect(m.address).toBe(KERNEL);
+      expect(m.port).toBe(ports[Math.floor(i / 5)]);
+    }
+    const r = await tx;
+    expect(r.code, r.out).toBe(0);
+    expect(stack.stats.get('recv_ping')).toBeGreaterThanOrEqual(1);
+    expect(stack.connections().find((c) => c.peerAddress === KERNEL)!.npaths).toBe(1);
+  });
+
+  it('the kernel answers our pings when we are the larger side too', async () => {
+    const s = await bound(stack, LARGE, 5004);
+    s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
+    const pong = await s.recv({ signal: AbortSignal.timeout(20_000) });
+    expect(pong).toMatchObject({ address: KERNEL, port: 0 });
+  });
+});
