@@ -3,7 +3,7 @@
 # until /rdsinst/stop appears.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
 exec </dev/null >/dev/console 2>&1
-mount -t tmpfs -o mode=1777 tmp /tmp
+# /tmp stays on the overlay: the project may live under /tmp on the host.
 mount -t tmpfs -o mode=755 run /run
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs shm /dev/shm
 IP=10.77.0.2/24
