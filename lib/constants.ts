@@ -98,6 +98,15 @@ export const RDS_EXTHDR_GEN_NUM = 6;
 export const RDS_EXTHDR_CAP_BITS = 7;
 export const RDS_EXTHDR_SPORT_IDX = 8;
 export const RDS_EXTHDR_CSUM = 9;
+/**
+ * rds-socket's own capability extension (be32 bits). Its type is >= 16 so every kernel parser
+ * (mainline stops at types >= 16, UEK above 9) stops there; it is always packed last.
+ */
+export const RDSSOCK_EXTHDR_CAPS = 0x52;
+/** The peer acknowledges messages with h_ack and ack-only frames (RDS/IB style) over TCP. */
+export const RDSSOCK_CAP_ACK = 0x1;
+/** The peer answers heartbeat frames. */
+export const RDSSOCK_CAP_HEARTBEAT = 0x2;
 
 // Connection (path) states, numbered as enum rds_conn_state
 export const RDS_CONN_DOWN = 0;

@@ -31,5 +31,18 @@ export function abortError(signal: AbortSignal, what: string): RdsError {
   if (reason && reason.name === 'TimeoutError') {
     return new RdsError('ETIMEDOUT', `${what} timed out (AbortSignal)`, { cause: reason });
   }
-  return new RdsError('ECANCELED', `${what} was aborted (AbortSignal)`, { cause: reason });
+  const err = new RdsError('ECANCELED', `${what} was aborted (AbortSignal)`, { cause: reason });
+  // What AbortSignal users test for, as fetch() and node:stream do.
+  err.name = 'AbortError';
+  return err;
+}
+
+/** One signal for an optional AbortSignal and an optional timeout in ms. */
+export function combineSignals(signal: AbortSignal | undefined, timeoutMs: number | undefined): AbortSignal | undefined {
+  if (timeoutMs === undefined) return signal;
+  if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) {
+    throw new RdsError('EINVAL', `timeout must be a number of milliseconds >= 0, got ${String(timeoutMs)}`);
+  }
+  const t = AbortSignal.timeout(timeoutMs);
+  return signal === undefined ? t : AbortSignal.any([signal, t]);
 }

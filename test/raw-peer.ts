@@ -12,9 +12,19 @@ export class RawConn {
   private waiters: (() => void)[] = [];
   closed = false;
 
-  constructor(readonly sock: Socket) {
+  private txSeq = 1;
+
+  /**
+   * `kernelLike`: answer multipath probes as a 6.1 kernel does (probe pong with NPATHS=8 and no
+   * rds-socket capabilities), so the peer knows it talks to a kernel.
+   */
+  constructor(readonly sock: Socket, readonly kernelLike = true) {
     const r = new wire.FrameReader((h, p) => {
-      this.frames.push({ header: wire.decodeHeader(h), payload: p });
+      const f = { header: wire.decodeHeader(h), payload: p };
+      if (this.kernelLike && f.header.sport === 1 && f.header.dport === 0) {
+        this.send({ sequence: this.txSeq++, sport: 0, dport: 1, exthdr: Uint8Array.of(5, 0, 8) });
+      }
+      this.frames.push(f);
       this.waiters.splice(0).forEach((w) => w());
     });
     sock.on('data', (c: Buffer) => r.push(c));
@@ -47,6 +57,25 @@ export class RawConn {
     for (;;) {
       const f = await this.next(ms);
       if (f.header.flags !== 1) return f;
+    }
+  }
+
+  /** Next frame that is neither a map, a handshake probe/pong nor an ack-only frame. */
+  async nextUser(ms = 5000): Promise<Frame> {
+    for (;;) {
+      const f = await this.next(ms);
+      const h = f.header;
+      if (h.flags === 1 || (h.sport === 1 && h.dport === 0) || (h.sport === 0 && h.dport === 1)) continue;
+      if (h.sequence === 0 && h.sport === 0 && h.dport === 0) continue;
+      return f;
+    }
+  }
+
+  /** Next frame matching `pred`, skipping others. */
+  async nextMatching(pred: (f: Frame) => boolean, ms = 5000): Promise<Frame> {
+    for (;;) {
+      const f = await this.next(ms);
+      if (pred(f)) return f;
     }
   }
 

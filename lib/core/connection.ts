@@ -1,3 +1,4 @@
+import { RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
 import { RdsConnPath } from './path.js';
@@ -15,6 +16,10 @@ export class RdsConnection {
   npaths = 0;
   /** Peer generation from GEN_NUM (0 = unknown). */
   peerGenNum = 0;
+  /** rds-socket capabilities the peer advertised (RDSSOCK_CAP_*); 0 for a kernel. */
+  peerCaps = 0;
+  /** A handshake (or its timeout) told us what the peer is. Until then, keep every message. */
+  capsKnown = false;
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;
   /** True when this side has the numerically smaller address (it initiates TCP). */
@@ -32,6 +37,20 @@ export class RdsConnection {
     this.isInitiator = compareAddresses(laddr, faddr) < 0;
     this.isLoopback = transport.transType === stack.loopTransportType;
     this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
+  }
+
+  /** RDS-level acks: both sides are rds-socket and the stack allows it. */
+  get ackMode(): boolean {
+    return (this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && this.stack.options.rdsAcks && !this.isLoopback;
+  }
+
+  get heartbeatMode(): boolean {
+    return (this.peerCaps & RDSSOCK_CAP_HEARTBEAT) !== 0 && !this.isLoopback;
+  }
+
+  /** Whether a transport-level acknowledgement (TCP's) may release messages: kernel peers only. */
+  get releaseOnTransportAck(): boolean {
+    return this.capsKnown && !this.ackMode;
   }
 
   get key(): string {

@@ -5,6 +5,8 @@ import type { RdsConnPath } from './path.js';
 /** Who gets the bytes back when a message is acknowledged or cancelled: the sending socket. */
 export interface SendOwner {
   messageDone(msg: RdsOutgoing): void;
+  /** True when the owner's send budget is half used: ask the peer for an ack now. */
+  wantsAck?(): boolean;
 }
 
 /**
@@ -16,6 +18,8 @@ export class RdsOutgoing {
   /** True once acknowledged or cancelled: its bytes went back to the owner. */
   done = false;
   cancelled = false;
+  /** Set by send({ confirm: true }): told when the peer has the message, or why it never will. */
+  settle: ((err?: Error) => void) | null = null;
 
   constructor(
     readonly wire: Buffer,
@@ -39,10 +43,14 @@ export class RdsOutgoing {
     this.wire[OFF_FLAGS] = this.wire[OFF_FLAGS]! | RDS_FLAG_RETRANSMITTED;
   }
 
-  /** Acknowledged or cancelled: return its bytes to the sender's budget, once. */
-  complete(): void {
+  /** Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once. */
+  complete(err?: Error): void {
     if (this.done) return;
     this.done = true;
+    if (err) this.cancelled = true;
     this.owner?.messageDone(this);
+    const settle = this.settle;
+    this.settle = null;
+    settle?.(err);
   }
 }

@@ -1,11 +1,12 @@
 import {
   RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_DOWN, RDS_CONN_ERROR, RDS_CONN_RESETTING, RDS_CONN_UP,
-  RDS_HEADER_SIZE,
+  RDS_FLAG_ACK_REQUIRED, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE,
 } from '../constants.js';
-import { encodeHeader } from '../wire/header.js';
+import { encodeHeader, OFF_ACK, OFF_FLAGS, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
+import { RxAckTracker, type RxEntry } from './rx-ack.js';
 import type { RdsConnection } from './connection.js';
 
 export type ConnState = 'DOWN' | 'CONNECTING' | 'DISCONNECTING' | 'UP' | 'RESETTING' | 'ERROR';
@@ -14,7 +15,8 @@ export const CONN_STATE_NAMES: readonly ConnState[] = ['DOWN', 'CONNECTING', 'DI
 /**
  * One lane of a connection: its own state machine, sequence spaces and queues (the kernel's
  * struct rds_conn_path). Everything that multipath multiplies lives here; what is shared by the
- * lanes (peer congestion map, negotiated path count, generation) lives on the connection.
+ * lanes (peer congestion map, negotiated path count, generation, capabilities) lives on the
+ * connection.
  */
 export class RdsConnPath {
   state = RDS_CONN_DOWN;
@@ -29,6 +31,10 @@ export class RdsConnPath {
   congPending = false;
   /** The transport's per-path state (socket, reassembly). */
   tdata: unknown = null;
+  /** What we may acknowledge to an rds-socket peer. */
+  readonly rx: RxAckTracker;
+  /** Last time anything arrived on this path (heartbeat liveness). */
+  lastRxAt = 0;
 
   private backoffMs = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
@@ -37,6 +43,13 @@ export class RdsConnPath {
   private pumpAgain = false;
   /** Transport said "no more for now"; it calls kick() when it drains. */
   private blocked = false;
+  // ack-mode bookkeeping
+  private unackedPackets = 0;
+  private unackedBytes = 0;
+  private ackFlushQueued = false;
+  private ackInFlight = false;
+  private ackTimer: NodeJS.Timeout | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
 
   // counters shown per path
   sentMessages = 0;
@@ -44,25 +57,33 @@ export class RdsConnPath {
   recvMessages = 0;
   recvBytes = 0;
   upCount = 0;
+  acksSent = 0;
+  heartbeatsSent = 0;
 
-  constructor(readonly conn: RdsConnection, readonly index: number) {}
+  constructor(readonly conn: RdsConnection, readonly index: number) {
+    this.rx = new RxAckTracker(conn.stack.options.ackDelayMaxMs);
+  }
 
   get stateName(): ConnState {
     return CONN_STATE_NAMES[this.state]!;
+  }
+
+  private get stack() {
+    return this.conn.stack;
   }
 
   private setState(next: number): void {
     if (next === this.state) return;
     const from = this.stateName;
     this.state = next;
-    this.conn.stack.pathStateChanged(this, from, this.stateName);
+    this.stack.pathStateChanged(this, from, this.stateName);
   }
 
   // ---- connection life cycle (connection.c / threads.c) ----
 
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
-    if (this.state !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.conn.stack.closing) return;
+    if (this.state !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing) return;
     this.setState(RDS_CONN_CONNECTING);
     this.conn.transport.connPathConnect(this);
   }
@@ -78,13 +99,17 @@ export class RdsConnPath {
     this.clearReconnect();
     this.backoffMs = 0;
     this.blocked = false;
+    this.ackInFlight = false;
     this.congPending = true;
     this.upCount++;
+    this.lastRxAt = Date.now();
     this.setState(RDS_CONN_UP);
+    this.stack.pathUp(this);
+    this.startHeartbeat();
     this.schedulePump();
   }
 
-  /** A connect attempt failed before reaching UP (or a larger side's poke finished). */
+  /** A connect attempt failed before reaching UP. */
   connectFailed(): void {
     if (this.state !== RDS_CONN_CONNECTING) return;
     this.setState(RDS_CONN_DOWN);
@@ -95,13 +120,15 @@ export class RdsConnPath {
   drop(reason: string): void {
     if (this.state === RDS_CONN_DOWN || this.state === RDS_CONN_DISCONNECTING) return;
     const wasUp = this.state === RDS_CONN_UP;
-    if (wasUp) this.conn.stack.stats.inc('conn_reset');
-    this.conn.stack.pathDropped(this, reason);
+    if (wasUp) this.stack.stats.inc('conn_reset');
+    this.stack.pathDropped(this, reason);
     this.setState(RDS_CONN_ERROR);
     this.setState(RDS_CONN_DISCONNECTING);
+    this.stopHeartbeat();
     this.conn.transport.connPathShutdown(this);
     this.resetSendState();
     this.blocked = false;
+    this.ackInFlight = false;
     this.setState(RDS_CONN_DOWN);
     this.queueReconnect(wasUp);
   }
@@ -112,11 +139,10 @@ export class RdsConnPath {
    * (path 0 only) while it has something to send, spaced by the same backoff.
    */
   private queueReconnect(wasUp: boolean): void {
-    const stack = this.conn.stack;
-    if (stack.closing) return;
+    if (this.stack.closing) return;
     const initiates = this.conn.transport.initiates(this);
     if (!initiates && !(this.index === 0 && this.sendQueue.length > 0)) return;
-    const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = stack.options;
+    const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (wasUp || this.backoffMs === 0) {
       delay = 0;
@@ -130,7 +156,7 @@ export class RdsConnPath {
       this.reconnectTimer = null;
       this.connectIfDown();
     }, delay);
-    if (!stack.referenced) this.reconnectTimer.unref();
+    if (!this.stack.referenced) this.reconnectTimer.unref();
   }
 
   private clearReconnect(): void {
@@ -141,12 +167,17 @@ export class RdsConnPath {
   }
 
   setRef(ref: boolean): void {
-    if (this.reconnectTimer) (ref ? this.reconnectTimer.ref() : this.reconnectTimer.unref());
+    for (const t of [this.reconnectTimer, this.heartbeatTimer, this.ackTimer]) {
+      if (t) (ref ? t.ref() : t.unref());
+    }
   }
 
   /** Stop all timers: the stack is closing. */
   dispose(): void {
     this.clearReconnect();
+    this.stopHeartbeat();
+    if (this.ackTimer) clearTimeout(this.ackTimer);
+    this.ackTimer = null;
   }
 
   /**
@@ -163,6 +194,8 @@ export class RdsConnPath {
     }
     this.sendQueue.unshiftAll(resend);
     this.congPending = false;
+    this.unackedPackets = 0;
+    this.unackedBytes = 0;
   }
 
   // ---- sending (send.c) ----
@@ -187,7 +220,7 @@ export class RdsConnPath {
     }
     const msg = new RdsOutgoing(wire, seq, sport, dport, this.conn.faddr, this, owner);
     this.sendQueue.push(msg);
-    this.conn.stack.stats.inc('send_queued');
+    this.stack.stats.inc('send_queued');
     if (this.state === RDS_CONN_DOWN) this.connectIfDown();
     else this.schedulePump();
     return msg;
@@ -201,7 +234,7 @@ export class RdsConnPath {
   /** Local congestion map changed: send it before the next message. */
   queueCongUpdate(): void {
     this.congPending = true;
-    this.conn.stack.stats.inc('cong_update_queued');
+    this.stack.stats.inc('cong_update_queued');
     if (this.state === RDS_CONN_UP) this.schedulePump();
   }
 
@@ -229,7 +262,8 @@ export class RdsConnPath {
     }
     if (this.state !== RDS_CONN_UP || this.blocked) return;
     const t = this.conn.transport;
-    const stack = this.conn.stack;
+    const stack = this.stack;
+    const ackMode = this.conn.ackMode;
     this.pumping = true;
     t.xmitBegin?.(this);
     try {
@@ -253,7 +287,8 @@ export class RdsConnPath {
           this.retrans.push(msg);
           this.sentMessages++;
           this.sentBytes += msg.len;
-          if (msg.flags & 0x04) stack.stats.inc('send_retransmitted');
+          if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.stats.inc('send_retransmitted');
+          if (ackMode) this.prepareAckMode(msg);
           if (!t.xmit(this, msg)) this.blocked = true;
         }
       } while (this.pumpAgain && this.state === RDS_CONN_UP && !this.blocked);
@@ -261,6 +296,30 @@ export class RdsConnPath {
       if (this.state === RDS_CONN_UP) t.xmitEnd?.(this);
       this.pumping = false;
     }
+  }
+
+  /**
+   * Between rds-socket peers: piggyback our latest ack in h_ack and ask for an ack (ACK_REQUIRED)
+   * often enough that the sender's queue drains: every max_unacked_packets messages or
+   * max_unacked_bytes bytes, on retransmissions, when the sending socket is half full, and on the
+   * last message of a burst.
+   */
+  private prepareAckMode(msg: RdsOutgoing): void {
+    const { maxUnackedPackets, maxUnackedBytes } = this.stack.options;
+    this.rx.advance(Date.now());
+    writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
+    this.rx.markSent();
+    this.unackedPackets++;
+    this.unackedBytes += msg.len;
+    let flags = msg.wire[OFF_FLAGS]! & ~RDS_FLAG_ACK_REQUIRED;
+    if (this.unackedPackets >= maxUnackedPackets || this.unackedBytes >= maxUnackedBytes
+      || (flags & RDS_FLAG_RETRANSMITTED) !== 0 || this.sendQueue.length === 0 || msg.owner?.wantsAck?.() === true) {
+      flags |= RDS_FLAG_ACK_REQUIRED;
+      this.unackedPackets = 0;
+      this.unackedBytes = 0;
+      this.stack.stats.inc('send_ack_required');
+    }
+    msg.wire[OFF_FLAGS] = flags;
   }
 
   /** The peer has every message up to and including `seq`: free them in order. */
@@ -271,6 +330,115 @@ export class RdsConnPath {
       this.retrans.shift();
       m.complete();
     }
+  }
+
+  // ---- acknowledging what we received (rds-socket peers only) ----
+
+  /** A sequenced message was accepted on this path. */
+  recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry {
+    const e = this.rx.record(seq, consumed, ackRequired, Date.now());
+    if (this.conn.ackMode && (consumed || ackRequired)) this.requestAck();
+    return e;
+  }
+
+  /** The application took a message (or it was discarded): the ack may move. */
+  consumed(e: RxEntry): void {
+    e.consumed = true;
+    if (this.conn.ackMode) this.requestAck();
+  }
+
+  /** A heartbeat asked for an immediate answer. */
+  forceAck(): void {
+    this.rx.force();
+    this.requestAck();
+  }
+
+  requestAck(): void {
+    if (this.ackFlushQueued) return;
+    this.ackFlushQueued = true;
+    // After this turn's microtasks: the application's receive loop runs first, so the ack covers
+    // what it has just taken, and outgoing data may carry the ack instead.
+    setImmediate(() => {
+      this.ackFlushQueued = false;
+      this.flushAck();
+    });
+  }
+
+  private flushAck(): void {
+    if (this.state !== RDS_CONN_UP || !this.conn.ackMode) return;
+    const wait = this.rx.advance(Date.now());
+    if (wait >= 0 && this.ackTimer === null) {
+      // An unread message holds the ack; acknowledge it as queued once it has waited long enough.
+      this.ackTimer = setTimeout(() => {
+        this.ackTimer = null;
+        this.requestAck();
+      }, wait + 1);
+      if (!this.stack.referenced) this.ackTimer.unref();
+    }
+    if (!this.rx.wanted || this.ackInFlight) return;
+    this.sendAckFrame(0);
+  }
+
+  /** Before a graceful close: tell the peer everything we have, asked for or not. */
+  finalAck(): void {
+    if (this.state !== RDS_CONN_UP || !this.conn.ackMode) return;
+    this.rx.advance(Date.now());
+    if (this.rx.unsent) this.sendAckFrame(0);
+  }
+
+  /** One ack-only frame in flight at a time; when it is out, send again if more is wanted. */
+  private sendAckFrame(flags: number): void {
+    const t = this.conn.transport;
+    if (t.xmitAck === undefined) return;
+    this.ackInFlight = true;
+    const ack = this.rx.ackSeq;
+    this.rx.markSent();
+    this.acksSent++;
+    t.xmitAck(this, ack, flags, () => {
+      this.ackInFlight = false;
+      if (this.rx.wanted) this.requestAck();
+    });
+  }
+
+  // ---- heartbeat (rds-socket peers only) ----
+
+  private startHeartbeat(): void {
+    this.stopHeartbeat();
+    const every = this.stack.options.heartbeatIntervalMs;
+    if (every <= 0 || !this.conn.heartbeatMode || this.conn.transport.xmitAck === undefined) return;
+    this.heartbeatTimer = setInterval(() => this.heartbeatTick(), every);
+    if (!this.stack.referenced) this.heartbeatTimer.unref();
+  }
+
+  /** The peer's capabilities became known: start what they allow. */
+  capabilitiesChanged(): void {
+    if (this.state === RDS_CONN_UP && this.heartbeatTimer === null) this.startHeartbeat();
+    if (this.conn.ackMode) this.requestAck();
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
+  }
+
+  private heartbeatTick(): void {
+    if (this.state !== RDS_CONN_UP) return;
+    const { heartbeatIntervalMs: every, heartbeatMissedLimit: limit } = this.stack.options;
+    const silent = Date.now() - this.lastRxAt;
+    if (silent >= every * limit) {
+      this.stack.stats.inc('heartbeat_timeout');
+      this.drop(`no traffic for ${silent} ms (heartbeat)`);
+      return;
+    }
+    if (silent >= every && !this.ackInFlight) {
+      this.heartbeatsSent++;
+      this.stack.stats.inc('heartbeat_sent');
+      this.sendAckFrame(RDS_FLAG_ACK_REQUIRED);
+    }
+  }
+
+  noteRxActivity(): void {
+    this.lastRxAt = Date.now();
   }
 
   /** Messages waiting to be sent or acknowledged (cancelled ones excluded). */

@@ -1,6 +1,8 @@
-import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED } from '../constants.js';
-import { OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
-import { decodeHandshake, parseExtensions, npathsExtension, genNumExtension } from '../wire/extensions.js';
+import {
+  RDS_CONG_MAP_BYTES, RDS_FLAG_ACK_REQUIRED, RDS_FLAG_CONG_BITMAP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED,
+} from '../constants.js';
+import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
+import { decodeHandshake, parseExtensions } from '../wire/extensions.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 
@@ -11,6 +13,7 @@ import type { RdsStack } from './stack.js';
 export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, payload: Buffer): void {
   const flags = header[OFF_FLAGS]!;
   const conn = cp.conn;
+  cp.noteRxActivity();
 
   // A map update is recognised by flags == 0x01 exactly, is unsequenced, and is ignored unless
   // it is a whole map (the bytes were consumed either way).
@@ -25,26 +28,44 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
 
+  // Piggybacked ack: only an rds-socket peer in ack mode sends a non-zero h_ack over TCP.
+  const ack = readU64(header, OFF_ACK);
+  if (ack !== 0) cp.ackThrough(ack);
+
   const seq = readU64(header, 0);
+  const sport = header.readUInt16BE(OFF_SPORT);
+  const dport = header.readUInt16BE(OFF_DPORT);
+
+  // Ack-only frame (seq 0, ports 0, no payload): unsequenced, never delivered. With
+  // ACK_REQUIRED it is a heartbeat and wants an ack back at once. Kernels never send seq 0
+  // except for congestion maps, so this cannot swallow a kernel's message.
+  if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
+    stack.stats.inc('recv_ack_frames');
+    if (flags & RDS_FLAG_ACK_REQUIRED) cp.forceAck();
+    return;
+  }
+
   if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
     stack.stats.inc('recv_drop_old_seq');
+    // The sender resends only what it has no ack for: make sure it gets one.
+    if (conn.ackMode) cp.forceAck();
     return;
   }
   // Accepted even if it went backwards: a restarted peer starts again at 1 without the flag.
   cp.nextRxSeq = seq + 1;
   cp.recvMessages++;
   cp.recvBytes += payload.length;
-
-  const sport = header.readUInt16BE(OFF_SPORT);
-  const dport = header.readUInt16BE(OFF_DPORT);
+  const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;
+  if (ackRequired) stack.stats.inc('recv_ack_required');
 
   if (dport === 0) {
+    cp.recordReceived(seq, true, ackRequired);
     if (sport === 0 || !stack.options.pingEnable) return;
     stack.stats.inc('recv_ping');
     if (sport === RDS_FLAG_PROBE_PORT) {
       // Multipath probe: answer with our own handshake so kernel senders stop waiting (spec §3.4).
       processHandshake(stack, cp, header);
-      cp.queueControl(0, RDS_FLAG_PROBE_PORT, [npathsExtension(stack.advertisedPaths(conn)), genNumExtension(stack.genNum)]);
+      cp.queueControl(0, RDS_FLAG_PROBE_PORT, stack.handshakeExtensions(conn));
       stack.stats.inc('send_pong');
       return;
     }
@@ -55,15 +76,18 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
+    cp.recordReceived(seq, true, ackRequired);
     processHandshake(stack, cp, header);
     return;
   }
-  stack.deliver(conn.laddr, dport, conn.faddr, sport, payload);
+  const entry = cp.recordReceived(seq, false, ackRequired);
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, { path: cp, entry })) cp.consumed(entry);
 }
 
 function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
   const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
   const conn = cp.conn;
+  stack.stats.inc('handshake_received');
   let n = hs.npaths === undefined ? 1 : Math.min(stack.advertisedPaths(conn), hs.npaths);
   n = Math.max(n, 1);
   conn.npaths = n;
@@ -71,4 +95,5 @@ function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): voi
     if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
     conn.peerGenNum = hs.genNum;
   }
+  stack.handshakeReceived(conn, hs.rdsCaps ?? 0);
 }

@@ -5,14 +5,14 @@ import {
   RDS_RECVERR, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, RMEM_DEFAULT, SOCK_MIN_RCVBUF, SOCK_MIN_SNDBUF,
   SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_RDS_TRANSPORT, SO_SNDBUF, SO_TIMESTAMP, SO_TIMESTAMP_NEW, WMEM_DEFAULT,
 } from '../constants.js';
-import { abortError, RdsError } from '../errors.js';
+import { abortError, combineSignals, RdsError } from '../errors.js';
 import {
   isHostLocalAddress, nonUnicastReason, parseEndpoint, type RdsAddress,
 } from './address.js';
 import { Fifo } from './fifo.js';
 import type { RdsOutgoing, SendOwner } from './message.js';
 import type { RdsConnection } from './connection.js';
-import { RdsStack, type BoundSocket, type RdsMessage } from './stack.js';
+import { RdsStack, type BoundSocket, type RdsMessage, type Receipt } from './stack.js';
 import type { RdsTransport } from './transport.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
@@ -26,6 +26,22 @@ export interface RdsSocketOptions {
 
 export interface WaitOptions {
   signal?: AbortSignal;
+  /** Give up after this many milliseconds (ETIMEDOUT). */
+  timeout?: number;
+}
+
+export interface SendOptions extends WaitOptions {
+  /**
+   * Resolve only once the peer has the message: an RDS acknowledgement from an rds-socket peer
+   * (its application has taken it), TCP's acknowledgement from a kernel peer. If the signal or
+   * timeout fires first, the message is removed as RDS_CANCEL_SENT_TO would remove it.
+   */
+  confirm?: boolean;
+}
+
+interface Queued {
+  msg: RdsMessage;
+  receipt: Receipt | null;
 }
 
 export interface RdsSocketEvents {
@@ -65,7 +81,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private congNotify = 0n;
   private lastPollCongGen = 0;
 
-  private readonly rxQueue = new Fifo<RdsMessage>();
+  private readonly rxQueue = new Fifo<Queued>();
   private readonly pending = new Set<RdsOutgoing>();
   private readonly waiters = new Set<Waiter>();
   private readableQueued = false;
@@ -205,6 +221,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
    * EAGAIN (send buffer full), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN, ...
    */
   sendmsg(data: RdsData, dest?: { address: string; port: number }): number {
+    return this.enqueue(data, dest).len;
+  }
+
+  private enqueue(data: RdsData, dest: { address: string; port: number } | undefined): RdsOutgoing {
     this.checkOpen('sendmsg()');
     const { parts, len } = gather(data);
     const to = dest === undefined || dest === null ? null : parseEndpoint(dest, 'destination');
@@ -239,22 +259,49 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     const msg = path.queue(parts.length === 1 ? parts[0]! : parts, len, this.bound.port, target.port, this);
     this.sndBytes += len;
     this.pending.add(msg);
-    return len;
+    return msg;
   }
 
-  /** sendmsg(2), blocking: waits for send-buffer room and for an uncongested destination. */
-  async send(data: RdsData, dest?: { address: string; port: number }, opts: WaitOptions = {}): Promise<number> {
-    const signal = opts?.signal;
+  /**
+   * sendmsg(2), blocking: waits for send-buffer room and for an uncongested destination, and with
+   * `confirm` until the peer has the message. `timeout` and `signal` cover the whole wait.
+   */
+  async send(data: RdsData, dest?: { address: string; port: number }, opts: SendOptions = {}): Promise<number> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    let msg: RdsOutgoing;
     for (;;) {
       if (signal?.aborted) throw abortError(signal, 'send()');
       try {
-        return this.sendmsg(data, dest);
+        msg = this.enqueue(data, dest);
+        break;
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
         if (e.code === 'ENOBUFS') this.stack.stats.inc('cong_send_blocked');
         await this.waitFor(e.code === 'ENOBUFS' ? 'cong' : 'room', signal, 'send()');
       }
     }
+    const len = msg.len;
+    if (!opts?.confirm || (msg.done && !msg.cancelled)) return len;
+    if (msg.done) throw new RdsError('ECANCELED', 'the message was cancelled before the peer had it');
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        // Give up on this message exactly as RDS_CANCEL_SENT_TO would: never (re)transmitted.
+        this.stack.stats.inc('send_cancelled');
+        msg.complete(abortError(signal!, 'send()'));
+      };
+      msg.settle = (err) => {
+        signal?.removeEventListener('abort', onAbort);
+        if (err) reject(err);
+        else resolve();
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+    return len;
+  }
+
+  /** SendOwner: ask the peer for an ack once half the send budget is in flight. */
+  wantsAck(): boolean {
+    return this.sndBytes * 2 >= this.sndbuf;
   }
 
   /** SendOwner: a message was acknowledged or cancelled. */
@@ -269,9 +316,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   /** Resolves once every message this socket has queued is acknowledged or cancelled. */
   async flush(opts: WaitOptions = {}): Promise<void> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
     while (this.pending.size > 0) {
       this.checkOpen('flush()');
-      await this.waitFor('flush', opts?.signal, 'flush()');
+      await this.waitFor('flush', signal, 'flush()');
     }
   }
 
@@ -282,8 +330,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     let n = 0;
     for (const m of [...this.pending]) {
       if (m.daddr === ep.address && m.dport === ep.port) {
-        m.cancelled = true;
-        m.complete();
+        m.complete(new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${ep.address}:${ep.port}`));
         n++;
       }
     }
@@ -292,18 +339,19 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   // ---- receive ----
 
-  /** BoundSocket: the stack delivers a message. */
-  enqueueIncoming(msg: RdsMessage): void {
+  /** BoundSocket: the stack delivers a message; `receipt` is told when the application takes it. */
+  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean {
     if (this.closed) {
       this.stack.stats.inc('recv_drop_dead_sock');
-      return;
+      return false;
     }
     if (this.timestamps) msg.timestamp = performance.timeOrigin + performance.now();
-    this.rxQueue.push(msg);
+    this.rxQueue.push({ msg, receipt });
     this.stack.stats.inc('recv_queued');
     this.rcvDelta(msg.data.length);
     this.wakeOne();
     this.announceReadable();
+    return true;
   }
 
   /** BoundSocket: a congestion map from `conn` arrived; `mask` says which port groups cleared. */
@@ -350,17 +398,19 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       this.congNotify = 0n;
       return { data: Buffer.alloc(0), address: '', port: 0, congestionUpdate: mask };
     }
-    const msg = this.rxQueue.shift();
-    if (msg === undefined) return null;
+    const q = this.rxQueue.shift();
+    if (q === undefined) return null;
+    const msg = q.msg;
     this.stack.stats.inc('recv_bytes_freed_fromsock', msg.data.length);
     this.stack.stats.inc('copy_to_user');
     this.rcvDelta(-msg.data.length);
+    if (q.receipt !== null) q.receipt.path.consumed(q.receipt.entry);
     return msg;
   }
 
   /** recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first. */
   async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
-    const signal = opts?.signal;
+    const signal = combineSignals(opts?.signal, opts?.timeout);
     for (;;) {
       if (signal?.aborted) throw abortError(signal, 'recv()');
       const m = this.recvmsg();
@@ -375,7 +425,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   }
 
   /** Like the async iterator, with an AbortSignal that ends the loop (by throwing its reason). */
-  async *messages(opts: WaitOptions = {}): AsyncGenerator<RdsMessage, void, undefined> {
+  async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
     for (;;) {
       if (this.closed) return;
       let m: RdsMessage;
@@ -538,12 +588,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       }
       this.stack.unbind(this.bound.address, this.bound.port, this);
     }
-    this.rxQueue.drain();
+    // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
+    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.path.consumed(q.receipt.entry);
     this.rcvBytes = 0;
-    for (const m of [...this.pending]) {
-      m.cancelled = true;
-      m.complete();
-    }
+    for (const m of [...this.pending]) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
     this.wakeAll();
     this.stack.socketClosed();
     this.emit('close');

@@ -1,6 +1,10 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
-import { RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP } from '../constants.js';
+import {
+  RDS_FLAG_PROBE_PORT, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT,
+} from '../constants.js';
+import { genNumExtension, npathsExtension, rdsCapsExtension, type RdsExtension } from '../wire/extensions.js';
+import type { RxEntry } from './rx-ack.js';
 import { RdsError } from '../errors.js';
 import { CongMap } from './cong-map.js';
 import { RdsConnection } from './connection.js';
@@ -20,6 +24,20 @@ export interface RdsStackOptions {
   pingEnable?: boolean;
   /** Transports to register; defaults to the library's (TCP and loopback). */
   transports?: RdsTransport[];
+  /** Use RDS-level acknowledgements with rds-socket peers (negotiated; kernels never see them). Default true. */
+  rdsAcks?: boolean;
+  /** net.rds.max_unacked_packets: ask for an ack at least every N messages. Default 8. */
+  maxUnackedPackets?: number;
+  /** net.rds.max_unacked_bytes: ... or every N payload bytes. Default 16 MiB. */
+  maxUnackedBytes?: number;
+  /** A message its application has not read is acknowledged as queued after this long. Default 1000. */
+  ackDelayMaxMs?: number;
+  /** Heartbeat period towards rds-socket peers; 0 disables. Default 2000. */
+  heartbeatIntervalMs?: number;
+  /** Silent periods after which the path is dropped and reconnected. Default 4 (detection < 10 s). */
+  heartbeatMissedLimit?: number;
+  /** How long to wait for the peer's handshake before treating it as a kernel. Default 3000. */
+  handshakeTimeoutMs?: number;
 }
 
 export interface ResolvedStackOptions {
@@ -27,6 +45,21 @@ export interface ResolvedStackOptions {
   reconnectMinDelayMs: number;
   reconnectMaxDelayMs: number;
   pingEnable: boolean;
+  rdsAcks: boolean;
+  maxUnackedPackets: number;
+  maxUnackedBytes: number;
+  ackDelayMaxMs: number;
+  heartbeatIntervalMs: number;
+  heartbeatMissedLimit: number;
+  handshakeTimeoutMs: number;
+}
+
+function positiveInt(v: unknown, name: string, dflt: number, min = 1): number {
+  if (v === undefined) return dflt;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) {
+    throw new RdsError('EINVAL', `${name} must be an integer >= ${min}, got ${String(v)}`);
+  }
+  return v;
 }
 
 /** A message as recvmsg() returns it. */
@@ -41,11 +74,18 @@ export interface RdsMessage {
   congestionUpdate?: bigint;
 }
 
+/** Tells the path that delivered a message when the application has taken it (for acks). */
+export interface Receipt {
+  path: RdsConnPath;
+  entry: RxEntry;
+}
+
 /** What the stack needs of a socket bound in it. */
 export interface BoundSocket {
   readonly boundAddress: string;
   readonly boundPort: number;
-  enqueueIncoming(msg: RdsMessage): void;
+  /** Queue a message; false if the socket is gone (the message is dropped). */
+  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
   close(): Promise<void>;
 }
@@ -149,7 +189,16 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (!(min >= 1) || !(max >= min)) {
       throw new RdsError('EINVAL', `need 1 <= reconnectMinDelayMs <= reconnectMaxDelayMs, got ${min} and ${max}`);
     }
-    this.options = { tcpPort, reconnectMinDelayMs: min, reconnectMaxDelayMs: max, pingEnable: opts.pingEnable ?? true };
+    this.options = {
+      tcpPort, reconnectMinDelayMs: min, reconnectMaxDelayMs: max, pingEnable: opts.pingEnable ?? true,
+      rdsAcks: opts.rdsAcks ?? true,
+      maxUnackedPackets: positiveInt(opts.maxUnackedPackets, 'maxUnackedPackets', 8),
+      maxUnackedBytes: positiveInt(opts.maxUnackedBytes, 'maxUnackedBytes', 16 << 20),
+      ackDelayMaxMs: positiveInt(opts.ackDelayMaxMs, 'ackDelayMaxMs', 1000, 0),
+      heartbeatIntervalMs: positiveInt(opts.heartbeatIntervalMs, 'heartbeatIntervalMs', 2000, 0),
+      heartbeatMissedLimit: positiveInt(opts.heartbeatMissedLimit, 'heartbeatMissedLimit', 4),
+      handshakeTimeoutMs: positiveInt(opts.handshakeTimeoutMs, 'handshakeTimeoutMs', 3000),
+    };
     for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
   }
 
@@ -255,6 +304,47 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.connFor(laddr, faddr, transport);
   }
 
+  /** rds-socket capabilities we advertise in handshakes. */
+  get localCaps(): number {
+    // We always answer heartbeats, even when we send none ourselves.
+    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT;
+  }
+
+  /** Extensions of our probe ping and pong: the kernel's set, then ours last (kernels stop before it). */
+  handshakeExtensions(conn: RdsConnection): RdsExtension[] {
+    return [npathsExtension(this.advertisedPaths(conn)), genNumExtension(this.genNum), rdsCapsExtension(this.localCaps)];
+  }
+
+  /**
+   * A path came UP. On path 0 we send the multipath probe, as a 7.0 kernel does after every
+   * reconnect: the answer tells us the path count, the peer's generation (did it restart?) and
+   * whether it is rds-socket (acks, heartbeats). A peer that never answers is treated as a kernel.
+   */
+  pathUp(cp: RdsConnPath): void {
+    const conn = cp.conn;
+    if (conn.isLoopback || cp.index !== 0) return;
+    cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn));
+    this.stats.inc('handshake_sent');
+    if (!conn.capsKnown) {
+      const t = setTimeout(() => {
+        if (!conn.capsKnown) {
+          this.stats.inc('handshake_timeout');
+          this.handshakeReceived(conn, 0);
+        }
+      }, this.options.handshakeTimeoutMs);
+      t.unref();
+    }
+  }
+
+  /** What a handshake (or its absence) says about the peer. */
+  handshakeReceived(conn: RdsConnection, caps: number): void {
+    const changed = !conn.capsKnown || conn.peerCaps !== caps;
+    conn.peerCaps = caps;
+    conn.capsKnown = true;
+    if (changed) for (const p of conn.paths) p.capabilitiesChanged();
+    conn.transport.capabilitiesChanged?.(conn);
+  }
+
   /** Paths we advertise in NPATHS. */
   advertisedPaths(conn: RdsConnection): number {
     return conn.transport.mpathCapable ? conn.paths.length : 1;
@@ -297,8 +387,13 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     });
   }
 
-  /** A restarted peer (new GEN_NUM): its sequence numbering starts over. */
+  /**
+   * A restarted peer (new GEN_NUM): its sequence numbering starts over, so forget where it was.
+   * Our unacknowledged messages are kept and resent: the new incarnation never saw them (the
+   * kernel flushes them instead, losing them).
+   */
   peerRestarted(conn: RdsConnection): void {
+    this.stats.inc('peer_restarted');
     for (const p of conn.paths) p.nextRxSeq = 0;
   }
 
@@ -308,15 +403,16 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     recvIncoming(this, cp, header, payload);
   }
 
-  deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer): void {
+  /** Hands a message to the socket bound to (laddr, dport); false if there is none. */
+  deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null): boolean {
     const sock = this.bindTable.get(`${laddr}|${dport}`);
     if (sock === undefined) {
       this.stats.inc('recv_drop_no_sock');
-      return;
+      return false;
     }
     this.stats.inc('recv_delivered');
     this.stats.inc('recv_bytes_added_to_sock', data.length);
-    sock.enqueueIncoming({ data, address: faddr, port: sport });
+    return sock.enqueueIncoming({ data, address: faddr, port: sport }, receipt);
   }
 
   // ---- congestion (cong.c) ----
@@ -368,6 +464,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (this.closing) return;
     this.closing = true;
     await Promise.all([...this.bindTable.values()].map((s) => s.close()));
+    // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
+    for (const c of this.conns.values()) for (const p of c.paths) p.finalAck();
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
     // Hold the event loop while carriers close gracefully (bounded by the transports' linger).
     for (const t of this.transports.values()) t.setRef(true);

@@ -53,6 +53,14 @@ export const RDS_COUNTER_NAMES = [
   'conn_poke_received',
   'send_retransmitted',
   'send_cancelled',
+  'send_ack_frames',
+  'recv_ack_frames',
+  'heartbeat_sent',
+  'heartbeat_timeout',
+  'handshake_sent',
+  'handshake_received',
+  'handshake_timeout',
+  'peer_restarted',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

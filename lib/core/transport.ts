@@ -1,5 +1,6 @@
 import type { RdsConnPath } from './path.js';
 import type { RdsOutgoing } from './message.js';
+import type { RdsConnection } from './connection.js';
 import type { RdsTransportHost } from './stack.js';
 
 /**
@@ -48,6 +49,15 @@ export interface RdsTransport {
 
   /** Send the full congestion map of the path's local address (h_flags 0x01, seq 0). */
   xmitCong(cp: RdsConnPath, map: Buffer): boolean;
+
+  /**
+   * Send an ack-only frame (seq 0, ports 0, h_ack = ack; flags ACK_REQUIRED makes it a heartbeat).
+   * Only ever called for rds-socket peers. `done` runs once the frame has left.
+   */
+  xmitAck?(cp: RdsConnPath, ack: number, flags: number, done: () => void): void;
+
+  /** The peer's handshake said what it is (kernel or rds-socket); see RdsConnection.releaseOnTransportAck. */
+  capabilitiesChanged?(conn: RdsConnection): void;
 
   /** Keep (true) or stop keeping (false) the Node event loop alive. */
   setRef(ref: boolean): void;

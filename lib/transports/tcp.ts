@@ -8,6 +8,9 @@ import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
 import { encodeHeader } from '../wire/header.js';
 import { FrameReader } from '../wire/frame-reader.js';
+import { Fifo } from '../core/fifo.js';
+import type { RdsConnection } from '../core/connection.js';
+import { native } from '../native.js';
 
 /** Per-path state: the carrier socket and its reassembly. */
 interface TcpPath {
@@ -15,15 +18,32 @@ interface TcpPath {
   reader: FrameReader | null;
   /** The larger side's short-lived poke connection, if one is in flight. */
   poke: Socket | null;
+  /** Bytes written to this carrier, and how many of them the kernel has taken. */
+  wrote: number;
+  flushed: number;
+  /** Messages on this carrier waiting for TCP's acknowledgement: stream offset of their last byte. */
+  track: Fifo<{ end: number; seq: number }>;
+  outqTimer: NodeJS.Timeout | null;
+  outqDelay: number;
 }
+
+/** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
+const OUTQ_POLL_MAX_MS = 50;
 
 const KEEPALIVE_MS = 5000;
 /** How long a graceful close waits for the peer's FIN before resetting. */
 const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
-  if (cp.tdata === null) cp.tdata = { sock: null, reader: null, poke: null } satisfies TcpPath;
+  if (cp.tdata === null) {
+    cp.tdata = { sock: null, reader: null, poke: null, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1 } satisfies TcpPath;
+  }
   return cp.tdata as TcpPath;
+}
+
+function socketFd(sock: Socket): number {
+  const fd = (sock as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : -1;
 }
 
 function peerOf(sock: Socket): { local: string | null; remote: string | null } {
@@ -113,7 +133,14 @@ export class TcpTransport implements RdsTransport {
       tp.poke = poke;
       poke.once('connect', () => {
         this.host.stats.inc('conn_poke_sent');
-        poke.destroy();
+        // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
+        if (tp.poke === poke) {
+          tp.poke = null;
+          poke.destroy();
+          cp.drop('poke delivered');
+        } else {
+          poke.destroy();
+        }
       });
       poke.on('error', () => {});
       poke.once('close', () => {
@@ -176,11 +203,15 @@ export class TcpTransport implements RdsTransport {
   private attachCarrier(cp: RdsConnPath, sock: Socket): void {
     const tp = tcpPath(cp);
     tp.sock = sock;
+    tp.wrote = 0;
+    tp.flushed = 0;
+    tp.track.drain();
     const reader = new FrameReader((h, p) => this.host.recvIncoming(cp, h, p));
     tp.reader = reader;
     sock.on('data', (chunk: Buffer) => {
       if (tp.sock !== sock) return;
       this.host.stats.inc('tcp_data_ready_calls');
+      cp.noteRxActivity();
       try {
         reader.push(chunk);
       } catch (e) {
@@ -210,6 +241,9 @@ export class TcpTransport implements RdsTransport {
     const sock = tp.sock;
     tp.sock = null;
     tp.reader = null;
+    tp.track.drain();
+    if (tp.outqTimer) clearTimeout(tp.outqTimer);
+    tp.outqTimer = null;
     sock?.destroy();
   }
 
@@ -222,23 +256,99 @@ export class TcpTransport implements RdsTransport {
   }
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
-    const sock = tcpPath(cp).sock!;
-    // TCP has no RDS acks for a kernel peer: a message counts as delivered once TCP has it.
+    const tp = tcpPath(cp);
+    const sock = tp.sock!;
+    tp.wrote += msg.wire.length;
+    const end = tp.wrote;
+    // An rds-socket peer acknowledges messages itself; anything else is released once TCP has
+    // acknowledged the message's last byte (spec §2.4).
+    if (!cp.conn.ackMode) tp.track.push({ end, seq: msg.seq });
     return sock.write(msg.wire, (err) => {
-      if (!err && tcpPath(cp).sock === sock) cp.ackThrough(msg.seq);
+      if (err || tp.sock !== sock) return;
+      if (end > tp.flushed) tp.flushed = end;
+      this.releaseAcked(cp);
     });
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
-    const sock = tcpPath(cp).sock!;
+    const tp = tcpPath(cp);
+    const sock = tp.sock!;
     const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE + RDS_CONG_MAP_BYTES);
     encodeHeader(frame, 0, { len: RDS_CONG_MAP_BYTES, flags: RDS_FLAG_CONG_BITMAP });
     map.copy(frame, RDS_HEADER_SIZE);
+    tp.wrote += frame.length;
     if (!sock.write(frame)) {
       this.host.stats.inc('tcp_sndbuf_full');
       return false;
     }
     return true;
+  }
+
+  xmitAck(cp: RdsConnPath, ack: number, flags: number, done: () => void): void {
+    const tp = tcpPath(cp);
+    const sock = tp.sock;
+    if (sock === null) {
+      done();
+      return;
+    }
+    const frame = Buffer.alloc(RDS_HEADER_SIZE);
+    encodeHeader(frame, 0, { ack, flags });
+    tp.wrote += frame.length;
+    this.host.stats.inc('send_ack_frames');
+    sock.write(frame, () => done());
+  }
+
+  capabilitiesChanged(conn: RdsConnection): void {
+    for (const cp of conn.paths) {
+      const tp = cp.tdata as TcpPath | null;
+      if (tp === null) continue;
+      if (conn.ackMode) tp.track.drain();
+      else this.releaseAcked(cp);
+    }
+  }
+
+  /**
+   * Frees messages whose last byte TCP has acknowledged: bytes handed to the kernel minus those
+   * it still holds unacknowledged (SIOCOUTQ). Without the native addon, handing the bytes to the
+   * kernel is the best Node can see, and counts.
+   */
+  private releaseAcked(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    const sock = tp.sock;
+    if (sock === null || tp.track.length === 0) return;
+    if (cp.conn.ackMode) {
+      tp.track.drain();
+      return;
+    }
+    if (cp.conn.releaseOnTransportAck) {
+      let acked = tp.flushed;
+      const n = native();
+      const fd = socketFd(sock);
+      if (n !== null && fd >= 0) {
+        try {
+          acked = tp.flushed - n.tcpOutq(fd);
+        } catch {
+          acked = tp.flushed;
+        }
+      }
+      let seq = -1;
+      for (let h = tp.track.peek(); h !== undefined && h.end <= acked; h = tp.track.peek()) {
+        seq = h.seq;
+        tp.track.shift();
+      }
+      if (seq >= 0) {
+        tp.outqDelay = 1;
+        cp.ackThrough(seq);
+      }
+    }
+    if (tp.track.length > 0 && tp.outqTimer === null) {
+      tp.outqTimer = setTimeout(() => {
+        tp.outqTimer = null;
+        if (tp.sock === sock) this.releaseAcked(cp);
+      }, tp.outqDelay);
+      if (!this.ref) tp.outqTimer.unref();
+      tp.outqDelay = Math.min(tp.outqDelay * 2, OUTQ_POLL_MAX_MS);
+    }
   }
 
   pathInfo(cp: RdsConnPath): Record<string, unknown> | null {

@@ -1,6 +1,7 @@
 import {
   RDS_EXTHDR_NONE, RDS_EXTHDR_VERSION, RDS_EXTHDR_RDMA, RDS_EXTHDR_RDMA_DEST, RDS_EXTHDR_RDMA_BYTES,
   RDS_EXTHDR_NPATHS, RDS_EXTHDR_GEN_NUM, RDS_EXTHDR_CAP_BITS, RDS_EXTHDR_SPORT_IDX, RDS_EXTHDR_CSUM,
+  RDSSOCK_EXTHDR_CAPS,
 } from '../constants.js';
 import { EXTHDR_SIZE } from './header.js';
 
@@ -15,6 +16,7 @@ export const EXTHDR_LENGTHS: ReadonlyMap<number, number> = new Map([
   [RDS_EXTHDR_CAP_BITS, 4],
   [RDS_EXTHDR_SPORT_IDX, 1],
   [RDS_EXTHDR_CSUM, 8],
+  [RDSSOCK_EXTHDR_CAPS, 4],
 ]);
 
 export interface RdsExtension {
@@ -28,6 +30,8 @@ export interface HandshakeExtensions {
   genNum?: number;
   sportIdx?: boolean;
   capBits?: number;
+  /** rds-socket capabilities (RDSSOCK_CAP_*), present only from rds-socket peers. */
+  rdsCaps?: number;
 }
 
 /**
@@ -82,6 +86,12 @@ export function genNumExtension(gen: number): RdsExtension {
   return { type: RDS_EXTHDR_GEN_NUM, data };
 }
 
+export function rdsCapsExtension(caps: number): RdsExtension {
+  const data = new Uint8Array(4);
+  new DataView(data.buffer).setUint32(0, caps >>> 0);
+  return { type: RDSSOCK_EXTHDR_CAPS, data };
+}
+
 export function sportIdxExtension(): RdsExtension {
   return { type: RDS_EXTHDR_SPORT_IDX, data: Uint8Array.of(0) };
 }
@@ -95,6 +105,7 @@ export function decodeHandshake(exts: readonly RdsExtension[]): HandshakeExtensi
       case RDS_EXTHDR_GEN_NUM: hs.genNum = dv.getUint32(0); break;
       case RDS_EXTHDR_SPORT_IDX: hs.sportIdx = true; break;
       case RDS_EXTHDR_CAP_BITS: hs.capBits = dv.getUint32(0); break;
+      case RDSSOCK_EXTHDR_CAPS: hs.rdsCaps = dv.getUint32(0); break;
       default: break;
     }
   }
