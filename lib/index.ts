@@ -8,7 +8,7 @@ RdsStack.setDefaultTransports([() => new TcpTransport(), () => new LoopTransport
 
 export { constants, RdsStack };
 export { RdsSocket } from './core/socket.js';
-export type { RdsSocketOptions, RdsData, WaitOptions, RdsSocketEvents } from './core/socket.js';
+export type { RdsSocketOptions, RdsData, WaitOptions, SendOptions, RdsSocketEvents } from './core/socket.js';
 export type {
   RdsStackOptions, RdsMessage, ConnectionInfo, PathInfo, PathStateEvent, RdsStackEvents, RdsTransportHost,
 } from './core/stack.js';
@@ -17,6 +17,6 @@ export type { RdsAddress } from './core/address.js';
 export type { ConnState } from './core/path.js';
 export { RdsError, type RdsErrorCode } from './errors.js';
 export { RDS_COUNTER_NAMES, type RdsCounterName } from './core/stats.js';
-export { TcpTransport } from './transports/tcp.js';
+export { TcpTransport, type TcpTransportOptions } from './transports/tcp.js';
 export { LoopTransport } from './transports/loop.js';
 export * as wire from './wire/index.js';

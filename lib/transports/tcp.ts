@@ -59,6 +59,14 @@ function peerOf(sock: Socket): { local: string | null; remote: string | null } {
  * port, the numerically smaller address connects, the larger one only pokes, and the byte stream is
  * a plain sequence of [48-byte header][payload] records.
  */
+export interface TcpTransportOptions {
+  /**
+   * Where to connect for a peer: by default (peer, stack tcpPort). Tests and the soak use it to
+   * route a connection through a fault-injecting proxy.
+   */
+  dial?: (laddr: string, faddr: string, port: number) => { host: string; port: number };
+}
+
 export class TcpTransport implements RdsTransport {
   readonly name = 'tcp';
   readonly transType = RDS_TRANS_TCP;
@@ -69,6 +77,13 @@ export class TcpTransport implements RdsTransport {
   private readonly sockets = new Set<Socket>();
   private ref = false;
   private closed = false;
+
+  constructor(private readonly topts: TcpTransportOptions = {}) {}
+
+  private target(laddr: string, faddr: string): { host: string; port: number } {
+    const port = this.host.options.tcpPort;
+    return this.topts.dial?.(laddr, faddr, port) ?? { host: faddr, port };
+  }
 
   attach(host: RdsTransportHost): void {
     this.host = host;
@@ -120,7 +135,6 @@ export class TcpTransport implements RdsTransport {
   connPathConnect(cp: RdsConnPath): void {
     const conn = cp.conn;
     const tp = tcpPath(cp);
-    const port = this.host.options.tcpPort;
     if (!conn.isInitiator) {
       // The larger address never keeps a connection it opened: it only pokes the smaller side,
       // which answers by connecting to us (spec §2.2). Paths > 0 are never poked.
@@ -128,7 +142,7 @@ export class TcpTransport implements RdsTransport {
         cp.connectFailed();
         return;
       }
-      const poke = connect({ host: conn.faddr, port, localAddress: conn.laddr });
+      const poke = connect({ ...this.target(conn.laddr, conn.faddr), localAddress: conn.laddr });
       this.track(poke);
       tp.poke = poke;
       poke.once('connect', () => {
@@ -151,7 +165,7 @@ export class TcpTransport implements RdsTransport {
       });
       return;
     }
-    const sock = connect({ host: conn.faddr, port, localAddress: conn.laddr });
+    const sock = connect({ ...this.target(conn.laddr, conn.faddr), localAddress: conn.laddr });
     this.track(sock);
     this.attachCarrier(cp, sock);
     sock.once('connect', () => {

@@ -1,0 +1,231 @@
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { RDS_HEADER_SIZE } from '../constants.js';
+
+export type Direction = 'forward' | 'backward';
+/** Where a reset lands: inside the next header, inside the next payload, exactly between two messages. */
+export type CutKind = 'header' | 'payload' | 'between';
+
+export interface FaultProxyOptions {
+  /** Where the proxy listens. */
+  listen: { host: string; port: number };
+  /** Where it connects to. */
+  target: { host: string; port: number };
+  /** Source address of the proxy's outgoing connections: the real initiator's RDS address, so the acceptor sees the right peer. */
+  sourceAddress: string;
+  /** Deterministic choice of cut offsets. */
+  random?: () => number;
+}
+
+/** Tracks RDS frame boundaries in one direction of a stream without copying payloads. */
+class FrameCursor {
+  private header = Buffer.alloc(RDS_HEADER_SIZE);
+  hdrFill = 0;
+  payloadLeft = 0;
+  payloadLen = 0;
+  frames = 0;
+
+  get atBoundary(): boolean {
+    return this.hdrFill === 0 && this.payloadLeft === 0;
+  }
+
+  /** Advances over `chunk`; returns the offset within it where `cut` falls (bytes before it pass), or -1. */
+  advance(chunk: Buffer, cut: { kind: CutKind; at: number } | null): number {
+    let off = 0;
+    while (off < chunk.length) {
+      if (this.payloadLeft === 0) {
+        if (cut?.kind === 'between' && this.hdrFill === 0 && off > 0) return off;
+        const need = RDS_HEADER_SIZE - this.hdrFill;
+        const n = Math.min(need, chunk.length - off);
+        // cut.at is 1..47: that many header bytes pass, the rest never do.
+        if (cut?.kind === 'header' && cut.at > this.hdrFill && cut.at <= this.hdrFill + n) {
+          return off + (cut.at - this.hdrFill);
+        }
+        chunk.copy(this.header, this.hdrFill, off, off + n);
+        this.hdrFill += n;
+        off += n;
+        if (this.hdrFill === RDS_HEADER_SIZE) {
+          this.hdrFill = 0;
+          this.payloadLen = this.header.readUInt32BE(16);
+          this.payloadLeft = this.payloadLen;
+          if (this.payloadLeft === 0) this.frames++;
+          if (cut?.kind === 'between' && this.payloadLeft === 0 && off < chunk.length) return off;
+        }
+      } else {
+        const n = Math.min(this.payloadLeft, chunk.length - off);
+        const pos = this.payloadLen - this.payloadLeft;
+        if (cut?.kind === 'payload' && this.payloadLen >= 2) {
+          const at = 1 + Math.floor(cut.at * (this.payloadLen - 1));
+          if (at > pos && at < pos + n) return off + (at - pos);
+        }
+        this.payloadLeft -= n;
+        off += n;
+        if (this.payloadLeft === 0) {
+          this.frames++;
+          if (cut?.kind === 'between' && off < chunk.length) return off;
+        }
+      }
+    }
+    return -1;
+  }
+}
+
+interface Pair {
+  client: Socket;
+  server: Socket;
+}
+
+/**
+ * A TCP proxy for RDS/TCP that injects faults a real network produces: a connection reset at a
+ * chosen kind of byte offset, a stall (bytes held, connection open), added delay, or a black hole
+ * (bytes silently dropped, no FIN, no RST). Used by the tests and by `npm run soak`.
+ */
+export class FaultProxy {
+  private readonly server: Server;
+  private readonly pairs = new Set<Pair>();
+  private readonly cursors = new Map<Socket, FrameCursor>();
+  private pendingCut: { dir: Direction; kind: CutKind; at: number; done: () => void } | null = null;
+  private stalled = new Set<Direction>();
+  private blackholed = new Set<Direction>();
+  private delayMs = 0;
+  private held = new Map<Socket, Buffer[]>();
+  /** Resets carried out. */
+  resets = 0;
+  /** Connections accepted. */
+  accepted = 0;
+  private readonly rnd: () => number;
+
+  private constructor(private readonly opts: FaultProxyOptions, server: Server) {
+    this.server = server;
+    this.rnd = opts.random ?? Math.random;
+    server.on('connection', (c) => this.onClient(c));
+  }
+
+  static async start(opts: FaultProxyOptions): Promise<FaultProxy> {
+    const server = createServer();
+    await new Promise<void>((res, rej) => {
+      server.once('error', rej);
+      server.listen({ host: opts.listen.host, port: opts.listen.port }, () => res());
+    });
+    return new FaultProxy(opts, server);
+  }
+
+  get address(): { host: string; port: number } {
+    const a = this.server.address() as { address: string; port: number };
+    return { host: a.address, port: a.port };
+  }
+
+  get connections(): number {
+    return this.pairs.size;
+  }
+
+  private onClient(client: Socket): void {
+    this.accepted++;
+    const server = connect({ host: this.opts.target.host, port: this.opts.target.port, localAddress: this.opts.sourceAddress });
+    const pair: Pair = { client, server };
+    this.pairs.add(pair);
+    this.cursors.set(client, new FrameCursor());
+    this.cursors.set(server, new FrameCursor());
+    client.setNoDelay(true);
+    server.setNoDelay(true);
+    const end = (): void => {
+      if (!this.pairs.delete(pair)) return;
+      client.destroy();
+      server.destroy();
+    };
+    client.on('error', end).on('close', end);
+    server.on('error', end).on('close', end);
+    client.on('data', (d: Buffer) => this.forward(pair, 'forward', client, server, d));
+    server.on('data', (d: Buffer) => this.forward(pair, 'backward', server, client, d));
+  }
+
+  private forward(pair: Pair, dir: Direction, from: Socket, to: Socket, chunk: Buffer): void {
+    if (!this.pairs.has(pair)) return;
+    if (this.blackholed.has(dir)) return;
+    const cursor = this.cursors.get(from)!;
+    const cut = this.pendingCut && this.pendingCut.dir === dir ? this.pendingCut : null;
+    if (cut?.kind === 'between' && cursor.atBoundary) {
+      this.reset(pair);
+      return;
+    }
+    const at = cursor.advance(chunk, cut);
+    if (at >= 0) {
+      this.send(to, dir, chunk.subarray(0, at));
+      this.reset(pair);
+      return;
+    }
+    this.send(to, dir, chunk);
+  }
+
+  private send(to: Socket, dir: Direction, data: Buffer): void {
+    if (data.length === 0) return;
+    if (this.stalled.has(dir)) {
+      const q = this.held.get(to) ?? [];
+      q.push(data);
+      this.held.set(to, q);
+      return;
+    }
+    if (this.delayMs > 0) {
+      const copy = Buffer.from(data);
+      setTimeout(() => to.destroyed || to.write(copy), this.delayMs);
+      return;
+    }
+    to.write(data);
+  }
+
+  private reset(pair: Pair): void {
+    const cut = this.pendingCut;
+    this.pendingCut = null;
+    this.resets++;
+    this.pairs.delete(pair);
+    pair.client.resetAndDestroy();
+    pair.server.resetAndDestroy();
+    cut?.done();
+  }
+
+  /**
+   * Resets the connection (RST both ways) at the next point of the given kind in direction `dir`.
+   * Resolves once it has happened.
+   */
+  resetAt(dir: Direction, kind: CutKind): Promise<void> {
+    return new Promise((resolve) => {
+      this.pendingCut = { dir, kind, at: kind === 'header' ? 1 + Math.floor(this.rnd() * (RDS_HEADER_SIZE - 1)) : this.rnd(), done: resolve };
+    });
+  }
+
+  /** Resets every connection now. */
+  resetAll(): void {
+    for (const p of [...this.pairs]) this.reset(p);
+  }
+
+  /** Holds bytes in a direction (the connection stays open) until resume(). */
+  stall(dir: Direction): void {
+    this.stalled.add(dir);
+  }
+
+  resume(dir: Direction): void {
+    this.stalled.delete(dir);
+    for (const [to, q] of this.held) {
+      if (to.destroyed) continue;
+      for (const d of q) to.write(d);
+    }
+    this.held.clear();
+  }
+
+  /** Drops every byte in both directions without closing anything: a peer that vanished. */
+  blackhole(on = true): void {
+    for (const d of ['forward', 'backward'] as Direction[]) (on ? this.blackholed.add(d) : this.blackholed.delete(d));
+  }
+
+  delay(ms: number): void {
+    this.delayMs = ms;
+  }
+
+  async close(): Promise<void> {
+    for (const p of [...this.pairs]) {
+      p.client.destroy();
+      p.server.destroy();
+    }
+    this.pairs.clear();
+    await new Promise<void>((res) => this.server.close(() => res()));
+  }
+}

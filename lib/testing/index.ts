@@ -1,0 +1,1 @@
+export { FaultProxy, type FaultProxyOptions, type CutKind, type Direction } from './fault-proxy.js';
