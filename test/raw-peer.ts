@@ -52,6 +52,15 @@ export class RawConn {
     return this.frames.shift()!;
   }
 
+  /** The hello every carrier starts with: seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions. */
+  async hello(ms = 5000): Promise<Frame> {
+    const f = await this.next(ms);
+    if (!(f.header.sequence === 0 && f.header.sport === 1 && f.header.dport === 0 && f.header.flags === 4 && f.payload.length === 0)) {
+      throw new Error(`expected the hello frame first, got ${JSON.stringify(f.header)}`);
+    }
+    return f;
+  }
+
   /** Next frame that is not a congestion map. */
   async nextData(ms = 5000): Promise<Frame> {
     for (;;) {

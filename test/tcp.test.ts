@@ -34,6 +34,10 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     sock.sendmsg(Buffer.from('two'), { address: '127.23.1.2', port: 4001 });
     const c = await peer.accept(0);
     expect(c.sock.remoteAddress).toBe('127.23.1.1');
+    // An unsequenced hello first: seq 0 with RETRANSMITTED, so a kernel with any receive state
+    // drops it as old, and a fresh one reads it as a probe.
+    const hello = await c.hello();
+    expect(Buffer.from(hello.header.exthdr).subarray(0, 3).toString('hex')).toBe('050001');
     const map = await c.next();
     expect(map.header).toMatchObject({ sequence: 0, ack: 0, len: 8192, sport: 0, dport: 0, flags: 1, credit: 0, csum: 0 });
     expect(map.payload.every((b) => b === 0)).toBe(true);
@@ -63,6 +67,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     expect(stack.stats.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
     // As the kernel does, the smaller side now connects to the larger one.
     const c = await rawConnect('127.23.2.1', '127.23.2.2', P);
+    await c.hello();
     expect((await c.next()).header.flags).toBe(1);
     const m = await c.nextUser();
     expect(m.payload.toString()).toBe('from larger');
@@ -76,6 +81,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const poke = await rawConnect('127.23.3.2', '127.23.3.1', P).catch(() => null);
     if (poke) await poke.waitClosed();
     const c = await peer.accept(0);
+    await c.hello();
     expect((await c.next()).header.flags).toBe(1); // our map on our own connection
     expect(stack.stats.get('conn_poke_received')).toBe(1);
   });
@@ -162,12 +168,12 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const dst = { address: '127.23.8.2', port: 4000 };
     sock.sendmsg(Buffer.from('a'), dst);
     const c1 = await peer.accept(0);
-    await c1.next();
     const a = await c1.nextUser();
     expect(a.header.sequence).toBe(1);
     c1.sock.destroy();
     const c2 = await peer.accept(1);
-    expect((await c2.next()).header.flags).toBe(1); // a fresh map first on the new connection
+    await c2.hello();
+    expect((await c2.next()).header.flags).toBe(1); // then a fresh map on the new connection
     sock.sendmsg(Buffer.from('b'), dst);
     // 'a' may come again (flagged RETRANSMITTED, same sequence) if TCP had not acknowledged it.
     let m = await c2.nextUser();

@@ -35,6 +35,11 @@ export class RdsConnPath {
   readonly rx: RxAckTracker;
   /** Last time anything arrived on this path (heartbeat liveness). */
   lastRxAt = 0;
+  /**
+   * The peer's hello arrived on the current carrier. Until then we send no acks on it: a peer
+   * that restarted must learn nothing numbered in its previous life's sequence space.
+   */
+  peerHelloSeen = false;
 
   private backoffMs = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
@@ -103,7 +108,9 @@ export class RdsConnPath {
     this.congPending = true;
     this.upCount++;
     this.lastRxAt = Date.now();
+    this.peerHelloSeen = false;
     this.setState(RDS_CONN_UP);
+    this.sendControl(this.stack.helloFrame(this.conn));
     this.stack.pathUp(this);
     this.startHeartbeat();
     this.schedulePump();
@@ -306,9 +313,13 @@ export class RdsConnPath {
    */
   private prepareAckMode(msg: RdsOutgoing): void {
     const { maxUnackedPackets, maxUnackedBytes } = this.stack.options;
-    this.rx.advance(Date.now());
-    writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
-    this.rx.markSent();
+    if (this.peerHelloSeen) {
+      this.rx.advance(Date.now());
+      writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
+      this.rx.markSent();
+    } else {
+      writeU64(msg.wire, OFF_ACK, 0);
+    }
     this.unackedPackets++;
     this.unackedBytes += msg.len;
     let flags = msg.wire[OFF_FLAGS]! & ~RDS_FLAG_ACK_REQUIRED;
@@ -365,7 +376,7 @@ export class RdsConnPath {
   }
 
   private flushAck(): void {
-    if (this.state !== RDS_CONN_UP || !this.conn.ackMode) return;
+    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.peerHelloSeen) return;
     const wait = this.rx.advance(Date.now());
     if (wait >= 0 && this.ackTimer === null) {
       // An unread message holds the ack; acknowledge it as queued once it has waited long enough.
@@ -381,23 +392,41 @@ export class RdsConnPath {
 
   /** Before a graceful close: tell the peer everything we have, asked for or not. */
   finalAck(): void {
-    if (this.state !== RDS_CONN_UP || !this.conn.ackMode) return;
+    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.peerHelloSeen) return;
     this.rx.advance(Date.now());
     if (this.rx.unsent) this.sendAckFrame(0);
   }
 
   /** One ack-only frame in flight at a time; when it is out, send again if more is wanted. */
   private sendAckFrame(flags: number): void {
-    const t = this.conn.transport;
-    if (t.xmitAck === undefined) return;
+    if (this.conn.transport.xmitControl === undefined) return;
     this.ackInFlight = true;
-    const ack = this.rx.ackSeq;
-    this.rx.markSent();
+    const ack = this.peerHelloSeen ? this.rx.ackSeq : 0;
+    if (this.peerHelloSeen) this.rx.markSent();
     this.acksSent++;
-    t.xmitAck(this, ack, flags, () => {
+    this.stack.stats.inc('send_ack_frames');
+    const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE);
+    encodeHeader(frame, 0, { ack, flags });
+    this.sendControl(frame, () => {
       this.ackInFlight = false;
       if (this.rx.wanted) this.requestAck();
     });
+  }
+
+  /** An unsequenced header-only frame, ahead of anything queued. */
+  private sendControl(frame: Buffer, done: () => void = () => {}): void {
+    const t = this.conn.transport;
+    if (t.xmitControl === undefined || this.state !== RDS_CONN_UP) {
+      done();
+      return;
+    }
+    t.xmitControl(this, frame, done);
+  }
+
+  /** The peer's hello arrived on this carrier. */
+  helloReceived(): void {
+    this.peerHelloSeen = true;
+    if (this.conn.ackMode) this.requestAck();
   }
 
   // ---- heartbeat (rds-socket peers only) ----
@@ -405,7 +434,7 @@ export class RdsConnPath {
   private startHeartbeat(): void {
     this.stopHeartbeat();
     const every = this.stack.options.heartbeatIntervalMs;
-    if (every <= 0 || !this.conn.heartbeatMode || this.conn.transport.xmitAck === undefined) return;
+    if (every <= 0 || !this.conn.heartbeatMode || this.conn.transport.xmitControl === undefined) return;
     this.heartbeatTimer = setInterval(() => this.heartbeatTick(), every);
     if (!this.stack.referenced) this.heartbeatTimer.unref();
   }

@@ -44,6 +44,12 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     if (flags & RDS_FLAG_ACK_REQUIRED) cp.forceAck();
     return;
   }
+  // rds-socket's hello (seq 0, sport 1 -> dport 0): the handshake, before any data on this carrier.
+  if (seq === 0 && sport === RDS_FLAG_PROBE_PORT && dport === 0 && payload.length === 0) {
+    processHandshake(stack, cp, header);
+    cp.helloReceived();
+    return;
+  }
 
   if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
     stack.stats.inc('recv_drop_old_seq');

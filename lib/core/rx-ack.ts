@@ -68,6 +68,14 @@ export class RxAckTracker {
     this.forced = false;
   }
 
+  /** The peer restarted: what we tracked belongs to an incarnation that is gone. */
+  reset(): void {
+    this.log.drain();
+    this.ackSeq = 0;
+    this.sentPos = this.ackPos = this.requestedPos = this.nextPos - 1;
+    this.forced = false;
+  }
+
   get pending(): number {
     return this.log.length;
   }

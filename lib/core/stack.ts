@@ -1,9 +1,10 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT,
+  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT,
 } from '../constants.js';
-import { genNumExtension, npathsExtension, rdsCapsExtension, type RdsExtension } from '../wire/extensions.js';
+import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, type RdsExtension } from '../wire/extensions.js';
+import { encodeHeader } from '../wire/header.js';
 import type { RxEntry } from './rx-ack.js';
 import { RdsError } from '../errors.js';
 import { CongMap } from './cong-map.js';
@@ -316,6 +317,18 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /**
+   * The unsequenced hello every carrier starts with (seq 0, RETRANSMITTED, sport 1 -> dport 0,
+   * handshake extensions). An rds-socket peer learns from it, before any data on the carrier,
+   * whether we restarted. A kernel either drops it as an old retransmission (seq 0 < next_rx_seq)
+   * or, on a brand-new connection, takes it for a probe and answers: harmless either way.
+   */
+  helloFrame(conn: RdsConnection): Buffer {
+    const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
+    encodeHeader(h, 0, { sport: RDS_FLAG_PROBE_PORT, dport: 0, flags: RDS_FLAG_RETRANSMITTED, exthdr: packExtensions(this.handshakeExtensions(conn)) });
+    return h;
+  }
+
+  /**
    * A path came UP. On path 0 we send the multipath probe, as a 7.0 kernel does after every
    * reconnect: the answer tells us the path count, the peer's generation (did it restart?) and
    * whether it is rds-socket (acks, heartbeats). A peer that never answers is treated as a kernel.
@@ -394,7 +407,10 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    */
   peerRestarted(conn: RdsConnection): void {
     this.stats.inc('peer_restarted');
-    for (const p of conn.paths) p.nextRxSeq = 0;
+    for (const p of conn.paths) {
+      p.nextRxSeq = 0;
+      p.rx.reset();
+    }
   }
 
   // ---- receive side ----

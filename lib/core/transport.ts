@@ -51,10 +51,10 @@ export interface RdsTransport {
   xmitCong(cp: RdsConnPath, map: Buffer): boolean;
 
   /**
-   * Send an ack-only frame (seq 0, ports 0, h_ack = ack; flags ACK_REQUIRED makes it a heartbeat).
-   * Only ever called for rds-socket peers. `done` runs once the frame has left.
+   * Send an unsequenced header-only frame (ack-only frame, heartbeat, hello), bypassing the send
+   * queue. `done` runs once it has left. Transports without it never carry rds-socket extras.
    */
-  xmitAck?(cp: RdsConnPath, ack: number, flags: number, done: () => void): void;
+  xmitControl?(cp: RdsConnPath, header: Buffer, done: () => void): void;
 
   /** The peer's handshake said what it is (kernel or rds-socket); see RdsConnection.releaseOnTransportAck. */
   capabilitiesChanged?(conn: RdsConnection): void;

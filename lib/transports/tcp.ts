@@ -298,18 +298,15 @@ export class TcpTransport implements RdsTransport {
     return true;
   }
 
-  xmitAck(cp: RdsConnPath, ack: number, flags: number, done: () => void): void {
+  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
     const tp = tcpPath(cp);
     const sock = tp.sock;
     if (sock === null) {
       done();
       return;
     }
-    const frame = Buffer.alloc(RDS_HEADER_SIZE);
-    encodeHeader(frame, 0, { ack, flags });
-    tp.wrote += frame.length;
-    this.host.stats.inc('send_ack_frames');
-    sock.write(frame, () => done());
+    tp.wrote += header.length;
+    sock.write(header, () => done());
   }
 
   capabilitiesChanged(conn: RdsConnection): void {

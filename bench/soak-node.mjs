@@ -1,0 +1,87 @@
+// One soak node (see soak.mjs). Sends `count` messages to each peer with send({ confirm: true })
+// through a window, receives with for await, and logs synchronously, so a SIGKILL loses no record:
+//   <dir>/acked.<me>.<epoch>      one line "peer index" per message the peer confirmed
+//   <dir>/delivered.<me>.<epoch>  one line "sender epoch index" per message the application took
+// Messages carry (sender id, sender epoch, index). On stdin: "final <peer> <epoch>" tells which
+// epoch of a peer is the last one; the node exits once it has that epoch's end marker from every
+// peer and all its own messages are confirmed.
+import { openSync, writeSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../dist/index.js';
+
+const [me, epoch, count, dir, nodesArg, dialArg, tcpPort] = process.argv.slice(2);
+const id = Number(me), ep = Number(epoch), N = Number(count);
+const nodes = nodesArg.split(',');
+const dial = new Map(dialArg ? dialArg.split(',').map((x) => { const [pair, hp] = x.split('='); const [h, p] = hp.split(':'); return [pair, { host: h, port: Number(p) }]; }) : []);
+const self = nodes[id];
+const peers = nodes.map((a, i) => ({ i, a })).filter((p) => p.i !== id);
+const WINDOW = 256;
+
+const stack = new RdsStack({
+  tcpPort: Number(tcpPort), reconnectMaxDelayMs: 100, heartbeatIntervalMs: 500,
+  transports: [new TcpTransport({ dial: (l, f, port) => dial.get(`${l}>${f}`) ?? { host: f, port } }), new LoopTransport()],
+});
+const sock = new RdsSocket({ stack });
+await sock.bind({ address: self, port: 4000 });
+sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+sock.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 8 << 20);
+const ackedFd = openSync(`${dir}/acked.${id}.${ep}`, 'a');
+const delivFd = openSync(`${dir}/delivered.${id}.${ep}`, 'a');
+
+const finalEpoch = new Map(peers.map((p) => [p.i, 0]));
+const ended = new Set();
+let finalKnown = false;
+createInterface({ input: process.stdin }).on('line', (l) => {
+  const [w, p, e] = l.split(' ');
+  if (w === 'final') finalEpoch.set(Number(p), Number(e));
+  if (w === 'go') finalKnown = true;
+  check();
+});
+
+function size(i) {
+  const r = (i * 2654435761) >>> 0;
+  return r % 10 === 0 ? 16 + (r % 60000) : 16 + (r % 1500);
+}
+function msg(i, to) {
+  const b = Buffer.alloc(size(i), (i + to) & 0xff);
+  b.writeUInt8(id, 0); b.writeUInt32BE(ep, 1); b.writeUInt32BE(i, 5); b.writeUInt8(i === N ? 1 : 0, 9);
+  return b;
+}
+
+const lastIdx = new Map();
+const stats = { orderViolations: 0 };
+(async () => {
+  for await (const m of sock) {
+    const s = m.data.readUInt8(0), e = m.data.readUInt32BE(1), i = m.data.readUInt32BE(5), end = m.data.readUInt8(9);
+    writeSync(delivFd, `${s} ${e} ${i}\n`);
+    const k = `${s}.${e}`;
+    const prev = lastIdx.get(k);
+    if (prev !== undefined && i <= prev) stats.orderViolations++;
+    lastIdx.set(k, i);
+    if (end) ended.add(k);
+    check();
+  }
+})();
+
+let sendingDone = false;
+async function sendTo(p) {
+  const inflight = new Set();
+  for (let i = 0; i <= N; i++) {
+    const pr = sock.send(msg(i, p.i), { address: p.a, port: 4000 }, { confirm: true })
+      .then(() => writeSync(ackedFd, `${p.i} ${i}\n`))
+      .finally(() => inflight.delete(pr));
+    inflight.add(pr);
+    if (inflight.size >= WINDOW) await Promise.race(inflight);
+  }
+  await Promise.all(inflight);
+}
+await Promise.all(peers.map(sendTo));
+sendingDone = true;
+check();
+
+function check() {
+  if (!sendingDone || !finalKnown) return;
+  for (const p of peers) if (!ended.has(`${p.i}.${finalEpoch.get(p.i)}`)) return;
+  console.log(JSON.stringify({ node: id, epoch: ep, ...stats, counters: stack.stats.snapshot() }));
+  sock.close().then(() => stack.close()).then(() => process.exit(0));
+}
