@@ -1,5 +1,5 @@
+import { createSocket } from 'node:dgram';
 import { isIP, isIPv4 } from 'node:net';
-import { networkInterfaces } from 'node:os';
 import { RdsError } from '../errors.js';
 
 export interface RdsAddress {
@@ -66,15 +66,24 @@ export function isLoopbackAddress(a: string): boolean {
   return a === '::1';
 }
 
-/** An address this host owns: all of 127.0.0.0/8 (Linux routes it locally), ::1, and interface addresses. */
-export function isHostLocalAddress(a: string): boolean {
+/**
+ * Whether this host owns the address, asked of the kernel itself: binding a throwaway UDP socket
+ * to it fails with EADDRNOTAVAIL otherwise. Unlike interface listings this includes addresses on
+ * links that are down, which the kernel also lets RDS bind.
+ */
+export async function isHostLocalAddress(a: string): Promise<boolean> {
   if (isLoopbackAddress(a)) return true;
-  for (const list of Object.values(networkInterfaces())) {
-    for (const ni of list ?? []) {
-      if (canonicalAddress(ni.address.split('%')[0]!) === a) return true;
-    }
-  }
-  return false;
+  return new Promise((resolve) => {
+    const s = createSocket(isIPv4(a) ? 'udp4' : 'udp6');
+    s.once('error', () => {
+      s.close();
+      resolve(false);
+    });
+    s.bind({ address: a, port: 0, exclusive: true }, () => {
+      s.close();
+      resolve(true);
+    });
+  });
 }
 
 /** Why an address cannot be an RDS endpoint (unspecified, broadcast, multicast), or null. */

@@ -140,21 +140,24 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     const why = nonUnicastReason(ep.address);
     if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
     if (ep.port === 1) throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
-    if (!isHostLocalAddress(ep.address)) {
-      throw new RdsError('EADDRNOTAVAIL', `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`);
-    }
     if (this.peer !== null && isIPv4(this.peer.address) !== isIPv4(ep.address)) {
       throw new RdsError('EINVAL', 'the default destination set with connect() is of the other address family');
     }
-    const port = ep.port === 0 ? this.stack.ephemeralPort(ep.address) : ep.port;
-    this.stack.bindReserve(ep.address, port, this);
     this.binding = true;
+    let port = 0;
     try {
-      this.transport = await this.chooseTransport(ep.address);
-      this.transportType = this.transport.transType;
-    } catch (e) {
-      this.stack.unbind(ep.address, port, this);
-      throw e;
+      if (!(await isHostLocalAddress(ep.address))) {
+        throw new RdsError('EADDRNOTAVAIL', `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`);
+      }
+      port = ep.port === 0 ? this.stack.ephemeralPort(ep.address) : ep.port;
+      this.stack.bindReserve(ep.address, port, this);
+      try {
+        this.transport = await this.chooseTransport(ep.address);
+        this.transportType = this.transport.transType;
+      } catch (e) {
+        this.stack.unbind(ep.address, port, this);
+        throw e;
+      }
     } finally {
       this.binding = false;
     }
