@@ -155,6 +155,28 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
   });
 });
 
+describe('congestion from our side (rds-socket at 10.77.0.1)', () => {
+  const stack = node();
+
+  it('an rds-socket receiver that stops reading makes the kernel sender get ENOBUFS, then resume', async () => {
+    const data = new RdsSocket({ stack });
+    await data.bind({ address: SMALL, port: 5310 });
+    data.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 4096);
+    const ctrl = await bound(stack, SMALL, 5311);
+    const flood = peer(`flood ${KERNEL} 6310 ${SMALL} 5310 5311`);
+    // Not reading `data` until the kernel says it got ENOBUFS (on the uncongested control port).
+    const m = await ctrl.recv({ timeout: 60_000 });
+    expect(m.data.toString()).toBe('enobufs');
+    expect(stack.congMap(SMALL).test(5310)).toBe(true);
+    for (let q = data.recvmsg(); q !== null; q = data.recvmsg()) { /* drain: the port clears below half */ }
+    const m2 = await ctrl.recv({ timeout: 60_000 });
+    expect(m2.data.toString()).toBe('resumed');
+    const r = await flood;
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines[0]).toMatchObject({ enobufs: true });
+  });
+});
+
 describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () => {
   const stack = node();
 

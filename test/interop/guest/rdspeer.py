@@ -9,6 +9,9 @@
   rdspeer.py ping ADDR DEST              send a zero-length ping to DEST:0, wait for the pong
   rdspeer.py congest ADDR PORT RCVBUF HOLD_S READY_ADDR READY_PORT
         bind with a small SO_RCVBUF, say ready, read nothing for HOLD_S seconds, then drain
+  rdspeer.py flood ADDR PORT DEST DPORT CTRLPORT
+        send 2000-byte messages with MSG_DONTWAIT until ENOBUFS, tell DEST:CTRLPORT "enobufs",
+        retry until a send succeeds again, tell DEST:CTRLPORT "resumed"
   rdspeer.py counters                    RDS_INFO_COUNTERS as JSON
 """
 import ctypes, hashlib, json, socket, struct, sys, time
@@ -88,6 +91,40 @@ def main(argv):
         except socket.timeout:
             pass
         print(json.dumps({'drained': n}), flush=True)
+    elif cmd == 'flood':
+        import errno
+        s = sock(argv[1], int(argv[2]))
+        dest, ctrl = (argv[3], int(argv[4])), (argv[3], int(argv[5]))
+        sent, deadline = 0, time.time() + 60
+        while time.time() < deadline:
+            try:
+                s.sendto(b'x' * 2000, socket.MSG_DONTWAIT, dest)
+                sent += 1
+            except OSError as e:
+                if e.errno == errno.ENOBUFS:
+                    break
+                if e.errno == errno.EAGAIN:
+                    time.sleep(0.01)
+                    continue
+                raise
+        else:
+            print(json.dumps({'error': 'never congested', 'sent': sent}), flush=True)
+            return 1
+        print(json.dumps({'enobufs': True, 'sent': sent}), flush=True)
+        s.sendto(b'enobufs', ctrl)
+        while time.time() < deadline:
+            try:
+                s.sendto(b'y', socket.MSG_DONTWAIT, dest)
+                break
+            except OSError as e:
+                if e.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                    raise
+                time.sleep(0.05)
+        else:
+            print(json.dumps({'error': 'never resumed'}), flush=True)
+            return 1
+        print(json.dumps({'resumed': True}), flush=True)
+        s.sendto(b'resumed', ctrl)
     elif cmd == 'counters':
         libc = ctypes.CDLL(None, use_errno=True)
         s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
