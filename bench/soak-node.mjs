@@ -49,14 +49,18 @@ function msg(i, to) {
 }
 
 const lastIdx = new Map();
-const stats = { orderViolations: 0 };
+const stats = { orderViolations: 0, violations: {} };
 (async () => {
   for await (const m of sock) {
     const s = m.data.readUInt8(0), e = m.data.readUInt32BE(1), i = m.data.readUInt32BE(5), end = m.data.readUInt8(9);
     writeSync(delivFd, `${s} ${e} ${i}\n`);
     const k = `${s}.${e}`;
     const prev = lastIdx.get(k);
-    if (prev !== undefined && i <= prev) stats.orderViolations++;
+    if (prev !== undefined && i <= prev) {
+      stats.orderViolations++;
+      stats.violations[k] = (stats.violations[k] ?? 0) + 1;
+      if (stats.orderViolations <= 3) process.stderr.write(`node ${id}: from ${k} got ${i} after ${prev}\n`);
+    }
     lastIdx.set(k, i);
     if (end) ended.add(k);
     check();

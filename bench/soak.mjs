@@ -100,7 +100,8 @@ for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3;
   let lost = 0;
   for (const i of acked) if (!deliveredAll.has(i)) lost++;
   const sent = se === 0 && s === victim ? `${acked.size}+` : String(COUNT + 1);
-  const order = summaries.every((x) => x.orderViolations === 0) ? 'ok' : 'VIOLATED';
+  const recv = summaries.find((x) => x.node === r && x.epoch === epochsOf(r).at(-1));
+  const order = (recv?.violations?.[`${s}.${se}`] ?? 0) === 0 ? 'ok' : 'VIOLATED';
   if (lost || dups || order !== 'ok') bad = true;
   console.log(`${String(s).padStart(6)}(${se})    -> ${String(r).padEnd(8)} ${sent.padStart(7)} ${String(acked.size).padStart(13)} ${String(deliveredAll.size).padStart(10)} ${String(redelivered).padStart(26)} ${String(lost).padStart(5)} ${String(dups).padStart(11)}  ${order}`);
 }

@@ -107,6 +107,8 @@ export const RDSSOCK_EXTHDR_CAPS = 0x52;
 export const RDSSOCK_CAP_ACK = 0x1;
 /** The peer answers heartbeat frames. */
 export const RDSSOCK_CAP_HEARTBEAT = 0x2;
+/** Bits 4..7 of the capabilities: how many paths (1, 2, 4 or 8) the peer can run. */
+export const RDSSOCK_CAP_PATHS_SHIFT = 4;
 
 // Connection (path) states, numbered as enum rds_conn_state
 export const RDS_CONN_DOWN = 0;

@@ -134,11 +134,12 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     await until(() => b.poll() & constants.POLLIN ? true : false, 'delivery');
     // Delivered to B's socket but not read: still unacknowledged at A.
     await new Promise((r) => setTimeout(r, 100));
-    expect(A.connections()[0]!.paths[0]!.retransQueue).toBe(1);
+    const inFlight = (): number => A.connections()[0]!.paths.reduce((n, p) => n + p.retransQueue, 0);
+    expect(inFlight()).toBe(1);
     const confirmed = a.flush({ timeout: 5000 });
     expect(b.recvmsg()?.data.toString()).toBe('unread');
     await confirmed;
-    expect(A.connections()[0]!.paths[0]!.retransQueue).toBe(0);
+    expect(inFlight()).toBe(0);
   });
 
   it('send({ confirm: true }) resolves once the peer has the message', async () => {
@@ -206,8 +207,9 @@ describe('path state machine (spec §8)', () => {
     a.sendmsg(Buffer.from('1'), b.address());
     await b.recv({ timeout: 5000 });
     proxy.resetAll();
-    await until(() => events.filter((e) => e.to === 'UP').length >= 2, 'second UP');
-    const seq = events.map((e) => `${e.from}>${e.to}`);
+    const p0 = (): PathStateEvent[] => events.filter((e) => e.path === 0);
+    await until(() => p0().filter((e) => e.to === 'UP').length >= 2, 'second UP');
+    const seq = p0().map((e) => `${e.from}>${e.to}`);
     expect(seq.slice(0, 2)).toEqual(['DOWN>CONNECTING', 'CONNECTING>UP']);
     expect(seq.slice(2, 7)).toEqual(['UP>ERROR', 'ERROR>DISCONNECTING', 'DISCONNECTING>DOWN', 'DOWN>CONNECTING', 'CONNECTING>UP']);
   });
@@ -215,7 +217,7 @@ describe('path state machine (spec §8)', () => {
   it('a refused connect goes CONNECTING→DOWN and retries with backoff until the peer appears', async () => {
     const A = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20 });
     const events: string[] = [];
-    A.on('state', (e) => events.push(`${e.from}>${e.to}`));
+    A.on('state', (e) => e.path === 0 && events.push(`${e.from}>${e.to}`));
     const a = new RdsSocket({ stack: A });
     await a.bind({ address: '127.25.200.1', port: 4000 });
     a.sendmsg(Buffer.from('early'), { address: '127.25.200.2', port: 4000 });

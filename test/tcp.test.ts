@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+import { RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
 import { RawConn, RawListener, rawConnect } from './raw-peer.js';
 import { TEST_TCP_PORT, timeout, until } from './helpers.js';
 
@@ -52,9 +52,12 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const probe = await c.next();
     expect(probe.header).toMatchObject({ sequence: 3, ack: 0, len: 0, sport: 1, dport: 0, flags: 0 });
     const ext = Buffer.from(probe.header.exthdr);
+    // NPATHS=1 (kernels get one path), GEN_NUM, SPORT_IDX (we encode path indexes in source ports)
     expect(ext.subarray(0, 4).toString('hex')).toBe('05000106');
-    expect(ext[8]).toBe(constants.RDSSOCK_EXTHDR_CAPS);
-    expect(ext[8]).toBeGreaterThanOrEqual(16);
+    expect(ext.subarray(8, 10).toString('hex')).toBe('0800');
+    expect(ext[10]).toBe(constants.RDSSOCK_EXTHDR_CAPS);
+    expect(ext[10]).toBeGreaterThanOrEqual(16);
+    expect(wire.decodeHandshake(wire.parseExtensions(ext)).rdsCaps! >> 4).toBe(8); // our real path count
   });
 
   it('the larger side only pokes, then uses the connection the smaller side opens', async () => {

@@ -20,6 +20,13 @@ export class RdsConnection {
   peerCaps = 0;
   /** A handshake (or its timeout) told us what the peer is. Until then, keep every message. */
   capsKnown = false;
+  /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
+  peerSportIdx = false;
+  /**
+   * After fan-out, lanes > 0 wait until path 0 has had every message up to this sequence
+   * acknowledged, so no socket's message on its new lane overtakes one still on lane 0.
+   */
+  catchupSeq = 0;
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;
   /** True when this side has the numerically smaller address (it initiates TCP). */
@@ -63,9 +70,52 @@ export class RdsConnection {
 
   /**
    * The path a socket's messages use: fixed per bound port so one socket's messages to one peer
-   * stay in order. Single path until multipath is negotiated.
+   * stay in order. Path 0 until multipath is negotiated (a sender never waits for the handshake).
    */
-  pathFor(_sport: number): RdsConnPath {
-    return this.paths[0]!;
+  pathFor(sport: number): RdsConnPath {
+    if (this.npaths <= 1) return this.paths[0]!;
+    return this.paths[portHash(sport) % this.npaths]!;
   }
+
+  /** A handshake settled the path count. Going from one path to several starts multipath. */
+  setPathCount(n: number): void {
+    const before = this.npaths;
+    this.npaths = n;
+    if (n > 1 && before <= 1) {
+      this.catchupSeq = this.paths[0]!.nextTxSeq - 1;
+      this.stack.stats.inc('mprds_fanout');
+    }
+    this.openLanes();
+  }
+
+  /**
+   * rds_start_mprds: the initiating side opens lanes 1..n-1, but only while path 0 is UP and the
+   * peer has answered our probe on it: then it knows our path count and SPORT_IDX and pairs each
+   * lane by source port. Before that it could take a lane connection for path 0.
+   */
+  lanesMayConnect(): boolean {
+    const p0 = this.paths[0]!;
+    return this.npaths > 1 && p0.state === 3 /* UP */ && p0.peerPongSeen;
+  }
+
+  openLanes(): void {
+    if (!this.lanesMayConnect() || !this.transport.initiates(this.paths[0]!)) return;
+    for (let i = 1; i < this.npaths; i++) this.paths[i]!.connectIfDown();
+  }
+
+  /** Lane 0 still holds messages from before the fan-out: lanes > 0 must wait. */
+  catchupPending(): boolean {
+    if (this.catchupSeq === 0) return false;
+    const p0 = this.paths[0]!;
+    const oldest = p0.oldestUnacked();
+    if (oldest !== undefined && oldest <= this.catchupSeq) return true;
+    this.catchupSeq = 0;
+    for (let i = 1; i < this.npaths; i++) this.paths[i]!.kick();
+    return false;
+  }
+}
+
+/** Spreads bound ports over paths (a multiplicative hash; the choice is local, never on the wire). */
+function portHash(port: number): number {
+  return (Math.imul(port, 0x9e3779b1) >>> 16) & 0xffff;
 }

@@ -18,6 +18,8 @@ export class RdsOutgoing {
   /** True once acknowledged or cancelled: its bytes went back to the owner. */
   done = false;
   cancelled = false;
+  /** performance.now() of the first transmission (0 = not yet sent), for the latency histogram. */
+  sentAt = 0;
   /** Set by send({ confirm: true }): told when the peer has the message, or why it never will. */
   settle: ((err?: Error) => void) | null = null;
 

@@ -40,6 +40,11 @@ export class RdsConnPath {
    * that restarted must learn nothing numbered in its previous life's sequence space.
    */
   peerHelloSeen = false;
+  /**
+   * The peer answered our probe on the current carrier: it has read our SPORT_IDX and path count,
+   * so lane connections will be paired correctly. Lanes > 0 open only after this (path 0).
+   */
+  peerPongSeen = false;
 
   private backoffMs = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
@@ -89,6 +94,8 @@ export class RdsConnPath {
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
     if (this.state !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing) return;
+    // Lanes > 0: only the initiator opens them, and only once path 0 has settled the path count.
+    if (this.index > 0 && (!this.conn.transport.initiates(this) || !this.conn.lanesMayConnect() || this.index >= this.conn.npaths)) return;
     this.setState(RDS_CONN_CONNECTING);
     this.conn.transport.connPathConnect(this);
   }
@@ -109,6 +116,7 @@ export class RdsConnPath {
     this.upCount++;
     this.lastRxAt = Date.now();
     this.peerHelloSeen = false;
+    this.peerPongSeen = false;
     this.setState(RDS_CONN_UP);
     this.sendControl(this.stack.helloFrame(this.conn));
     this.stack.pathUp(this);
@@ -116,9 +124,12 @@ export class RdsConnPath {
     this.schedulePump();
   }
 
+  connectFailures = 0;
+
   /** A connect attempt failed before reaching UP. */
   connectFailed(): void {
     if (this.state !== RDS_CONN_CONNECTING) return;
+    this.connectFailures++;
     this.setState(RDS_CONN_DOWN);
     this.queueReconnect(false);
   }
@@ -268,6 +279,7 @@ export class RdsConnPath {
       return;
     }
     if (this.state !== RDS_CONN_UP || this.blocked) return;
+    if (this.index > 0 && this.conn.catchupPending()) return;
     const t = this.conn.transport;
     const stack = this.stack;
     const ackMode = this.conn.ackMode;
@@ -292,6 +304,7 @@ export class RdsConnPath {
           }
           if (msg.done) continue; // cancelled while queued
           this.retrans.push(msg);
+          if (msg.sentAt === 0) msg.sentAt = performance.now();
           this.sentMessages++;
           this.sentBytes += msg.len;
           if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.stats.inc('send_retransmitted');
@@ -335,12 +348,33 @@ export class RdsConnPath {
 
   /** The peer has every message up to and including `seq`: free them in order. */
   ackThrough(seq: number): void {
+    let freed = false;
+    const now = performance.now();
     for (;;) {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;
       this.retrans.shift();
+      if (!m.done && m.sentAt > 0) this.recordLatency(now - m.sentAt);
       m.complete();
+      freed = true;
     }
+    if (freed && this.index === 0 && this.conn.catchupSeq !== 0) this.conn.catchupPending();
+  }
+
+  /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
+  readonly latencyHistogram: number[] = new Array<number>(17).fill(0);
+
+  private recordLatency(ms: number): void {
+    let b = 0;
+    while (b < 16 && ms >= 2 ** b) b++;
+    this.latencyHistogram[b]!++;
+  }
+
+  /** Sequence of the oldest message not yet acknowledged, if any. */
+  oldestUnacked(): number | undefined {
+    for (const m of this.retrans) if (!m.done) return m.seq;
+    for (const m of this.sendQueue) if (!m.done) return m.seq;
+    return undefined;
   }
 
   // ---- acknowledging what we received (rds-socket peers only) ----
@@ -427,6 +461,12 @@ export class RdsConnPath {
   helloReceived(): void {
     this.peerHelloSeen = true;
     if (this.conn.ackMode) this.requestAck();
+  }
+
+  /** The peer's answer to our probe arrived on this carrier. */
+  pongReceived(): void {
+    this.peerPongSeen = true;
+    if (this.index === 0) this.conn.openLanes();
   }
 
   // ---- heartbeat (rds-socket peers only) ----

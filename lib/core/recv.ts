@@ -84,6 +84,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
     cp.recordReceived(seq, true, ackRequired);
     processHandshake(stack, cp, header);
+    cp.pongReceived();
     return;
   }
   const entry = cp.recordReceived(seq, false, ackRequired);
@@ -94,12 +95,9 @@ function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): voi
   const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
   const conn = cp.conn;
   stack.stats.inc('handshake_received');
-  let n = hs.npaths === undefined ? 1 : Math.min(stack.advertisedPaths(conn), hs.npaths);
-  n = Math.max(n, 1);
-  conn.npaths = n;
   if (hs.genNum !== undefined && hs.genNum !== 0) {
     if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
     conn.peerGenNum = hs.genNum;
   }
-  stack.handshakeReceived(conn, hs.rdsCaps ?? 0);
+  stack.handshakeReceived(conn, hs.rdsCaps ?? 0, hs);
 }

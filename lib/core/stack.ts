@@ -1,9 +1,9 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT,
+  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
 } from '../constants.js';
-import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, type RdsExtension } from '../wire/extensions.js';
+import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
 import type { RxEntry } from './rx-ack.js';
 import { RdsError } from '../errors.js';
@@ -39,6 +39,11 @@ export interface RdsStackOptions {
   heartbeatMissedLimit?: number;
   /** How long to wait for the peer's handshake before treating it as a kernel. Default 3000. */
   handshakeTimeoutMs?: number;
+  /**
+   * Paths (TCP connections) per peer for multipath RDS: 1, 2, 4 or 8. Default 8, as the kernel.
+   * Used with rds-socket peers; with kernel peers rds-socket runs one path (see README).
+   */
+  npaths?: number;
 }
 
 export interface ResolvedStackOptions {
@@ -53,6 +58,7 @@ export interface ResolvedStackOptions {
   heartbeatIntervalMs: number;
   heartbeatMissedLimit: number;
   handshakeTimeoutMs: number;
+  npaths: number;
 }
 
 function positiveInt(v: unknown, name: string, dflt: number, min = 1): number {
@@ -103,6 +109,13 @@ export interface PathInfo {
   recvMessages: number;
   recvBytes: number;
   upCount: number;
+  /** Connect attempts that failed. */
+  connectFailures: number;
+  acksSent: number;
+  heartbeatsSent: number;
+  /** Send-to-acknowledge times: bucket b counts messages acknowledged in [2^(b-1), 2^b) ms (b=0: < 1 ms). */
+  latencyHistogram: number[];
+  /** Transport details (TCP: local and peer ports, bytes, reassembly state). */
   transport: Record<string, unknown> | null;
 }
 
@@ -199,7 +212,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       heartbeatIntervalMs: positiveInt(opts.heartbeatIntervalMs, 'heartbeatIntervalMs', 2000, 0),
       heartbeatMissedLimit: positiveInt(opts.heartbeatMissedLimit, 'heartbeatMissedLimit', 4),
       handshakeTimeoutMs: positiveInt(opts.handshakeTimeoutMs, 'handshakeTimeoutMs', 3000),
+      npaths: positiveInt(opts.npaths, 'npaths', RDS_MPATH_WORKERS),
     };
+    if (![1, 2, 4, 8].includes(this.options.npaths)) {
+      throw new RdsError('EINVAL', `npaths must be 1, 2, 4 or 8 (paths pair by source port modulo npaths), got ${this.options.npaths}`);
+    }
     for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
   }
 
@@ -306,14 +323,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /** rds-socket capabilities we advertise in handshakes. */
-  get localCaps(): number {
+  localCaps(conn: RdsConnection): number {
     // We always answer heartbeats, even when we send none ourselves.
-    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT;
+    const paths = conn.transport.mpathCapable ? this.options.npaths : 1;
+    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT | (paths << RDSSOCK_CAP_PATHS_SHIFT);
   }
 
-  /** Extensions of our probe ping and pong: the kernel's set, then ours last (kernels stop before it). */
+  /**
+   * Extensions of our hello, probe and pong: the kernel's set (NPATHS, GEN_NUM, and SPORT_IDX when
+   * we choose our source ports), then ours last, where kernel parsers stop.
+   */
   handshakeExtensions(conn: RdsConnection): RdsExtension[] {
-    return [npathsExtension(this.advertisedPaths(conn)), genNumExtension(this.genNum), rdsCapsExtension(this.localCaps)];
+    const exts = [npathsExtension(this.advertisedPaths(conn)), genNumExtension(this.genNum)];
+    if (conn.isInitiator && conn.transport.mpathCapable) exts.push(sportIdxExtension());
+    exts.push(rdsCapsExtension(this.localCaps(conn)));
+    return exts;
   }
 
   /**
@@ -349,18 +373,31 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
   }
 
-  /** What a handshake (or its absence) says about the peer. */
-  handshakeReceived(conn: RdsConnection, caps: number): void {
+  /** What a handshake (or its absence) says about the peer; settles the path count. */
+  handshakeReceived(conn: RdsConnection, caps: number, hs: { npaths?: number; sportIdx?: boolean } = {}): void {
     const changed = !conn.capsKnown || conn.peerCaps !== caps;
     conn.peerCaps = caps;
     conn.capsKnown = true;
+    if (hs.sportIdx) conn.peerSportIdx = true;
+    // rds-socket peers say how many paths they run in their capabilities; a kernel's NPATHS is
+    // answered with our NPATHS of 1 (see advertisedPaths), so kernels always run one path.
+    const peerPaths = (caps >>> RDSSOCK_CAP_PATHS_SHIFT) & 0xf;
+    const n = peerPaths > 0 && conn.transport.mpathCapable
+      ? Math.min(this.options.npaths, peerPaths, conn.paths.length)
+      : Math.max(1, Math.min(this.advertisedPaths(conn), hs.npaths ?? 1));
+    conn.setPathCount(n);
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
     conn.transport.capabilitiesChanged?.(conn);
   }
 
-  /** Paths we advertise in NPATHS. */
-  advertisedPaths(conn: RdsConnection): number {
-    return conn.transport.mpathCapable ? conn.paths.length : 1;
+  /**
+   * NPATHS we advertise in the kernel-visible extension: always 1. A kernel up to 6.19 pairs
+   * accepted connections with paths in arrival order, so after reconnects its path j can meet our
+   * path i and duplicate suppression breaks (spec §3.5); one path is always safe. rds-socket peers
+   * learn our real path count from the capability extension.
+   */
+  advertisedPaths(_conn: RdsConnection): number {
+    return 1;
   }
 
   connections(): ConnectionInfo[] {
@@ -370,12 +407,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       transport: c.transport.name,
       npaths: c.npaths,
       initiator: c.isInitiator,
-      paths: c.paths.map((p) => {
+      paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
         const q = p.pendingCount();
         return {
           index: p.index, state: p.stateName, nextTxSeq: p.nextTxSeq, nextRxSeq: p.nextRxSeq,
           sendQueue: q.send, retransQueue: q.retrans, sentMessages: p.sentMessages, sentBytes: p.sentBytes,
           recvMessages: p.recvMessages, recvBytes: p.recvBytes, upCount: p.upCount,
+          connectFailures: p.connectFailures, acksSent: p.acksSent, heartbeatsSent: p.heartbeatsSent,
+          latencyHistogram: [...p.latencyHistogram],
           transport: c.transport.pathInfo?.(p) ?? null,
         };
       }),

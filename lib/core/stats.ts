@@ -61,6 +61,8 @@ export const RDS_COUNTER_NAMES = [
   'handshake_received',
   'handshake_timeout',
   'peer_restarted',
+  'mprds_fanout',
+  'tcp_accept_no_free_path',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

@@ -120,7 +120,7 @@ export class FaultProxy {
 
   private onClient(client: Socket): void {
     this.accepted++;
-    const server = connect({ host: this.opts.target.host, port: this.opts.target.port, localAddress: this.opts.sourceAddress });
+    const server = this.dial((client.remotePort ?? 0) % 8);
     const pair: Pair = { client, server };
     this.pairs.add(pair);
     this.cursors.set(client, new FrameCursor());
@@ -136,6 +136,16 @@ export class FaultProxy {
     server.on('error', end).on('close', end);
     client.on('data', (d: Buffer) => this.forward(pair, 'forward', client, server, d));
     server.on('data', (d: Buffer) => this.forward(pair, 'backward', server, client, d));
+  }
+
+  /**
+   * Connects to the target from a source port with the same residue mod 8 as the client's, so a
+   * peer that pairs connections with paths by source port (SPORT_IDX) still can.
+   */
+  private dial(residue: number): Socket {
+    // A taken port fails this pair like any connect error; the RDS initiator simply reconnects.
+    const base = 40000 + 8 * Math.floor(Math.random() * 2000);
+    return connect({ host: this.opts.target.host, port: this.opts.target.port, localAddress: this.opts.sourceAddress, localPort: base + residue });
   }
 
   private forward(pair: Pair, dir: Direction, from: Socket, to: Socket, chunk: Buffer): void {

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_TCP } from '../constants.js';
 import { RdsError } from '../errors.js';
@@ -18,6 +19,8 @@ interface TcpPath {
   reader: FrameReader | null;
   /** The larger side's short-lived poke connection, if one is in flight. */
   poke: Socket | null;
+  /** Source-port attempts for the current connect. */
+  portTries: number;
   /** Bytes written to this carrier, and how many of them the kernel has taken. */
   wrote: number;
   flushed: number;
@@ -36,9 +39,24 @@ const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
   if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1 } satisfies TcpPath;
+    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1 } satisfies TcpPath;
   }
   return cp.tdata as TcpPath;
+}
+
+/** net.ipv4.ip_local_port_range, with the low end rounded up to a multiple of 8. */
+let portRange: [number, number] | null = null;
+function localPortRange(): [number, number] {
+  if (portRange === null) {
+    let lo = 32768;
+    let hi = 60999;
+    try {
+      const [a, b] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+      if (a! > 0 && b! >= a!) [lo, hi] = [a!, b!];
+    } catch { /* not Linux: use the default range */ }
+    portRange = [Math.ceil(lo / 8) * 8, hi];
+  }
+  return portRange;
 }
 
 function socketFd(sock: Socket): number {
@@ -70,9 +88,11 @@ export interface TcpTransportOptions {
 export class TcpTransport implements RdsTransport {
   readonly name = 'tcp';
   readonly transType = RDS_TRANS_TCP;
-  readonly mpathCapable = false;
+  readonly mpathCapable = true;
   readonly userSelectable = true;
   private host!: RdsTransportHost;
+  /** Rotating group for cp_index-encoded source ports (spec §3.6). */
+  private portGroup = 0;
   private readonly listeners = new Map<string, Promise<Server>>();
   private readonly sockets = new Set<Socket>();
   private ref = false;
@@ -165,10 +185,35 @@ export class TcpTransport implements RdsTransport {
       });
       return;
     }
-    const sock = connect({ ...this.target(conn.laddr, conn.faddr), localAddress: conn.laddr });
+    this.connectFrom(cp, 0);
+  }
+
+  /**
+   * The initiator picks a TCP source port with port % 8 == path index (and says so with
+   * SPORT_IDX), so the acceptor pairs each connection with the same path after any reconnect.
+   */
+  private connectFrom(cp: RdsConnPath, attempt: number): void {
+    const conn = cp.conn;
+    const tp = tcpPath(cp);
+    const [lo, hi] = localPortRange();
+    const groups = Math.max(1, Math.floor((hi - lo + 1) / 8));
+    const group = (this.portGroup++ + attempt * 7919) % groups;
+    const localPort = lo + 8 * group + cp.index;
+    const sock = connect({ ...this.target(conn.laddr, conn.faddr), localAddress: conn.laddr, localPort });
     this.track(sock);
+    let connected = false;
+    sock.once('error', (err: NodeJS.ErrnoException) => {
+      // Port taken: try the next group at once, as the kernel does.
+      if (!connected && err.code === 'EADDRINUSE' && attempt < 64 && tp.sock === sock) {
+        tp.sock = null;
+        tp.reader = null;
+        sock.destroy();
+        this.connectFrom(cp, attempt + 1);
+      }
+    });
     this.attachCarrier(cp, sock);
     sock.once('connect', () => {
+      connected = true;
       if (tp.sock === sock) cp.connectComplete();
     });
   }
@@ -196,7 +241,12 @@ export class TcpTransport implements RdsTransport {
       conn.paths[0]!.connectIfDown();
       return;
     }
-    const cp = conn.paths[0]!;
+    const cp = this.pathForAccepted(conn, sock.remotePort ?? 0);
+    if (cp === null) {
+      this.host.stats.inc('tcp_accept_no_free_path');
+      sock.resetAndDestroy();
+      return;
+    }
     const tp = tcpPath(cp);
     if (tp.poke !== null) {
       const poke = tp.poke;
@@ -212,6 +262,23 @@ export class TcpTransport implements RdsTransport {
     }
     this.attachCarrier(cp, sock);
     cp.connectComplete();
+  }
+
+  /**
+   * Which path an accepted connection serves. With SPORT_IDX: source port % npaths, the same path
+   * after every reconnect, replacing a carrier still there (a duel). Otherwise, as kernels up to
+   * 6.19: the first path in [0, max(1, npaths)) without a live carrier, or none (the connection is
+   * reset and the initiator retries). A lane connection that arrives before the path count is
+   * known is therefore refused, never mistaken for path 0.
+   */
+  private pathForAccepted(conn: RdsConnection, srcPort: number): RdsConnPath | null {
+    const n = conn.npaths;
+    if (n > 1 && conn.peerSportIdx) return conn.paths[srcPort % n]!;
+    for (let i = 0; i < Math.max(1, n); i++) {
+      const p = conn.paths[i]!;
+      if (p.state !== 3 /* UP */) return p;
+    }
+    return null;
   }
 
   private attachCarrier(cp: RdsConnPath, sock: Socket): void {
