@@ -1,0 +1,173 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants, type ConnectionInfo } from '../lib/index.js';
+import { FaultProxy } from '../lib/testing/index.js';
+import { RawListener } from './raw-peer.js';
+import { TEST_TCP_PORT, payload, until } from './helpers.js';
+
+let cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+let sub = 0;
+
+async function pair(optsA: { npaths?: number } = {}, optsB: { npaths?: number } = {}, viaProxy = false) {
+  const base = `127.27.${++sub}`;
+  let proxy: FaultProxy | null = null;
+  if (viaProxy) {
+    proxy = await FaultProxy.start({ listen: { host: `${base}.100`, port: 0 }, target: { host: `${base}.2`, port: TEST_TCP_PORT }, sourceAddress: `${base}.1` });
+    cleanups.push(() => proxy!.close());
+  }
+  const A = new RdsStack({
+    tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, ...optsA,
+    ...(proxy ? { transports: [new TcpTransport({ dial: () => proxy!.address }), new LoopTransport()] } : {}),
+  });
+  const B = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, ...optsB });
+  cleanups.push(() => A.close(), () => B.close());
+  const mk = async (stack: RdsStack, address: string, port: number): Promise<RdsSocket> => {
+    const s = new RdsSocket({ stack });
+    await s.bind({ address, port });
+    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+    return s;
+  };
+  return { A, B, proxy, base, mk, a: await mk(A, `${base}.1`, 4000), b: await mk(B, `${base}.2`, 4000) };
+}
+
+const conn = (s: RdsStack): ConnectionInfo => s.connections().find((c) => c.transport === 'tcp')!;
+const upPaths = (s: RdsStack): number => conn(s).paths.filter((p) => p.state === 'UP').length;
+
+describe('multipath negotiation (spec §3)', () => {
+  it('8 <-> 8: both sides run 8 paths, all UP, the initiator opened them', async () => {
+    const { A, B, a, b } = await pair();
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
+    expect(conn(A).npaths).toBe(8);
+    expect(conn(B).npaths).toBe(8);
+    expect(A.stats.get('mprds_fanout')).toBe(1);
+  });
+
+  it('8 <-> 1: the smaller count wins', async () => {
+    const { A, B, a, b } = await pair({}, { npaths: 1 });
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => conn(A).npaths === 1 && conn(B).npaths === 1, 'npaths 1');
+    expect(upPaths(A)).toBe(1);
+  });
+
+  it('4 <-> 8 negotiates 4', async () => {
+    const { A, B, a, b } = await pair({ npaths: 4 }, {});
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => upPaths(A) === 4 && upPaths(B) === 4, '4 paths up');
+  });
+
+  it('a kernel-like peer (NPATHS only, no rds-socket capabilities) gets one path', async () => {
+    const base = `127.27.${++sub}`;
+    const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT);
+    cleanups.push(() => peer.close());
+    const A = new RdsStack({ tcpPort: TEST_TCP_PORT });
+    cleanups.push(() => A.close());
+    const a = new RdsSocket({ stack: A });
+    await a.bind({ address: `${base}.1`, port: 4000 });
+    a.sendmsg(Buffer.from('x'), { address: `${base}.2`, port: 4000 });
+    const c = await peer.accept(0); // answers our probe with NPATHS=8, as a 6.1 kernel
+    await c.nextUser();
+    await until(() => A.stats.get('handshake_received') >= 1, 'pong');
+    expect(conn(A).npaths).toBe(1);
+    expect(peer.conns.length).toBe(1); // no lane connections were opened
+  });
+
+  it('a peer that never answers the probe does not hold senders: path 0 carries everything', async () => {
+    const base = `127.27.${++sub}`;
+    const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT);
+    cleanups.push(() => peer.close());
+    const A = new RdsStack({ tcpPort: TEST_TCP_PORT, handshakeTimeoutMs: 50 });
+    cleanups.push(() => A.close());
+    const senders: RdsSocket[] = [];
+    for (let i = 0; i < 8; i++) {
+      const s = new RdsSocket({ stack: A });
+      await s.bind({ address: `${base}.1`, port: 5000 + i });
+      senders.push(s);
+    }
+    for (const s of senders) expect(s.sendmsg(Buffer.from('hi'), { address: `${base}.2`, port: 4000 })).toBe(2);
+    const c = await peer.accept(0);
+    (c as unknown as { kernelLike: boolean }).kernelLike = false;
+    for (let i = 0; i < 8; i++) expect((await c.nextUser()).header.sport).toBe(5000 + i);
+    await until(() => A.stats.get('handshake_timeout') === 1, 'handshake timeout');
+    expect(conn(A).npaths).toBe(1);
+  });
+});
+
+describe('paths and ordering', () => {
+  it('spreads sockets over paths and keeps each socket pair in order across fan-out', async () => {
+    const { A, B, a, b, mk, base } = await pair();
+    const senders = [a];
+    for (let i = 1; i < 16; i++) senders.push(await mk(A, `${base}.1`, 4000 + i));
+    // Messages queued before the handshake go on path 0; after fan-out each socket moves to its
+    // own lane, which must not overtake what is still on lane 0.
+    const N = 150;
+    const sending = (async () => {
+      // The first 10 of each socket go out before the handshake settles the path count (path 0),
+      // the rest after fan-out (each socket's own lane).
+      for (let i = 0; i < 10; i++) for (const s of senders) await s.send(payload(i, 100 + ((i * 31) % 3000)), b.address());
+      await until(() => conn(A).npaths === 8, 'fan-out');
+      for (let i = 10; i < N; i++) for (const s of senders) await s.send(payload(i, 100 + ((i * 31) % 3000)), b.address());
+    })();
+    const next = new Map<number, number>();
+    for (let k = 0; k < N * senders.length; k++) {
+      const m = await b.recv({ timeout: 10000 });
+      const want = next.get(m.port) ?? 0;
+      expect(m.data.readUInt32BE(0)).toBe(want);
+      next.set(m.port, want + 1);
+    }
+    await sending;
+    const used = conn(A).paths.filter((p) => p.sentMessages > 0).length;
+    expect(used).toBeGreaterThanOrEqual(4);
+    expect(conn(B).paths.reduce((n, p) => n + p.recvMessages, 0)).toBeGreaterThanOrEqual(N * senders.length);
+  });
+
+  it('pairs each lane with the same path after repeated reconnects (SPORT_IDX)', async () => {
+    const { A, B, a, b, mk, base, proxy } = await pair({}, {}, true);
+    const senders = [a];
+    for (let i = 1; i < 12; i++) senders.push(await mk(A, `${base}.1`, 4100 + i));
+    const N = 200;
+    const rx = (async () => {
+      const next = new Map<number, number>();
+      for (let k = 0; k < N * senders.length; k++) {
+        const m = await b.recv({ timeout: 20000 });
+        const want = next.get(m.port) ?? 0;
+        expect(m.data.readUInt32BE(0)).toBe(want);
+        next.set(m.port, want + 1);
+      }
+    })();
+    for (let i = 0; i < N; i++) {
+      for (const s of senders) await s.send(payload(i, 200), b.address(), { timeout: 20000 });
+      if (i % 40 === 20) {
+        await a.flush({ timeout: 20000 });
+        await until(() => upPaths(A) === 8, 'all lanes up');
+        proxy!.resetAll();
+      }
+    }
+    await rx;
+    for (const s of senders) await s.flush({ timeout: 20000 });
+    expect(b.recvmsg()).toBeNull();
+    expect(A.stats.get('conn_reset')).toBeGreaterThan(0);
+    // Every lane's TCP source port still encodes its index, on both sides of the proxy.
+    for (const p of conn(B).paths) {
+      const info = p.transport as { peerPort?: number } | null;
+      if (p.state === 'UP' && info?.peerPort !== undefined) expect(info.peerPort % 8).toBe(p.index);
+    }
+  });
+
+  it('reports per-path figures: state, ports, messages, bytes, acknowledgement latency histogram', async () => {
+    const { A, a, b } = await pair();
+    for (let i = 0; i < 50; i++) a.sendmsg(payload(i, 1000), b.address());
+    for (let i = 0; i < 50; i++) await b.recv({ timeout: 5000 });
+    await a.flush({ timeout: 5000 });
+    const p = conn(A).paths.find((x) => x.sentMessages > 0)!;
+    expect(p.sentBytes).toBeGreaterThanOrEqual(50 * 1000);
+    expect(p.latencyHistogram.reduce((x, y) => x + y, 0)).toBeGreaterThanOrEqual(50);
+    expect(p.transport).toMatchObject({ localPort: expect.any(Number), peerPort: TEST_TCP_PORT });
+  });
+});
