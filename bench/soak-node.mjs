@@ -86,6 +86,6 @@ check();
 function check() {
   if (!sendingDone || !finalKnown) return;
   for (const p of peers) if (!ended.has(`${p.i}.${finalEpoch.get(p.i)}`)) return;
-  console.log(JSON.stringify({ node: id, epoch: ep, ...stats, counters: stack.stats.snapshot() }));
+  console.log(JSON.stringify({ node: id, epoch: ep, ...stats, counters: stack.counters.snapshot() }));
   sock.close().then(() => stack.close()).then(() => process.exit(0));
 }

@@ -110,7 +110,7 @@ describe('errors are RdsError with the Linux code and errno', () => {
     s.setsockopt(SOL_RDS, RDS_CANCEL_SENT_TO, dst);
     await writable;
     expect(s.poll() & constants.POLLOUT).toBe(constants.POLLOUT);
-    expect(stack.stats.get('send_cancelled')).toBeGreaterThanOrEqual(n - 1);
+    expect(stack.counters.get('send_cancelled')).toBeGreaterThanOrEqual(n - 1);
   });
 
   it('sendmsg: bad data or destination is EINVAL and consumes no sequence number', async () => {

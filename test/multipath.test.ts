@@ -44,7 +44,7 @@ describe('multipath negotiation (spec §3)', () => {
     await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
     expect(conn(A).npaths).toBe(8);
     expect(conn(B).npaths).toBe(8);
-    expect(A.stats.get('mprds_fanout')).toBe(1);
+    expect(A.counters.get('mprds_fanout')).toBe(1);
   });
 
   it('8 <-> 1: the smaller count wins', async () => {
@@ -73,7 +73,7 @@ describe('multipath negotiation (spec §3)', () => {
     a.sendmsg(Buffer.from('x'), { address: `${base}.2`, port: 4000 });
     const c = await peer.accept(0); // answers our probe with NPATHS=8, as a 6.1 kernel
     await c.nextUser();
-    await until(() => A.stats.get('handshake_received') >= 1, 'pong');
+    await until(() => A.counters.get('handshake_received') >= 1, 'pong');
     expect(conn(A).npaths).toBe(1);
     expect(peer.conns.length).toBe(1); // no lane connections were opened
   });
@@ -94,7 +94,7 @@ describe('multipath negotiation (spec §3)', () => {
     const c = await peer.accept(0);
     (c as unknown as { kernelLike: boolean }).kernelLike = false;
     for (let i = 0; i < 8; i++) expect((await c.nextUser()).header.sport).toBe(5000 + i);
-    await until(() => A.stats.get('handshake_timeout') === 1, 'handshake timeout');
+    await until(() => A.counters.get('handshake_timeout') === 1, 'handshake timeout');
     expect(conn(A).npaths).toBe(1);
   });
 });
@@ -152,7 +152,7 @@ describe('paths and ordering', () => {
     await rx;
     for (const s of senders) await s.flush({ timeout: 20000 });
     expect(b.recvmsg()).toBeNull();
-    expect(A.stats.get('conn_reset')).toBeGreaterThan(0);
+    expect(A.counters.get('conn_reset')).toBeGreaterThan(0);
     // Every lane's TCP source port still encodes its index, on both sides of the proxy.
     for (const p of conn(B).paths) {
       const info = p.transport as { peerPort?: number } | null;

@@ -92,7 +92,7 @@ describe('messages survive connection loss (spec §2.5, §2.6)', () => {
     await a.flush({ timeout: 30000 });
     await b.flush({ timeout: 30000 });
     expect(proxy.resets).toBeGreaterThanOrEqual(1);
-    expect(A.stats.get('conn_reset') + B.stats.get('conn_reset')).toBeGreaterThanOrEqual(1);
+    expect(A.counters.get('conn_reset') + B.counters.get('conn_reset')).toBeGreaterThanOrEqual(1);
     expect(b.recvmsg()).toBeNull();
     expect(a.recvmsg()).toBeNull();
   });
@@ -104,13 +104,13 @@ describe('messages survive connection loss (spec §2.5, §2.6)', () => {
     for (let i = 0; i < N; i++) a.sendmsg(payload(i, 2000), b.address());
     // Hold B's acks back so A must retransmit what B already has.
     proxy.stall('backward');
-    await until(() => B.stats.get('recv_delivered') >= 100, 'B to receive a batch');
+    await until(() => B.counters.get('recv_delivered') >= 100, 'B to receive a batch');
     proxy.resetAll();
     proxy.resume('backward');
     await rx;
     await a.flush({ timeout: 20000 });
-    expect(A.stats.get('send_retransmitted')).toBeGreaterThan(0);
-    expect(B.stats.get('recv_drop_old_seq')).toBeGreaterThan(0);
+    expect(A.counters.get('send_retransmitted')).toBeGreaterThan(0);
+    expect(B.counters.get('recv_drop_old_seq')).toBeGreaterThan(0);
     expect(b.recvmsg()).toBeNull();
   });
 });
@@ -120,9 +120,9 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     const { a, b, A } = await net();
     a.sendmsg(Buffer.from('x'), b.address());
     await b.recv({ timeout: 5000 });
-    await until(() => A.connections()[0]!.paths[0]!.state === 'UP' && A.stats.get('handshake_received') > 0, 'handshake');
+    await until(() => A.connections()[0]!.paths[0]!.state === 'UP' && A.counters.get('handshake_received') > 0, 'handshake');
     await a.flush({ timeout: 5000 });
-    expect(A.stats.get('recv_ack_frames') + A.stats.get('handshake_received')).toBeGreaterThan(0);
+    expect(A.counters.get('recv_ack_frames') + A.counters.get('handshake_received')).toBeGreaterThan(0);
   });
 
   it('keeps a message until the peer application has taken it', async () => {
@@ -193,7 +193,7 @@ describe('liveness', () => {
     await a.flush({ timeout: 5000 });
     proxy.blackhole(true);
     for (let i = 1; i <= 20; i++) a.sendmsg(payload(i, 10), b.address());
-    await until(() => A.stats.get('heartbeat_timeout') >= 1, 'heartbeat timeout', 5000);
+    await until(() => A.counters.get('heartbeat_timeout') >= 1, 'heartbeat timeout', 5000);
     expect(events.some((e) => e.from === 'UP' && e.to === 'ERROR')).toBe(true);
     proxy.blackhole(false);
     for (let i = 1; i <= 20; i++) expect((await b.recv({ timeout: 10000 })).data.readUInt32BE(0)).toBe(i);
@@ -269,7 +269,7 @@ describe('generation numbers (spec §2.10)', () => {
     await b.bind(dst);
     for (let i = 0; i < 10; i++) a.sendmsg(payload(i, 100), dst);
     await expectStream(b, 10);
-    await until(() => A.stats.get('peer_restarted') === 1, 'restart detected');
+    await until(() => A.counters.get('peer_restarted') === 1, 'restart detected');
     b.sendmsg(Buffer.from('back'), a.address());
     expect((await a.recv({ timeout: 5000 })).data.toString()).toBe('back');
     expect(b.recvmsg()).toBeNull();

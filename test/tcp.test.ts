@@ -67,7 +67,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const poke = await peer.accept(0);
     await poke.waitClosed();
     await expect(poke.next(100)).rejects.toThrow(); // nothing was sent on the poke
-    expect(stack.stats.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
+    expect(stack.counters.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
     // As the kernel does, the smaller side now connects to the larger one.
     const c = await rawConnect('127.23.2.1', '127.23.2.2', P);
     await c.hello();
@@ -86,7 +86,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const c = await peer.accept(0);
     await c.hello();
     expect((await c.next()).header.flags).toBe(1); // our map on our own connection
-    expect(stack.stats.get('conn_poke_received')).toBe(1);
+    expect(stack.counters.get('conn_poke_received')).toBe(1);
   });
 
   it('delivers from a smaller peer, suppresses retransmitted duplicates, accepts a restarted peer', async () => {
@@ -100,7 +100,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const got: string[] = [];
     for (let i = 0; i < 3; i++) got.push((await sock.recv({ signal: timeout() })).data.toString());
     expect(got).toEqual(['five', 'six', 'restart']);
-    expect(stack.stats.get('recv_drop_old_seq')).toBe(1);
+    expect(stack.counters.get('recv_drop_old_seq')).toBe(1);
     const m = (await sock.recvmsg());
     expect(m).toBeNull();
   });
@@ -160,7 +160,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     good.send({ sequence: 1, sport: 9, dport: 4000 }, Buffer.from('still here'));
     const m = await sock.recv({ signal: timeout() });
     expect(m).toMatchObject({ address: '127.23.7.2', port: 9 });
-    expect(stack.stats.get('recv_drop_protocol_error')).toBe(1);
+    expect(stack.counters.get('recv_drop_protocol_error')).toBe(1);
     expect(violations).toHaveLength(1);
     expect(good.closed).toBe(false);
   });
@@ -186,7 +186,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     }
     expect(m.payload.toString()).toBe('b');
     expect(m.header.sequence).toBeGreaterThan(1);
-    expect(stack.stats.get('conn_reset')).toBe(1);
+    expect(stack.counters.get('conn_reset')).toBe(1);
     const info = stack.connections()[0]!;
     expect(info.paths[0]).toMatchObject({ state: 'UP', upCount: 2 });
   });
@@ -197,7 +197,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     await other.bind({ address: '127.23.9.5', port: 4000 });
     const c = await rawConnect('127.23.9.5', '127.23.9.1', P).catch(() => null);
     if (c) await c.waitClosed();
-    expect(stack.stats.get('conn_refused_local_peer')).toBe(1);
+    expect(stack.counters.get('conn_refused_local_peer')).toBe(1);
   });
 });
 

@@ -83,7 +83,7 @@ export class RdsConnection {
     this.npaths = n;
     if (n > 1 && before <= 1) {
       this.catchupSeq = this.paths[0]!.nextTxSeq - 1;
-      this.stack.stats.inc('mprds_fanout');
+      this.stack.counters.inc('mprds_fanout');
     }
     this.openLanes();
   }

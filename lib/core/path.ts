@@ -138,7 +138,7 @@ export class RdsConnPath {
   drop(reason: string): void {
     if (this.state === RDS_CONN_DOWN || this.state === RDS_CONN_DISCONNECTING) return;
     const wasUp = this.state === RDS_CONN_UP;
-    if (wasUp) this.stack.stats.inc('conn_reset');
+    if (wasUp) this.stack.counters.inc('conn_reset');
     this.stack.pathDropped(this, reason);
     this.setState(RDS_CONN_ERROR);
     this.setState(RDS_CONN_DISCONNECTING);
@@ -238,7 +238,7 @@ export class RdsConnPath {
     }
     const msg = new RdsOutgoing(wire, seq, sport, dport, this.conn.faddr, this, owner);
     this.sendQueue.push(msg);
-    this.stack.stats.inc('send_queued');
+    this.stack.counters.inc('send_queued');
     if (this.state === RDS_CONN_DOWN) this.connectIfDown();
     else this.schedulePump();
     return msg;
@@ -252,7 +252,7 @@ export class RdsConnPath {
   /** Local congestion map changed: send it before the next message. */
   queueCongUpdate(): void {
     this.congPending = true;
-    this.stack.stats.inc('cong_update_queued');
+    this.stack.counters.inc('cong_update_queued');
     if (this.state === RDS_CONN_UP) this.schedulePump();
   }
 
@@ -299,7 +299,7 @@ export class RdsConnPath {
           }
           const msg = this.sendQueue.shift();
           if (msg === undefined) {
-            stack.stats.inc('send_queue_empty');
+            stack.counters.inc('send_queue_empty');
             break;
           }
           if (msg.done) continue; // cancelled while queued
@@ -307,7 +307,7 @@ export class RdsConnPath {
           if (msg.sentAt === 0) msg.sentAt = performance.now();
           this.sentMessages++;
           this.sentBytes += msg.len;
-          if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.stats.inc('send_retransmitted');
+          if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.inc('send_retransmitted');
           if (ackMode) this.prepareAckMode(msg);
           if (!t.xmit(this, msg)) this.blocked = true;
         }
@@ -341,7 +341,7 @@ export class RdsConnPath {
       flags |= RDS_FLAG_ACK_REQUIRED;
       this.unackedPackets = 0;
       this.unackedBytes = 0;
-      this.stack.stats.inc('send_ack_required');
+      this.stack.counters.inc('send_ack_required');
     }
     msg.wire[OFF_FLAGS] = flags;
   }
@@ -438,7 +438,7 @@ export class RdsConnPath {
     const ack = this.peerHelloSeen ? this.rx.ackSeq : 0;
     if (this.peerHelloSeen) this.rx.markSent();
     this.acksSent++;
-    this.stack.stats.inc('send_ack_frames');
+    this.stack.counters.inc('send_ack_frames');
     const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE);
     encodeHeader(frame, 0, { ack, flags });
     this.sendControl(frame, () => {
@@ -495,13 +495,13 @@ export class RdsConnPath {
     const { heartbeatIntervalMs: every, heartbeatMissedLimit: limit } = this.stack.options;
     const silent = Date.now() - this.lastRxAt;
     if (silent >= every * limit) {
-      this.stack.stats.inc('heartbeat_timeout');
+      this.stack.counters.inc('heartbeat_timeout');
       this.drop(`no traffic for ${silent} ms (heartbeat)`);
       return;
     }
     if (silent >= every && !this.ackInFlight) {
       this.heartbeatsSent++;
-      this.stack.stats.inc('heartbeat_sent');
+      this.stack.counters.inc('heartbeat_sent');
       this.sendAckFrame(RDS_FLAG_ACK_REQUIRED);
     }
   }

@@ -19,10 +19,10 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   // it is a whole map (the bytes were consumed either way).
   if (flags === RDS_FLAG_CONG_BITMAP) {
     if (payload.length !== RDS_CONG_MAP_BYTES) {
-      stack.stats.inc('recv_drop_bad_cong_map');
+      stack.counters.inc('recv_drop_bad_cong_map');
       return;
     }
-    stack.stats.inc('cong_update_received');
+    stack.counters.inc('cong_update_received');
     const cleared = conn.peerCong.apply(payload);
     stack.congMapReceived(conn, cleared);
     return;
@@ -40,7 +40,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   // ACK_REQUIRED it is a heartbeat and wants an ack back at once. Kernels never send seq 0
   // except for congestion maps, so this cannot swallow a kernel's message.
   if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
-    stack.stats.inc('recv_ack_frames');
+    stack.counters.inc('recv_ack_frames');
     if (flags & RDS_FLAG_ACK_REQUIRED) cp.forceAck();
     return;
   }
@@ -52,7 +52,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
 
   if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
-    stack.stats.inc('recv_drop_old_seq');
+    stack.counters.inc('recv_drop_old_seq');
     // The sender resends only what it has no ack for: make sure it gets one.
     if (conn.ackMode) cp.forceAck();
     return;
@@ -62,23 +62,23 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   cp.recvMessages++;
   cp.recvBytes += payload.length;
   const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;
-  if (ackRequired) stack.stats.inc('recv_ack_required');
+  if (ackRequired) stack.counters.inc('recv_ack_required');
 
   if (dport === 0) {
     cp.recordReceived(seq, true, ackRequired);
     if (sport === 0 || !stack.options.pingEnable) return;
-    stack.stats.inc('recv_ping');
+    stack.counters.inc('recv_ping');
     if (sport === RDS_FLAG_PROBE_PORT) {
       // Multipath probe: answer with our own handshake so kernel senders stop waiting (spec §3.4).
       processHandshake(stack, cp, header);
       cp.queueControl(0, RDS_FLAG_PROBE_PORT, stack.handshakeExtensions(conn));
-      stack.stats.inc('send_pong');
+      stack.counters.inc('send_pong');
       return;
     }
     // A pong is not sent to a pinger whose port is congested.
     if (conn.peerCong.test(sport)) return;
     cp.queueControl(0, sport);
-    stack.stats.inc('send_pong');
+    stack.counters.inc('send_pong');
     return;
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
@@ -94,7 +94,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
 function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
   const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
   const conn = cp.conn;
-  stack.stats.inc('handshake_received');
+  stack.counters.inc('handshake_received');
   if (hs.genNum !== undefined && hs.genNum !== 0) {
     if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
     conn.peerGenNum = hs.genNum;

@@ -12,7 +12,7 @@ import {
 import { Fifo } from './fifo.js';
 import type { RdsOutgoing, SendOwner } from './message.js';
 import type { RdsConnection } from './connection.js';
-import { RdsStack, type BoundSocket, type RdsMessage, type Receipt } from './stack.js';
+import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
 import type { RdsTransport } from './transport.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
@@ -106,6 +106,30 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   get boundPort(): number {
     return this.bound?.port ?? 0;
+  }
+
+  private static nextInode = 1;
+  private readonly inode = RdsSocket.nextInode++;
+
+  /** BoundSocket: what rds-info -k shows. */
+  info(): SocketInfo {
+    return {
+      boundAddress: this.bound?.address ?? '0.0.0.0', boundPort: this.bound?.port ?? 0,
+      connectedAddress: this.peer?.address ?? '0.0.0.0', connectedPort: this.peer?.port ?? 0,
+      sndbuf: this.sndbuf, rcvbuf: this.rcvbuf, inode: this.inode, transport: this.transport?.name ?? 'none',
+    };
+  }
+
+  /** BoundSocket: what rds-info -r shows. */
+  receiveQueue(): MessageInfo[] {
+    const out: MessageInfo[] = [];
+    for (const q of this.rxQueue) {
+      out.push({
+        localAddress: this.boundAddress, localPort: this.boundPort, peerAddress: q.msg.address, peerPort: q.msg.port,
+        seq: q.receipt?.entry.seq ?? 0, bytes: q.msg.data.length,
+      });
+    }
+    return out;
   }
 
   /** True after close(). */
@@ -247,7 +271,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
     const conn = this.stack.connForSend(this.bound.address, target.address, this.transport!);
     if (conn.peerCong.test(target.port)) {
-      this.stack.stats.inc('cong_send_error');
+      this.stack.counters.inc('cong_send_error');
       if (this.congMonitor) this.congMask |= 1n << BigInt(target.port % 64);
       // Re-test once: an update may have arrived between the test and recording the mask.
       if (conn.peerCong.test(target.port)) {
@@ -255,7 +279,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       }
     }
     if (this.sndBytes >= this.sndbuf) {
-      this.stack.stats.inc('send_queue_full');
+      this.stack.counters.inc('send_queue_full');
       throw new RdsError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
     }
     const path = conn.pathFor(this.bound.port);
@@ -279,7 +303,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         break;
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
-        if (e.code === 'ENOBUFS') this.stack.stats.inc('cong_send_blocked');
+        if (e.code === 'ENOBUFS') this.stack.counters.inc('cong_send_blocked');
         await this.waitFor(e.code === 'ENOBUFS' ? 'cong' : 'room', signal, 'send()');
       }
     }
@@ -289,7 +313,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     await new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
         // Give up on this message exactly as RDS_CANCEL_SENT_TO would: never (re)transmitted.
-        this.stack.stats.inc('send_cancelled');
+        this.stack.counters.inc('send_cancelled');
         msg.complete(abortError(signal!, 'send()'));
       };
       msg.settle = (err) => {
@@ -337,7 +361,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         n++;
       }
     }
-    this.stack.stats.inc('send_cancelled', n);
+    this.stack.counters.inc('send_cancelled', n);
   }
 
   // ---- receive ----
@@ -345,12 +369,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   /** BoundSocket: the stack delivers a message; `receipt` is told when the application takes it. */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean {
     if (this.closed) {
-      this.stack.stats.inc('recv_drop_dead_sock');
+      this.stack.counters.inc('recv_drop_dead_sock');
       return false;
     }
     if (this.timestamps) msg.timestamp = performance.timeOrigin + performance.now();
     this.rxQueue.push({ msg, receipt });
-    this.stack.stats.inc('recv_queued');
+    this.stack.counters.inc('recv_queued');
     this.rcvDelta(msg.data.length);
     this.wakeOne();
     this.announceReadable();
@@ -404,8 +428,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     const q = this.rxQueue.shift();
     if (q === undefined) return null;
     const msg = q.msg;
-    this.stack.stats.inc('recv_bytes_freed_fromsock', msg.data.length);
-    this.stack.stats.inc('copy_to_user');
+    this.stack.counters.inc('recv_bytes_freed_fromsock', msg.data.length);
+    this.stack.counters.inc('copy_to_user');
     this.rcvDelta(-msg.data.length);
     if (q.receipt !== null) q.receipt.path.consumed(q.receipt.entry);
     return msg;

@@ -11,7 +11,8 @@ import { CongMap } from './cong-map.js';
 import { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
-import { RdsStats } from './stats.js';
+import { ControlEndpoint } from './control.js';
+import { RdsStats, type RdsCounterName } from './stats.js';
 import type { RdsTransport } from './transport.js';
 
 export interface RdsStackOptions {
@@ -39,6 +40,11 @@ export interface RdsStackOptions {
   heartbeatMissedLimit?: number;
   /** How long to wait for the peer's handshake before treating it as a kernel. Default 3000. */
   handshakeTimeoutMs?: number;
+  /**
+   * Open a control endpoint for rds-info: true for a Unix socket in the runtime directory
+   * ($XDG_RUNTIME_DIR/rds-socket), or a path. Owner-only. Default off.
+   */
+  control?: boolean | string;
   /**
    * Paths (TCP connections) per peer for multipath RDS: 1, 2, 4 or 8. Default 8, as the kernel.
    * Used with rds-socket peers; with kernel peers rds-socket runs one path (see README).
@@ -87,8 +93,33 @@ export interface Receipt {
   entry: RxEntry;
 }
 
+/** A queued message as rds-info lists it (send, retransmit and receive queues). */
+export interface MessageInfo {
+  localAddress: string;
+  localPort: number;
+  peerAddress: string;
+  peerPort: number;
+  seq: number;
+  bytes: number;
+}
+
+export interface SocketInfo {
+  boundAddress: string;
+  boundPort: number;
+  connectedAddress: string;
+  connectedPort: number;
+  sndbuf: number;
+  rcvbuf: number;
+  /** A stable number per socket (the kernel shows the inode). */
+  inode: number;
+  transport: string;
+}
+
 /** What the stack needs of a socket bound in it. */
 export interface BoundSocket {
+  info(): SocketInfo;
+  /** Messages waiting to be read. */
+  receiveQueue(): MessageInfo[];
   readonly boundAddress: string;
   readonly boundPort: number;
   /** Queue a message; false if the socket is gone (the message is dropped). */
@@ -148,7 +179,7 @@ export interface RdsStackEvents {
 
 /** The part of the stack a transport talks to. */
 export type RdsTransportHost = Pick<RdsStack,
-  'stats' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
+  'counters' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
   | 'closing' | 'emit'>;
 
 const defaultTransportFactories: (() => RdsTransport)[] = [];
@@ -162,7 +193,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   private static defaultStack: RdsStack | null = null;
 
   readonly options: ResolvedStackOptions;
-  readonly stats = new RdsStats();
+  /** Counters named as the kernel's (rds-info -c); cheap to read. */
+  readonly counters = new RdsStats();
   /** rds_gen_num: random per stack instance, so peers can tell that we restarted. */
   readonly genNum: number = randomInt(1, 0xffffffff);
   readonly maxPaths = RDS_MPATH_WORKERS;
@@ -218,6 +250,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       throw new RdsError('EINVAL', `npaths must be 1, 2, 4 or 8 (paths pair by source port modulo npaths), got ${this.options.npaths}`);
     }
     for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
+    if (opts.control) {
+      this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) => this.emit('error', e as Error));
+    }
   }
 
   registerTransport(t: RdsTransport): void {
@@ -361,11 +396,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     const conn = cp.conn;
     if (conn.isLoopback || cp.index !== 0) return;
     cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn));
-    this.stats.inc('handshake_sent');
+    this.counters.inc('handshake_sent');
     if (!conn.capsKnown) {
       const t = setTimeout(() => {
         if (!conn.capsKnown) {
-          this.stats.inc('handshake_timeout');
+          this.counters.inc('handshake_timeout');
           this.handshakeReceived(conn, 0);
         }
       }, this.options.handshakeTimeoutMs);
@@ -398,6 +433,53 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    */
   advertisedPaths(_conn: RdsConnection): number {
     return 1;
+  }
+
+  private control: ControlEndpoint | null = null;
+
+  /** Opens the rds-info control endpoint (see the `control` option); returns its path. */
+  async openControl(path?: string): Promise<string> {
+    if (this.control === null) this.control = await ControlEndpoint.open(() => this.info(), path);
+    return this.control.path;
+  }
+
+  get controlPath(): string | null {
+    return this.control?.path ?? null;
+  }
+
+  /** Everything rds-info can show, as plain data. */
+  info(): {
+    counters: Record<RdsCounterName, number>; sockets: SocketInfo[]; connections: ConnectionInfo[];
+    sendQueue: MessageInfo[]; retransQueue: MessageInfo[]; recvQueue: MessageInfo[];
+  } {
+    const sendQueue: MessageInfo[] = [];
+    const retransQueue: MessageInfo[] = [];
+    for (const c of this.conns.values()) {
+      for (const p of c.paths) {
+        const list = (q: Iterable<{ done: boolean; sport: number; dport: number; seq: number; len: number }>, out: MessageInfo[]): void => {
+          for (const m of q) {
+            if (!m.done) out.push({ localAddress: c.laddr, localPort: m.sport, peerAddress: c.faddr, peerPort: m.dport, seq: m.seq, bytes: m.len });
+          }
+        };
+        list(p.sendQueue, sendQueue);
+        list(p.retrans, retransQueue);
+      }
+    }
+    return {
+      counters: this.counters.snapshot(),
+      sockets: [...this.bindTable.values()].map((s) => s.info()),
+      connections: this.connections(),
+      sendQueue, retransQueue,
+      recvQueue: [...this.bindTable.values()].flatMap((s) => s.receiveQueue()),
+    };
+  }
+
+  /**
+   * Everything rds-info shows: counters named as the kernel names them, plus per connection and
+   * per path figures. Cheap enough to poll every second.
+   */
+  stats(): { counters: Record<RdsCounterName, number>; connections: ConnectionInfo[] } {
+    return { counters: this.counters.snapshot(), connections: this.connections() };
   }
 
   connections(): ConnectionInfo[] {
@@ -433,7 +515,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   reportProtocolError(cp: RdsConnPath, error: Error): void {
-    this.stats.inc('recv_drop_protocol_error');
+    this.counters.inc('recv_drop_protocol_error');
     this.emit('protocol-error', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, error,
     });
@@ -445,7 +527,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * kernel flushes them instead, losing them).
    */
   peerRestarted(conn: RdsConnection): void {
-    this.stats.inc('peer_restarted');
+    this.counters.inc('peer_restarted');
     for (const p of conn.paths) {
       p.nextRxSeq = 0;
       p.rx.reset();
@@ -462,11 +544,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null): boolean {
     const sock = this.bindTable.get(`${laddr}|${dport}`);
     if (sock === undefined) {
-      this.stats.inc('recv_drop_no_sock');
+      this.counters.inc('recv_drop_no_sock');
       return false;
     }
-    this.stats.inc('recv_delivered');
-    this.stats.inc('recv_bytes_added_to_sock', data.length);
+    this.counters.inc('recv_delivered');
+    this.counters.inc('recv_bytes_added_to_sock', data.length);
     return sock.enqueueIncoming({ data, address: faddr, port: sport }, receipt);
   }
 
@@ -525,6 +607,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     // Hold the event loop while carriers close gracefully (bounded by the transports' linger).
     for (const t of this.transports.values()) t.setRef(true);
     await Promise.all([...this.transports.values()].map((t) => t.close()));
+    await this.control?.close();
+    this.control = null;
     if (RdsStack.defaultStack === this) RdsStack.defaultStack = null;
   }
 }

@@ -166,7 +166,7 @@ export class TcpTransport implements RdsTransport {
       this.track(poke);
       tp.poke = poke;
       poke.once('connect', () => {
-        this.host.stats.inc('conn_poke_sent');
+        this.host.counters.inc('conn_poke_sent');
         // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
         if (tp.poke === poke) {
           tp.poke = null;
@@ -229,21 +229,21 @@ export class TcpTransport implements RdsTransport {
     }
     if (this.host.isLocalAddress(remote)) {
       // Local destinations use the loopback transport; a TCP connection from one is not ours.
-      this.host.stats.inc('conn_refused_local_peer');
+      this.host.counters.inc('conn_refused_local_peer');
       sock.resetAndDestroy();
       return;
     }
     const conn = this.host.connFor(local, remote, this);
     if (compareAddresses(remote, local) > 0) {
       // A poke: the peer has something for us and we are the one who must connect.
-      this.host.stats.inc('conn_poke_received');
+      this.host.counters.inc('conn_poke_received');
       sock.resetAndDestroy();
       conn.paths[0]!.connectIfDown();
       return;
     }
     const cp = this.pathForAccepted(conn, sock.remotePort ?? 0);
     if (cp === null) {
-      this.host.stats.inc('tcp_accept_no_free_path');
+      this.host.counters.inc('tcp_accept_no_free_path');
       sock.resetAndDestroy();
       return;
     }
@@ -255,7 +255,7 @@ export class TcpTransport implements RdsTransport {
     }
     if (tp.sock !== null) {
       // Simultaneous or replacement connection: the newest carrier wins.
-      this.host.stats.inc('tcp_connect_raced');
+      this.host.counters.inc('tcp_connect_raced');
       const old = tp.sock;
       tp.sock = null;
       old.destroy();
@@ -291,7 +291,7 @@ export class TcpTransport implements RdsTransport {
     tp.reader = reader;
     sock.on('data', (chunk: Buffer) => {
       if (tp.sock !== sock) return;
-      this.host.stats.inc('tcp_data_ready_calls');
+      this.host.counters.inc('tcp_data_ready_calls');
       cp.noteRxActivity();
       try {
         reader.push(chunk);
@@ -304,7 +304,7 @@ export class TcpTransport implements RdsTransport {
     });
     sock.on('drain', () => {
       if (tp.sock !== sock) return;
-      this.host.stats.inc('tcp_write_space_calls');
+      this.host.counters.inc('tcp_write_space_calls');
       cp.kick();
     });
     sock.on('error', () => {});
@@ -359,7 +359,7 @@ export class TcpTransport implements RdsTransport {
     map.copy(frame, RDS_HEADER_SIZE);
     tp.wrote += frame.length;
     if (!sock.write(frame)) {
-      this.host.stats.inc('tcp_sndbuf_full');
+      this.host.counters.inc('tcp_sndbuf_full');
       return false;
     }
     return true;

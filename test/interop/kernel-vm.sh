@@ -6,14 +6,14 @@
 #   kernel-vm.sh exec 'CMD'     run CMD (bash) in the guest, print its output, exit with its status
 #   kernel-vm.sh stop           power the guest off and remove the namespace
 # The guest's root is this machine's root, read-only over 9p under a tmpfs overlay, so it has python3,
-# node and the project. Network: netns $RDS_NETNS holds tap $RDS_TAP with 10.77.0.1/24 and 10.77.0.3/24;
-# the guest is 10.77.0.2. Nothing else is reachable from either side.
+# node and the project. Network: netns $RDS_NETNS holds tap $RDS_TAP with 10.77.0.1, .3 and .4 (/24)
+# (and 10.77.0.4 for tools that run as their own node); the guest is 10.77.0.2.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${RDS_KVM_CACHE:-/var/tmp/rds-socket-kernel}"
 NETNS="${RDS_NETNS:-rdsint}"
 TAP="${RDS_TAP:-rdstap0}"
-HOST_IPS=(10.77.0.1 10.77.0.3)
+HOST_IPS=(10.77.0.1 10.77.0.3 10.77.0.4)
 GUEST_IP=10.77.0.2
 INST="$CACHE/instance"
 kver() { ls "$CACHE/kernel/lib/modules" 2>/dev/null | head -n1; }

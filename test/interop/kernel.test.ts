@@ -65,6 +65,10 @@ afterAll(async () => {
   for (const s of stacks) await s.close();
 });
 
+// One node per host-side address, as in a real deployment: a node owns its RDS/TCP port.
+const smallNode = node();
+const largeNode = node();
+
 async function bound(stack: RdsStack, address: string, port: number): Promise<RdsSocket> {
   const s = new RdsSocket({ stack });
   await s.bind({ address, port });
@@ -74,7 +78,7 @@ async function bound(stack: RdsStack, address: string, port: number): Promise<Rd
 }
 
 describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () => {
-  const stack = node();
+  const stack = smallNode;
 
   it('sends messages of 0 B..1 MiB from two sockets; the kernel receives each in order, intact', async () => {
     const a = await bound(stack, SMALL, 5000);
@@ -120,11 +124,11 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
     const pong = await s.recv({ signal: AbortSignal.timeout(20_000) });
     expect(pong).toMatchObject({ address: KERNEL, port: 0 });
     expect(pong.data.length).toBe(0);
-    const before = stack.stats.get('send_pong');
+    const before = stack.counters.get('send_pong');
     const r = await peer(`ping ${KERNEL} ${SMALL}`);
     expect(r.code, r.out).toBe(0);
     expect(r.lines[0]).toMatchObject({ from: SMALL, port: 0, len: 0 });
-    expect(stack.stats.get('send_pong')).toBe(before + 1);
+    expect(stack.counters.get('send_pong')).toBe(before + 1);
   });
 
   it('a kernel receiver that stops reading makes our sender get ENOBUFS, then resume', async () => {
@@ -156,7 +160,7 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
 });
 
 describe('congestion from our side (rds-socket at 10.77.0.1)', () => {
-  const stack = node();
+  const stack = smallNode;
 
   it('an rds-socket receiver that stops reading makes the kernel sender get ENOBUFS, then resume', async () => {
     const data = new RdsSocket({ stack });
@@ -178,7 +182,7 @@ describe('congestion from our side (rds-socket at 10.77.0.1)', () => {
 });
 
 describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () => {
-  const stack = node();
+  const stack = largeNode;
 
   it('pokes the kernel, which connects back, and the message is delivered', async () => {
     const s = await bound(stack, LARGE, 5000);
@@ -188,7 +192,7 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     const r = await rx;
     expect(r.code, r.out).toBe(0);
     expect(r.lines[0]).toMatchObject({ from: LARGE, port: 5000, len: 20 });
-    expect(stack.stats.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
+    expect(stack.counters.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
     const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
     expect(c.initiator).toBe(false);
     expect(c.paths[0]!.state).toBe('UP');
@@ -208,7 +212,7 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     const r = await tx;
     expect(r.code, r.out).toBe(0);
     // Either the kernel probed and we answered, or our own handshake told it npaths first.
-    expect(stack.stats.get('recv_ping') + stack.stats.get('handshake_received')).toBeGreaterThanOrEqual(1);
+    expect(stack.counters.get('recv_ping') + stack.counters.get('handshake_received')).toBeGreaterThanOrEqual(1);
     expect(stack.connections().find((c) => c.peerAddress === KERNEL)!.npaths).toBe(1);
   });
 
@@ -232,7 +236,7 @@ const killLoop = (addr: string, times: number): Promise<GuestRun> =>
   guest(`modprobe tcp_diag; for i in $(seq ${times}); do sleep 0.4; ss -K dst ${addr} >/dev/null; done; echo '{"killed":${times}}'`);
 
 describe('faults with a kernel peer (rds-socket at 10.77.0.1)', () => {
-  const stack = node();
+  const stack = smallNode;
 
   it('TCP connections killed in the guest while we send: the kernel receives every message once, in order', async () => {
     const s = await bound(stack, SMALL, 5300);
@@ -315,5 +319,21 @@ describe('faults with a kernel peer (rds-socket at 10.77.0.1)', () => {
     const t = await tx;
     expect(got).toEqual(t.lines.filter((l) => 'sha256' in l).map((l) => l.sha256));
     expect(s.recvmsg()).toBeNull();
+  });
+});
+
+describe('tools against the kernel', () => {
+  it('rds-ping gets the kernel\'s pongs (rds-ping runs as its own node at 10.77.0.4)', async () => {
+    const PING = fileURLToPath(new URL('../../dist/cli/rds-ping.js', import.meta.url));
+    const r = await new Promise<{ code: number; out: string }>((resolve) => {
+      const p = spawn(process.execPath, [PING, '-c', '3', '-i', '0.2', '-I', '10.77.0.4', KERNEL], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      p.stdout.on('data', (d) => (out += d));
+      p.stderr.on('data', (d) => (out += d));
+      p.on('exit', (code) => resolve({ code: code ?? 1, out }));
+    });
+    expect(r.code, r.out).toBe(0);
+    const lines = r.out.split('\n').filter((l) => /^\s*\d+: \d+ usec$/.test(l));
+    expect(lines.length).toBe(3);
   });
 });

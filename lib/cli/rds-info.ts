@@ -1,0 +1,134 @@
+#!/usr/bin/env node
+/**
+ * rds-info for rds-socket nodes: reads a node's control endpoint (a stack opened with
+ * { control: true }) and prints what rds-tools' rds-info prints for the kernel.
+ *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]
+ */
+import { connect } from 'node:net';
+import { listControlSockets } from '../core/control.js';
+import { l, parseFlags, r } from './format.js';
+
+interface Msg { localAddress: string; localPort: number; peerAddress: string; peerPort: number; seq: number; bytes: number }
+interface Info {
+  pid: number;
+  counters: Record<string, number>;
+  sockets: { boundAddress: string; boundPort: number; connectedAddress: string; connectedPort: number; sndbuf: number; rcvbuf: number; inode: number }[];
+  connections: { localAddress: string; peerAddress: string; transport: string; npaths: number; paths: { index: number; state: string; nextTxSeq: number; nextRxSeq: number; sendQueue: number; retransQueue: number; transport: Record<string, number> | null }[] }[];
+  sendQueue: Msg[];
+  retransQueue: Msg[];
+  recvQueue: Msg[];
+}
+
+const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]';
+
+function query(path: string): Promise<Info> {
+  return new Promise((resolve, reject) => {
+    const c = connect(path);
+    let buf = '';
+    c.setEncoding('utf8');
+    c.on('data', (d: string) => (buf += d));
+    c.on('end', () => {
+      try {
+        resolve(JSON.parse(buf) as Info);
+      } catch (e) {
+        reject(e as Error);
+      }
+    });
+    c.on('error', reject);
+    c.write('info\n');
+  });
+}
+
+const FLAGS: Record<string, string> = { UP: 'C', CONNECTING: 'c', DOWN: '-', ERROR: 'E', DISCONNECTING: 'd', RESETTING: 'r' };
+
+function print(info: Info, want: Set<string>): void {
+  const all = want.size === 0;
+  const out: string[] = [];
+  if (all || want.has('-c')) {
+    out.push('\nCounters:', `${r('CounterName', 25)} ${r('Value', 16)}`);
+    for (const [k, v] of Object.entries(info.counters)) out.push(`${r(k, 25)} ${r(v, 16)}`);
+  }
+  if (all || want.has('-k')) {
+    out.push('\nRDS Sockets:', `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}`);
+    for (const s of info.sockets) {
+      out.push(`${r(s.boundAddress, 15)} ${r(s.boundPort, 5)} ${r(s.connectedAddress, 15)} ${r(s.connectedPort, 5)} ${r(s.sndbuf, 10)} ${r(s.rcvbuf, 10)} ${r(s.inode, 8)}`);
+    }
+  }
+  if (all || want.has('-n')) {
+    out.push('\nRDS Connections:', `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${r('NextTX', 16)} ${r('NextRX', 16)} ${r('Flgs', 4)} ${l('Path', 4)} ${l('State', 13)} ${r('SendQ', 6)} ${r('RetrQ', 6)}`);
+    for (const c of info.connections) {
+      for (const p of c.paths) {
+        const flags = `${p.sendQueue > 0 ? 's' : '-'}${FLAGS[p.state] ?? '?'}`;
+        out.push(`${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(flags, 4)} ${l(p.index, 4)} ${l(p.state, 13)} ${r(p.sendQueue, 6)} ${r(p.retransQueue, 6)}`);
+      }
+    }
+  }
+  const msgs = (title: string, list: Msg[]): void => {
+    out.push(`\n${title}:`, `${r('LocalAddr', 15)} ${r('LPort', 5)} ${r('RemoteAddr', 15)} ${r('RPort', 5)} ${r('Tos', 4)} ${r('Seq', 16)} ${r('Bytes', 10)}`);
+    for (const m of list) out.push(`${r(m.localAddress, 15)} ${r(m.localPort, 5)} ${r(m.peerAddress, 15)} ${r(m.peerPort, 5)} ${r(0, 4)} ${r(m.seq, 16)} ${r(m.bytes, 10)}`);
+  };
+  if (all || want.has('-r')) msgs('Receive Message Queue', info.recvQueue);
+  if (all || want.has('-s')) msgs('Send Message Queue', info.sendQueue);
+  if (all || want.has('-t')) msgs('Retransmit Message Queue', info.retransQueue);
+  if (all || want.has('-T')) {
+    out.push('\nTCP Connections:', `${r('LocalAddr', 15)} ${r('LPort', 5)} ${r('RemoteAddr', 15)} ${r('RPort', 5)} ${r('HdrRemain', 10)} ${r('DataRemain', 10)} ${r('SentNxt', 10)} ${r('ExpectUna', 10)} ${r('SeenUna', 10)}`);
+    for (const c of info.connections) {
+      if (c.transport !== 'tcp') continue;
+      for (const p of c.paths) {
+        const t = p.transport;
+        if (!t) continue;
+        out.push(`${r(c.localAddress, 15)} ${r(t.localPort, 5)} ${r(c.peerAddress, 15)} ${r(t.peerPort, 5)} ${r(t.hdrRemaining, 10)} ${r(t.dataRemaining, 10)} ${r(t.bytesWritten, 10)} ${r(t.bytesWritten, 10)} ${r(t.bytesWritten - (t.writeQueued ?? 0), 10)}`);
+      }
+    }
+  }
+  if (want.has('-I')) out.push('\nRDMA Connections:', `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${r('SL', 3)} ${l('LocalDev', 32)} ${l('RemoteDev', 32)}`);
+  process.stdout.write(out.join('\n').replace(/^\n/, '') + '\n');
+}
+
+async function main(): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseFlags(process.argv.slice(2), {
+      '-c': 'flag', '-k': 'flag', '-n': 'flag', '-r': 'flag', '-s': 'flag', '-t': 'flag', '-T': 'flag', '-I': 'flag', '-v': 'flag',
+      '--json': 'flag', '-p': 'value', '--socket': 'value', '-h': 'flag', '--help': 'flag',
+    });
+  } catch (e) {
+    console.error(`rds-info: ${(e as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  const { opts } = parsed;
+  if (opts['-h'] || opts['--help']) {
+    console.log(USAGE);
+    return 0;
+  }
+  let paths = typeof opts['--socket'] === 'string' ? [opts['--socket']] : listControlSockets();
+  if (typeof opts['-p'] === 'string') paths = paths.filter((p) => p.split('/').pop()!.startsWith(`${opts['-p']}.`));
+  if (paths.length === 0) {
+    console.error('rds-info: no rds-socket node found (start one with new RdsStack({ control: true }), or give --socket PATH)');
+    return 1;
+  }
+  const want = new Set(Object.keys(opts).filter((k) => /^-[cknrstTI]$/.test(k)));
+  const infos: Info[] = [];
+  for (const p of paths) {
+    try {
+      infos.push(await query(p));
+    } catch {
+      // A node that went away without removing its socket.
+    }
+  }
+  if (infos.length === 0) {
+    console.error('rds-info: no rds-socket node answered');
+    return 1;
+  }
+  if (opts['--json']) {
+    console.log(JSON.stringify(infos.length === 1 ? infos[0] : infos, null, 2));
+    return 0;
+  }
+  for (const info of infos) {
+    if (infos.length > 1) console.log(`\n=== node pid ${info.pid} ===`);
+    print(info, want);
+  }
+  return 0;
+}
+
+process.exitCode = await main();

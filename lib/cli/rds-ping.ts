@@ -1,0 +1,138 @@
+#!/usr/bin/env node
+/**
+ * rds-ping: as rds-tools' rds-ping. Sends a zero-length message to port 0 of a node every
+ * interval from one of 8 sockets (round robin) and prints each pong's round trip. Works against
+ * rds-socket nodes and kernel RDS nodes.
+ *   rds-ping [-c count] [-i interval] [-I source] [--tcp-port P] destination
+ * Exit status 0 if at least one reply arrived.
+ */
+import { createSocket } from 'node:dgram';
+import { RdsSocket, RdsStack, RdsError, constants } from '../index.js';
+import { parseFlags } from './format.js';
+
+const USAGE = 'usage: rds-ping [-c count] [-i interval] [-I source] [--tcp-port P] destination';
+
+/** -i accepts seconds (fractional) or a number with an ms / usec suffix. */
+export function parseInterval(s: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|usec|us|s)?$/.exec(s.trim());
+  if (!m) throw new Error(`bad interval "${s}"`);
+  const v = Number(m[1]);
+  const unit = m[2] ?? 's';
+  const ms = unit === 's' ? v * 1000 : unit === 'ms' ? v : v / 1000;
+  if (!(ms > 0)) throw new Error('the interval must be positive');
+  return ms;
+}
+
+/** The address a UDP socket connected to `dest` would send from, as rds-ping picks its source. */
+function sourceFor(dest: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const u = createSocket(dest.includes(':') ? 'udp6' : 'udp4');
+    u.on('error', reject);
+    u.connect(9, dest, () => {
+      const a = u.address().address;
+      u.close();
+      resolve(a);
+    });
+  });
+}
+
+async function main(): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseFlags(process.argv.slice(2), { '-c': 'value', '-i': 'value', '-I': 'value', '--tcp-port': 'value', '-h': 'flag', '--help': 'flag' });
+  } catch (e) {
+    console.error(`rds-ping: ${(e as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  const { opts, rest } = parsed;
+  if (opts['-h'] || opts['--help'] || rest.length !== 1) {
+    console.error(USAGE);
+    return opts['-h'] || opts['--help'] ? 0 : 2;
+  }
+  const dest = rest[0]!;
+  let count = Infinity;
+  let interval = 1000;
+  try {
+    if (typeof opts['-c'] === 'string') {
+      count = Number(opts['-c']);
+      if (!Number.isInteger(count) || count < 1) throw new Error(`bad count "${opts['-c']}"`);
+    }
+    if (typeof opts['-i'] === 'string') interval = parseInterval(opts['-i']);
+  } catch (e) {
+    console.error(`rds-ping: ${(e as Error).message}`);
+    return 2;
+  }
+  const source = typeof opts['-I'] === 'string' ? opts['-I'] : await sourceFor(dest);
+  const tcpPort = typeof opts['--tcp-port'] === 'string' ? Number(opts['--tcp-port']) : constants.RDS_TCP_PORT;
+  const stack = new RdsStack({ tcpPort });
+  const socks: RdsSocket[] = [];
+  try {
+    for (let i = 0; i < 8; i++) {
+      const s = new RdsSocket({ stack });
+      await s.bind({ address: source, port: 0 });
+      socks.push(s);
+    }
+  } catch (e) {
+    console.error(`rds-ping: cannot bind to ${source}: ${(e as Error).message}`);
+    await stack.close();
+    return 1;
+  }
+
+  // One outstanding ping per socket, as rds-ping: its sequence number and send time.
+  const pending = new Map<RdsSocket, { seq: number; at: bigint; replied: boolean }>();
+  let replies = 0;
+  let sent = 0;
+  let stop = false;
+  const onSigint = (): void => {
+    stop = true;
+  };
+  process.once('SIGINT', onSigint);
+  for (const s of socks) {
+    s.on('readable', () => {
+      for (let m = s.recvmsg(); m !== null; m = s.recvmsg()) {
+        const p = pending.get(s);
+        if (p === undefined) continue;
+        const usec = Number((process.hrtime.bigint() - p.at) / 1000n);
+        const from = m.address !== dest ? ` (${m.address})` : '';
+        console.log(` ${String(p.seq).padStart(3)}: ${usec} usec${from}${p.replied ? ' DUP!' : ''}`);
+        if (!p.replied) replies++;
+        p.replied = true;
+      }
+    });
+  }
+  let rr = 0;
+  while (!stop && sent < count) {
+    // The next idle socket (none waiting for a reply), round robin.
+    let s: RdsSocket | undefined;
+    for (let k = 0; k < socks.length; k++) {
+      const c = socks[(rr + k) % socks.length]!;
+      const p = pending.get(c);
+      if (p === undefined || p.replied) {
+        s = c;
+        rr = (rr + k + 1) % socks.length;
+        break;
+      }
+    }
+    if (s !== undefined) {
+      const seq = ++sent;
+      try {
+        pending.set(s, { seq, at: process.hrtime.bigint(), replied: false });
+        s.sendmsg(Buffer.alloc(0), { address: dest, port: 0 });
+      } catch (e) {
+        const why = e instanceof RdsError ? e.message : String(e);
+        console.log(` ${String(seq).padStart(3)}: ERROR: ${why}`);
+      }
+    }
+    if (sent < count) await new Promise((r) => setTimeout(r, interval));
+  }
+  // Wait for the last replies (at most one interval, at least a second).
+  const deadline = Date.now() + Math.max(1000, interval);
+  while (!stop && [...pending.values()].some((p) => !p.replied) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  process.removeListener('SIGINT', onSigint);
+  await stack.close();
+  return replies > 0 ? 0 : 1;
+}
+
+process.exitCode = await main();

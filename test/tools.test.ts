@@ -1,0 +1,116 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { RdsSocket, RdsStack } from '../lib/index.js';
+
+// The commands in bin/ (compiled to dist/cli), run as a user would, their output parsed.
+const cli = (name: string): string => fileURLToPath(new URL(`../dist/cli/${name}.js`, import.meta.url));
+const PORT = 26440;
+
+function run(name: string, args: string[], ms = 30000): Promise<{ code: number; out: string }> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [cli(name), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    const t = setTimeout(() => {
+      p.kill('SIGKILL');
+      reject(new Error(`${name} did not finish:\n${out}`));
+    }, ms);
+    p.on('exit', (code) => {
+      clearTimeout(t);
+      resolve({ code: code ?? 1, out });
+    });
+  });
+}
+
+const stacks: RdsStack[] = [];
+afterAll(async () => {
+  for (const s of stacks) await s.close();
+});
+
+describe('rds-ping', () => {
+  it('prints one line per pong and exits 0 against an rds-socket node', async () => {
+    const node = new RdsStack({ tcpPort: PORT });
+    stacks.push(node);
+    const s = new RdsSocket({ stack: node });
+    await s.bind({ address: '127.28.0.2', port: 4000 });
+    const r = await run('rds-ping', ['-c', '3', '-i', '100ms', '-I', '127.28.0.1', '--tcp-port', String(PORT), '127.28.0.2']);
+    const lines = r.out.split('\n').filter((l) => l !== '');
+    expect(lines).toHaveLength(3);
+    // rds-ping's " %3u: %ld usec"
+    lines.forEach((l, i) => expect(l).toMatch(new RegExp(`^ {3}${i + 1}: \\d+ usec$`)));
+    expect(r.code).toBe(0);
+    expect(node.counters.get('send_pong')).toBeGreaterThanOrEqual(3);
+  });
+
+  it('exits 1 when nothing answers, and 2 on bad usage', async () => {
+    const r = await run('rds-ping', ['-c', '1', '-i', '0.1', '-I', '127.28.1.1', '--tcp-port', String(PORT), '127.28.1.2']);
+    expect(r.code).toBe(1);
+    expect((await run('rds-ping', ['-c', 'x', '127.0.0.1'])).code).toBe(2);
+    expect((await run('rds-ping', [])).code).toBe(2);
+  });
+});
+
+describe('rds-info', () => {
+  it('reads a node through its control endpoint: sockets, connections with path state, counters, --json', async () => {
+    const a = new RdsStack({ tcpPort: PORT, control: true });
+    const b = new RdsStack({ tcpPort: PORT });
+    stacks.push(a, b);
+    const sa = new RdsSocket({ stack: a });
+    await sa.bind({ address: '127.28.2.1', port: 4000 });
+    const sb = new RdsSocket({ stack: b });
+    await sb.bind({ address: '127.28.2.2', port: 4000 });
+    sa.sendmsg(Buffer.from('x'), sb.address());
+    await sb.recv({ timeout: 5000 });
+    await sa.flush({ timeout: 5000 });
+    sb.sendmsg(Buffer.from('unread'), sa.address());
+    const deadline = Date.now() + 5000;
+    while (sa.poll() === 4 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5)); // until readable
+    const path = await a.openControl();
+    const k = await run('rds-info', ['--socket', path, '-k']);
+    expect(k.code).toBe(0);
+    expect(k.out).toMatch(/BoundAddr\s+BPort\s+ConnAddr\s+CPort\s+SndBuf\s+RcvBuf\s+Inode/);
+    expect(k.out).toMatch(/127\.28\.2\.1\s+4000\s+0\.0\.0\.0\s+0\s+106496\s+106496/);
+    const n = await run('rds-info', ['--socket', path, '-n']);
+    expect(n.out).toMatch(/127\.28\.2\.1\s+127\.28\.2\.2\s+0\s+\d+\s+\d+\s+\S+\s+0\s+UP/);
+    const rq = await run('rds-info', ['--socket', path, '-r']);
+    expect(rq.out).toMatch(/Receive Message Queue:[\s\S]*127\.28\.2\.1\s+4000\s+127\.28\.2\.2\s+4000\s+0\s+\d+\s+6/);
+    const c = await run('rds-info', ['--socket', path, '-c']);
+    expect(c.out).toMatch(/^\s+recv_delivered\s+\d+$/m);
+    const j = await run('rds-info', ['--socket', path, '--json']);
+    const info = JSON.parse(j.out) as { pid: number; counters: Record<string, number>; sockets: unknown[] };
+    expect(info.pid).toBe(process.pid);
+    expect(info.counters.send_queued).toBeGreaterThanOrEqual(1);
+    expect(info.sockets).toHaveLength(1);
+  });
+
+  it('says so when no node is reachable', async () => {
+    const r = await run('rds-info', ['--socket', '/nonexistent/rds.sock']);
+    expect(r.code).toBe(1);
+    expect(r.out).toMatch(/no rds-socket node answered/);
+  });
+});
+
+describe('rds-stress', () => {
+  it('runs passive and active sides and prints per-second rows, an average line, p50/p99 and a histogram', async () => {
+    const passive = run('rds-stress', ['-r', '127.28.3.2', '-p', '4700', '--tcp-port', String(PORT)], 30000);
+    await new Promise((r) => setTimeout(r, 300)); // the passive side's control port (the active side retries once more below)
+    let active = await run('rds-stress', ['-s', '127.28.3.2', '-r', '127.28.3.1', '-p', '4700', '-t', '2', '-d', '2', '-q', '2048', '-T', '2', '--tcp-port', String(PORT)], 30000);
+    if (active.code !== 0 && /cannot reach/.test(active.out)) {
+      await new Promise((r) => setTimeout(r, 1000));
+      active = await run('rds-stress', ['-s', '127.28.3.2', '-r', '127.28.3.1', '-p', '4700', '-t', '2', '-d', '2', '-q', '2048', '-T', '2', '--tcp-port', String(PORT)], 30000);
+    }
+    expect(active.code, active.out).toBe(0);
+    const lines = active.out.split('\n');
+    expect(lines[0]).toBe('tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %');
+    const avg = lines.find((l) => l.endsWith('(average)'))!;
+    const cols = avg.trim().split(/\s+/);
+    expect(Number(cols[0])).toBe(2);
+    expect(Number(cols[1])).toBeGreaterThan(0);
+    expect(Number(cols[2])).toBeGreaterThan(0);
+    expect(active.out).toMatch(/rtt p50 [\d.]+ us, p99 [\d.]+ us/);
+    expect(active.out).toMatch(/rtt histogram \(us\):\n\s+\S+\s+\d+/);
+    expect((await passive).code).toBe(0);
+  });
+});
