@@ -87,6 +87,7 @@ export const RDS_FLAG_ACK_REQUIRED = 0x02;
 export const RDS_FLAG_RETRANSMITTED = 0x04;
 export const RDS_FLAG_PROBE_PORT = 1;
 export const RDS_MPATH_WORKERS = 8;
+export const RDS_MAX_ADV_CREDIT = 255;
 
 export const RDS_EXTHDR_NONE = 0;
 export const RDS_EXTHDR_VERSION = 1;
