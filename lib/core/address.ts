@@ -119,3 +119,18 @@ export function parseEndpoint(ep: unknown, what: string): RdsAddress {
   if (canon === null) throw new RdsError('EINVAL', `${what}.address "${address}" is not an IPv4 or IPv6 address`);
   return { address: canon, port: validatePort(port, what) };
 }
+
+/** An address or CIDR block ("10.0.0.0/8", "::1", "fd00::/8") as a 128-bit prefix test. */
+export function parseCidr(spec: string): (address: string) => boolean {
+  const [addr, lenText] = spec.split('/') as [string, string | undefined];
+  const canon = canonicalAddress(addr);
+  if (canon === null) throw new RdsError('EINVAL', `"${spec}" is not an address or CIDR block`);
+  const v4 = isIPv4(canon);
+  const max = v4 ? 32 : 128;
+  const len = lenText === undefined ? max : Number(lenText);
+  if (!Number.isInteger(len) || len < 0 || len > max) throw new RdsError('EINVAL', `bad prefix length in "${spec}"`);
+  const bits = BigInt(len + (v4 ? 96 : 0));
+  const mask = bits === 0n ? 0n : ((1n << bits) - 1n) << (128n - bits);
+  const want = BigInt(`0x${addressKey(canon)}`) & mask;
+  return (a: string) => (BigInt(`0x${addressKey(a)}`) & mask) === want && isIPv4(a) === v4;
+}

@@ -12,6 +12,7 @@ import { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { ControlEndpoint } from './control.js';
+import { parseCidr } from './address.js';
 import { RdsStats, type RdsCounterName } from './stats.js';
 import type { RdsTransport } from './transport.js';
 
@@ -41,6 +42,17 @@ export interface RdsStackOptions {
   /** How long to wait for the peer's handshake before treating it as a kernel. Default 3000. */
   handshakeTimeoutMs?: number;
   /**
+   * Peers allowed to connect: addresses or CIDR blocks ("10.1.0.0/16"). Connections from
+   * anyone else are refused and counted (conn_refused_allowlist). Default: everyone, as the kernel.
+   */
+  allowPeers?: string[];
+  /** At most this many TCP connections (all peers, all paths). Default 4096. */
+  maxConnections?: number;
+  /** At most this many accepted connections that have not yet sent a complete frame. Default 64. */
+  maxUnidentifiedConnections?: number;
+  /** A peer that starts a frame header must finish it within this many ms, or is dropped. Default 10000. */
+  headerTimeoutMs?: number;
+  /**
    * Open a control endpoint for rds-info: true for a Unix socket in the runtime directory
    * ($XDG_RUNTIME_DIR/rds-socket), or a path. Owner-only. Default off.
    */
@@ -65,6 +77,9 @@ export interface ResolvedStackOptions {
   heartbeatMissedLimit: number;
   handshakeTimeoutMs: number;
   npaths: number;
+  maxConnections: number;
+  maxUnidentifiedConnections: number;
+  headerTimeoutMs: number;
 }
 
 function positiveInt(v: unknown, name: string, dflt: number, min = 1): number {
@@ -179,7 +194,7 @@ export interface RdsStackEvents {
 
 /** The part of the stack a transport talks to. */
 export type RdsTransportHost = Pick<RdsStack,
-  'counters' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
+  'peerAllowed' | 'counters' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
   | 'closing' | 'emit'>;
 
 const defaultTransportFactories: (() => RdsTransport)[] = [];
@@ -212,6 +227,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   congGeneration = 0;
   closing = false;
   referenced = false;
+  /** The allowlist (allowPeers); everyone by default. */
+  peerAllowed: (address: string) => boolean = () => true;
 
   /** Registers the transports every new stack gets; the package entry point supplies them. */
   static setDefaultTransports(factories: (() => RdsTransport)[]): void {
@@ -245,7 +262,15 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       heartbeatMissedLimit: positiveInt(opts.heartbeatMissedLimit, 'heartbeatMissedLimit', 4),
       handshakeTimeoutMs: positiveInt(opts.handshakeTimeoutMs, 'handshakeTimeoutMs', 3000),
       npaths: positiveInt(opts.npaths, 'npaths', RDS_MPATH_WORKERS),
+      maxConnections: positiveInt(opts.maxConnections, 'maxConnections', 4096),
+      maxUnidentifiedConnections: positiveInt(opts.maxUnidentifiedConnections, 'maxUnidentifiedConnections', 64),
+      headerTimeoutMs: positiveInt(opts.headerTimeoutMs, 'headerTimeoutMs', 10000),
     };
+    if (opts.allowPeers !== undefined) {
+      if (!Array.isArray(opts.allowPeers)) throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
+      const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
+      this.peerAllowed = (a) => tests.some((t) => t(a));
+    }
     if (![1, 2, 4, 8].includes(this.options.npaths)) {
       throw new RdsError('EINVAL', `npaths must be 1, 2, 4 or 8 (paths pair by source port modulo npaths), got ${this.options.npaths}`);
     }

@@ -63,6 +63,10 @@ export const RDS_COUNTER_NAMES = [
   'peer_restarted',
   'mprds_fanout',
   'tcp_accept_no_free_path',
+  'conn_refused_allowlist',
+  'conn_refused_limit',
+  'conn_refused_tls',
+  'recv_drop_header_timeout',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

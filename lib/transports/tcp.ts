@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
+import * as tls from 'node:tls';
 import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_TCP } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { canonicalAddress, compareAddresses } from '../core/address.js';
@@ -79,6 +80,13 @@ function peerOf(sock: Socket): { local: string | null; remote: string | null } {
  */
 export interface TcpTransportOptions {
   /**
+   * TLS with mutual certificate authentication between rds-socket nodes: key, cert and the ca
+   * that signed every node's certificate (node:tls SecureContextOptions). Peers must present a
+   * certificate from that ca; the chain is checked, not host names. Off by default: a kernel
+   * speaks plain RDS/TCP.
+   */
+  tls?: tls.SecureContextOptions;
+  /**
    * Where to connect for a peer: by default (peer, stack tcpPort). Tests and the soak use it to
    * route a connection through a fault-injecting proxy.
    */
@@ -97,8 +105,25 @@ export class TcpTransport implements RdsTransport {
   private readonly sockets = new Set<Socket>();
   private ref = false;
   private closed = false;
+  /** Live carriers, and accepted ones that have not yet sent a complete frame. */
+  private carriers = 0;
+  private unidentified = 0;
 
   constructor(private readonly topts: TcpTransportOptions = {}) {}
+
+  /** Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. */
+  private dialSocket(laddr: string, faddr: string, localPort?: number): { sock: Socket; ready: string } {
+    const opts = { ...this.target(laddr, faddr), localAddress: laddr, ...(localPort === undefined ? {} : { localPort }) };
+    if (this.topts.tls) {
+      // Authenticate the peer by the shared CA; RDS peers are addressed by IP, not by name.
+      const sock = tls.connect({ ...opts, ...this.topts.tls, rejectUnauthorized: true, checkServerIdentity: () => undefined });
+      sock.on('error', (e: NodeJS.ErrnoException) => {
+        if (!e.code?.startsWith('E')) this.host.counters.inc('conn_refused_tls');
+      });
+      return { sock, ready: 'secureConnect' };
+    }
+    return { sock: connect(opts), ready: 'connect' };
+  }
 
   private target(laddr: string, faddr: string): { host: string; port: number } {
     const port = this.host.options.tcpPort;
@@ -122,7 +147,10 @@ export class TcpTransport implements RdsTransport {
   private listen(laddr: string): Promise<Server> {
     const port = this.host.options.tcpPort;
     return new Promise<Server>((resolve, reject) => {
-      const server = createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS }, (s) => this.accept(s));
+      const server: Server = this.topts.tls
+        ? tls.createServer({ ...this.topts.tls, requestCert: true, rejectUnauthorized: true }, (s) => this.accept(s))
+          .on('tlsClientError', () => this.host.counters.inc('conn_refused_tls'))
+        : createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS }, (s) => this.accept(s));
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code === 'EADDRINUSE') {
           reject(new RdsError('EADDRINUSE', `TCP port ${port} on ${laddr} is already in use (another rds-socket stack, or the kernel's rds_tcp module); give this stack another one with new RdsStack({ tcpPort })`, { cause: err }));
@@ -162,10 +190,10 @@ export class TcpTransport implements RdsTransport {
         cp.connectFailed();
         return;
       }
-      const poke = connect({ ...this.target(conn.laddr, conn.faddr), localAddress: conn.laddr });
+      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr);
       this.track(poke);
       tp.poke = poke;
-      poke.once('connect', () => {
+      poke.once(ready, () => {
         this.host.counters.inc('conn_poke_sent');
         // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
         if (tp.poke === poke) {
@@ -199,7 +227,7 @@ export class TcpTransport implements RdsTransport {
     const groups = Math.max(1, Math.floor((hi - lo + 1) / 8));
     const group = (this.portGroup++ + attempt * 7919) % groups;
     const localPort = lo + 8 * group + cp.index;
-    const sock = connect({ ...this.target(conn.laddr, conn.faddr), localAddress: conn.laddr, localPort });
+    const { sock, ready } = this.dialSocket(conn.laddr, conn.faddr, localPort);
     this.track(sock);
     let connected = false;
     sock.once('error', (err: NodeJS.ErrnoException) => {
@@ -212,7 +240,7 @@ export class TcpTransport implements RdsTransport {
       }
     });
     this.attachCarrier(cp, sock);
-    sock.once('connect', () => {
+    sock.once(ready, () => {
       connected = true;
       if (tp.sock === sock) cp.connectComplete();
     });
@@ -225,6 +253,19 @@ export class TcpTransport implements RdsTransport {
     const { local, remote } = peerOf(sock);
     if (local === null || remote === null || this.closed) {
       sock.destroy();
+      return;
+    }
+    if (!this.host.peerAllowed(remote)) {
+      this.host.counters.inc('conn_refused_allowlist');
+      sock.resetAndDestroy();
+      return;
+    }
+    const { maxConnections, maxUnidentifiedConnections } = this.host.options;
+    // A peer already talking to us on path 0 is known: its lanes and reconnects are not strangers.
+    const known = this.host.connFor(local, remote, this).paths[0]!.state === 3 /* UP */;
+    if (this.carriers >= maxConnections || (!known && this.unidentified >= maxUnidentifiedConnections)) {
+      this.host.counters.inc('conn_refused_limit');
+      sock.resetAndDestroy();
       return;
     }
     if (this.host.isLocalAddress(remote)) {
@@ -287,14 +328,59 @@ export class TcpTransport implements RdsTransport {
     tp.wrote = 0;
     tp.flushed = 0;
     tp.track.drain();
-    const reader = new FrameReader((h, p) => this.host.recvIncoming(cp, h, p));
+    this.carriers++;
+    // An accepted carrier counts as unidentified until its first complete frame.
+    let identified = cp.conn.isInitiator;
+    if (!identified) this.unidentified++;
+    const reader = new FrameReader((h, p) => {
+      if (!identified) {
+        identified = true;
+        this.unidentified--;
+      }
+      this.host.recvIncoming(cp, h, p);
+    });
     tp.reader = reader;
+    let headerTimer: NodeJS.Timeout | null = null;
+    const { headerTimeoutMs } = this.host.options;
+    // An accepted connection must send a complete frame in time, or it only holds a slot.
+    const identifyTimer = identified ? null : setTimeout(() => {
+      if (identified || tp.sock !== sock) return;
+      this.host.counters.inc('recv_drop_header_timeout');
+      sock.resetAndDestroy();
+      cp.drop('no frame from a new connection');
+    }, headerTimeoutMs);
+    identifyTimer?.unref();
+    sock.once('close', () => {
+      this.carriers--;
+      if (!identified) this.unidentified--;
+      if (headerTimer) clearTimeout(headerTimer);
+      if (identifyTimer) clearTimeout(identifyTimer);
+    });
     sock.on('data', (chunk: Buffer) => {
       if (tp.sock !== sock) return;
       this.host.counters.inc('tcp_data_ready_calls');
       cp.noteRxActivity();
       try {
         reader.push(chunk);
+        // A peer that starts a header must finish it: one that sends half and stalls is dropped.
+        const [hdrLeft] = reader.remaining;
+        if (hdrLeft > 0 && hdrLeft < RDS_HEADER_SIZE) {
+          if (headerTimer === null) {
+            headerTimer = setTimeout(() => {
+              headerTimer = null;
+              const [left] = reader.remaining;
+              if (tp.sock !== sock || left === 0 || left === RDS_HEADER_SIZE) return;
+              this.host.counters.inc('recv_drop_header_timeout');
+              this.host.reportProtocolError(cp, new Error(`no complete header within ${headerTimeoutMs} ms`));
+              sock.resetAndDestroy();
+              cp.drop('header timeout');
+            }, headerTimeoutMs);
+            headerTimer.unref();
+          }
+        } else if (headerTimer !== null) {
+          clearTimeout(headerTimer);
+          headerTimer = null;
+        }
       } catch (e) {
         if (tp.sock !== sock) return;
         this.host.reportProtocolError(cp, e instanceof Error ? e : new Error(String(e)));
