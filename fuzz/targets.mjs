@@ -1,10 +1,13 @@
 // Fuzz targets: each takes a Buffer and must never throw anything but the errors it declares.
 import { RdsSocket, RdsStack, wire } from '../dist/index.js';
 
-const stack = new RdsStack({ tcpPort: 1, heartbeatIntervalMs: 0 });
-const conn = stack.connFor('127.31.0.1', '127.31.0.2', stack.transport('tcp'));
+// A loopback address of its own per process, so fuzz runs never collide.
+const net = `127.31.${(process.pid >> 7) & 0xff}`;
+const host = (process.pid & 0x7f) * 2 + 1;
+const stack = new RdsStack({ tcpPort: 26499, heartbeatIntervalMs: 0 });
+const conn = stack.connFor(`${net}.${host}`, `${net}.${host + 1}`, stack.transport('tcp'));
 const sock = new RdsSocket({ stack });
-await sock.bind({ address: '127.31.0.1', port: 4000 });
+await sock.bind({ address: `${net}.${host}`, port: 4000 });
 
 export const targets = {
   /** Bytes arriving on an RDS/TCP connection: framing, extensions, handshake, acks, delivery. */
