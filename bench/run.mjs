@@ -1,0 +1,149 @@
+#!/usr/bin/env node
+// npm run bench [-- --runs N --seconds S] | -- --smoke
+// Side by side on 127.0.x.y loopback, sender and receiver in separate processes, contenders
+// alternating run by run: node:net with 4-byte length framing (the ceiling for Node over TCP),
+// zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP. Prints medians with min-max, then a
+// table of ratios rds/net and rds/zmq, and writes bench/results/latest.json.
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { RdsSocket, RdsStack } from '../dist/index.js';
+
+const smoke = process.argv.includes('--smoke');
+const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? Number(process.argv[i + 1]) : d; };
+const RUNS = arg('--runs', smoke ? 1 : 5);
+const DURATION = arg('--seconds', smoke ? 0.4 : 2) * 1000;
+const PINGS = smoke ? 30 : 3000;
+const FANIN = smoke ? 2 : 8;
+const MESH = smoke ? 4 : 32;
+const CONTENDERS = ['net', 'zmq', 'rds'];
+const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
+let block = 0;
+
+function proc(contender, role, opts) {
+  const p = spawn(process.execPath, [PEER, contender, role, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = [];
+  let waiters = [];
+  let buf = '';
+  p.stdout.setEncoding('utf8');
+  p.stdout.on('data', (d) => {
+    buf += d;
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+      lines.push(JSON.parse(buf.slice(0, nl)));
+      buf = buf.slice(nl + 1);
+      waiters.splice(0).forEach((w) => w());
+    }
+  });
+  const next = (pred, ms = 60000) => new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${contender} ${role}: no answer`)), ms);
+    const check = () => {
+      const l = lines.find(pred);
+      if (l) { clearTimeout(t); resolve(l); } else waiters.push(check);
+    };
+    check();
+  });
+  return { p, next, kill: () => p.kill('SIGKILL') };
+}
+
+function addrs() {
+  block++;
+  const net = `127.41.${block}`;
+  return { net, sink: `${net}.2`, port: 27000 + block, tcpPort: 26600 + (block % 200) };
+}
+
+async function throughput(contender, size, senders = 1) {
+  const a = addrs();
+  const sink = proc(contender, 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size, durationMs: DURATION + 300, warmupMs: 300 });
+  await sink.next((l) => l.ready);
+  const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size }));
+  const r = await sink.next((l) => 'msgs' in l);
+  sources.forEach((s) => s.kill());
+  sink.kill();
+  return { msgsPerSec: r.msgs / r.secs, mibPerSec: r.bytes / r.secs / 2 ** 20 };
+}
+
+async function latency(contender) {
+  const a = addrs();
+  const echo = proc(contender, 'echo', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024 });
+  await echo.next((l) => l.ready);
+  const ping = proc(contender, 'ping', { addr: `${a.net}.1`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, count: PINGS });
+  const { rtts } = await ping.next((l) => l.rtts);
+  echo.kill();
+  ping.kill();
+  const s = rtts.slice(Math.floor(rtts.length / 10)).sort((x, y) => x - y); // drop warm-up
+  const q = (f) => s[Math.min(s.length - 1, Math.floor(f * s.length))];
+  return { p50us: q(0.5), p99us: q(0.99) };
+}
+
+/** rds-socket only: a full mesh of nodes in one process; memory per idle peer connection. */
+async function mesh() {
+  const n = MESH;
+  const base = addrs();
+  global.gc?.();
+  const before = process.memoryUsage();
+  const stacks = [];
+  const socks = [];
+  for (let i = 0; i < n; i++) {
+    const st = new RdsStack({ tcpPort: base.tcpPort, npaths: 1, heartbeatIntervalMs: 0 });
+    const s = new RdsSocket({ stack: st });
+    await s.bind({ address: `127.42.${block}.${i + 1}`, port: 4000 });
+    stacks.push(st);
+    socks.push(s);
+  }
+  const t0 = Date.now();
+  let got = 0;
+  const want = n * (n - 1) * 20;
+  const done = new Promise((res) => socks.forEach((s) => s.on('readable', () => {
+    while (s.recvmsg() !== null) if (++got === want) res();
+  })));
+  for (let k = 0; k < 20; k++) for (const [i, s] of socks.entries()) for (const [j, d] of socks.entries()) if (i !== j) s.sendmsg(Buffer.alloc(1024), d.address());
+  await done;
+  const secs = (Date.now() - t0) / 1000;
+  global.gc?.();
+  const after = process.memoryUsage();
+  const conns = n * (n - 1); // each node holds a connection to every other node
+  for (const st of stacks) await st.close();
+  return { nodes: n, msgsPerSec: want / secs, heapPerConnKiB: (after.heapUsed - before.heapUsed) / conns / 1024, rssPerConnKiB: (after.rss - before.rss) / conns / 1024 };
+}
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const results = {};
+const record = (scenario, contender, value) => ((results[scenario] ??= {})[contender] ??= []).push(value);
+
+const scenarios = [
+  ...[64, 1024, 65536].map((size) => ({ name: `throughput ${size} B`, run: (c) => throughput(c, size) })),
+  { name: 'latency 1 KiB', run: latency },
+  { name: `fan-in ${FANIN}x1 KiB`, run: (c) => throughput(c, 1024, FANIN) },
+];
+for (const sc of scenarios) {
+  for (let r = 0; r < RUNS; r++) {
+    // Alternate the order run by run so no contender always runs first (or on a warmer machine).
+    const order = CONTENDERS.map((_, i) => CONTENDERS[(i + r) % CONTENDERS.length]);
+    for (const c of order) record(sc.name, c, await sc.run(c));
+  }
+  process.stderr.write(`done: ${sc.name}\n`);
+}
+const meshResult = await mesh();
+
+const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
+const cell = (xs, k) => `${fmt(median(xs.map((x) => x[k])))} (${fmt(Math.min(...xs.map((x) => x[k])))}-${fmt(Math.max(...xs.map((x) => x[k])))})`;
+console.log(`\nrds-socket benchmark: ${RUNS} run(s) per contender, medians (min-max), ${DURATION / 1000} s per throughput run\n`);
+console.log(`${'scenario'.padEnd(32)}${'node:net'.padEnd(26)}${'zeromq.js'.padEnd(26)}rds-socket`);
+const ratios = [];
+for (const [name, byC] of Object.entries(results)) {
+  const keys = name.startsWith('latency') ? ['p50us', 'p99us'] : ['msgsPerSec', 'mibPerSec'];
+  for (const k of keys) {
+    console.log(`${`${name} ${k}`.padEnd(32)}${cell(byC.net, k).padEnd(26)}${cell(byC.zmq, k).padEnd(26)}${cell(byC.rds, k)}`);
+    const m = (c) => median(byC[c].map((x) => x[k]));
+    ratios.push({ metric: `${name} ${k}`, rdsNet: m('rds') / m('net'), rdsZmq: m('rds') / m('zmq') });
+  }
+}
+console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`);
+console.log('\nratios (throughput: higher is better; latency: lower is better)');
+console.log(`${'metric'.padEnd(40)}${'rds/net'.padEnd(10)}rds/zmq`);
+for (const r of ratios) console.log(`${r.metric.padEnd(40)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
+const dir = fileURLToPath(new URL('./results/', import.meta.url));
+mkdirSync(dir, { recursive: true });
+writeFileSync(`${dir}latest.json`, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, durationMs: DURATION, results, mesh: meshResult, ratios }, null, 2));
+console.log(`\nresults written to bench/results/latest.json`);
+process.exit(0);
