@@ -25,6 +25,20 @@ export class RdsError extends Error {
   }
 }
 
+/**
+ * EAGAIN and ENOBUFS are flow control, thrown at message rates by non-blocking senders: they skip
+ * the stack trace, which would cost more than sending the message.
+ */
+export function flowControlError(code: 'EAGAIN' | 'ENOBUFS', message: string): RdsError {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return new RdsError(code, message);
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
+}
+
 /** The error a pending wait rejects with when its AbortSignal fires. */
 export function abortError(signal: AbortSignal, what: string): RdsError {
   const reason = signal.reason as { name?: string } | undefined;

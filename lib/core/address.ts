@@ -108,6 +108,20 @@ export function validatePort(port: unknown, what: string): number {
   return port;
 }
 
+/** Canonical form and unicast check per address string, cached: senders repeat the same few. */
+const addressCache = new Map<string, { canon: string | null; nonUnicast: string | null }>();
+
+export function checkedAddress(address: string): { canon: string | null; nonUnicast: string | null } {
+  let c = addressCache.get(address);
+  if (c === undefined) {
+    const canon = canonicalAddress(address);
+    c = { canon, nonUnicast: canon === null ? null : nonUnicastReason(canon) };
+    if (addressCache.size > 4096) addressCache.clear();
+    addressCache.set(address, c);
+  }
+  return c;
+}
+
 /** Parses a user-supplied { address, port }; throws RdsError EINVAL with the reason. */
 export function parseEndpoint(ep: unknown, what: string): RdsAddress {
   if (ep === null || typeof ep !== 'object') {
@@ -115,7 +129,7 @@ export function parseEndpoint(ep: unknown, what: string): RdsAddress {
   }
   const { address, port } = ep as { address?: unknown; port?: unknown };
   if (typeof address !== 'string') throw new RdsError('EINVAL', `${what}.address must be an IP address string`);
-  const canon = canonicalAddress(address);
+  const { canon } = checkedAddress(address);
   if (canon === null) throw new RdsError('EINVAL', `${what}.address "${address}" is not an IPv4 or IPv6 address`);
   return { address: canon, port: validatePort(port, what) };
 }

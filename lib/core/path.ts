@@ -365,8 +365,8 @@ export class RdsConnPath {
   readonly latencyHistogram: number[] = new Array<number>(17).fill(0);
 
   private recordLatency(ms: number): void {
-    let b = 0;
-    while (b < 16 && ms >= 2 ** b) b++;
+    // Bucket b holds [2^(b-1), 2^b) ms: one past the position of the highest bit of floor(ms).
+    const b = ms < 1 ? 0 : Math.min(16, 32 - Math.clz32(Math.floor(ms)));
     this.latencyHistogram[b]!++;
   }
 

@@ -5,9 +5,9 @@ import {
   RDS_RECVERR, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, RMEM_DEFAULT, SOCK_MIN_RCVBUF, SOCK_MIN_SNDBUF,
   SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_RDS_TRANSPORT, SO_SNDBUF, SO_TIMESTAMP, SO_TIMESTAMP_NEW, WMEM_DEFAULT,
 } from '../constants.js';
-import { abortError, combineSignals, RdsError } from '../errors.js';
+import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import {
-  isHostLocalAddress, nonUnicastReason, parseEndpoint, type RdsAddress,
+  checkedAddress, isHostLocalAddress, nonUnicastReason, parseEndpoint, type RdsAddress,
 } from './address.js';
 import { Fifo } from './fifo.js';
 import type { RdsOutgoing, SendOwner } from './message.js';
@@ -82,6 +82,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private lastPollCongGen = 0;
 
   private readonly rxQueue = new Fifo<Queued>();
+  private lastConn: RdsConnection | null = null;
   private readonly pending = new Set<RdsOutgoing>();
   private readonly waiters = new Set<Waiter>();
   private readableQueued = false;
@@ -256,7 +257,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     const { parts, len } = gather(data);
     const to = dest === undefined || dest === null ? null : parseEndpoint(dest, 'destination');
     if (to !== null) {
-      const why = nonUnicastReason(to.address);
+      const why = checkedAddress(to.address).nonUnicast;
       if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
     }
     if (this.bound === null) throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
@@ -269,18 +270,24 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (len > this.sndbuf) {
       throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds the send buffer (${this.sndbuf} bytes); raise SO_SNDBUF`);
     }
-    const conn = this.stack.connForSend(this.bound.address, target.address, this.transport!);
+    // Senders talk to the same few peers: keep the last connection rather than rebuild its key.
+    let conn = this.lastConn;
+    if (conn === null || conn.faddr !== target.address) {
+      conn = this.stack.connForSend(this.bound.address, target.address, this.transport!);
+      this.lastConn = conn;
+    }
     if (conn.peerCong.test(target.port)) {
       this.stack.counters.inc('cong_send_error');
       if (this.congMonitor) this.congMask |= 1n << BigInt(target.port % 64);
       // Re-test once: an update may have arrived between the test and recording the mask.
       if (conn.peerCong.test(target.port)) {
-        throw new RdsError('ENOBUFS', `destination ${target.address}:${target.port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
+        throw flowControlError('ENOBUFS', `destination ${target.address}:${target.port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
       }
     }
     if (this.sndBytes >= this.sndbuf) {
+      this.full = true;
       this.stack.counters.inc('send_queue_full');
-      throw new RdsError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
+      throw flowControlError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
     }
     const path = conn.pathFor(this.bound.port);
     const msg = path.queue(parts.length === 1 ? parts[0]! : parts, len, this.bound.port, target.port, this);
@@ -298,6 +305,11 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     let msg: RdsOutgoing;
     for (;;) {
       if (signal?.aborted) throw abortError(signal, 'send()');
+      // No room: wait without going through an EAGAIN exception.
+      if (!this.closed && this.bound !== null && this.sndBytes >= this.sndbuf) {
+        await this.waitFor('room', signal, 'send()');
+        continue;
+      }
       try {
         msg = this.enqueue(data, dest);
         break;
@@ -332,13 +344,20 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   }
 
   /** SendOwner: a message was acknowledged or cancelled. */
+  /** The budget was exhausted (EAGAIN given or about to be): 'writable' follows at half. */
+  private full = false;
+
   messageDone(msg: RdsOutgoing): void {
-    const wasFull = this.sndBytes >= this.sndbuf;
+    if (this.sndBytes >= this.sndbuf) this.full = true;
     this.sndBytes -= msg.len;
     this.pending.delete(msg);
-    const room = wasFull && this.sndBytes < this.sndbuf;
-    if (room || this.pending.size === 0) this.wakeAll();
-    if (room && !this.closed) this.emit('writable');
+    if (this.waiters.size > 0 && (this.sndBytes < this.sndbuf || this.pending.size === 0)) this.wakeAll();
+    // Like a stream's low-water mark: announce room once half the budget is free, so a
+    // non-blocking sender refills in batches instead of one EAGAIN per acknowledgement.
+    if (this.full && this.sndBytes * 2 <= this.sndbuf) {
+      this.full = false;
+      if (!this.closed) this.emit('writable');
+    }
   }
 
   /** Resolves once every message this socket has queued is acknowledged or cancelled. */

@@ -29,29 +29,44 @@ const TWO_32 = 0x1_0000_0000;
 
 // Sequence numbers are be64 on the wire; JS numbers hold them exactly up to 2^53, which a
 // path counting from 1 never reaches. Larger values from a hostile peer lose low bits only.
+// Byte arithmetic instead of a DataView: these run for every frame sent and received.
+function put32(buf: Uint8Array, off: number, v: number): void {
+  buf[off] = v >>> 24;
+  buf[off + 1] = (v >>> 16) & 0xff;
+  buf[off + 2] = (v >>> 8) & 0xff;
+  buf[off + 3] = v & 0xff;
+}
+
+function get32(buf: Uint8Array, off: number): number {
+  return ((buf[off]! << 24) >>> 0) + (buf[off + 1]! << 16) + (buf[off + 2]! << 8) + buf[off + 3]!;
+}
+
 export function writeU64(buf: Uint8Array, off: number, value: number): void {
-  const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-  dv.setUint32(off, Math.floor(value / TWO_32));
-  dv.setUint32(off + 4, value >>> 0);
+  put32(buf, off, Math.floor(value / TWO_32) >>> 0);
+  put32(buf, off + 4, value >>> 0);
 }
 
 export function readU64(buf: Uint8Array, off: number): number {
-  const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-  return dv.getUint32(off) * TWO_32 + dv.getUint32(off + 4);
+  return get32(buf, off) * TWO_32 + get32(buf, off + 4);
 }
 
 /** Writes a header into buf at off (48 bytes). The extension area is copied or zero-filled. */
 export function encodeHeader(buf: Uint8Array, off: number, h: Partial<RdsHeader>): void {
-  const dv = new DataView(buf.buffer, buf.byteOffset + off, RDS_HEADER_SIZE);
   writeU64(buf, off + OFF_SEQUENCE, h.sequence ?? 0);
   writeU64(buf, off + OFF_ACK, h.ack ?? 0);
-  dv.setUint32(OFF_LEN, h.len ?? 0);
-  dv.setUint16(OFF_SPORT, h.sport ?? 0);
-  dv.setUint16(OFF_DPORT, h.dport ?? 0);
-  dv.setUint8(OFF_FLAGS, h.flags ?? 0);
-  dv.setUint8(OFF_CREDIT, h.credit ?? 0);
-  dv.setUint32(26, 0); // h_padding[4]
-  dv.setUint16(OFF_CSUM, h.csum ?? 0);
+  put32(buf, off + OFF_LEN, (h.len ?? 0) >>> 0);
+  const sport = h.sport ?? 0;
+  const dport = h.dport ?? 0;
+  buf[off + OFF_SPORT] = sport >>> 8;
+  buf[off + OFF_SPORT + 1] = sport & 0xff;
+  buf[off + OFF_DPORT] = dport >>> 8;
+  buf[off + OFF_DPORT + 1] = dport & 0xff;
+  buf[off + OFF_FLAGS] = h.flags ?? 0;
+  buf[off + OFF_CREDIT] = h.credit ?? 0;
+  put32(buf, off + 26, 0); // h_padding[4]
+  const csum = h.csum ?? 0;
+  buf[off + OFF_CSUM] = csum >>> 8;
+  buf[off + OFF_CSUM + 1] = csum & 0xff;
   if (h.exthdr) {
     buf.set(h.exthdr.subarray(0, EXTHDR_SIZE), off + OFF_EXTHDR);
     buf.fill(0, off + OFF_EXTHDR + Math.min(h.exthdr.length, EXTHDR_SIZE), off + RDS_HEADER_SIZE);
