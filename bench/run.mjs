@@ -87,6 +87,8 @@ async function mesh() {
     const st = new RdsStack({ tcpPort: base.tcpPort, npaths: 1, heartbeatIntervalMs: 0 });
     const s = new RdsSocket({ stack: st });
     await s.bind({ address: `127.42.${block}.${i + 1}`, port: 4000 });
+    s.setsockopt(1 /* SOL_SOCKET */, 7 /* SO_SNDBUF */, 4 << 20); // 20 x 1 KiB to each of up to 31 peers
+    s.setsockopt(1, 8 /* SO_RCVBUF */, 4 << 20);
     stacks.push(st);
     socks.push(s);
   }

@@ -1,26 +1,11 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runNode } from './helpers.js';
 
 // Separate node processes over real TCP on 127.0.x.y, using the compiled demo (npm test builds first).
 const DEMO = fileURLToPath(new URL('../dist/demo/cluster.js', import.meta.url));
 
-function run(args: string[], ms: number): Promise<{ code: number; out: string }> {
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [DEMO, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (out += d));
-    const t = setTimeout(() => {
-      p.kill('SIGKILL');
-      reject(new Error(`demo did not finish in ${ms} ms:\n${out}`));
-    }, ms);
-    p.on('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code: code ?? 1, out });
-    });
-  });
-}
+const run = (args: string[], ms: number) => runNode([DEMO, ...args], ms);
 
 describe('separate node processes over TCP', () => {
   it('two processes exchange 2,000 messages each way, in order', async () => {

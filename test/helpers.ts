@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 
 /** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
@@ -59,4 +60,22 @@ export async function until(pred: () => boolean, what: string, ms = 10000): Prom
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/** Runs `node <args>` and resolves with its exit code and combined output; kills it after `ms`. */
+export function runNode(args: string[], ms: number): Promise<{ code: number; out: string }> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout!.on('data', (d) => (out += d));
+    p.stderr!.on('data', (d) => (out += d));
+    const t = setTimeout(() => {
+      p.kill('SIGKILL');
+      reject(new Error(`node ${args.join(' ')} did not finish in ${ms} ms:\n${out}`));
+    }, ms);
+    p.on('exit', (code) => {
+      clearTimeout(t);
+      resolve({ code: code ?? 1, out });
+    });
+  });
 }

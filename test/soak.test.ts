@@ -1,6 +1,6 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runNode } from './helpers.js';
 
 // The short soak: 3 node processes, fault proxies resetting connections, one node SIGKILLed and
 // restarted. It exits 0 only if nothing acknowledged was lost, nothing was delivered twice to one
@@ -9,20 +9,7 @@ const SOAK = fileURLToPath(new URL('../bench/soak.mjs', import.meta.url));
 
 describe('soak (short)', () => {
   it('3 processes, >= 12 resets, a SIGKILL and restart: lost 0, duplicated 0, order intact', async () => {
-    const r = await new Promise<{ code: number; out: string }>((resolve, reject) => {
-      const p = spawn(process.execPath, [SOAK, '--short', '--tcp-port', '26421'], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      p.stdout.on('data', (d) => (out += d));
-      p.stderr.on('data', (d) => (out += d));
-      const t = setTimeout(() => {
-        p.kill('SIGKILL');
-        reject(new Error(`soak did not finish:\n${out}`));
-      }, 120_000);
-      p.on('exit', (code) => {
-        clearTimeout(t);
-        resolve({ code: code ?? 1, out });
-      });
-    });
+    const r = await runNode([SOAK, '--short', '--tcp-port', '26421'], 120_000);
     expect(r.out).toContain('soak passed');
     expect(r.code).toBe(0);
     const rows = r.out.split('\n').filter((l) => l.includes('->') && /\d/.test(l));

@@ -1,28 +1,13 @@
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack } from '../lib/index.js';
+import { runNode } from './helpers.js';
 
 // The commands in bin/ (compiled to dist/cli), run as a user would, their output parsed.
 const cli = (name: string): string => fileURLToPath(new URL(`../dist/cli/${name}.js`, import.meta.url));
 const PORT = 26440;
 
-function run(name: string, args: string[], ms = 30000): Promise<{ code: number; out: string }> {
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [cli(name), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (out += d));
-    const t = setTimeout(() => {
-      p.kill('SIGKILL');
-      reject(new Error(`${name} did not finish:\n${out}`));
-    }, ms);
-    p.on('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code: code ?? 1, out });
-    });
-  });
-}
+const run = (name: string, args: string[], ms = 30000) => runNode([cli(name), ...args], ms);
 
 const stacks: RdsStack[] = [];
 afterAll(async () => {
