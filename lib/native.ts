@@ -5,6 +5,8 @@ import { fileURLToPath } from 'node:url';
 export interface NativeBinding {
   /** ioctl(SIOCOUTQ): bytes in a TCP socket's send queue not yet acknowledged by the peer. */
   tcpOutq(fd: number): number;
+  /** SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT (seconds, seconds, probes). */
+  tcpKeepalive(fd: number, idle: number, interval: number, probes: number): void;
 }
 
 let cached: NativeBinding | null | undefined;

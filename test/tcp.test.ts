@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
 import { RawConn, RawListener, rawConnect } from './raw-peer.js';
@@ -198,6 +199,27 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const c = await rawConnect('127.23.9.5', '127.23.9.1', P).catch(() => null);
     if (c) await c.waitClosed();
     expect(stack.counters.get('conn_refused_local_peer')).toBe(1);
+  });
+});
+
+describe('TCP keepalive as the kernel sets it (spec §2.8)', () => {
+  it('5 s idle on every RDS/TCP socket (interval and probes set through the addon)', async () => {
+    const peer = await listener('127.23.10.2');
+    const { sock } = await node('127.23.10.1');
+    sock.sendmsg(Buffer.from('k'), { address: '127.23.10.2', port: 4000 });
+    const c = await peer.accept(0);
+    await c.nextUser();
+    let out = '';
+    try {
+      out = execFileSync('ss', ['-tno', 'state', 'established', 'src', '127.23.10.1'], { encoding: 'utf8' });
+    } catch {
+      return; // no ss on this machine
+    }
+    // e.g. timer:(keepalive,4.9sec,0): armed with the 5 s idle time.
+    const m = /timer:\(keepalive,([\d.]+)(ms|sec)/.exec(out);
+    expect(m, out).not.toBeNull();
+    const secs = m![2] === 'ms' ? Number(m![1]) / 1000 : Number(m![1]);
+    expect(secs).toBeLessThanOrEqual(5);
   });
 });
 

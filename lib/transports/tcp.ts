@@ -178,6 +178,19 @@ export class TcpTransport implements RdsTransport {
     if (!this.ref) sock.unref();
     sock.setNoDelay(true);
     sock.setKeepAlive(true, KEEPALIVE_MS);
+    // The kernel's RDS/TCP keepalive: 5 s idle, 5 s between probes, 5 probes (dead peer ~30 s).
+    // Node sets only the idle time; the addon sets the rest once the socket has a descriptor.
+    const full = (): void => {
+      const fd = socketFd(sock);
+      const n = native();
+      if (fd >= 0 && n !== null) {
+        try {
+          n.tcpKeepalive(fd, KEEPALIVE_MS / 1000, KEEPALIVE_MS / 1000, 5);
+        } catch { /* keep Node's setting */ }
+      }
+    };
+    if (socketFd(sock) >= 0) full();
+    else sock.once('connect', full);
   }
 
   connPathConnect(cp: RdsConnPath): void {
