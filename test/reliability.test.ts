@@ -193,7 +193,10 @@ describe('liveness', () => {
     await a.flush({ timeout: 5000 });
     proxy.blackhole(true);
     for (let i = 1; i <= 20; i++) a.sendmsg(payload(i, 10), b.address());
+    const drops: string[] = [];
+    A.on('drop', (e) => drops.push(e.reason));
     await until(() => A.counters.get('heartbeat_timeout') >= 1, 'heartbeat timeout', 5000);
+    expect(drops.some((r) => /heartbeat/.test(r))).toBe(true);
     expect(events.some((e) => e.from === 'UP' && e.to === 'ERROR')).toBe(true);
     proxy.blackhole(false);
     for (let i = 1; i <= 20; i++) expect((await b.recv({ timeout: 10000 })).data.readUInt32BE(0)).toBe(i);

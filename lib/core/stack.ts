@@ -186,6 +186,8 @@ export interface PathStateEvent {
 export interface RdsStackEvents {
   /** A path changed state. */
   state: (ev: PathStateEvent) => void;
+  /** A path was dropped, and why (peer closed, protocol error, heartbeat, ...). */
+  drop: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; reason: string }) => void;
   /** A connection was dropped because the peer broke the protocol (already counted). */
   'protocol-error': (ev: { localAddress: string; peerAddress: string; transport: string; path: number; error: Error }) => void;
   /** An asynchronous failure with no call to report it to (a listener died, ...). */
@@ -535,8 +537,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     });
   }
 
-  pathDropped(_cp: RdsConnPath, _reason: string): void {
-    // Hook for diagnostics; the state event already tells observers.
+  /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). */
+  pathDropped(cp: RdsConnPath, reason: string): void {
+    this.emit('drop', {
+      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, reason,
+    });
   }
 
   reportProtocolError(cp: RdsConnPath, error: Error): void {
