@@ -1,6 +1,22 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { wire } from '../lib/index.js';
 
+/** Waits until `ready()` holds, re-checking whenever a waiter registered with `waiters` fires; bounded by `ms`. */
+async function waitUntil(ready: () => boolean, waiters: (() => void)[], ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!ready()) {
+    const left = deadline - Date.now();
+    if (left <= 0) throw new Error(`raw peer: timed out waiting for ${what}`);
+    await new Promise<void>((res) => {
+      const t = setTimeout(res, left);
+      waiters.push(() => {
+        clearTimeout(t);
+        res();
+      });
+    });
+  }
+}
+
 export interface Frame {
   header: ReturnType<typeof wire.decodeHeader>;
   payload: Buffer;
@@ -36,19 +52,8 @@ export class RawConn {
   }
 
   async next(ms = 5000): Promise<Frame> {
-    const deadline = Date.now() + ms;
-    while (this.frames.length === 0) {
-      if (this.closed) throw new Error('raw peer: connection closed');
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error('raw peer: timed out waiting for a frame');
-      await new Promise<void>((res) => {
-        const t = setTimeout(res, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          res();
-        });
-      });
-    }
+    await waitUntil(() => this.frames.length > 0 || this.closed, this.waiters, ms, 'a frame');
+    if (this.frames.length === 0) throw new Error('raw peer: connection closed');
     return this.frames.shift()!;
   }
 
@@ -131,18 +136,7 @@ export class RawListener {
   }
 
   async accept(index: number, ms = 5000): Promise<RawConn> {
-    const deadline = Date.now() + ms;
-    while (this.conns.length <= index) {
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error('raw listener: no connection');
-      await new Promise<void>((res) => {
-        const t = setTimeout(res, left);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          res();
-        });
-      });
-    }
+    await waitUntil(() => this.conns.length > index, this.waiters, ms, 'a connection');
     return this.conns[index]!;
   }
 

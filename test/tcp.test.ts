@@ -202,6 +202,28 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
   });
 });
 
+describe('receive tracking stays bounded where nothing is acknowledged', () => {
+  it('a kernel peer\'s messages are not kept for acknowledgement once its handshake has arrived', async () => {
+    const { sock, stack } = await node('127.23.11.2');
+    const c = await rawConnect('127.23.11.1', '127.23.11.2', P);
+    c.send({ sequence: 1, sport: 1, dport: 0, exthdr: wire_npaths(8) }); // a kernel's probe: no rds-socket capabilities
+    for (let i = 0; i < 200; i++) c.send({ sequence: 2 + i, sport: 9, dport: 4000 }, Buffer.from('k'));
+    for (let i = 0; i < 200; i++) await sock.recv({ signal: timeout() });
+    const cp = stack.connFor('127.23.11.2', '127.23.11.1', stack.transport('tcp')!).paths[0]!;
+    expect(cp.rx.pending).toBe(0);
+  });
+
+  it('loopback messages are never tracked', async () => {
+    const { sock, stack } = await node('127.23.12.1');
+    const other = new RdsSocket({ stack });
+    await other.bind({ address: '127.23.12.2', port: 4000 });
+    for (let i = 0; i < 500; i++) sock.sendmsg(Buffer.from('l'), other.address());
+    for (let i = 0; i < 500; i++) await other.recv({ signal: timeout() });
+    const cp = stack.connFor('127.23.12.2', '127.23.12.1', stack.transport('loopback')!).paths[0]!;
+    expect(cp.rx.pending).toBe(0);
+  });
+});
+
 describe('TCP keepalive as the kernel sets it (spec §2.8)', () => {
   it('5 s idle on every RDS/TCP socket (interval and probes set through the addon)', async () => {
     const peer = await listener('127.23.10.2');

@@ -1,4 +1,4 @@
-import { RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT } from '../constants.js';
+import { RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
 import { RdsConnPath } from './path.js';
@@ -55,6 +55,15 @@ export class RdsConnection {
     return (this.peerCaps & RDSSOCK_CAP_HEARTBEAT) !== 0 && !this.isLoopback;
   }
 
+  /**
+   * Whether received messages are tracked for acknowledgement: only while we may send RDS acks
+   * (an rds-socket peer, or one whose handshake has not arrived yet). Never over loopback, never
+   * for a kernel, so the tracker cannot grow with traffic nobody acknowledges.
+   */
+  get tracksReceipts(): boolean {
+    return !this.isLoopback && (!this.capsKnown || this.ackMode);
+  }
+
   /** Whether a transport-level acknowledgement (TCP's) may release messages: kernel peers only. */
   get releaseOnTransportAck(): boolean {
     return this.capsKnown && !this.ackMode;
@@ -95,7 +104,7 @@ export class RdsConnection {
    */
   lanesMayConnect(): boolean {
     const p0 = this.paths[0]!;
-    return this.npaths > 1 && p0.state === 3 /* UP */ && p0.peerPongSeen;
+    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen;
   }
 
   openLanes(): void {

@@ -379,8 +379,9 @@ export class RdsConnPath {
 
   // ---- acknowledging what we received (rds-socket peers only) ----
 
-  /** A sequenced message was accepted on this path. */
-  recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry {
+  /** A sequenced message was accepted on this path; null when nothing will be acknowledged. */
+  recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
+    if (!this.conn.tracksReceipts) return null;
     const e = this.rx.record(seq, consumed, ackRequired, Date.now());
     if (this.conn.ackMode && (consumed || ackRequired)) this.requestAck();
     return e;

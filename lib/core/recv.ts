@@ -88,7 +88,8 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   const entry = cp.recordReceived(seq, false, ackRequired);
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, { path: cp, entry })) cp.consumed(entry);
+  const receipt = entry === null ? null : { path: cp, entry };
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, receipt) && entry !== null) cp.consumed(entry);
 }
 
 function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {

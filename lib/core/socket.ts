@@ -395,7 +395,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.rxQueue.push({ msg, receipt });
     this.stack.counters.inc('recv_queued');
     this.rcvDelta(msg.data.length);
-    this.wakeOne();
+    this.wakeAll();
     this.announceReadable();
     return true;
   }
@@ -407,7 +407,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       if (hit !== 0n) {
         this.congNotify |= hit;
         this.congMask &= ~hit;
-        this.wakeOne();
+        this.wakeAll();
         this.announceReadable();
       }
     }
@@ -513,11 +513,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     });
   }
 
-  private wakeOne(): void {
-    // Receivers retry on wake, so waking all is correct; waking all also covers mixed waiters.
-    this.wakeAll();
-  }
-
+  /** Waiters re-check their condition on waking, so waking all of them is always correct. */
   private wakeAll(): void {
     const ws = [...this.waiters];
     for (const w of ws) w.wake();

@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
+  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -448,6 +448,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       ? Math.min(this.options.npaths, peerPaths, conn.paths.length)
       : Math.max(1, Math.min(this.advertisedPaths(conn), hs.npaths ?? 1));
     conn.setPathCount(n);
+    // A kernel is never acknowledged: drop what was tracked while we did not know.
+    if (!conn.tracksReceipts) for (const p of conn.paths) p.rx.reset();
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
     conn.transport.capabilitiesChanged?.(conn);
   }
@@ -607,7 +609,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   congMapReceived(conn: RdsConnection, cleared: bigint): void {
     this.congGeneration++;
     // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
-    const mask = conn.transport.transType === 0 ? cleared : 0xffffffffffffffffn;
+    const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
     for (const s of this.bindTable.values()) if (s.boundAddress === conn.laddr) s.congestionUpdated(conn, mask);
     this.wakeCongWaiters();
   }

@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import * as tls from 'node:tls';
-import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_TCP } from '../constants.js';
+import {
+  RDS_CONG_MAP_BYTES, RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_TCP,
+} from '../constants.js';
 import { RdsError } from '../errors.js';
 import { canonicalAddress, compareAddresses } from '../core/address.js';
 import type { RdsConnPath } from '../core/path.js';
@@ -275,7 +277,7 @@ export class TcpTransport implements RdsTransport {
     }
     const { maxConnections, maxUnidentifiedConnections } = this.host.options;
     // A peer already talking to us on path 0 is known: its lanes and reconnects are not strangers.
-    const known = this.host.connFor(local, remote, this).paths[0]!.state === 3 /* UP */;
+    const known = this.host.connFor(local, remote, this).paths[0]!.state === RDS_CONN_UP;
     if (this.carriers >= maxConnections || (!known && this.unidentified >= maxUnidentifiedConnections)) {
       this.host.counters.inc('conn_refused_limit');
       sock.resetAndDestroy();
@@ -330,7 +332,7 @@ export class TcpTransport implements RdsTransport {
     if (n > 1 && conn.peerSportIdx) return conn.paths[srcPort % n]!;
     for (let i = 0; i < Math.max(1, n); i++) {
       const p = conn.paths[i]!;
-      if (p.state !== 3 /* UP */) return p;
+      if (p.state !== RDS_CONN_UP) return p;
     }
     return null;
   }
@@ -411,7 +413,7 @@ export class TcpTransport implements RdsTransport {
       if (tp.sock !== sock) return;
       tp.sock = null;
       tp.reader = null;
-      if (cp.state === 1 /* CONNECTING */) cp.connectFailed();
+      if (cp.state === RDS_CONN_CONNECTING) cp.connectFailed();
       else cp.drop('connection closed');
     });
   }
