@@ -108,6 +108,16 @@ export const RDSSOCK_EXTHDR_CAPS = 0x52;
 export const RDSSOCK_CAP_ACK = 0x1;
 /** The peer answers heartbeat frames. */
 export const RDSSOCK_CAP_HEARTBEAT = 0x2;
+/**
+ * The peer takes messages moved from a dead path to a live one (failover between rds-socket
+ * nodes) and suppresses duplicates by their original path and sequence (RDSSOCK_EXTHDR_MOVED).
+ */
+export const RDSSOCK_CAP_FAILOVER = 0x4;
+/**
+ * On a message moved by failover: u8 original path index, be64 original sequence number. Only
+ * ever sent to peers that advertised RDSSOCK_CAP_FAILOVER (never to a kernel).
+ */
+export const RDSSOCK_EXTHDR_MOVED = 0x53;
 /** Bits 4..7 of the capabilities: how many paths (1, 2, 4 or 8) the peer can run. */
 export const RDSSOCK_CAP_PATHS_SHIFT = 4;
 

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants, type ConnectionInfo } from '../lib/index.js';
+import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants, wire as w, type ConnectionInfo } from '../lib/index.js';
 import { FaultProxy } from '../lib/testing/index.js';
-import { RawListener } from './raw-peer.js';
+import { RawListener, rawConnect } from './raw-peer.js';
 import { TEST_TCP_PORT, payload, until } from './helpers.js';
 
 let cleanups: (() => Promise<void>)[] = [];
@@ -11,7 +11,8 @@ afterEach(async () => {
 });
 let sub = 0;
 
-async function pair(optsA: { npaths?: number } = {}, optsB: { npaths?: number } = {}, viaProxy = false) {
+type StackOpts = { npaths?: number; failoverGraceMs?: number; ackDelayMaxMs?: number };
+async function pair(optsA: StackOpts = {}, optsB: StackOpts = {}, viaProxy = false) {
   const base = `127.27.${++sub}`;
   let proxy: FaultProxy | null = null;
   if (viaProxy) {
@@ -169,5 +170,157 @@ describe('paths and ordering', () => {
     expect(p.sentBytes).toBeGreaterThanOrEqual(50 * 1000);
     expect(p.latencyHistogram.reduce((x, y) => x + y, 0)).toBeGreaterThanOrEqual(50);
     expect(p.transport).toMatchObject({ localPort: expect.any(Number), peerPort: TEST_TCP_PORT });
+  });
+});
+
+/** The path index a socket's messages to `dest` use: send one, see which path's counter moved. */
+async function laneOf(A: RdsStack, s: RdsSocket, dest: { address: string; port: number }): Promise<number> {
+  const before = conn(A).paths.map((p) => p.sentMessages);
+  await s.send(Buffer.from('probe-lane'), dest);
+  const moved = () => conn(A).paths.findIndex((p, k) => p.sentMessages > before[k]!);
+  await until(() => moved() >= 0, 'the message to leave');
+  return moved();
+}
+
+/** Sockets on A, one per lane that some socket maps to; several per lane are fine. */
+async function socketsByLane(A: RdsStack, mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>, base: string,
+  b: RdsSocket, count: number): Promise<{ socks: RdsSocket[]; lanes: number[] }> {
+  const socks: RdsSocket[] = [];
+  const lanes: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const s = await mk(A, `${base}.1`, 4200 + i);
+    socks.push(s);
+    lanes.push(await laneOf(A, s, b.address()));
+  }
+  return { socks, lanes };
+}
+
+async function drainProbes(b: RdsSocket, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('probe-lane');
+}
+
+describe('failover between rds-socket nodes', () => {
+  it('a lane killed mid-stream: its messages move to a live path and back, none lost, none duplicated, order kept', async () => {
+    const { A, B, a, b, mk, base, proxy } = await pair({ failoverGraceMs: 150 }, { failoverGraceMs: 150 }, true);
+    a.sendmsg(Buffer.from('probe-lane'), b.address());
+    await drainProbes(b, 1);
+    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
+    const { socks, lanes } = await socketsByLane(A, mk, base, b, 12);
+    await drainProbes(b, socks.length);
+    const victim = lanes.find((l) => l > 0)!;
+    expect(victim).toBeGreaterThan(0);
+    const onVictim = socks.filter((_, i) => lanes[i] === victim);
+
+    const N = 300;
+    const received = new Map<number, number>();
+    const rx = (async () => {
+      for (let k = 0; k < N * socks.length; k++) {
+        const m = await b.recv({ timeout: 20000 });
+        const want = received.get(m.port) ?? 0;
+        expect(m.data.readUInt32BE(0)).toBe(want); // a gap is a loss, a repeat is a duplicate
+        received.set(m.port, want + 1);
+      }
+    })();
+    let sentAfterReturn = 0;
+    for (let i = 0; i < N; i++) {
+      for (const s of socks) await s.send(payload(i, 100 + ((i * 53) % 2000)), b.address(), { timeout: 20000 });
+      if (i === 100) proxy!.cutLane(victim);
+      if (i === 150) await until(() => conn(A).paths[victim]!.failedOverTo !== null, 'failover of the cut lane');
+      if (i === 200) {
+        proxy!.cutLane(victim, false);
+        await until(() => conn(A).paths[victim]!.state === 'UP' && conn(A).paths[victim]!.failedOverTo === null, 'lane back');
+        sentAfterReturn = conn(A).paths[victim]!.sentMessages;
+      }
+    }
+    await rx;
+    for (const s of socks) await s.flush({ timeout: 20000 });
+    expect(b.recvmsg()).toBeNull();
+    for (const s of socks) expect(received.get(s.address().port)).toBe(N);
+    const p = conn(A).paths[victim]!;
+    expect(p.movedByFailover).toBeGreaterThan(0);
+    expect(A.counters.get('failover_moved')).toBe(conn(A).paths.reduce((n, x) => n + x.movedByFailover, 0));
+    // The lane's sockets came back to it once it was up again.
+    if (onVictim.length > 0) expect(p.sentMessages).toBeGreaterThan(sentAfterReturn);
+  });
+
+  it('messages the peer already had when the lane died are not delivered twice', async () => {
+    // The receiver does not read, so nothing is acknowledged: every message on the lane is still
+    // unacknowledged at the sender when the lane dies, although the peer has them all.
+    const { A, B, a, b, mk, base, proxy } = await pair({ failoverGraceMs: 100 }, { ackDelayMaxMs: 60000 }, true);
+    a.sendmsg(Buffer.from('probe-lane'), b.address());
+    await drainProbes(b, 1);
+    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
+    const { socks, lanes } = await socketsByLane(A, mk, base, b, 8);
+    await drainProbes(b, socks.length);
+    const k = lanes.findIndex((l) => l > 0);
+    const s = socks[k]!;
+    const victim = lanes[k]!;
+    const before = conn(B).paths[victim]!.recvMessages;
+    const K = 40;
+    const events: number[] = [];
+    A.on('failover', (ev) => events.push(ev.moved));
+    for (let i = 0; i < K; i++) s.sendmsg(payload(i, 500), b.address());
+    await until(() => conn(B).paths[victim]!.recvMessages === before + K, 'peer has them all');
+    proxy!.cutLane(victim);
+    await until(() => B.counters.get('recv_drop_moved_dup') === K, 'moved copies dropped as duplicates');
+    expect(events).toEqual([K]);
+    for (let i = 0; i < K; i++) expect((await b.recv({ timeout: 5000 })).data.readUInt32BE(0)).toBe(i);
+    expect(b.recvmsg()).toBeNull();
+    await s.flush({ timeout: 10000 }); // acknowledged over the live path
+    expect(conn(A).paths[victim]!.failedOverTo).not.toBeNull();
+  });
+
+  it('never fails over with failoverGraceMs: Infinity: messages wait for their own path', async () => {
+    const { A, B, a, b, mk, base, proxy } = await pair({ failoverGraceMs: Infinity }, {}, true);
+    a.sendmsg(Buffer.from('probe-lane'), b.address());
+    await drainProbes(b, 1);
+    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
+    const { socks, lanes } = await socketsByLane(A, mk, base, b, 8);
+    await drainProbes(b, socks.length);
+    const k = lanes.findIndex((l) => l > 0);
+    proxy!.cutLane(lanes[k]!);
+    await until(() => conn(A).paths[lanes[k]!]!.state !== 'UP', 'lane down');
+    socks[k]!.sendmsg(payload(0, 100), b.address());
+    await expect(b.recv({ timeout: 300 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    expect(A.counters.get('failover_moved')).toBe(0);
+    proxy!.cutLane(lanes[k]!, false);
+    expect((await b.recv({ timeout: 10000 })).data.readUInt32BE(0)).toBe(0);
+  });
+});
+
+describe('pairing without SPORT_IDX (older kernels, spec §3.5)', () => {
+  it('an acceptor pairs lane connections first-free, the same way after reconnects', async () => {
+    const base = `127.27.${++sub}`;
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT });
+    cleanups.push(() => B.close());
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: `${base}.2`, port: 4000 });
+    // An rds-socket-like initiator that runs 8 paths but does not put path indexes in its ports.
+    const caps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_HEARTBEAT | (8 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const hello = w.packExtensions([w.npathsExtension(8), w.genNumExtension(77), w.rdsCapsExtension(caps)]);
+    const open = async () => {
+      const c = await rawConnect(`${base}.1`, `${base}.2`, TEST_TCP_PORT, false);
+      cleanups.push(async () => { c.sock.destroy(); });
+      c.send({ sport: 1, dport: 0, flags: constants.RDS_FLAG_RETRANSMITTED, exthdr: hello });
+      return c;
+    };
+    const c0 = await open();
+    await until(() => conn(B).npaths === 8, 'path count from the hello');
+    const portOf = (c: { sock: { localPort?: number } }) => c.sock.localPort!;
+    const peerPorts = () => conn(B).paths.map((p) => (p.state === 'UP' ? (p.transport as { peerPort: number }).peerPort : null));
+    const c1 = await open();
+    const c2 = await open();
+    await until(() => peerPorts()[2] !== null, 'three paths up');
+    expect(peerPorts().slice(0, 3)).toEqual([portOf(c0), portOf(c1), portOf(c2)]);
+    // Lane 1 goes away; the next connection takes the first free path, 1, whatever its port.
+    c1.sock.destroy();
+    await until(() => conn(B).paths[1]!.state !== 'UP', 'path 1 down');
+    const c3 = await open();
+    await until(() => peerPorts()[1] === portOf(c3), 'path 1 re-paired');
+    expect(peerPorts().slice(0, 3)).toEqual([portOf(c0), portOf(c3), portOf(c2)]);
+    // Data on the re-paired lane is delivered.
+    c3.send({ sequence: 1, sport: 9, dport: 4000 }, Buffer.from('lane'));
+    const m = await b.recv({ timeout: 5000 });
+    expect(m.data.toString()).toBe('lane');
   });
 });

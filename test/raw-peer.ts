@@ -146,11 +146,12 @@ export class RawListener {
   }
 }
 
-export async function rawConnect(from: string, to: string, port: number): Promise<RawConn> {
+/** `kernelLike`: see RawConn; false for a peer that plays rds-socket and never answers probes. */
+export async function rawConnect(from: string, to: string, port: number, kernelLike = true): Promise<RawConn> {
   const s = connect({ host: to, port, localAddress: from });
   await new Promise<void>((res, rej) => {
     s.once('connect', res);
     s.once('error', rej);
   });
-  return new RawConn(s);
+  return new RawConn(s, kernelLike);
 }

@@ -1,4 +1,4 @@
-import { RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT } from '../constants.js';
+import { RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
 import { RdsConnPath } from './path.js';
@@ -22,11 +22,6 @@ export class RdsConnection {
   capsKnown = false;
   /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
   peerSportIdx = false;
-  /**
-   * After fan-out, lanes > 0 wait until path 0 has had every message up to this sequence
-   * acknowledged, so no socket's message on its new lane overtakes one still on lane 0.
-   */
-  catchupSeq = 0;
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;
   /** True when this side has the numerically smaller address (it initiates TCP). */
@@ -64,6 +59,16 @@ export class RdsConnection {
     return !this.isLoopback && (!this.capsKnown || this.ackMode);
   }
 
+  /**
+   * Whether a dead path's messages may move to a live one: only between rds-socket peers that
+   * acknowledge messages (so we know what the peer has) and suppress duplicates across paths.
+   * Never with a kernel, whose per-path sequence rules forbid it.
+   */
+  get failoverAllowed(): boolean {
+    return this.ackMode && (this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 && this.npaths > 1
+      && Number.isFinite(this.stack.options.failoverGraceMs);
+  }
+
   /** Whether a transport-level acknowledgement (TCP's) may release messages: kernel peers only. */
   get releaseOnTransportAck(): boolean {
     return this.capsKnown && !this.ackMode;
@@ -83,7 +88,8 @@ export class RdsConnection {
    */
   pathFor(sport: number): RdsConnPath {
     if (this.npaths <= 1) return this.paths[0]!;
-    return this.paths[portHash(sport) % this.npaths]!;
+    const p = this.paths[portHash(sport) % this.npaths]!;
+    return p.failedOverTo ?? p;
   }
 
   /** A handshake settled the path count. Going from one path to several starts multipath. */
@@ -91,7 +97,10 @@ export class RdsConnection {
     const before = this.npaths;
     this.npaths = n;
     if (n > 1 && before <= 1) {
-      this.catchupSeq = this.paths[0]!.nextTxSeq - 1;
+      // Lanes wait until lane 0 has delivered what was queued before the fan-out, so no socket's
+      // message on its new lane overtakes one still on lane 0 (spec §3.3).
+      const p0 = this.paths[0]!;
+      for (let i = 1; i < n; i++) this.paths[i]!.holdBehind(p0, p0.nextTxSeq - 1);
       this.stack.counters.inc('mprds_fanout');
     }
     this.openLanes();
@@ -112,15 +121,34 @@ export class RdsConnection {
     for (let i = 1; i < this.npaths; i++) this.paths[i]!.connectIfDown();
   }
 
-  /** Lane 0 still holds messages from before the fan-out: lanes > 0 must wait. */
-  catchupPending(): boolean {
-    if (this.catchupSeq === 0) return false;
-    const p0 = this.paths[0]!;
-    const oldest = p0.oldestUnacked();
-    if (oldest !== undefined && oldest <= this.catchupSeq) return true;
-    this.catchupSeq = 0;
-    for (let i = 1; i < this.npaths; i++) this.paths[i]!.kick();
-    return false;
+  /** `cp` freed messages: paths holding behind it may be free to go. */
+  releaseHolds(cp: RdsConnPath): void {
+    for (let i = 0; i < this.npaths; i++) {
+      const p = this.paths[i]!;
+      if (p.holdingBehind === cp) p.kick();
+    }
+  }
+
+  /**
+   * The live path a dead one's messages go to: the one it is already holding behind if that is
+   * up (moving elsewhere could let them overtake what waits there), else the lowest UP path.
+   */
+  failoverTarget(from: RdsConnPath): RdsConnPath | null {
+    const hold = from.currentHold();
+    if (hold !== null) return hold.state === RDS_CONN_UP ? hold : null;
+    for (let i = 0; i < this.npaths; i++) {
+      const p = this.paths[i]!;
+      if (p !== from && p.state === RDS_CONN_UP) return p;
+    }
+    return null;
+  }
+
+  /** A path came up: paths whose grace period ran out while nothing was up can move now. */
+  retryFailovers(): void {
+    for (let i = 0; i < this.npaths; i++) {
+      const p = this.paths[i]!;
+      if (p.failoverDue && p.state !== RDS_CONN_UP) p.failOver();
+    }
   }
 }
 

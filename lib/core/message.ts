@@ -1,5 +1,5 @@
-import { RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
-import { OFF_FLAGS } from '../wire/header.js';
+import { RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDSSOCK_EXTHDR_MOVED } from '../constants.js';
+import { OFF_EXTHDR, OFF_FLAGS, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import type { RdsConnPath } from './path.js';
 
 /** Who gets the bytes back when a message is acknowledged or cancelled: the sending socket. */
@@ -25,11 +25,12 @@ export class RdsOutgoing {
 
   constructor(
     readonly wire: Buffer,
-    readonly seq: number,
+    /** Sequence on its current path; a failover gives it a new one (see moveTo). */
+    public seq: number,
     readonly sport: number,
     readonly dport: number,
     readonly daddr: string,
-    readonly path: RdsConnPath,
+    public path: RdsConnPath,
     readonly owner: SendOwner | null,
   ) {}
 
@@ -43,6 +44,31 @@ export class RdsOutgoing {
 
   markRetransmitted(): void {
     this.wire[OFF_FLAGS] = this.wire[OFF_FLAGS]! | RDS_FLAG_RETRANSMITTED;
+  }
+
+  /**
+   * Failover: the message leaves a dead path for `path`, where it gets sequence `seq`. The header
+   * records where it was first numbered (path index and sequence), once, so the receiver can tell
+   * whether it already has it however many times it moves. Callers move only messages whose
+   * extension area is free (data messages never carry extensions).
+   */
+  moveTo(path: RdsConnPath, seq: number): void {
+    const w = this.wire;
+    if (w[OFF_EXTHDR] !== RDSSOCK_EXTHDR_MOVED) {
+      w[OFF_EXTHDR] = RDSSOCK_EXTHDR_MOVED;
+      w[OFF_EXTHDR + 1] = this.path.index;
+      writeU64(w, OFF_EXTHDR + 2, this.seq);
+    }
+    writeU64(w, OFF_SEQUENCE, seq);
+    // First transmission in the new path's sequence space.
+    w[OFF_FLAGS] = w[OFF_FLAGS]! & ~RDS_FLAG_RETRANSMITTED;
+    this.seq = seq;
+    this.path = path;
+  }
+
+  /** Only messages with an empty extension area can carry the failover record. */
+  get movable(): boolean {
+    return this.owner !== null && (this.wire[OFF_EXTHDR] === 0 || this.wire[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED);
   }
 
   /** Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once. */

@@ -46,6 +46,29 @@ export class RdsConnPath {
    */
   peerPongSeen = false;
 
+  // ---- failover (rds-socket peers only) ----
+  /** While this path is down past its grace period, its sockets' messages go to this live path. */
+  failedOverTo: RdsConnPath | null = null;
+  /** The grace period ran out while no other path was up: move as soon as one is. */
+  failoverDue = false;
+  /** Messages moved from this path to a live one. */
+  movedByFailover = 0;
+  /**
+   * Receive side: messages first numbered on this path below this sequence arrived (moved over
+   * another path), so a late copy still in this path's old carrier is a duplicate.
+   */
+  movedFloor = 0;
+  /** Receive side: one past the last sequence accepted that was numbered on this path (not moved here). */
+  nativeRxSeq = 0;
+  /**
+   * Nothing leaves this path until `holdingBehind` has had every message up to `holdSeq`
+   * acknowledged, so no socket's message overtakes an earlier one still waiting there: after the
+   * fan-out from lane 0, and when a failed-over path comes back.
+   */
+  holdingBehind: RdsConnPath | null = null;
+  private holdSeq = 0;
+  private failoverTimer: NodeJS.Timeout | null = null;
+
   private backoffMs = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   private pumpQueued = false;
@@ -109,6 +132,7 @@ export class RdsConnPath {
       this.resetSendState();
     }
     this.clearReconnect();
+    this.clearFailover();
     this.backoffMs = 0;
     this.blocked = false;
     this.ackInFlight = false;
@@ -118,10 +142,17 @@ export class RdsConnPath {
     this.peerHelloSeen = false;
     this.peerPongSeen = false;
     this.setState(RDS_CONN_UP);
+    if (this.failedOverTo !== null) {
+      // Back from failover: this path's sockets return, behind what went ahead on the other.
+      const t = this.failedOverTo;
+      this.failedOverTo = null;
+      this.holdBehind(t, t.nextTxSeq - 1);
+    }
     this.sendControl(this.stack.helloFrame(this.conn));
     this.stack.pathUp(this);
     this.startHeartbeat();
     this.schedulePump();
+    this.conn.retryFailovers();
   }
 
   connectFailures = 0;
@@ -131,6 +162,7 @@ export class RdsConnPath {
     if (this.state !== RDS_CONN_CONNECTING) return;
     this.connectFailures++;
     this.setState(RDS_CONN_DOWN);
+    if (this.sendQueue.length > 0) this.armFailover();
     this.queueReconnect(false);
   }
 
@@ -148,6 +180,7 @@ export class RdsConnPath {
     this.blocked = false;
     this.ackInFlight = false;
     this.setState(RDS_CONN_DOWN);
+    if (this.sendQueue.length > 0) this.armFailover();
     this.queueReconnect(wasUp);
   }
 
@@ -185,7 +218,7 @@ export class RdsConnPath {
   }
 
   setRef(ref: boolean): void {
-    for (const t of [this.reconnectTimer, this.heartbeatTimer, this.ackTimer]) {
+    for (const t of [this.reconnectTimer, this.heartbeatTimer, this.ackTimer, this.failoverTimer]) {
       if (t) (ref ? t.ref() : t.unref());
     }
   }
@@ -193,9 +226,93 @@ export class RdsConnPath {
   /** Stop all timers: the stack is closing. */
   dispose(): void {
     this.clearReconnect();
+    this.clearFailover();
     this.stopHeartbeat();
     if (this.ackTimer) clearTimeout(this.ackTimer);
     this.ackTimer = null;
+  }
+
+  // ---- failover (RTRS-style, between rds-socket nodes) ----
+
+  /** Start the grace period of a path that is not up and has messages waiting (once). */
+  private armFailover(): void {
+    const grace = this.stack.options.failoverGraceMs;
+    if (this.failoverTimer !== null || this.failoverDue || !Number.isFinite(grace) || this.conn.npaths <= 1) return;
+    this.failoverTimer = setTimeout(() => {
+      this.failoverTimer = null;
+      if (this.state === RDS_CONN_UP) return;
+      this.failoverDue = true;
+      this.failOver();
+    }, grace);
+    if (!this.stack.referenced) this.failoverTimer.unref();
+  }
+
+  private clearFailover(): void {
+    if (this.failoverTimer !== null) clearTimeout(this.failoverTimer);
+    this.failoverTimer = null;
+    this.failoverDue = false;
+  }
+
+  /**
+   * The path stayed down past its grace period: hand its messages, in order, to a live path,
+   * where they get new sequence numbers and a record of where they were first numbered; the peer
+   * drops any it already has. Until this path is back, its sockets send on the live path too.
+   */
+  failOver(): void {
+    if (!this.conn.failoverAllowed) return;
+    const target = this.conn.failoverTarget(this);
+    if (target === null) return; // retried when a path comes up
+    this.failoverDue = false;
+    const stay: RdsOutgoing[] = [];
+    let moved = 0;
+    for (const m of this.sendQueue.drain()) {
+      if (m.done) continue;
+      if (!m.movable) {
+        stay.push(m); // pings and probes belong to this path
+        continue;
+      }
+      m.moveTo(target, target.nextTxSeq++);
+      target.sendQueue.push(m);
+      moved++;
+    }
+    this.sendQueue.unshiftAll(stay);
+    this.movedByFailover += moved;
+    this.stack.counters.inc('failover_moved', moved);
+    this.failedOverTo = target;
+    // Whatever was waiting on, or redirected to, this path now depends on the target.
+    // (The target itself no longer waits for us: our messages now queue in front of its later ones.)
+    for (let i = 0; i < this.conn.npaths; i++) {
+      const p = this.conn.paths[i]!;
+      if (p.failedOverTo === this) p.failedOverTo = target;
+      if (p.holdingBehind === this) {
+        if (p === target) p.holdingBehind = null;
+        else p.holdBehind(target, target.nextTxSeq - 1);
+      }
+    }
+    this.holdingBehind = null;
+    this.stack.pathFailedOver(this, target, moved);
+    target.schedulePump();
+  }
+
+  /** See holdingBehind. */
+  holdBehind(path: RdsConnPath, seq: number): void {
+    if (seq <= 0 || path === this) return;
+    this.holdingBehind = path;
+    this.holdSeq = seq;
+  }
+
+  /** The path this one is waiting for, if it still has to. */
+  currentHold(): RdsConnPath | null {
+    return this.held() ? this.holdingBehind : null;
+  }
+
+  private held(): boolean {
+    const h = this.holdingBehind;
+    if (h === null) return false;
+    const oldest = h.oldestUnacked();
+    if (oldest !== undefined && oldest <= this.holdSeq) return true;
+    this.holdingBehind = null;
+    return false;
   }
 
   /**
@@ -241,6 +358,7 @@ export class RdsConnPath {
     this.stack.counters.inc('send_queued');
     if (this.state === RDS_CONN_DOWN) this.connectIfDown();
     else this.schedulePump();
+    if (this.state !== RDS_CONN_UP) this.armFailover();
     return msg;
   }
 
@@ -279,7 +397,7 @@ export class RdsConnPath {
       return;
     }
     if (this.state !== RDS_CONN_UP || this.blocked) return;
-    if (this.index > 0 && this.conn.catchupPending()) return;
+    if (this.holdingBehind !== null && this.held()) return;
     const t = this.conn.transport;
     const stack = this.stack;
     const ackMode = this.conn.ackMode;
@@ -358,7 +476,7 @@ export class RdsConnPath {
       m.complete();
       freed = true;
     }
-    if (freed && this.index === 0 && this.conn.catchupSeq !== 0) this.conn.catchupPending();
+    if (freed) this.conn.releaseHolds(this);
   }
 
   /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */

@@ -1,5 +1,6 @@
 import {
   RDS_CONG_MAP_BYTES, RDS_FLAG_ACK_REQUIRED, RDS_FLAG_CONG_BITMAP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED,
+  RDSSOCK_EXTHDR_MOVED,
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeHandshake, parseExtensions } from '../wire/extensions.js';
@@ -57,12 +58,19 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     if (conn.ackMode) cp.forceAck();
     return;
   }
-  // Accepted even if it went backwards: a restarted peer starts again at 1 without the flag.
-  cp.nextRxSeq = seq + 1;
-  cp.recvMessages++;
-  cp.recvBytes += payload.length;
   const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;
   if (ackRequired) stack.counters.inc('recv_ack_required');
+  if (movedDuplicate(cp, header, seq)) {
+    stack.counters.inc('recv_drop_moved_dup');
+    cp.nextRxSeq = Math.max(cp.nextRxSeq, seq + 1);
+    cp.recordReceived(seq, true, ackRequired);
+    return;
+  }
+  // Accepted even if it went backwards: a restarted peer starts again at 1 without the flag.
+  cp.nextRxSeq = seq + 1;
+  if (header[OFF_EXTHDR] !== RDSSOCK_EXTHDR_MOVED) cp.nativeRxSeq = seq + 1;
+  cp.recvMessages++;
+  cp.recvBytes += payload.length;
 
   if (dport === 0) {
     cp.recordReceived(seq, true, ackRequired);
@@ -90,6 +98,26 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   const entry = cp.recordReceived(seq, false, ackRequired);
   const receipt = entry === null ? null : { path: cp, entry };
   if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, receipt) && entry !== null) cp.consumed(entry);
+}
+
+/**
+ * Failover between rds-socket peers: a message moved from a dead path carries that path's index
+ * and its sequence there (its original number). The sender keeps each path's messages in
+ * original order across moves, so a message is a duplicate if a message with the same or a later
+ * original number of that path was already accepted, natively on the path or moved. A message
+ * arriving late on a path whose later messages already came moved is one too. Kernels never send
+ * the record, and their paths never get a floor, so none of this applies to them.
+ */
+function movedDuplicate(cp: RdsConnPath, header: Buffer, seq: number): boolean {
+  if (header[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED) {
+    const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
+    if (origin === undefined) return false; // no such path: nothing to compare with, deliver
+    const originSeq = readU64(header, OFF_EXTHDR + 2);
+    if (originSeq < origin.nativeRxSeq || originSeq < origin.movedFloor) return true;
+    origin.movedFloor = originSeq + 1;
+    return false;
+  }
+  return seq < cp.movedFloor;
 }
 
 function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {

@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
+  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -62,6 +62,13 @@ export interface RdsStackOptions {
    * Used with rds-socket peers; with kernel peers rds-socket runs one path (see README).
    */
   npaths?: number;
+  /**
+   * Between rds-socket peers running several paths: a path that stays down this long (ms) while
+   * another path to the same peer is up hands its queued and unacknowledged messages to the live
+   * path, without loss, duplication or reordering per socket pair; its sockets return when it is
+   * back. Infinity disables failover. Never used with kernel peers. Default 2000.
+   */
+  failoverGraceMs?: number;
 }
 
 export interface ResolvedStackOptions {
@@ -80,6 +87,7 @@ export interface ResolvedStackOptions {
   maxConnections: number;
   maxUnidentifiedConnections: number;
   headerTimeoutMs: number;
+  failoverGraceMs: number;
 }
 
 function positiveInt(v: unknown, name: string, dflt: number, min = 1): number {
@@ -159,6 +167,10 @@ export interface PathInfo {
   connectFailures: number;
   acksSent: number;
   heartbeatsSent: number;
+  /** Messages this path handed to a live path while it was down (failover). */
+  movedByFailover: number;
+  /** While failed over: the index of the path its sockets use meanwhile; otherwise null. */
+  failedOverTo: number | null;
   /** Send-to-acknowledge times: bucket b counts messages acknowledged in [2^(b-1), 2^b) ms (b=0: < 1 ms). */
   latencyHistogram: number[];
   /** Transport details (TCP: local and peer ports, bytes, reassembly state). */
@@ -188,6 +200,8 @@ export interface RdsStackEvents {
   state: (ev: PathStateEvent) => void;
   /** A path was dropped, and why (peer closed, protocol error, heartbeat, ...). */
   drop: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; reason: string }) => void;
+  /** A path stayed down past failoverGraceMs: `moved` messages went to path `to`. */
+  failover: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; to: number; moved: number }) => void;
   /** A connection was dropped because the peer broke the protocol (already counted). */
   'protocol-error': (ev: { localAddress: string; peerAddress: string; transport: string; path: number; error: Error }) => void;
   /** An asynchronous failure with no call to report it to (a listener died, ...). */
@@ -267,6 +281,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       maxConnections: positiveInt(opts.maxConnections, 'maxConnections', 4096),
       maxUnidentifiedConnections: positiveInt(opts.maxUnidentifiedConnections, 'maxUnidentifiedConnections', 64),
       headerTimeoutMs: positiveInt(opts.headerTimeoutMs, 'headerTimeoutMs', 10000),
+      failoverGraceMs: opts.failoverGraceMs === Infinity ? Infinity : positiveInt(opts.failoverGraceMs, 'failoverGraceMs', 2000, 0),
     };
     if (opts.allowPeers !== undefined) {
       if (!Array.isArray(opts.allowPeers)) throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
@@ -388,7 +403,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   localCaps(conn: RdsConnection): number {
     // We always answer heartbeats, even when we send none ourselves.
     const paths = conn.transport.mpathCapable ? this.options.npaths : 1;
-    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+    // Failover needs acks (to know what the peer has) and paths to move between.
+    const failover = this.options.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
+    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
   }
 
   /**
@@ -525,6 +542,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
           sendQueue: q.send, retransQueue: q.retrans, sentMessages: p.sentMessages, sentBytes: p.sentBytes,
           recvMessages: p.recvMessages, recvBytes: p.recvBytes, upCount: p.upCount,
           connectFailures: p.connectFailures, acksSent: p.acksSent, heartbeatsSent: p.heartbeatsSent,
+          movedByFailover: p.movedByFailover, failedOverTo: p.failedOverTo?.index ?? null,
           latencyHistogram: [...p.latencyHistogram],
           transport: c.transport.pathInfo?.(p) ?? null,
         };
@@ -546,6 +564,13 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     });
   }
 
+  /** A path's messages moved to a live one: a 'failover' event. */
+  pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
+    this.emit('failover', {
+      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, to: to.index, moved,
+    });
+  }
+
   reportProtocolError(cp: RdsConnPath, error: Error): void {
     this.counters.inc('recv_drop_protocol_error');
     this.emit('protocol-error', {
@@ -562,6 +587,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.counters.inc('peer_restarted');
     for (const p of conn.paths) {
       p.nextRxSeq = 0;
+      p.movedFloor = 0;
+      p.nativeRxSeq = 0;
       p.rx.reset();
     }
   }

@@ -62,6 +62,8 @@ export const RDS_COUNTER_NAMES = [
   'handshake_timeout',
   'peer_restarted',
   'mprds_fanout',
+  'failover_moved',
+  'recv_drop_moved_dup',
   'tcp_accept_no_free_path',
   'conn_refused_allowlist',
   'conn_refused_limit',

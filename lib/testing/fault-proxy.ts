@@ -72,6 +72,8 @@ class FrameCursor {
 interface Pair {
   client: Socket;
   server: Socket;
+  /** The client's source port mod 8: with SPORT_IDX, the multipath lane this connection carries. */
+  residue: number;
 }
 
 /**
@@ -87,11 +89,14 @@ export class FaultProxy {
   private stalled = new Set<Direction>();
   private blackholed = new Set<Direction>();
   private delayMs = 0;
+  private cutResidues = new Set<number>();
   private held = new Map<Socket, Buffer[]>();
   /** Resets carried out. */
   resets = 0;
   /** Connections accepted. */
   accepted = 0;
+  /** Connections refused because their lane was cut. */
+  refused = 0;
   private readonly rnd: () => number;
 
   private constructor(private readonly opts: FaultProxyOptions, server: Server) {
@@ -120,8 +125,15 @@ export class FaultProxy {
 
   private onClient(client: Socket): void {
     this.accepted++;
-    const server = this.dial((client.remotePort ?? 0) % 8);
-    const pair: Pair = { client, server };
+    const residue = (client.remotePort ?? 0) % 8;
+    if (this.cutResidues.has(residue)) {
+      this.refused++;
+      client.on('error', () => {});
+      client.resetAndDestroy();
+      return;
+    }
+    const server = this.dial(residue);
+    const pair: Pair = { client, server, residue };
     this.pairs.add(pair);
     this.cursors.set(client, new FrameCursor());
     this.cursors.set(server, new FrameCursor());
@@ -185,11 +197,15 @@ export class FaultProxy {
   private reset(pair: Pair): void {
     const cut = this.pendingCut;
     this.pendingCut = null;
+    this.kill(pair);
+    cut?.done();
+  }
+
+  private kill(pair: Pair): void {
     this.resets++;
     this.pairs.delete(pair);
     pair.client.resetAndDestroy();
     pair.server.resetAndDestroy();
-    cut?.done();
   }
 
   /**
@@ -205,6 +221,20 @@ export class FaultProxy {
   /** Resets every connection now. */
   resetAll(): void {
     for (const p of [...this.pairs]) this.reset(p);
+  }
+
+  /**
+   * Takes one multipath lane down and keeps it down: resets its connection (the client's source
+   * port mod 8 is the lane under SPORT_IDX) and refuses reconnects from that residue until
+   * `cutLane(lane, false)`. Other lanes are untouched.
+   */
+  cutLane(lane: number, on = true): void {
+    if (!on) {
+      this.cutResidues.delete(lane);
+      return;
+    }
+    this.cutResidues.add(lane);
+    for (const p of [...this.pairs]) if (p.residue === lane) this.kill(p);
   }
 
   /** Holds bytes in a direction (the connection stays open) until resume(). */
