@@ -18,7 +18,7 @@ const peers = nodes.map((a, i) => ({ i, a })).filter((p) => p.i !== id);
 const WINDOW = 256;
 
 const stack = new RdsStack({
-  tcpPort: Number(tcpPort), reconnectMaxDelayMs: 100, heartbeatIntervalMs: 500,
+  tcpPort: Number(tcpPort), reconnectMaxDelayMs: 100, heartbeatIntervalMs: 500, failoverGraceMs: 100,
   transports: [new TcpTransport({ dial: (l, f, port) => dial.get(`${l}>${f}`) ?? { host: f, port } }), new LoopTransport()],
 });
 const sock = new RdsSocket({ stack });

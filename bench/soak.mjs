@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // npm run soak [-- --short] — 3 rds-socket nodes, one process each, exchange `count` messages of
 // mixed sizes in each direction of every pair, through fault proxies that reset the connections
-// (inside headers, inside payloads, between messages) at least `resets` times, while one node is
+// (inside headers, inside payloads, between messages) at least `resets` times and cut single
+// multipath lanes for longer than the failover grace period (so their messages move to live
+// lanes and back), while one node is
 // killed with SIGKILL and restarted once. Prints, per pair: sent, acknowledged, delivered, lost
 // (acknowledged to the sender but never delivered to an application) and duplicated (delivered
 // twice to the same application instance). Exits non-zero unless lost = duplicated = 0 and order held.
@@ -50,7 +52,15 @@ const faults = (async () => {
   let k = 0;
   while (resetting) {
     const p = proxies[k % proxies.length];
-    await Promise.race([p.resetAt(k % 2 ? 'forward' : 'backward', kinds[k % 3]), new Promise((r) => setTimeout(r, 200))]);
+    if (k % 4 === 3) {
+      // A lane down past the nodes' 100 ms failover grace: its messages fail over and come back.
+      const lane = 1 + (k % 7);
+      p.cutLane(lane);
+      await new Promise((r) => setTimeout(r, 250));
+      p.cutLane(lane, false);
+    } else {
+      await Promise.race([p.resetAt(k % 2 ? 'forward' : 'backward', kinds[k % 3]), new Promise((r) => setTimeout(r, 200))]);
+    }
     k++;
     await new Promise((r) => setTimeout(r, short ? 20 : 40));
   }
@@ -80,7 +90,9 @@ for (const r of results) {
 const read = (f) => (existsSync(f) ? readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => l.split(' ').map(Number)) : []);
 const epochsOf = (i) => (i === victim ? [0, 1] : [0]);
 let bad = false;
-console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, node ${victim} killed and restarted, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+const moved = summaries.reduce((n, x) => n + (x.counters?.failover_moved ?? 0), 0);
+const movedDups = summaries.reduce((n, x) => n + (x.counters?.recv_drop_moved_dup ?? 0), 0);
+console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed and restarted, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 console.log('sender(epoch) -> receiver   sent  acknowledged  delivered  redelivered-after-restart  lost  duplicated  order');
 for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3; r++) {
   if (r === s) continue;
