@@ -52,17 +52,23 @@ const faults = (async () => {
   let k = 0;
   while (resetting) {
     const p = proxies[k % proxies.length];
-    if (k % 4 === 3) {
-      // A lane down past the nodes' 100 ms failover grace: its messages fail over and come back.
-      const lane = 1 + (k % 7);
-      p.cutLane(lane);
-      await new Promise((r) => setTimeout(r, 250));
-      p.cutLane(lane, false);
-    } else {
-      await Promise.race([p.resetAt(k % 2 ? 'forward' : 'backward', kinds[k % 3]), new Promise((r) => setTimeout(r, 200))]);
-    }
+    await Promise.race([p.resetAt(k % 2 ? 'forward' : 'backward', kinds[k % 3]), new Promise((r) => setTimeout(r, 200))]);
     k++;
     await new Promise((r) => setTimeout(r, short ? 20 : 40));
+  }
+})();
+// Alongside: one lane at a time down past the nodes' 100 ms failover grace, so its messages move
+// to live lanes and come back when it returns.
+let cuts = 0;
+const laneCuts = (async () => {
+  while (resetting) {
+    const p = proxies[cuts % proxies.length];
+    const lane = 1 + (cuts % 7);
+    p.cutLane(lane);
+    await new Promise((r) => setTimeout(r, 250));
+    p.cutLane(lane, false);
+    cuts++;
+    await new Promise((r) => setTimeout(r, 100));
   }
 })();
 
@@ -79,6 +85,7 @@ for (const [i, { p }] of procs) {
 const results = await Promise.all([exits[0], exits[1], restarted]);
 resetting = false;
 await faults;
+await laneCuts;
 const resets = proxies.reduce((n, p) => n + p.resets, 0);
 for (const p of proxies) await p.close();
 for (const r of results) {
@@ -92,7 +99,7 @@ const epochsOf = (i) => (i === victim ? [0, 1] : [0]);
 let bad = false;
 const moved = summaries.reduce((n, x) => n + (x.counters?.failover_moved ?? 0), 0);
 const movedDups = summaries.reduce((n, x) => n + (x.counters?.recv_drop_moved_dup ?? 0), 0);
-console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed and restarted, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${cuts} lane cuts, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed and restarted, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 console.log('sender(epoch) -> receiver   sent  acknowledged  delivered  redelivered-after-restart  lost  duplicated  order');
 for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3; r++) {
   if (r === s) continue;
