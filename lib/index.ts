@@ -2,9 +2,12 @@ import * as constants from './constants.js';
 import { RdsStack } from './core/stack.js';
 import { LoopTransport } from './transports/loop.js';
 import { TcpTransport } from './transports/tcp.js';
+import { IbTransport } from './transports/ib.js';
 
 // The core never imports a transport; the package entry point decides which ones a stack gets.
-RdsStack.setDefaultTransports([() => new TcpTransport(), () => new LoopTransport()]);
+// TCP comes first, so sockets use it unless they ask for InfiniBand (SO_RDS_TRANSPORT / transport: 'ib');
+// the IB transport loads rdma-core only when first used.
+RdsStack.setDefaultTransports([() => new TcpTransport(), () => new IbTransport(), () => new LoopTransport()]);
 
 export { constants, RdsStack };
 export { RdsSocket } from './core/socket.js';
@@ -19,4 +22,5 @@ export { RdsError, type RdsErrorCode } from './errors.js';
 export { RDS_COUNTER_NAMES, type RdsCounterName } from './core/stats.js';
 export { TcpTransport, type TcpTransportOptions } from './transports/tcp.js';
 export { LoopTransport } from './transports/loop.js';
+export { IbTransport, type IbTransportOptions } from './transports/ib.js';
 export * as wire from './wire/index.js';

@@ -1,8 +1,40 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
+/** One rdma_cm event channel and the connections made through it (src-native/ib.cc). */
+export interface IbEndpointBinding {
+  /** rdma_listen on address:port; returns the listener's id. */
+  listen(address: string, port: number): number;
+  /** rdma_resolve_addr then _route; returns the new id; ROUTE_RESOLVED (or an error event) follows. */
+  connect(src: string, dst: string, port: number, timeoutMs: number): number;
+  /** PD, completion channel, CQ, RC QP, and one registered buffer of (sendSlots + recvSlots) slots. */
+  setupQp(id: number, sendSlots: number, recvSlots: number, slotSize: number): Buffer;
+  rdmaConnect(id: number, privateData: Buffer): void;
+  accept(id: number, privateData: Buffer): void;
+  /** Refuses a connection request and destroys its id. */
+  reject(id: number, privateData?: Buffer): void;
+  /** Posts SENDs: [slot, length, flags(1 = solicited)] triples; 0 or an errno. */
+  postSend(id: number, wrs: Int32Array): number;
+  /** Posts receives into the given slots; 0 or an errno. */
+  postRecv(id: number, slots: Int32Array): number;
+  disconnect(id: number): void;
+  /** Destroys the QP, CQ, registration and id; idempotent. */
+  destroy(id: number): void;
+  close(): void;
+  ref(): void;
+  unref(): void;
+}
+
 /** What the prebuilt addon (src-native/) provides. */
 export interface NativeBinding {
+  /** null when rdma-core's libibverbs and librdmacm load (dlopen), else why not. */
+  ibLoad(): string | null;
+  /** The RDMA device an IPv4 address belongs to, or null. */
+  ibDeviceFor(address: string): string | null;
+  IbEndpoint: new (
+    onCmEvent: (id: number, event: string, status: number, privateData: Buffer | undefined, info: Record<string, unknown>) => void,
+    onCompletions: (id: number, batch: Int32Array) => void,
+  ) => IbEndpointBinding;
   /** ioctl(SIOCOUTQ): bytes in a TCP socket's send queue not yet acknowledged by the peer. */
   tcpOutq(fd: number): number;
   /** SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT (seconds, seconds, probes). */

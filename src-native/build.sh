@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Rebuilds the committed prebuilt addon (prebuilds/linux-x64/node.napi.node) with prebuildify.
-# Needs a C++ compiler and Node's headers; users never run this: the prebuild is committed.
+# Needs a C++ compiler, Node's headers and the rdma-core headers (Debian: libibverbs-dev librdmacm-dev);
+# users never run this: the prebuild is committed, and libibverbs/librdmacm are dlopened at run time.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Build against the local Node headers; nothing is downloaded.

@@ -1,9 +1,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, constants } from '../lib/index.js';
-import { makePair, payload, raiseSndbuf, timeout, type Pair, type TransportKind } from './helpers.js';
+import { CONFORMANCE_KINDS, makePair, payload, raiseSndbuf, timeout, type Pair } from './helpers.js';
 
-// One suite, run unchanged over every transport (tests/helpers decides how the pair is made).
-const KINDS: TransportKind[] = ['tcp', 'loopback'];
+// One suite, run unchanged over every transport (tests/helpers decides how the pair is made;
+// npm run test:ib runs it over InfiniBand inside a Soft-RoCE guest).
+const KINDS = CONFORMANCE_KINDS;
 const NET = 21;
 
 describe.each(KINDS)('conformance over %s', (kind) => {

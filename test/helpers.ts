@@ -12,20 +12,31 @@ export interface Pair {
   close(): Promise<void>;
 }
 
-export type TransportKind = 'tcp' | 'loopback';
+export type TransportKind = 'tcp' | 'loopback' | 'ib';
 
 /**
- * Two bound sockets that talk over the given transport: for TCP each lives in its own stack
- * (its own node) on its own 127.x address; for loopback both live in one stack.
+ * Two addresses of an RDMA device for IB pairs (test/ib/run.sh sets them inside the Soft-RoCE
+ * guest); unset elsewhere.
+ */
+export const IB_ADDRS = (process.env.RDS_IB_ADDRS ?? '').split(',').filter(Boolean);
+
+/** Transports the conformance suite runs over: RDS_CONFORMANCE_KINDS, default TCP and loopback. */
+export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback').split(',') as TransportKind[];
+
+/**
+ * Two bound sockets that talk over the given transport: for TCP and IB each lives in its own
+ * stack (its own node) on its own address; for loopback both live in one stack.
  * `net` is a per-test-file octet so files running in parallel never share an address.
  */
 export async function makePair(kind: TransportKind, net: number, host: number): Promise<Pair> {
-  const addrA = `127.${net}.${host}.1`;
-  const addrB = `127.${net}.${host}.2`;
+  // IB: one pair at a time on the device's two addresses (each test closes its stacks).
+  const addrA = kind === 'ib' ? IB_ADDRS[0]! : `127.${net}.${host}.1`;
+  const addrB = kind === 'ib' ? IB_ADDRS[1]! : `127.${net}.${host}.2`;
   const stackA = new RdsStack({ tcpPort: TEST_TCP_PORT });
-  const stackB = kind === 'tcp' ? new RdsStack({ tcpPort: TEST_TCP_PORT }) : stackA;
-  const a = new RdsSocket({ stack: stackA });
-  const b = new RdsSocket({ stack: stackB });
+  const stackB = kind === 'loopback' ? stackA : new RdsStack({ tcpPort: TEST_TCP_PORT });
+  const transport = kind === 'ib' ? 'ib' : undefined;
+  const a = new RdsSocket({ stack: stackA, ...(transport ? { transport } : {}) });
+  const b = new RdsSocket({ stack: stackB, ...(transport ? { transport } : {}) });
   await a.bind({ address: addrA, port: 4000 });
   await b.bind({ address: addrB, port: 4000 });
   return {

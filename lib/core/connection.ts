@@ -41,9 +41,15 @@ export class RdsConnection {
     this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
   }
 
-  /** RDS-level acks: both sides are rds-socket and the stack allows it. */
+  /** RDS-level acks: both sides are rds-socket and the stack allows it, or the transport needs them. */
   get ackMode(): boolean {
-    return (this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && this.stack.options.rdsAcks && !this.isLoopback;
+    if (this.isLoopback) return false;
+    return this.transport.alwaysAcks === true || ((this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && this.stack.options.rdsAcks);
+  }
+
+  /** A kernel on a transport where acks are part of the wire: it sends no hello, yet must be acked. */
+  get acksWithoutHello(): boolean {
+    return this.transport.alwaysAcks === true && this.capsKnown && this.peerCaps === 0;
   }
 
   get heartbeatMode(): boolean {

@@ -157,6 +157,13 @@ export class RdsConnPath {
 
   connectFailures = 0;
 
+  /** A transport without an ordering rule (IB) accepted an incoming connection for this DOWN path. */
+  acceptIncoming(): void {
+    if (this.state !== RDS_CONN_DOWN) return;
+    this.clearReconnect();
+    this.setState(RDS_CONN_CONNECTING);
+  }
+
   /** A connect attempt failed before reaching UP. */
   connectFailed(): void {
     if (this.state !== RDS_CONN_CONNECTING) return;
@@ -444,7 +451,7 @@ export class RdsConnPath {
    */
   private prepareAckMode(msg: RdsOutgoing): void {
     const { maxUnackedPackets, maxUnackedBytes } = this.stack.options;
-    if (this.peerHelloSeen) {
+    if (this.acksAllowed) {
       this.rx.advance(Date.now());
       writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
       this.rx.markSent();
@@ -529,7 +536,7 @@ export class RdsConnPath {
   }
 
   private flushAck(): void {
-    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.peerHelloSeen) return;
+    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
     const wait = this.rx.advance(Date.now());
     if (wait >= 0 && this.ackTimer === null) {
       // An unread message holds the ack; acknowledge it as queued once it has waited long enough.
@@ -545,7 +552,7 @@ export class RdsConnPath {
 
   /** Before a graceful close: tell the peer everything we have, asked for or not. */
   finalAck(): void {
-    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.peerHelloSeen) return;
+    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
     this.rx.advance(Date.now());
     if (this.rx.unsent) this.sendAckFrame(0);
   }
@@ -554,8 +561,8 @@ export class RdsConnPath {
   private sendAckFrame(flags: number): void {
     if (this.conn.transport.xmitControl === undefined) return;
     this.ackInFlight = true;
-    const ack = this.peerHelloSeen ? this.rx.ackSeq : 0;
-    if (this.peerHelloSeen) this.rx.markSent();
+    const ack = this.acksAllowed ? this.rx.ackSeq : 0;
+    if (this.acksAllowed) this.rx.markSent();
     this.acksSent++;
     this.stack.counters.inc('send_ack_frames');
     const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -574,6 +581,14 @@ export class RdsConnPath {
       return;
     }
     t.xmitControl(this, frame, done);
+  }
+
+  /**
+   * Acks may name sequence numbers on this carrier: the peer's hello arrived, or the peer is a
+   * kernel on a transport that needs acks (kernels send no hello).
+   */
+  private get acksAllowed(): boolean {
+    return this.peerHelloSeen || this.conn.acksWithoutHello;
   }
 
   /** The peer's hello arrived on this carrier. */

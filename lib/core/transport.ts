@@ -16,6 +16,11 @@ export interface RdsTransport {
   readonly transType: number;
   /** True if the transport can carry more than one path per connection (mprds). */
   readonly mpathCapable: boolean;
+  /**
+   * The wire needs RDS acknowledgements from every peer, kernels included (IB: the sender frees a
+   * message only on h_ack). Without it acknowledgements are an rds-socket extra (TCP).
+   */
+  readonly alwaysAcks?: boolean;
   /** Whether sockets may choose it (the loopback transport is only ever picked by the core). */
   readonly userSelectable: boolean;
 

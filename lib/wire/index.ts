@@ -1,3 +1,4 @@
 export * from './header.js';
 export * from './extensions.js';
 export * from './frame-reader.js';
+export * from './ib-private-data.js';

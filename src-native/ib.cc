@@ -1,0 +1,660 @@
+// InfiniBand / RoCE for the RDS IB transport: rdma_cm connection management and one RC queue pair
+// per connection, with send and receive rings in one registered buffer that JavaScript reads and
+// writes directly. libibverbs and librdmacm are loaded with dlopen on first use, so the package
+// loads (and TCP works) on hosts without rdma-core. All protocol logic lives in TypeScript; this
+// file only moves work requests, completions and connection events across the boundary.
+//
+// Threading: everything runs on the Node main thread. The rdma_cm event channel and each
+// connection's completion channel are non-blocking fds watched with uv_poll.
+#include <napi.h>
+#include <uv.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+namespace rds_native {
+namespace {
+
+// ---- the libraries, resolved by name (never linked) ----
+struct Api {
+  rdma_event_channel* (*create_event_channel)();
+  void (*destroy_event_channel)(rdma_event_channel*);
+  int (*create_id)(rdma_event_channel*, rdma_cm_id**, void*, rdma_port_space);
+  int (*destroy_id)(rdma_cm_id*);
+  int (*bind_addr)(rdma_cm_id*, sockaddr*);
+  int (*resolve_addr)(rdma_cm_id*, sockaddr*, sockaddr*, int);
+  int (*resolve_route)(rdma_cm_id*, int);
+  int (*create_qp)(rdma_cm_id*, ibv_pd*, ibv_qp_init_attr*);
+  void (*destroy_qp)(rdma_cm_id*);
+  int (*connect)(rdma_cm_id*, rdma_conn_param*);
+  int (*listen)(rdma_cm_id*, int);
+  int (*accept)(rdma_cm_id*, rdma_conn_param*);
+  int (*reject)(rdma_cm_id*, const void*, uint8_t);
+  int (*disconnect)(rdma_cm_id*);
+  int (*get_cm_event)(rdma_event_channel*, rdma_cm_event**);
+  int (*ack_cm_event)(rdma_cm_event*);
+  const char* (*event_str)(rdma_cm_event_type);
+  ibv_pd* (*alloc_pd)(ibv_context*);
+  int (*dealloc_pd)(ibv_pd*);
+  ibv_mr* (*reg_mr)(ibv_pd*, void*, size_t, int);
+  int (*dereg_mr)(ibv_mr*);
+  ibv_comp_channel* (*create_comp_channel)(ibv_context*);
+  int (*destroy_comp_channel)(ibv_comp_channel*);
+  ibv_cq* (*create_cq)(ibv_context*, int, void*, ibv_comp_channel*, int);
+  int (*destroy_cq)(ibv_cq*);
+  int (*get_cq_event)(ibv_comp_channel*, ibv_cq**, void**);
+  void (*ack_cq_events)(ibv_cq*, unsigned int);
+  const char* (*get_device_name)(ibv_device*);
+};
+
+Api api;
+bool apiLoaded = false;
+std::string apiError;
+
+template <typename T>
+bool Sym(void* lib, const char* name, T& out) {
+  out = reinterpret_cast<T>(dlsym(lib, name));
+  if (out == nullptr) apiError = std::string("missing symbol ") + name;
+  return out != nullptr;
+}
+
+bool LoadApi() {
+  if (apiLoaded) return true;
+  if (!apiError.empty()) return false;
+  void* verbs = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (verbs == nullptr) {
+    apiError = dlerror();
+    return false;
+  }
+  void* cm = dlopen("librdmacm.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (cm == nullptr) {
+    apiError = dlerror();
+    return false;
+  }
+  bool ok = Sym(cm, "rdma_create_event_channel", api.create_event_channel) &&
+            Sym(cm, "rdma_destroy_event_channel", api.destroy_event_channel) &&
+            Sym(cm, "rdma_create_id", api.create_id) && Sym(cm, "rdma_destroy_id", api.destroy_id) &&
+            Sym(cm, "rdma_bind_addr", api.bind_addr) && Sym(cm, "rdma_resolve_addr", api.resolve_addr) &&
+            Sym(cm, "rdma_resolve_route", api.resolve_route) && Sym(cm, "rdma_create_qp", api.create_qp) &&
+            Sym(cm, "rdma_destroy_qp", api.destroy_qp) && Sym(cm, "rdma_connect", api.connect) &&
+            Sym(cm, "rdma_listen", api.listen) && Sym(cm, "rdma_accept", api.accept) &&
+            Sym(cm, "rdma_reject", api.reject) && Sym(cm, "rdma_disconnect", api.disconnect) &&
+            Sym(cm, "rdma_get_cm_event", api.get_cm_event) && Sym(cm, "rdma_ack_cm_event", api.ack_cm_event) &&
+            Sym(cm, "rdma_event_str", api.event_str) && Sym(verbs, "ibv_alloc_pd", api.alloc_pd) &&
+            Sym(verbs, "ibv_dealloc_pd", api.dealloc_pd) && Sym(verbs, "ibv_reg_mr", api.reg_mr) &&
+            Sym(verbs, "ibv_dereg_mr", api.dereg_mr) &&
+            Sym(verbs, "ibv_create_comp_channel", api.create_comp_channel) &&
+            Sym(verbs, "ibv_destroy_comp_channel", api.destroy_comp_channel) &&
+            Sym(verbs, "ibv_create_cq", api.create_cq) && Sym(verbs, "ibv_destroy_cq", api.destroy_cq) &&
+            Sym(verbs, "ibv_get_cq_event", api.get_cq_event) && Sym(verbs, "ibv_ack_cq_events", api.ack_cq_events) &&
+            Sym(verbs, "ibv_get_device_name", api.get_device_name);
+  apiLoaded = ok;
+  return ok;
+}
+
+bool SetNonBlocking(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  return fl >= 0 && fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0;
+}
+
+bool ParseIpv4(const std::string& s, uint16_t port, sockaddr_in* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->sin_family = AF_INET;
+  out->sin_port = htons(port);
+  return inet_pton(AF_INET, s.c_str(), &out->sin_addr) == 1;
+}
+
+std::string AddrString(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+void ThrowErrno(Napi::Env env, const char* what, int err) {
+  Napi::Error e = Napi::Error::New(env, std::string(what) + ": " + std::strerror(err));
+  e.Set("errno", Napi::Number::New(env, err));
+  e.ThrowAsJavaScriptException();
+}
+
+class Endpoint;
+
+// One rdma_cm id: a listener, or a connection with (after SetupQp) its QP, CQ and rings.
+struct Conn {
+  uint32_t id = 0;
+  Endpoint* ep = nullptr;
+  rdma_cm_id* cm = nullptr;
+  bool listener = false;
+  ibv_pd* pd = nullptr;
+  ibv_comp_channel* cc = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_mr* mr = nullptr;
+  bool qp = false;
+  uv_poll_t* poll = nullptr;
+  uint32_t slots = 0;
+  uint32_t slotSize = 0;
+  Napi::Reference<Napi::Buffer<uint8_t>> ring;  // keeps the registered memory alive while in use
+};
+
+void FreeRing(Napi::Env, uint8_t* data) { std::free(data); }
+
+class Endpoint : public Napi::ObjectWrap<Endpoint> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "IbEndpoint", {
+      InstanceMethod<&Endpoint::Listen>("listen"),
+      InstanceMethod<&Endpoint::Connect>("connect"),
+      InstanceMethod<&Endpoint::SetupQp>("setupQp"),
+      InstanceMethod<&Endpoint::RdmaConnect>("rdmaConnect"),
+      InstanceMethod<&Endpoint::Accept>("accept"),
+      InstanceMethod<&Endpoint::Reject>("reject"),
+      InstanceMethod<&Endpoint::PostSend>("postSend"),
+      InstanceMethod<&Endpoint::PostRecv>("postRecv"),
+      InstanceMethod<&Endpoint::Disconnect>("disconnect"),
+      InstanceMethod<&Endpoint::Destroy>("destroy"),
+      InstanceMethod<&Endpoint::Close>("close"),
+      InstanceMethod<&Endpoint::Ref>("ref"),
+      InstanceMethod<&Endpoint::Unref>("unref"),
+    });
+  }
+
+  // new IbEndpoint(onCmEvent(id, event, status, privateData?, info?), onCompletions(id, Int32Array))
+  explicit Endpoint(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Endpoint>(info), env_(info.Env()) {
+    Napi::Env env = info.Env();
+    if (!LoadApi()) {
+      Napi::Error::New(env, "cannot load rdma-core: " + apiError).ThrowAsJavaScriptException();
+      return;
+    }
+    if (info.Length() < 2 || !info[0].IsFunction() || !info[1].IsFunction()) {
+      Napi::TypeError::New(env, "IbEndpoint(onCmEvent, onCompletions)").ThrowAsJavaScriptException();
+      return;
+    }
+    onCm_ = Napi::Persistent(info[0].As<Napi::Function>());
+    onCq_ = Napi::Persistent(info[1].As<Napi::Function>());
+    ch_ = api.create_event_channel();
+    if (ch_ == nullptr || !SetNonBlocking(ch_->fd)) {
+      ThrowErrno(env, "rdma_create_event_channel", errno);
+      return;
+    }
+    napi_get_uv_event_loop(env, &loop_);
+    chPoll_ = new uv_poll_t;
+    uv_poll_init(loop_, chPoll_, ch_->fd);
+    chPoll_->data = this;
+    uv_poll_start(chPoll_, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Endpoint*>(h->data)->DrainCm(); });
+    napi_add_env_cleanup_hook(env, AtExit, this);
+    cleanupHook_ = true;
+  }
+
+  ~Endpoint() override { Shutdown(); }
+
+ private:
+  Napi::Env env_;
+  uv_loop_t* loop_ = nullptr;
+  rdma_event_channel* ch_ = nullptr;
+  uv_poll_t* chPoll_ = nullptr;
+  bool cleanupHook_ = false;
+  bool referenced_ = true;
+  Napi::FunctionReference onCm_;
+  Napi::FunctionReference onCq_;
+  std::unordered_map<uint32_t, Conn*> conns_;
+  uint32_t nextId_ = 1;
+
+  // Process exit: disconnect and destroy every QP and id (one function, so removal matches).
+  static void AtExit(void* self) { static_cast<Endpoint*>(self)->Shutdown(); }
+
+  static void ClosePoll(uv_poll_t* p) {
+    uv_poll_stop(p);
+    uv_close(reinterpret_cast<uv_handle_t*>(p), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+  }
+
+  Conn* NewConn(rdma_cm_id* cm) {
+    Conn* c = new Conn;
+    c->id = nextId_++;
+    c->ep = this;
+    c->cm = cm;
+    if (cm != nullptr) cm->context = c;
+    conns_[c->id] = c;
+    return c;
+  }
+
+  Conn* Find(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsNumber()) return nullptr;
+    auto it = conns_.find(info[0].As<Napi::Number>().Uint32Value());
+    return it == conns_.end() ? nullptr : it->second;
+  }
+
+  Conn* FindOrThrow(const Napi::CallbackInfo& info) {
+    Conn* c = Find(info);
+    if (c == nullptr) Napi::Error::New(info.Env(), "unknown or destroyed IB connection id").ThrowAsJavaScriptException();
+    return c;
+  }
+
+  // Frees everything a connection holds, QP first (rdma_destroy_id needs all its events acked,
+  // which DrainCm always does at once).
+  void Teardown(Conn* c) {
+    if (c->poll != nullptr) {
+      ClosePoll(c->poll);
+      c->poll = nullptr;
+    }
+    if (c->qp) api.destroy_qp(c->cm);
+    c->qp = false;
+    if (c->cq != nullptr) api.destroy_cq(c->cq);
+    c->cq = nullptr;
+    if (c->cc != nullptr) api.destroy_comp_channel(c->cc);
+    c->cc = nullptr;
+    if (c->mr != nullptr) api.dereg_mr(c->mr);
+    c->mr = nullptr;
+    if (c->pd != nullptr) api.dealloc_pd(c->pd);
+    c->pd = nullptr;
+    if (c->cm != nullptr) api.destroy_id(c->cm);
+    c->cm = nullptr;
+    if (!c->ring.IsEmpty()) c->ring.Reset();
+    conns_.erase(c->id);
+    delete c;
+  }
+
+  void Shutdown() {
+    if (cleanupHook_) {
+      napi_remove_env_cleanup_hook(env_, AtExit, this);
+      cleanupHook_ = false;
+    }
+    std::vector<Conn*> all;
+    for (auto& kv : conns_) all.push_back(kv.second);
+    for (Conn* c : all) {
+      if (c->cm != nullptr && !c->listener && c->qp) api.disconnect(c->cm);
+      Teardown(c);
+    }
+    if (chPoll_ != nullptr) {
+      ClosePoll(chPoll_);
+      chPoll_ = nullptr;
+    }
+    if (ch_ != nullptr) api.destroy_event_channel(ch_);
+    ch_ = nullptr;
+  }
+
+  void DrainCm() {
+    Napi::HandleScope scope(env_);
+    rdma_cm_event* ev;
+    while (ch_ != nullptr && api.get_cm_event(ch_, &ev) == 0) {
+      rdma_cm_event_type type = ev->event;
+      int status = ev->status;
+      Conn* c = ev->id != nullptr ? static_cast<Conn*>(ev->id->context) : nullptr;
+      Napi::Value pdata = env_.Undefined();
+      Napi::Object extra = Napi::Object::New(env_);
+      if (ev->param.conn.private_data != nullptr && ev->param.conn.private_data_len > 0) {
+        pdata = Napi::Buffer<uint8_t>::Copy(env_, static_cast<const uint8_t*>(ev->param.conn.private_data), ev->param.conn.private_data_len);
+      }
+      if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        // A new id for the incoming connection; its listener is ev->listen_id.
+        Conn* l = static_cast<Conn*>(ev->listen_id->context);
+        c = NewConn(ev->id);
+        extra.Set("listener", Napi::Number::New(env_, l != nullptr ? l->id : 0));
+        extra.Set("localAddress", AddrString(&ev->id->route.addr.src_addr));
+        extra.Set("peerAddress", AddrString(&ev->id->route.addr.dst_addr));
+        extra.Set("device", ev->id->verbs != nullptr ? api.get_device_name(ev->id->verbs->device) : "");
+      } else if (type == RDMA_CM_EVENT_ADDR_RESOLVED && c != nullptr) {
+        // Straight on to the route; JavaScript hears about ROUTE_RESOLVED (or the error).
+        if (api.resolve_route(ev->id, 5000) != 0) {
+          type = RDMA_CM_EVENT_ROUTE_ERROR;
+          status = -errno;
+        } else {
+          api.ack_cm_event(ev);
+          continue;
+        }
+      }
+      api.ack_cm_event(ev);
+      if (c == nullptr) continue;
+      onCm_.MakeCallback(Value(), {Napi::Number::New(env_, c->id), Napi::String::New(env_, api.event_str(type)),
+                                   Napi::Number::New(env_, status), pdata, extra});
+    }
+  }
+
+  void DrainCq(Conn* c) {
+    Napi::HandleScope scope(env_);
+    ibv_cq* evCq;
+    void* ctx;
+    unsigned n = 0;
+    while (c->cc != nullptr && api.get_cq_event(c->cc, &evCq, &ctx) == 0) n++;
+    if (n > 0) api.ack_cq_events(c->cq, n);
+    if (c->cq == nullptr) return;
+    // Re-arm before polling dry, so a completion that lands in between raises the fd again.
+    ibv_req_notify_cq(c->cq, 0);
+    std::vector<int32_t> batch;
+    ibv_wc wc[32];
+    int got;
+    while ((got = ibv_poll_cq(c->cq, 32, wc)) > 0) {
+      for (int i = 0; i < got; i++) {
+        batch.push_back(static_cast<int32_t>(wc[i].wr_id));
+        batch.push_back(static_cast<int32_t>(wc[i].status));
+        batch.push_back(static_cast<int32_t>(wc[i].byte_len));
+      }
+    }
+    if (batch.empty()) return;
+    uint32_t id = c->id;
+    Napi::Int32Array arr = Napi::Int32Array::New(env_, batch.size());
+    std::memcpy(arr.Data(), batch.data(), batch.size() * sizeof(int32_t));
+    onCq_.MakeCallback(Value(), {Napi::Number::New(env_, id), arr});
+  }
+
+  // listen(address, port) -> id
+  Napi::Value Listen(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    sockaddr_in sin;
+    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber() ||
+        !ParseIpv4(info[0].As<Napi::String>(), info[1].As<Napi::Number>().Uint32Value(), &sin)) {
+      Napi::TypeError::New(env, "listen(ipv4Address, port)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    rdma_cm_id* cm;
+    if (api.create_id(ch_, &cm, nullptr, RDMA_PS_TCP) != 0) {
+      ThrowErrno(env, "rdma_create_id", errno);
+      return env.Undefined();
+    }
+    if (api.bind_addr(cm, reinterpret_cast<sockaddr*>(&sin)) != 0 || api.listen(cm, 128) != 0) {
+      int err = errno;
+      api.destroy_id(cm);
+      ThrowErrno(env, "rdma_bind_addr/rdma_listen", err);
+      return env.Undefined();
+    }
+    Conn* c = NewConn(cm);
+    c->listener = true;
+    return Napi::Number::New(env, c->id);
+  }
+
+  // connect(srcAddress, dstAddress, port, timeoutMs) -> id; events follow (ROUTE_RESOLVED or errors)
+  Napi::Value Connect(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    sockaddr_in src, dst;
+    if (info.Length() < 4 || !info[0].IsString() || !info[1].IsString() || !info[2].IsNumber() || !info[3].IsNumber() ||
+        !ParseIpv4(info[0].As<Napi::String>(), 0, &src) ||
+        !ParseIpv4(info[1].As<Napi::String>(), info[2].As<Napi::Number>().Uint32Value(), &dst)) {
+      Napi::TypeError::New(env, "connect(srcIpv4, dstIpv4, port, timeoutMs)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    rdma_cm_id* cm;
+    if (api.create_id(ch_, &cm, nullptr, RDMA_PS_TCP) != 0) {
+      ThrowErrno(env, "rdma_create_id", errno);
+      return env.Undefined();
+    }
+    Conn* c = NewConn(cm);
+    if (api.resolve_addr(cm, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                         info[3].As<Napi::Number>().Int32Value()) != 0) {
+      int err = errno;
+      Teardown(c);
+      ThrowErrno(env, "rdma_resolve_addr", err);
+      return env.Undefined();
+    }
+    return Napi::Number::New(env, c->id);
+  }
+
+  // setupQp(id, slots, slotSize) -> Buffer of slots * slotSize registered bytes. Creates the PD,
+  // completion channel, CQ and RC QP; the caller posts receives into its receive slots.
+  Napi::Value SetupQp(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = FindOrThrow(info);
+    if (c == nullptr) return env.Undefined();
+    if (info.Length() < 4 || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsNumber()) {
+      Napi::TypeError::New(env, "setupQp(id, sendSlots, recvSlots, slotSize)").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    if (c->qp || c->cm == nullptr || c->cm->verbs == nullptr) {
+      Napi::Error::New(env, "setupQp: connection has no device yet or already has a QP").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    uint32_t sendSlots = info[1].As<Napi::Number>().Uint32Value();
+    uint32_t recvSlots = info[2].As<Napi::Number>().Uint32Value();
+    uint32_t slotSize = info[3].As<Napi::Number>().Uint32Value();
+    size_t bytes = static_cast<size_t>(sendSlots + recvSlots) * slotSize;
+    void* mem = nullptr;
+    if (sendSlots == 0 || recvSlots == 0 || slotSize == 0 || posix_memalign(&mem, 4096, bytes) != 0) {
+      Napi::Error::New(env, "setupQp: bad ring geometry or out of memory").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    std::memset(mem, 0, bytes);
+    auto fail = [&](const char* what) {
+      int err = errno;
+      if (c->mr == nullptr) std::free(mem);
+      Teardown(c);
+      ThrowErrno(env, what, err);
+      return env.Undefined();
+    };
+    c->slots = sendSlots + recvSlots;
+    c->slotSize = slotSize;
+    c->pd = api.alloc_pd(c->cm->verbs);
+    if (c->pd == nullptr) return fail("ibv_alloc_pd");
+    c->cc = api.create_comp_channel(c->cm->verbs);
+    if (c->cc == nullptr || !SetNonBlocking(c->cc->fd)) return fail("ibv_create_comp_channel");
+    c->cq = api.create_cq(c->cm->verbs, static_cast<int>(sendSlots + recvSlots), c, c->cc, 0);
+    if (c->cq == nullptr) return fail("ibv_create_cq");
+    ibv_qp_init_attr qa;
+    std::memset(&qa, 0, sizeof qa);
+    qa.send_cq = c->cq;
+    qa.recv_cq = c->cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.sq_sig_all = 1;
+    qa.cap.max_send_wr = sendSlots;
+    qa.cap.max_recv_wr = recvSlots;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    if (api.create_qp(c->cm, c->pd, &qa) != 0) return fail("rdma_create_qp");
+    c->qp = true;
+    c->mr = api.reg_mr(c->pd, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (c->mr == nullptr) return fail("ibv_reg_mr");
+    Napi::Buffer<uint8_t> buf = Napi::Buffer<uint8_t>::New(env, static_cast<uint8_t*>(mem), bytes, FreeRing);
+    c->ring = Napi::Persistent(buf);
+    ibv_req_notify_cq(c->cq, 0);
+    c->poll = new uv_poll_t;
+    uv_poll_init(loop_, c->poll, c->cc->fd);
+    c->poll->data = c;
+    uv_poll_start(c->poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+      Conn* cc = static_cast<Conn*>(h->data);
+      cc->ep->DrainCq(cc);
+    });
+    if (!referenced_) uv_unref(reinterpret_cast<uv_handle_t*>(c->poll));
+    return buf;
+  }
+
+  static bool ConnParam(const Napi::CallbackInfo& info, rdma_conn_param* p) {
+    std::memset(p, 0, sizeof *p);
+    if (info.Length() < 2 || !info[1].IsBuffer()) return false;
+    auto pd = info[1].As<Napi::Buffer<uint8_t>>();
+    if (pd.Length() > 56) return false;
+    p->private_data = pd.Data();
+    p->private_data_len = static_cast<uint8_t>(pd.Length());
+    p->responder_resources = 1;
+    p->initiator_depth = 1;
+    p->retry_count = 7;
+    p->rnr_retry_count = 7;  // infinite: a peer without flow control relies on RNR retries
+    return true;
+  }
+
+  Napi::Value RdmaConnect(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = FindOrThrow(info);
+    rdma_conn_param p;
+    if (c == nullptr) return env.Undefined();
+    if (!ConnParam(info, &p)) {
+      Napi::TypeError::New(env, "rdmaConnect(id, privateData <= 56 bytes)").ThrowAsJavaScriptException();
+    } else if (api.connect(c->cm, &p) != 0) {
+      ThrowErrno(env, "rdma_connect", errno);
+    }
+    return env.Undefined();
+  }
+
+  Napi::Value Accept(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = FindOrThrow(info);
+    rdma_conn_param p;
+    if (c == nullptr) return env.Undefined();
+    if (!ConnParam(info, &p)) {
+      Napi::TypeError::New(env, "accept(id, privateData <= 56 bytes)").ThrowAsJavaScriptException();
+    } else if (api.accept(c->cm, &p) != 0) {
+      ThrowErrno(env, "rdma_accept", errno);
+    }
+    return env.Undefined();
+  }
+
+  // reject(id, privateData?) then destroys the id.
+  Napi::Value Reject(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = FindOrThrow(info);
+    if (c == nullptr) return env.Undefined();
+    const void* data = nullptr;
+    uint8_t len = 0;
+    if (info.Length() > 1 && info[1].IsBuffer()) {
+      auto b = info[1].As<Napi::Buffer<uint8_t>>();
+      data = b.Data();
+      len = static_cast<uint8_t>(b.Length() > 148 ? 148 : b.Length());
+    }
+    api.reject(c->cm, data, len);
+    Teardown(c);
+    return env.Undefined();
+  }
+
+  // postSend(id, Int32Array [slot, length, flags]*) -> 0 or errno. flags: 1 = solicited.
+  Napi::Value PostSend(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = FindOrThrow(info);
+    if (c == nullptr) return env.Undefined();
+    if (!c->qp || c->mr == nullptr || info.Length() < 2 || !info[1].IsTypedArray()) return Napi::Number::New(env, ENOTCONN);
+    auto a = info[1].As<Napi::Int32Array>();
+    size_t n = a.ElementLength() / 3;
+    ibv_send_wr wrs[64];
+    ibv_sge sges[64];
+    for (size_t base = 0; base < n; base += 64) {
+      size_t m = n - base < 64 ? n - base : 64;
+      for (size_t i = 0; i < m; i++) {
+        uint32_t slot = static_cast<uint32_t>(a[(base + i) * 3]);
+        uint32_t len = static_cast<uint32_t>(a[(base + i) * 3 + 1]);
+        if (slot >= c->slots || len > c->slotSize) return Napi::Number::New(env, EINVAL);
+        sges[i].addr = reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(c->mr->addr) + static_cast<size_t>(slot) * c->slotSize);
+        sges[i].length = len;
+        sges[i].lkey = c->mr->lkey;
+        std::memset(&wrs[i], 0, sizeof wrs[i]);
+        wrs[i].wr_id = slot;
+        wrs[i].sg_list = &sges[i];
+        wrs[i].num_sge = 1;
+        wrs[i].opcode = IBV_WR_SEND;
+        wrs[i].send_flags = IBV_SEND_SIGNALED | ((a[(base + i) * 3 + 2] & 1) ? IBV_SEND_SOLICITED : 0);
+        wrs[i].next = i + 1 < m ? &wrs[i + 1] : nullptr;
+      }
+      ibv_send_wr* bad = nullptr;
+      int rc = ibv_post_send(c->cm->qp, wrs, &bad);
+      if (rc != 0) return Napi::Number::New(env, rc);
+    }
+    return Napi::Number::New(env, 0);
+  }
+
+  // postRecv(id, Int32Array [slot]*) -> 0 or errno
+  Napi::Value PostRecv(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = FindOrThrow(info);
+    if (c == nullptr) return env.Undefined();
+    if (!c->qp || c->mr == nullptr || info.Length() < 2 || !info[1].IsTypedArray()) return Napi::Number::New(env, ENOTCONN);
+    auto a = info[1].As<Napi::Int32Array>();
+    size_t n = a.ElementLength();
+    ibv_recv_wr wrs[64];
+    ibv_sge sges[64];
+    for (size_t base = 0; base < n; base += 64) {
+      size_t m = n - base < 64 ? n - base : 64;
+      for (size_t i = 0; i < m; i++) {
+        uint32_t slot = static_cast<uint32_t>(a[base + i]);
+        if (slot >= c->slots) return Napi::Number::New(env, EINVAL);
+        sges[i].addr = reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(c->mr->addr) + static_cast<size_t>(slot) * c->slotSize);
+        sges[i].length = c->slotSize;
+        sges[i].lkey = c->mr->lkey;
+        std::memset(&wrs[i], 0, sizeof wrs[i]);
+        wrs[i].wr_id = slot;
+        wrs[i].sg_list = &sges[i];
+        wrs[i].num_sge = 1;
+        wrs[i].next = i + 1 < m ? &wrs[i + 1] : nullptr;
+      }
+      ibv_recv_wr* bad = nullptr;
+      int rc = ibv_post_recv(c->cm->qp, wrs, &bad);
+      if (rc != 0) return Napi::Number::New(env, rc);
+    }
+    return Napi::Number::New(env, 0);
+  }
+
+  Napi::Value Disconnect(const Napi::CallbackInfo& info) {
+    Conn* c = Find(info);
+    if (c != nullptr && c->cm != nullptr && !c->listener) api.disconnect(c->cm);
+    return info.Env().Undefined();
+  }
+
+  // destroy(id): QP, CQ, memory registration and id are gone when this returns. Idempotent.
+  Napi::Value Destroy(const Napi::CallbackInfo& info) {
+    Conn* c = Find(info);
+    if (c != nullptr) Teardown(c);
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    Shutdown();
+    return info.Env().Undefined();
+  }
+
+  void SetRef(bool ref) {
+    referenced_ = ref;
+    auto apply = [ref](uv_poll_t* p) {
+      if (p == nullptr) return;
+      if (ref) uv_ref(reinterpret_cast<uv_handle_t*>(p));
+      else uv_unref(reinterpret_cast<uv_handle_t*>(p));
+    };
+    apply(chPoll_);
+    for (auto& kv : conns_) apply(kv.second->poll);
+  }
+
+  Napi::Value Ref(const Napi::CallbackInfo& info) {
+    SetRef(true);
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Unref(const Napi::CallbackInfo& info) {
+    SetRef(false);
+    return info.Env().Undefined();
+  }
+};
+
+// ibLoad() -> null, or the reason rdma-core cannot be used.
+Napi::Value IbLoad(const Napi::CallbackInfo& info) {
+  if (LoadApi()) return info.Env().Null();
+  return Napi::String::New(info.Env(), apiError);
+}
+
+// ibDeviceFor(ipv4) -> name of the RDMA device that owns the address, or null (the kernel's
+// rds_ib_laddr_check: bind an rdma_cm id to it and see whether a device came with it).
+Napi::Value IbDeviceFor(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  sockaddr_in sin;
+  if (!LoadApi() || info.Length() < 1 || !info[0].IsString() || !ParseIpv4(info[0].As<Napi::String>(), 0, &sin)) {
+    return env.Null();
+  }
+  rdma_cm_id* cm;
+  if (api.create_id(nullptr, &cm, nullptr, RDMA_PS_TCP) != 0) return env.Null();
+  Napi::Value out = env.Null();
+  if (api.bind_addr(cm, reinterpret_cast<sockaddr*>(&sin)) == 0 && cm->verbs != nullptr) {
+    out = Napi::String::New(env, api.get_device_name(cm->verbs->device));
+  }
+  api.destroy_id(cm);
+  return out;
+}
+
+}  // namespace
+
+void InitIb(Napi::Env env, Napi::Object exports) {
+  exports.Set("IbEndpoint", Endpoint::Define(env));
+  exports.Set("ibLoad", Napi::Function::New(env, IbLoad, "ibLoad"));
+  exports.Set("ibDeviceFor", Napi::Function::New(env, IbDeviceFor, "ibDeviceFor"));
+}
+
+}  // namespace rds_native

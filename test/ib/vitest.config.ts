@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+// Runs inside the Soft-RoCE guest (test/ib/run.sh): the conformance suite over IB, then the IB tests.
+export default defineConfig({
+  test: {
+    include: ['test/conformance.test.ts', 'test/ib/**/*.test.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
+    fileParallelism: false,
+    pool: 'forks',
+  },
+});
