@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { constants as osConstants } from 'node:os';
-import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
+import { LoopTransport, RdsError, RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
 import { TEST_TCP_PORT } from './helpers.js';
 
 const { SOL_RDS, SOL_SOCKET, SO_SNDBUF, SO_RDS_TRANSPORT, RDS_CANCEL_SENT_TO } = constants;
@@ -143,7 +143,6 @@ describe('errors are RdsError with the Linux code and errno', () => {
     expect(code(() => s.setsockopt(SOL_SOCKET, SO_SNDBUF, 'big'))).toBe('EINVAL');
     expect(code(() => s.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, 7))).toBe('EINVAL');
     expect(s.getsockopt(SOL_RDS, SO_RDS_TRANSPORT)).toBe(constants.RDS_TRANS_NONE);
-    expect(code(() => s.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_IB))).toBe('ENOPROTOOPT');
     s.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_TCP);
     expect(code(() => s.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_TCP))).toBe('EOPNOTSUPP');
     const b = await bound();
@@ -153,9 +152,22 @@ describe('errors are RdsError with the Linux code and errno', () => {
     expect(code(() => new RdsSocket({ stack }).setsockopt(SOL_RDS, RDS_CANCEL_SENT_TO, { address: '127.0.0.1', port: 1 }))).toBe('ENOTCONN');
   });
 
-  it('choosing an unavailable transport is ENOPROTOOPT; a bad one EINVAL', () => {
-    expect(code(() => new RdsSocket({ stack, transport: 'ib' }))).toBe('ENOPROTOOPT');
+  it('choosing an unavailable transport is ENOPROTOOPT; a bad one EINVAL', async () => {
+    const tcpOnly = new RdsStack({ tcpPort: TEST_TCP_PORT, transports: [new TcpTransport(), new LoopTransport()] });
+    expect(code(() => new RdsSocket({ stack: tcpOnly, transport: 'ib' }))).toBe('ENOPROTOOPT');
+    expect(code(() => new RdsSocket({ stack: tcpOnly }).setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_IB))).toBe('ENOPROTOOPT');
     expect(code(() => new RdsSocket({ stack, transport: 'udp' as 'tcp' }))).toBe('EINVAL');
+    await tcpOnly.close();
+  });
+
+  it('InfiniBand on an address without an RDMA device: bind is ENOPROTOOPT and says what is missing', async () => {
+    // These machines have no RDMA device (and CI machines may lack rdma-core): either way the
+    // message names the missing piece; Soft-RoCE runs are in test/ib.
+    const s = new RdsSocket({ stack, transport: 'ib' });
+    expect(s.getsockopt(SOL_RDS, SO_RDS_TRANSPORT)).toBe(constants.RDS_TRANS_IB);
+    const err = await s.bind({ address: '127.22.0.77', port: 4000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RdsError);
+    expect(err).toMatchObject({ code: 'ENOPROTOOPT', message: expect.stringMatching(/rdma-core|RDMA device/) });
   });
 
   it('calls on a closed socket are EBADF', async () => {

@@ -63,6 +63,8 @@ interface IbPath {
   rxPayload: Buffer | null;
   rxFilled: number;
   blocked: boolean;
+  /** xmit told the core "no more for now": kick it once the ring moves again. */
+  coreWaiting: boolean;
   version: number;
   peerCredits: number;
 }
@@ -175,7 +177,7 @@ export class IbTransport implements RdsTransport {
     const tp: IbPath = {
       id, established: false, passive, ring: null, freeSend: [], ackSlotBusy: false, ackDone: null,
       flowControl: false, ledger: new CreditLedger(() => this.resume(cp), () => this.creditUpdate(cp)),
-      current: null, controls: [], lastAck: 0, rxHeader: null, rxPayload: null, rxFilled: 0, blocked: false,
+      current: null, controls: [], lastAck: 0, rxHeader: null, rxPayload: null, rxFilled: 0, blocked: false, coreWaiting: false,
       version: 0, peerCredits: 0,
     };
     cp.tdata = tp;
@@ -373,8 +375,7 @@ export class IbTransport implements RdsTransport {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
     tp.current = { wire: msg.wire, len: msg.len, off: 0 };
-    this.push(cp, tp);
-    return tp.current === null && !tp.blocked;
+    return this.take(cp, tp);
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
@@ -385,8 +386,15 @@ export class IbTransport implements RdsTransport {
     wire.writeUInt32BE(map.length, OFF_LEN);
     map.copy(wire, RDS_HEADER_SIZE);
     tp.current = { wire, len: map.length, off: 0 };
+    return this.take(cp, tp);
+  }
+
+  /** Starts the frame just made current; false (and a kick later) if the ring cannot take more now. */
+  private take(cp: RdsConnPath, tp: IbPath): boolean {
     this.push(cp, tp);
-    return tp.current === null && !tp.blocked;
+    const more = tp.current === null && !tp.blocked;
+    if (!more) tp.coreWaiting = true;
+    return more;
   }
 
   xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
@@ -467,6 +475,10 @@ export class IbTransport implements RdsTransport {
       }
     }
     tp.blocked = tp.current !== null || tp.freeSend.length === 0;
+    if (tp.coreWaiting && !tp.blocked) {
+      tp.coreWaiting = false;
+      cp.kick();
+    }
     if (posts.length === 0) return;
     const rc = this.ep!.postSend(tp.id, Int32Array.from(posts));
     if (rc !== 0) cp.drop(`ibv_post_send failed (${rc})`);
@@ -522,11 +534,7 @@ export class IbTransport implements RdsTransport {
       }
       tp.ledger.posted(reposts.length);
     }
-    if (sendFreed || tp.controls.length > 0) {
-      const wasBlocked = tp.blocked;
-      this.push(cp, tp);
-      if (wasBlocked && !tp.blocked) cp.kick();
-    }
+    if (sendFreed || tp.controls.length > 0) this.push(cp, tp);
   }
 
   /** One received fragment (rds_ib_process_recv). */

@@ -1,0 +1,117 @@
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RdsSocket, RdsStack } from '../../lib/index.js';
+import { IB_ADDRS, payload } from '../helpers.js';
+
+// Runs inside the Soft-RoCE guest (npm run test:ib); IB_ADDRS are two addresses of rxe0.
+const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
+const [A, B] = IB_ADDRS as [string, string];
+
+let cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+/** Starts test/ib/peer.mjs and resolves once it is bound. */
+function startPeer(address: string, port: number, count: number, exit = false): Promise<{ p: ChildProcess; out: () => string; exited: Promise<number> }> {
+  const p = spawn(process.execPath, [PEER, address, String(port), String(count), ...(exit ? ['exit'] : [])], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const exited = new Promise<number>((res) => p.on('exit', (code) => res(code ?? -1)));
+  cleanups.push(() => { p.kill('SIGKILL'); });
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`peer did not start: ${out}`)), 60000);
+    const on = (d: Buffer): void => {
+      out += d;
+      if (out.includes('ready')) {
+        clearTimeout(t);
+        resolve({ p, out: () => out, exited });
+      }
+    };
+    p.stdout!.on('data', on);
+    p.stderr!.on('data', (d: Buffer) => (out += d));
+  });
+}
+
+/** RC queue pairs the kernel knows of (rdma resource show qp), every process. */
+function rcQps(): number {
+  const out = execFileSync('rdma', ['resource', 'show', 'qp'], { encoding: 'utf8' });
+  return out.split('\n').filter((l) => /\btype RC\b/.test(l)).length;
+}
+
+async function ibSocket(address: string, port: number): Promise<{ stack: RdsStack; sock: RdsSocket }> {
+  const stack = new RdsStack();
+  cleanups.push(() => stack.close());
+  const sock = new RdsSocket({ stack, transport: 'ib' });
+  await sock.bind({ address, port });
+  return { stack, sock };
+}
+
+describe('InfiniBand transport (Soft-RoCE)', () => {
+  it('two node processes: messages of 0 B..256 KiB go out and come back intact and in order', async () => {
+    const N = 120;
+    const peer = await startPeer(B, 4000, N);
+    const { stack, sock } = await ibSocket(A, 4000);
+    sock.setsockopt(1, 7, 8 << 20);
+    const size = (i: number): number => [0, 1, 48, 4095, 4096, 4097, 8192, 65536, 262144][i % 9]!;
+    let info: Record<string, unknown> | null = null;
+    const back = (async () => {
+      for (let i = 0; i < N; i++) {
+        const m = await sock.recv({ timeout: 60000 });
+        info ??= stack.connections().find((c) => c.transport === 'infiniband')!.paths[0]!.transport;
+        expect(m.address).toBe(B);
+        expect(m.data.equals(payload(i, size(i)))).toBe(true);
+      }
+    })();
+    for (let i = 0; i < N; i++) await sock.send(payload(i, size(i)), { address: B, port: 4000 }, { timeout: 60000 });
+    await back;
+    expect(await peer.exited).toBe(0);
+    expect(peer.out()).toContain(`echoed ${N}`);
+    // Both ends are rds-socket: protocol 3.1 as mainline proposes, credit flow control on.
+    expect(info).toMatchObject({ protocol: '3.1', flowControl: true });
+  });
+
+  it('binding an address that no RDMA device owns fails with ENOPROTOOPT and says why', async () => {
+    const stack = new RdsStack();
+    cleanups.push(() => stack.close());
+    const s = new RdsSocket({ stack, transport: 'ib' });
+    const err = await s.bind({ address: '127.0.0.1', port: 4000 }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ENOPROTOOPT', message: expect.stringMatching(/RDMA device/) });
+  });
+
+  it('close() and process exit leave no queue pairs behind', async () => {
+    const before = rcQps();
+    const x = await ibSocket(A, 4100);
+    const y = await ibSocket(B, 4100);
+    x.sock.sendmsg(Buffer.from('qp'), y.sock.address());
+    await y.sock.recv({ timeout: 30000 });
+    expect(rcQps()).toBe(before + 2);
+    await x.stack.close();
+    await y.stack.close();
+    expect(rcQps()).toBe(before);
+    // A process that exits without closing anything: the addon's exit hook tears its QPs down.
+    const peer = await startPeer(B, 4200, 1, true);
+    const z = await ibSocket(A, 4200);
+    z.sock.sendmsg(Buffer.from('bye'), { address: B, port: 4200 });
+    await z.sock.recv({ timeout: 30000 });
+    expect(await peer.exited).toBe(0);
+    await z.stack.close();
+    expect(rcQps()).toBe(before);
+  });
+
+  it('a peer killed mid-stream and restarted gets what it had not acknowledged (retransmit after reconnect)', async () => {
+    const first = await startPeer(B, 4300, 0);
+    const { sock } = await ibSocket(A, 4300);
+    sock.sendmsg(Buffer.from('warm-up'), { address: B, port: 4300 });
+    expect((await sock.recv({ timeout: 30000 })).data.toString()).toBe('warm-up');
+    first.p.kill('SIGKILL');
+    await first.exited;
+    // Sent while nobody is there: kept and resent once the peer is back.
+    for (let i = 0; i < 20; i++) sock.sendmsg(payload(i, 5000), { address: B, port: 4300 });
+    await startPeer(B, 4300, 0);
+    const seen: number[] = [];
+    while (seen.length < 20) seen.push((await sock.recv({ timeout: 60000 })).data.readUInt32BE(0));
+    expect(seen).toEqual([...Array(20).keys()]);
+  });
+});
