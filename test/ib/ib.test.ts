@@ -2,7 +2,7 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack } from '../../lib/index.js';
-import { IB_ADDRS, payload } from '../helpers.js';
+import { IB_ADDRS, payload, runNode } from '../helpers.js';
 
 // Runs inside the Soft-RoCE guest (npm run test:ib); IB_ADDRS are two addresses of rxe0.
 const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
@@ -71,6 +71,14 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     // Both ends are rds-socket: protocol 3.1 as mainline proposes, credit flow control on.
     expect(info).toMatchObject({ protocol: '3.1', flowControl: true });
   });
+
+  it('the benchmark runs (smoke: correctness of bench/ib.mjs, no timing asserted)', async () => {
+    const r = await runNode([fileURLToPath(new URL('../../bench/ib.mjs', import.meta.url)), '--smoke', '--a', A, '--b', B], 300_000);
+    expect(r.code, r.out).toBe(0);
+    const res = JSON.parse(r.out.trim().split('\n').pop()!) as Record<string, number>;
+    for (const k of ['rdsMBs', 'verbsMBs', 'rdsRttUs', 'verbsRttUs']) expect(res[k]).toBeGreaterThan(0);
+    expect(r.out).toMatch(/ratio rds\/verbs/);
+  }, 320_000);
 
   it('binding an address that no RDMA device owns fails with ENOPROTOOPT and says why', async () => {
     const stack = new RdsStack();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # npm run test:ib — the conformance suite and the IB transport tests over Soft-RoCE (rdma_rxe)
 # inside the qemu guest of test/interop (two node stacks on 10.77.0.2 and 10.77.0.5, both on rxe0).
+# npm run bench:ib — bench/ib.mjs in the same guest (rds-socket next to ib_send_bw / ibv_rc_pingpong).
 # Skips (exit 0, with the reason) where it cannot run: not root, no qemu and no apt-get, no /dev/net/tun.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +24,11 @@ bash $VM start || exit 1
 [ -f dist/index.js ] || npm run build || exit 1
 bash $VM exec 'modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && rdma link add rxe0 type rxe netdev eth0 && ip addr add 10.77.0.5/24 dev eth0 && ibv_devices' \
   || { echo "IB: Soft-RoCE setup in the guest failed"; exit 1; }
+if [ "${1:-}" = --bench ]; then
+  shift
+  RDS_KVM_EXEC_TIMEOUT=900 bash $VM exec "cd '$PWD' && node bench/ib.mjs $*"
+  exit $?
+fi
 inst="${RDS_KVM_CACHE:-/var/tmp/rds-socket-kernel}/instance"
 rm -f "$inst/ib.json"
 RDS_KVM_EXEC_TIMEOUT=1500 bash $VM exec "cd '$PWD' && RDS_IB_ADDRS=10.77.0.2,10.77.0.5 RDS_CONFORMANCE_KINDS=ib \

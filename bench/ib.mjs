@@ -1,0 +1,100 @@
+#!/usr/bin/env node
+// rds-socket over InfiniBand next to the verbs baseline on the same device, in the same run:
+// ib_send_bw (64 KiB SENDs) against rds-socket one-way throughput of 64 KiB messages, and an RC
+// SEND ping-pong of 2 bytes (ibv_rc_pingpong: ib_send_lat cannot calibrate its clock under qemu's
+// software emulation and prints inf) against rds-socket 2-byte round trips. Prints ratios rds/verbs.
+// Runs where an RDMA device owns --a and --b (npm run bench:ib boots the Soft-RoCE guest for it).
+//   node bench/ib.mjs [--a 10.77.0.2] [--b 10.77.0.5] [--dev rxe0] [--gid 1] [--seconds 3] [--smoke]
+import { execFileSync, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { RdsSocket, RdsStack, constants } from '../dist/index.js';
+
+const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? process.argv[i + 1] : d; };
+const smoke = process.argv.includes('--smoke');
+const role = arg('--role', 'main');
+const A = arg('--a', '10.77.0.2'), B = arg('--b', '10.77.0.5');
+const DEV = arg('--dev', 'rxe0'), GID = arg('--gid', '1');
+const SECONDS = Number(arg('--seconds', smoke ? 0.5 : 3));
+const BIG = 65536;
+
+async function ibSock(stack, address, port) {
+  const s = new RdsSocket({ stack, transport: 'ib' });
+  await s.bind({ address, port });
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 32 << 20);
+  return s;
+}
+
+if (role === 'peer') {
+  // Receiver process: counts bulk bytes (port 5000) and echoes pings (port 5001).
+  const stack = new RdsStack();
+  const bulk = await ibSock(stack, B, 5000);
+  const echo = await ibSock(stack, B, 5001);
+  process.stdout.write('ready\n');
+  let bytes = 0;
+  (async () => { for await (const m of bulk) { bytes += m.data.length; if (m.data.length === 1) process.stdout.write(`bytes ${bytes}\n`); } })();
+  for await (const m of echo) echo.sendmsg(m.data, { address: m.address, port: m.port });
+} else {
+  const peer = spawn(process.execPath, [fileURLToPath(import.meta.url), '--role', 'peer', '--b', B], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  const wait = (re) => new Promise((res) => { const on = () => { const m = out.match(re); if (m) { peer.stdout.off('data', f); res(m); } }; const f = (d) => { out += d; on(); }; peer.stdout.on('data', f); on(); });
+  await wait(/ready/);
+  const stack = new RdsStack();
+  const tx = await ibSock(stack, A, 5000);
+  const pinger = await ibSock(stack, A, 5001);
+
+  // Throughput: stream 64 KiB messages for SECONDS, then a 1-byte marker; the peer reports bytes.
+  const buf = Buffer.alloc(BIG, 0x5a);
+  tx.sendmsg(buf, { address: B, port: 5000 });
+  await tx.flush({ timeout: 30000 });
+  const t0 = performance.now();
+  let sent = 0;
+  while (performance.now() - t0 < SECONDS * 1000) { await tx.send(buf, { address: B, port: 5000 }, { timeout: 30000 }); sent++; }
+  tx.sendmsg(Buffer.alloc(1), { address: B, port: 5000 });
+  await wait(new RegExp(`bytes ${(sent + 1) * BIG + 1}\\b`));
+  const rdsMBs = (sent * BIG) / ((performance.now() - t0) / 1000) / 1e6;
+
+  // Latency: 2-byte round trips, half of the median.
+  const rtts = [];
+  const small = Buffer.alloc(2);
+  const t1 = performance.now();
+  while (performance.now() - t1 < SECONDS * 1000 || rtts.length < 20) {
+    const s = performance.now();
+    pinger.sendmsg(small, { address: B, port: 5001 });
+    await pinger.recv({ timeout: 30000 });
+    rtts.push(performance.now() - s);
+  }
+  rtts.sort((x, y) => x - y);
+  const rdsRttUs = rtts[Math.floor(rtts.length / 2)] * 1000;
+  await stack.close();
+  peer.kill();
+
+  // The verbs baseline on the same device, server and client on the two addresses.
+  const perf = async (tool, args) => {
+    // The server must be listening on perftest's port (18515) before the client starts.
+    const server = spawn(tool, args, { stdio: 'ignore' });
+    for (let i = 0; ; i++) {
+      if (execFileSync('ss', ['-ltnH', 'sport = :18515'], { encoding: 'utf8' }).trim() !== '') break;
+      if (i > 600 || server.exitCode !== null) throw new Error(`${tool} server did not start`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    try {
+      return execFileSync(tool, [...args, A], { encoding: 'utf8', timeout: 120000 });
+    } catch (e) {
+      throw new Error(`${tool} client failed: ${e.stderr ?? e.message}`);
+    } finally { server.kill(); }
+  };
+  const iters = smoke ? '200' : '2000';
+  const bwOut = await perf('ib_send_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]);
+  const bwRow = bwOut.split('\n').find((l) => l.trim().startsWith(String(BIG)));
+  const verbsMBs = Number(bwRow.trim().split(/\s+/)[3]) * 1.048576; // perftest's MB/sec is MiB/s
+  const ppOut = await perf('ibv_rc_pingpong', ['-d', DEV, '-g', GID, '-s', '2', '-n', iters]);
+  const verbsRttUs = Number(ppOut.match(/=\s*([\d.]+) usec\/iter/)[1]);
+  const r = (x) => x.toFixed(2);
+  console.log(`\nIB on ${DEV} (${A} -> ${B}), ${SECONDS} s per rds-socket measurement`);
+  console.log('                           rds-socket      verbs                       ratio rds/verbs');
+  console.log(`throughput 64 KiB  MB/s  ${r(rdsMBs).padStart(10)}   ${r(verbsMBs).padStart(10)} (ib_send_bw)        ${r(rdsMBs / verbsMBs).padStart(8)}x`);
+  console.log(`round trip 2 B p50  us   ${r(rdsRttUs).padStart(10)}   ${r(verbsRttUs).padStart(10)} (ibv_rc_pingpong)   ${r(rdsRttUs / verbsRttUs).padStart(8)}x`);
+  console.log(JSON.stringify({ rdsMBs, verbsMBs, rdsRttUs, verbsRttUs, throughputRatio: rdsMBs / verbsMBs, latencyRatio: rdsRttUs / verbsRttUs }));
+  process.exit(0);
+}
