@@ -320,11 +320,12 @@ export class IbTransport implements RdsTransport {
       ep.reject(id);
       return;
     }
-    if (cp.state === RDS_CONN_CONNECTING && old !== null && !old.passive) {
-      // Both sides dialled. The kernel refuses and both back off; between two rds-socket nodes
-      // the smaller address's attempt wins at once (a kernel peer refuses ours anyway).
+    if (cp.state === RDS_CONN_CONNECTING && old !== null) {
+      // Both sides dialled (or a second request while we accept one). The kernel refuses and both
+      // back off; between two rds-socket nodes the smaller address's attempt wins at once (a
+      // kernel peer refuses ours anyway).
       this.host.counters.inc('ib_connect_raced');
-      if (conn.isInitiator) {
+      if (old.passive || conn.isInitiator) {
         ep.reject(id);
         return;
       }
