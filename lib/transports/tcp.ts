@@ -444,7 +444,9 @@ export class TcpTransport implements RdsTransport {
     const end = tp.wrote;
     // An rds-socket peer acknowledges messages itself; anything else is released once TCP has
     // acknowledged the message's last byte (spec §2.4).
-    if (!cp.conn.ackMode) tp.track.push({ end, seq: msg.seq });
+    // Between rds-socket peers no write callback is needed: one closure per message saved.
+    if (cp.conn.ackMode) return sock.write(msg.wire);
+    tp.track.push({ end, seq: msg.seq });
     return sock.write(msg.wire, (err) => {
       if (err || tp.sock !== sock) return;
       if (end > tp.flushed) tp.flushed = end;
