@@ -199,14 +199,21 @@ async function drainProbes(b: RdsSocket, n: number): Promise<void> {
   for (let i = 0; i < n; i++) expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('probe-lane');
 }
 
+/** Brings all 8 paths up, then makes `count` sockets on A and learns each one's lane. */
+async function lanesUp(A: RdsStack, B: RdsStack, a: RdsSocket, b: RdsSocket,
+  mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>, base: string, count: number) {
+  a.sendmsg(Buffer.from('probe-lane'), b.address());
+  await drainProbes(b, 1);
+  await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
+  const r = await socketsByLane(A, mk, base, b, count);
+  await drainProbes(b, r.socks.length);
+  return r;
+}
+
 describe('failover between rds-socket nodes', () => {
   it('a lane killed mid-stream: its messages move to a live path and back, none lost, none duplicated, order kept', async () => {
     const { A, B, a, b, mk, base, proxy } = await pair({ failoverGraceMs: 150 }, { failoverGraceMs: 150 }, true);
-    a.sendmsg(Buffer.from('probe-lane'), b.address());
-    await drainProbes(b, 1);
-    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
-    const { socks, lanes } = await socketsByLane(A, mk, base, b, 12);
-    await drainProbes(b, socks.length);
+    const { socks, lanes } = await lanesUp(A, B, a, b, mk, base, 12);
     const victim = lanes.find((l) => l > 0)!;
     expect(victim).toBeGreaterThan(0);
     const onVictim = socks.filter((_, i) => lanes[i] === victim);
@@ -247,11 +254,7 @@ describe('failover between rds-socket nodes', () => {
     // The receiver does not read, so nothing is acknowledged: every message on the lane is still
     // unacknowledged at the sender when the lane dies, although the peer has them all.
     const { A, B, a, b, mk, base, proxy } = await pair({ failoverGraceMs: 100 }, { ackDelayMaxMs: 60000 }, true);
-    a.sendmsg(Buffer.from('probe-lane'), b.address());
-    await drainProbes(b, 1);
-    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
-    const { socks, lanes } = await socketsByLane(A, mk, base, b, 8);
-    await drainProbes(b, socks.length);
+    const { socks, lanes } = await lanesUp(A, B, a, b, mk, base, 8);
     const k = lanes.findIndex((l) => l > 0);
     const s = socks[k]!;
     const victim = lanes[k]!;
@@ -272,11 +275,7 @@ describe('failover between rds-socket nodes', () => {
 
   it('never fails over with failoverGraceMs: Infinity: messages wait for their own path', async () => {
     const { A, B, a, b, mk, base, proxy } = await pair({ failoverGraceMs: Infinity }, {}, true);
-    a.sendmsg(Buffer.from('probe-lane'), b.address());
-    await drainProbes(b, 1);
-    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
-    const { socks, lanes } = await socketsByLane(A, mk, base, b, 8);
-    await drainProbes(b, socks.length);
+    const { socks, lanes } = await lanesUp(A, B, a, b, mk, base, 8);
     const k = lanes.findIndex((l) => l > 0);
     proxy!.cutLane(lanes[k]!);
     await until(() => conn(A).paths[lanes[k]!]!.state !== 'UP', 'lane down');

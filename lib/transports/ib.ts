@@ -6,7 +6,7 @@ import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
 import { RdsError } from '../errors.js';
 import { native, nativeLoadError, type IbEndpointBinding } from '../native.js';
-import { headerChecksum, OFF_ACK, OFF_CREDIT, OFF_CSUM, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum, writeU64 } from '../wire/header.js';
+import { encodeCongUpdate, headerChecksum, OFF_ACK, OFF_CREDIT, OFF_CSUM, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum, writeU64 } from '../wire/header.js';
 import { RdsProtocolError } from '../wire/frame-reader.js';
 import { decodeIbPrivateData, encodeIbPrivateData, negotiateIbVersion, RDS_PROTOCOL_3_1, type IbPrivateData } from '../wire/ib-private-data.js';
 
@@ -25,7 +25,7 @@ export interface IbTransportOptions {
   sendSlots?: number;
   /** Receive ring slots per connection (the credits we can grant). Default 256. */
   recvSlots?: number;
-  /** Address and route resolution timeout (the kernel's 5000 ms). */
+  /** Address resolution timeout in ms (the kernel's 5000); route resolution always uses 5000, as the kernel. */
   resolveTimeoutMs?: number;
 }
 
@@ -66,7 +66,6 @@ interface IbPath {
   /** xmit told the core "no more for now": kick it once the ring moves again. */
   coreWaiting: boolean;
   version: number;
-  peerCredits: number;
 }
 
 function ibPath(cp: RdsConnPath): IbPath | null {
@@ -178,7 +177,7 @@ export class IbTransport implements RdsTransport {
       id, established: false, passive, ring: null, freeSend: [], ackSlotBusy: false, ackDone: null,
       flowControl: false, ledger: new CreditLedger(() => this.resume(cp), () => this.creditUpdate(cp)),
       current: null, controls: [], lastAck: 0, rxHeader: null, rxPayload: null, rxFilled: 0, blocked: false, coreWaiting: false,
-      version: 0, peerCredits: 0,
+      version: 0,
     };
     cp.tdata = tp;
     this.byId.set(id, cp);
@@ -285,7 +284,6 @@ export class IbTransport implements RdsTransport {
   private applyPeerCredits(tp: IbPath, peer: IbPrivateData): void {
     // As rds_ib_set_flow_control: on only if we offer it and the peer granted credits.
     tp.flowControl = this.flowControl && peer.credit > 0;
-    tp.peerCredits = peer.credit;
     if (tp.flowControl) tp.ledger.grant(peer.credit);
   }
 
@@ -382,11 +380,7 @@ export class IbTransport implements RdsTransport {
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
-    const wire = Buffer.alloc(RDS_HEADER_SIZE + map.length);
-    wire[24] = 0x01; // h_flags RDS_FLAG_CONG_BITMAP, seq 0, ports 0
-    wire.writeUInt32BE(map.length, OFF_LEN);
-    map.copy(wire, RDS_HEADER_SIZE);
-    tp.current = { wire, len: map.length, off: 0 };
+    tp.current = { wire: encodeCongUpdate(map), len: map.length, off: 0 };
     return this.take(cp, tp);
   }
 

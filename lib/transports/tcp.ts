@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import * as tls from 'node:tls';
 import {
-  RDS_CONG_MAP_BYTES, RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_TCP,
+  RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_HEADER_SIZE, RDS_TRANS_TCP,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { canonicalAddress, compareAddresses } from '../core/address.js';
@@ -10,7 +10,7 @@ import type { RdsConnPath } from '../core/path.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
-import { encodeHeader } from '../wire/header.js';
+import { encodeCongUpdate } from '../wire/header.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { Fifo } from '../core/fifo.js';
 import type { RdsConnection } from '../core/connection.js';
@@ -457,9 +457,7 @@ export class TcpTransport implements RdsTransport {
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
-    const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE + RDS_CONG_MAP_BYTES);
-    encodeHeader(frame, 0, { len: RDS_CONG_MAP_BYTES, flags: RDS_FLAG_CONG_BITMAP });
-    map.copy(frame, RDS_HEADER_SIZE);
+    const frame = encodeCongUpdate(map);
     tp.wrote += frame.length;
     if (!sock.write(frame)) {
       this.host.counters.inc('tcp_sndbuf_full');

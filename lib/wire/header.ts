@@ -1,4 +1,4 @@
-import { RDS_HEADER_SIZE } from '../constants.js';
+import { RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE } from '../constants.js';
 
 /** The 48-byte RDS header (spec §1.1). All multi-byte fields are big-endian. */
 export interface RdsHeader {
@@ -108,4 +108,12 @@ export function headerChecksum(buf: Uint8Array, off = 0): number {
 export function verifyHeaderChecksum(buf: Uint8Array, off = 0): boolean {
   const stored = (buf[off + OFF_CSUM]! << 8) | buf[off + OFF_CSUM + 1]!;
   return stored === 0 || stored === headerChecksum(buf, off);
+}
+
+/** A congestion map update as every transport sends it: seq 0, ports 0, h_flags exactly 0x01, the map (spec §5.3). */
+export function encodeCongUpdate(map: Uint8Array): Buffer {
+  const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE + map.length);
+  encodeHeader(frame, 0, { len: map.length, flags: RDS_FLAG_CONG_BITMAP });
+  frame.set(map, RDS_HEADER_SIZE);
+  return frame;
 }

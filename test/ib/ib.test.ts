@@ -1,7 +1,7 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack } from '../../lib/index.js';
+import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
 import { IB_ADDRS, payload, runNode } from '../helpers.js';
 
 // Runs inside the Soft-RoCE guest (npm run test:ib); IB_ADDRS are two addresses of rxe0.
@@ -53,7 +53,7 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     const N = 120;
     const peer = await startPeer(B, 4000, N);
     const { stack, sock } = await ibSocket(A, 4000);
-    sock.setsockopt(1, 7, 8 << 20);
+    sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
     const size = (i: number): number => [0, 1, 48, 4095, 4096, 4097, 8192, 65536, 262144][i % 9]!;
     let info: Record<string, unknown> | null = null;
     const back = (async () => {

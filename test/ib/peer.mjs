@@ -2,13 +2,13 @@
 // message back to its sender until it has echoed `count`, then exits (or never, with count 0).
 //   node test/ib/peer.mjs <address> <port> <count> [exit]
 // With `exit` it leaves by process.exit() without closing anything (the addon's exit hook cleans up).
-import { RdsSocket, RdsStack } from '../../dist/index.js';
+import { RdsSocket, RdsStack, constants } from '../../dist/index.js';
 
 const [address, port, count] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4] ?? 0)];
 const stack = new RdsStack();
 const sock = new RdsSocket({ stack, transport: 'ib' });
 await sock.bind({ address, port });
-sock.setsockopt(1, 7, 8 << 20); // SO_SNDBUF: room for echoes of large messages
+sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20); // room for echoes of large messages
 process.stdout.write('ready\n');
 let n = 0;
 for await (const m of sock) {
