@@ -113,6 +113,9 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     const { sock } = await ibSocket(A, 4300);
     sock.sendmsg(Buffer.from('warm-up'), { address: B, port: 4300 });
     expect((await sock.recv({ timeout: 30000 })).data.toString()).toBe('warm-up');
+    // The echo can overtake the peer's ack of the warm-up; unacknowledged, the warm-up would be
+    // resent to the restarted peer (RDS is at-least-once across a peer restart) and echoed twice.
+    await sock.flush({ timeout: 30000 });
     first.p.kill('SIGKILL');
     await first.exited;
     // Sent while nobody is there: kept and resent once the peer is back.
