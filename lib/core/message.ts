@@ -22,6 +22,10 @@ export class RdsOutgoing {
   sentAt = 0;
   /** Set by send({ confirm: true }): told when the peer has the message, or why it never will. */
   settle: ((err?: Error) => void) | null = null;
+  /** Links in the owning socket's RdsSendList. */
+  sockPrev: RdsOutgoing | null = null;
+  sockNext: RdsOutgoing | null = null;
+  sockLinked = false;
 
   constructor(
     readonly wire: Buffer,
@@ -80,5 +84,43 @@ export class RdsOutgoing {
     const settle = this.settle;
     this.settle = null;
     settle?.(err);
+  }
+}
+
+/**
+ * A socket's messages not yet acknowledged or cancelled (the kernel's rs_send_queue), linked
+ * through the messages themselves: adding and removing one costs no allocation and no hashing.
+ */
+export class RdsSendList {
+  private head: RdsOutgoing | null = null;
+  private tail: RdsOutgoing | null = null;
+  size = 0;
+
+  add(m: RdsOutgoing): void {
+    m.sockPrev = this.tail;
+    m.sockNext = null;
+    if (this.tail === null) this.head = m;
+    else this.tail.sockNext = m;
+    this.tail = m;
+    m.sockLinked = true;
+    this.size++;
+  }
+
+  delete(m: RdsOutgoing): void {
+    if (!m.sockLinked) return;
+    if (m.sockPrev === null) this.head = m.sockNext;
+    else m.sockPrev.sockNext = m.sockNext;
+    if (m.sockNext === null) this.tail = m.sockPrev;
+    else m.sockNext.sockPrev = m.sockPrev;
+    m.sockPrev = m.sockNext = null;
+    m.sockLinked = false;
+    this.size--;
+  }
+
+  /** A snapshot, oldest first, safe to walk while completing (and so removing) messages. */
+  toArray(): RdsOutgoing[] {
+    const out: RdsOutgoing[] = [];
+    for (let m = this.head; m !== null; m = m.sockNext) out.push(m);
+    return out;
   }
 }

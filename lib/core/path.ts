@@ -2,7 +2,7 @@ import {
   RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_DOWN, RDS_CONN_ERROR, RDS_CONN_RESETTING, RDS_CONN_UP,
   RDS_FLAG_ACK_REQUIRED, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE,
 } from '../constants.js';
-import { encodeHeader, OFF_ACK, OFF_FLAGS, writeU64 } from '../wire/header.js';
+import { encodeDataHeader, encodeHeader, OFF_ACK, OFF_EXTHDR, OFF_FLAGS, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
@@ -345,12 +345,10 @@ export class RdsConnPath {
   /** Encodes and queues a message; the caller has done every check. */
   queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
     owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
-    const wire = Buffer.allocUnsafe(RDS_HEADER_SIZE + totalLen);
+    const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE + totalLen);
     const seq = this.nextTxSeq++;
-    encodeHeader(wire, 0, {
-      sequence: seq, len: totalLen, sport, dport,
-      ...(exts && exts.length > 0 ? { exthdr: packExtensions(exts) } : {}),
-    });
+    encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
+    if (exts !== undefined && exts.length > 0) wire.set(packExtensions(exts), OFF_EXTHDR);
     if (payload instanceof Uint8Array) {
       wire.set(payload, RDS_HEADER_SIZE);
     } else {
@@ -408,6 +406,9 @@ export class RdsConnPath {
     const t = this.conn.transport;
     const stack = this.stack;
     const ackMode = this.conn.ackMode;
+    // One clock reading per batch: every message of a burst leaves in the same instant anyway.
+    const now = performance.now();
+    const wallNow = Date.now();
     this.pumping = true;
     t.xmitBegin?.(this);
     try {
@@ -429,11 +430,11 @@ export class RdsConnPath {
           }
           if (msg.done) continue; // cancelled while queued
           this.retrans.push(msg);
-          if (msg.sentAt === 0) msg.sentAt = performance.now();
+          if (msg.sentAt === 0) msg.sentAt = now;
           this.sentMessages++;
           this.sentBytes += msg.len;
           if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.inc('send_retransmitted');
-          if (ackMode) this.prepareAckMode(msg);
+          if (ackMode) this.prepareAckMode(msg, wallNow);
           if (!t.xmit(this, msg)) this.blocked = true;
         }
       } while (this.pumpAgain && this.state === RDS_CONN_UP && !this.blocked);
@@ -449,10 +450,10 @@ export class RdsConnPath {
    * max_unacked_bytes bytes, on retransmissions, when the sending socket is half full, and on the
    * last message of a burst.
    */
-  private prepareAckMode(msg: RdsOutgoing): void {
+  private prepareAckMode(msg: RdsOutgoing, now: number): void {
     const { maxUnackedPackets, maxUnackedBytes } = this.stack.options;
     if (this.acksAllowed) {
-      this.rx.advance(Date.now());
+      this.rx.advance(now);
       writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
       this.rx.markSent();
     } else {

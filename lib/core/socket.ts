@@ -7,10 +7,10 @@ import {
 } from '../constants.js';
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import {
-  checkedAddress, isHostLocalAddress, nonUnicastReason, parseEndpoint, type RdsAddress,
+  checkedAddress, isHostLocalAddress, nonUnicastReason, parseEndpoint, validatePort, type RdsAddress,
 } from './address.js';
 import { Fifo } from './fifo.js';
-import type { RdsOutgoing, SendOwner } from './message.js';
+import { RdsSendList, type RdsOutgoing, type SendOwner } from './message.js';
 import type { RdsConnection } from './connection.js';
 import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
 import type { RdsTransport } from './transport.js';
@@ -83,7 +83,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   private readonly rxQueue = new Fifo<Queued>();
   private lastConn: RdsConnection | null = null;
-  private readonly pending = new Set<RdsOutgoing>();
+  /** The last destination address exactly as the caller gave it, and its canonical form. */
+  private lastDestGiven: string | null = null;
+  private lastDestCanon = '';
+  /** An address already known to be of the bound address's family. */
+  private sameFamilyAs = '';
+  private readonly pending = new RdsSendList();
   private readonly waiters = new Set<Waiter>();
   private readableQueued = false;
 
@@ -254,34 +259,47 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   private enqueue(data: RdsData, dest: { address: string; port: number } | undefined): RdsOutgoing {
     this.checkOpen('sendmsg()');
-    const { parts, len } = gather(data);
-    const to = dest === undefined || dest === null ? null : parseEndpoint(dest, 'destination');
-    if (to !== null) {
-      const why = checkedAddress(to.address).nonUnicast;
-      if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
+    let len: number;
+    let payload: Uint8Array | readonly Uint8Array[];
+    if (data instanceof Uint8Array) {
+      payload = data;
+      len = data.length;
+    } else {
+      const g = gather(data);
+      payload = g.parts.length === 1 ? g.parts[0]! : g.parts;
+      len = g.len;
+    }
+    let address: string | null = null;
+    let port = 0;
+    if (dest !== undefined && dest !== null) {
+      address = this.destinationAddress(dest);
+      port = validatePort((dest as { port?: unknown }).port, 'destination');
     }
     if (this.bound === null) throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
-    const target = to ?? this.peer;
-    if (target === null) throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
-    if (isIPv4(target.address) !== isIPv4(this.bound.address)) {
-      throw new RdsError('EOPNOTSUPP', `cannot send from ${this.bound.address} to ${target.address}: address families differ`);
+    if (address === null) {
+      if (this.peer === null) throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
+      ({ address, port } = this.peer);
     }
+    if (address !== this.sameFamilyAs && isIPv4(address) !== isIPv4(this.bound.address)) {
+      throw new RdsError('EOPNOTSUPP', `cannot send from ${this.bound.address} to ${address}: address families differ`);
+    }
+    this.sameFamilyAs = address;
     if (len > RDS_MAX_MSG_SIZE) throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
     if (len > this.sndbuf) {
       throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds the send buffer (${this.sndbuf} bytes); raise SO_SNDBUF`);
     }
     // Senders talk to the same few peers: keep the last connection rather than rebuild its key.
     let conn = this.lastConn;
-    if (conn === null || conn.faddr !== target.address) {
-      conn = this.stack.connForSend(this.bound.address, target.address, this.transport!);
+    if (conn === null || conn.faddr !== address) {
+      conn = this.stack.connForSend(this.bound.address, address, this.transport!);
       this.lastConn = conn;
     }
-    if (conn.peerCong.test(target.port)) {
+    if (conn.peerCong.test(port)) {
       this.stack.counters.inc('cong_send_error');
-      if (this.congMonitor) this.congMask |= 1n << BigInt(target.port % 64);
+      if (this.congMonitor) this.congMask |= 1n << BigInt(port % 64);
       // Re-test once: an update may have arrived between the test and recording the mask.
-      if (conn.peerCong.test(target.port)) {
-        throw flowControlError('ENOBUFS', `destination ${target.address}:${target.port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
+      if (conn.peerCong.test(port)) {
+        throw flowControlError('ENOBUFS', `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
       }
     }
     if (this.sndBytes >= this.sndbuf) {
@@ -290,10 +308,26 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       throw flowControlError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
     }
     const path = conn.pathFor(this.bound.port);
-    const msg = path.queue(parts.length === 1 ? parts[0]! : parts, len, this.bound.port, target.port, this);
+    const msg = path.queue(payload, len, this.bound.port, port, this);
     this.sndBytes += len;
     this.pending.add(msg);
     return msg;
+  }
+
+  /**
+   * The canonical form of a destination address, checked to be a unicast address. Senders repeat
+   * the same destination: the last one given is remembered exactly as given, so the common case
+   * is one string comparison.
+   */
+  private destinationAddress(dest: unknown): string {
+    const given = typeof dest === 'object' ? (dest as { address?: unknown }).address : undefined;
+    if (given === this.lastDestGiven && this.lastDestGiven !== null) return this.lastDestCanon;
+    const to = parseEndpoint(dest, 'destination');
+    const why = checkedAddress(to.address).nonUnicast;
+    if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
+    this.lastDestGiven = given as string;
+    this.lastDestCanon = to.address;
+    return to.address;
   }
 
   /**
@@ -374,7 +408,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (this.bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
     const ep = parseEndpoint(value, 'RDS_CANCEL_SENT_TO value');
     let n = 0;
-    for (const m of [...this.pending]) {
+    for (const m of this.pending.toArray()) {
       if (m.daddr === ep.address && m.dport === ep.port) {
         m.complete(new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${ep.address}:${ep.port}`));
         n++;
@@ -515,6 +549,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   /** Waiters re-check their condition on waking, so waking all of them is always correct. */
   private wakeAll(): void {
+    if (this.waiters.size === 0) return;
     const ws = [...this.waiters];
     for (const w of ws) w.wake();
   }
@@ -633,7 +668,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
     for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.path.consumed(q.receipt.entry);
     this.rcvBytes = 0;
-    for (const m of [...this.pending]) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
+    for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
     this.wakeAll();
     this.stack.socketClosed();
     this.emit('close');

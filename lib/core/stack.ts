@@ -14,6 +14,7 @@ import { recvIncoming } from './recv.js';
 import { ControlEndpoint } from './control.js';
 import { parseCidr } from './address.js';
 import { RdsStats, type RdsCounterName } from './stats.js';
+import { WireSlab } from './wire-slab.js';
 import type { RdsTransport } from './transport.js';
 
 export interface RdsStackOptions {
@@ -226,14 +227,16 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   readonly options: ResolvedStackOptions;
   /** Counters named as the kernel's (rds-info -c); cheap to read. */
   readonly counters = new RdsStats();
+  /** Memory for queued frames, shared by every path so bursts lie contiguous (see WireSlab). */
+  readonly wireSlab = new WireSlab();
   /** rds_gen_num: random per stack instance, so peers can tell that we restarted. */
   readonly genNum: number = randomInt(1, 0xffffffff);
   readonly maxPaths = RDS_MPATH_WORKERS;
   readonly loopTransportType = RDS_TRANS_LOOP;
 
   private readonly transports = new Map<string, RdsTransport>();
-  private readonly bindTable = new Map<string, BoundSocket>();
-  private readonly addrRefs = new Map<string, number>();
+  /** Bound sockets by address, then port: an address is here while any socket is bound to it. */
+  private readonly bindTable = new Map<string, Map<number, BoundSocket>>();
   private readonly conns = new Map<string, RdsConnection>();
   private readonly congMaps = new Map<string, CongMap>();
   /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). */
@@ -320,17 +323,20 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   // ---- bind table (bind.c) ----
 
   isBound(address: string, port: number): boolean {
-    return this.bindTable.has(`${address}|${port}`);
+    return this.bindTable.get(address)?.has(port) === true;
   }
 
   /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. */
   bindReserve(address: string, port: number, sock: BoundSocket): void {
-    const key = `${address}|${port}`;
-    if (this.bindTable.has(key)) {
+    let ports = this.bindTable.get(address);
+    if (ports?.has(port)) {
       throw new RdsError('EADDRINUSE', `${address}:${port} is already bound by another RDS socket in this stack; choose another port or 0 for an ephemeral one`);
     }
-    this.bindTable.set(key, sock);
-    this.addrRefs.set(address, (this.addrRefs.get(address) ?? 0) + 1);
+    if (ports === undefined) {
+      ports = new Map();
+      this.bindTable.set(address, ports);
+    }
+    ports.set(port, sock);
   }
 
   /** Picks a free port the way the kernel does: random start >= 2, probing upward. */
@@ -338,27 +344,25 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     const start = randomInt(2, 65536);
     for (let i = 0; i < 65534; i++) {
       const p = 2 + ((start - 2 + i) % 65534);
-      if (!this.bindTable.has(`${address}|${p}`)) return p;
+      if (!this.isBound(address, p)) return p;
     }
     throw new RdsError('EADDRINUSE', `no free RDS port left on ${address}`);
   }
 
   unbind(address: string, port: number, sock: BoundSocket): void {
-    const key = `${address}|${port}`;
-    if (this.bindTable.get(key) !== sock) return;
-    this.bindTable.delete(key);
-    const n = (this.addrRefs.get(address) ?? 1) - 1;
-    if (n <= 0) this.addrRefs.delete(address);
-    else this.addrRefs.set(address, n);
+    const ports = this.bindTable.get(address);
+    if (ports?.get(port) !== sock) return;
+    ports.delete(port);
+    if (ports.size === 0) this.bindTable.delete(address);
   }
 
   /** An address some socket of this stack is bound to: traffic to it uses the loopback transport. */
   isLocalAddress(address: string): boolean {
-    return this.addrRefs.has(address);
+    return this.bindTable.has(address);
   }
 
   sockets(): BoundSocket[] {
-    return [...this.bindTable.values()];
+    return [...this.bindTable.values()].flatMap((ports) => [...ports.values()]);
   }
 
   // ---- sockets keep the process alive, an idle stack does not ----
@@ -513,10 +517,10 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
     return {
       counters: this.counters.snapshot(),
-      sockets: [...this.bindTable.values()].map((s) => s.info()),
+      sockets: this.sockets().map((s) => s.info()),
       connections: this.connections(),
       sendQueue, retransQueue,
-      recvQueue: [...this.bindTable.values()].flatMap((s) => s.receiveQueue()),
+      recvQueue: this.sockets().flatMap((s) => s.receiveQueue()),
     };
   }
 
@@ -601,7 +605,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Hands a message to the socket bound to (laddr, dport); false if there is none. */
   deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null): boolean {
-    const sock = this.bindTable.get(`${laddr}|${dport}`);
+    const sock = this.bindTable.get(laddr)?.get(dport);
     if (sock === undefined) {
       this.counters.inc('recv_drop_no_sock');
       return false;
@@ -637,7 +641,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.congGeneration++;
     // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
     const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
-    for (const s of this.bindTable.values()) if (s.boundAddress === conn.laddr) s.congestionUpdated(conn, mask);
+    for (const s of this.bindTable.get(conn.laddr)?.values() ?? []) s.congestionUpdated(conn, mask);
     this.wakeCongWaiters();
   }
 
@@ -659,7 +663,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
-    await Promise.all([...this.bindTable.values()].map((s) => s.close()));
+    await Promise.all(this.sockets().map((s) => s.close()));
     // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
     for (const c of this.conns.values()) for (const p of c.paths) p.finalAck();
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();

@@ -31,6 +31,12 @@ interface TcpPath {
   track: Fifo<{ end: number; seq: number }>;
   outqTimer: NodeJS.Timeout | null;
   outqDelay: number;
+  /**
+   * Frames of the current batch not yet handed to the socket: `run` is the first, and the run
+   * extends to `runEnd` (an offset in run.buffer) while each next frame follows in memory.
+   */
+  run: Buffer | null;
+  runEnd: number;
 }
 
 /** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
@@ -42,7 +48,7 @@ const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
   if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1 } satisfies TcpPath;
+    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0 } satisfies TcpPath;
   }
   return cp.tdata as TcpPath;
 }
@@ -340,6 +346,7 @@ export class TcpTransport implements RdsTransport {
   private attachCarrier(cp: RdsConnPath, sock: Socket): void {
     const tp = tcpPath(cp);
     tp.sock = sock;
+    tp.run = null;
     tp.wrote = 0;
     tp.flushed = 0;
     tp.track.drain();
@@ -423,6 +430,7 @@ export class TcpTransport implements RdsTransport {
     const sock = tp.sock;
     tp.sock = null;
     tp.reader = null;
+    tp.run = null;
     tp.track.drain();
     if (tp.outqTimer) clearTimeout(tp.outqTimer);
     tp.outqTimer = null;
@@ -434,30 +442,53 @@ export class TcpTransport implements RdsTransport {
   }
 
   xmitEnd(cp: RdsConnPath): void {
-    tcpPath(cp).sock?.uncork();
+    const tp = tcpPath(cp);
+    this.writeRun(tp);
+    tp.sock?.uncork();
   }
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
-    tp.wrote += msg.wire.length;
+    const w = msg.wire;
+    tp.wrote += w.length;
     const end = tp.wrote;
-    // An rds-socket peer acknowledges messages itself; anything else is released once TCP has
-    // acknowledged the message's last byte (spec §2.4).
-    // Between rds-socket peers no write callback is needed: one closure per message saved.
-    if (cp.conn.ackMode) return sock.write(msg.wire);
+    if (cp.conn.ackMode) {
+      // An rds-socket peer acknowledges messages itself: no write callback needed, and frames
+      // queued back to back (see WireSlab) go to the socket as one buffer.
+      if (tp.run !== null && w.buffer === tp.run.buffer && w.byteOffset === tp.runEnd) {
+        tp.runEnd += w.length;
+      } else {
+        this.writeRun(tp);
+        tp.run = w;
+        tp.runEnd = w.byteOffset + w.length;
+      }
+      return sock.writableLength + tp.runEnd - tp.run.byteOffset < sock.writableHighWaterMark;
+    }
+    // Anything else is released once TCP has acknowledged the message's last byte (spec §2.4).
+    this.writeRun(tp);
     tp.track.push({ end, seq: msg.seq });
-    return sock.write(msg.wire, (err) => {
+    return sock.write(w, (err) => {
       if (err || tp.sock !== sock) return;
       if (end > tp.flushed) tp.flushed = end;
       this.releaseAcked(cp);
     });
   }
 
+  /** Hands the gathered run of frames to the socket. */
+  private writeRun(tp: TcpPath): void {
+    const run = tp.run;
+    if (run === null) return;
+    tp.run = null;
+    const len = tp.runEnd - run.byteOffset;
+    tp.sock?.write(len === run.length ? run : Buffer.from(run.buffer, run.byteOffset, len));
+  }
+
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const frame = encodeCongUpdate(map);
+    this.writeRun(tp);
     tp.wrote += frame.length;
     if (!sock.write(frame)) {
       this.host.counters.inc('tcp_sndbuf_full');
@@ -473,6 +504,7 @@ export class TcpTransport implements RdsTransport {
       done();
       return;
     }
+    this.writeRun(tp);
     tp.wrote += header.length;
     sock.write(header, () => done());
   }

@@ -13,8 +13,10 @@ export type FrameHandler = (header: Buffer, payload: Buffer) => void;
 
 /**
  * Reassembles `[48-byte header][h_len bytes]` records from a TCP byte stream (spec §2.3).
- * Payloads get their own buffer so a small message never pins a large socket read chunk.
- * h_len is bounded before any payload memory is allocated, so a lying header costs nothing.
+ * A frame that lies whole inside one read chunk is handed up as views of that chunk, without a
+ * copy (like the kernel, which keeps the socket buffers a message arrived in); only a frame split
+ * across reads is assembled in memory of its own. h_len is bounded before any payload memory is
+ * allocated, so a lying header costs nothing.
  */
 export class FrameReader {
   private readonly header = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -41,6 +43,15 @@ export class FrameReader {
     if (this.failed) throw new RdsProtocolError('stream already failed');
     let off = 0;
     while (off < chunk.length) {
+      if (this.headerFill === 0 && this.payload === null && chunk.length - off >= RDS_HEADER_SIZE) {
+        const len = chunk.readUInt32BE(off + OFF_LEN);
+        if (len <= this.maxLen && chunk.length - off - RDS_HEADER_SIZE >= len) {
+          const start = off + RDS_HEADER_SIZE;
+          off = start + len;
+          this.onFrame(chunk.subarray(start - RDS_HEADER_SIZE, start), chunk.subarray(start, off));
+          continue;
+        }
+      }
       if (this.payload === null) {
         const n = Math.min(RDS_HEADER_SIZE - this.headerFill, chunk.length - off);
         chunk.copy(this.header, this.headerFill, off, off + n);

@@ -50,29 +50,33 @@ export function readU64(buf: Uint8Array, off: number): number {
   return get32(buf, off) * TWO_32 + get32(buf, off + 4);
 }
 
-/** Writes a header into buf at off (48 bytes). The extension area is copied or zero-filled. */
-export function encodeHeader(buf: Uint8Array, off: number, h: Partial<RdsHeader>): void {
-  writeU64(buf, off + OFF_SEQUENCE, h.sequence ?? 0);
-  writeU64(buf, off + OFF_ACK, h.ack ?? 0);
-  put32(buf, off + OFF_LEN, (h.len ?? 0) >>> 0);
-  const sport = h.sport ?? 0;
-  const dport = h.dport ?? 0;
+/**
+ * Writes a data message's header at off: h_ack, flags, credit, checksum and the extension area
+ * zero (the sender fills h_ack and flags as it transmits). Positional, for the send path.
+ */
+export function encodeDataHeader(buf: Uint8Array, off: number, seq: number, len: number, sport: number, dport: number): void {
+  writeU64(buf, off + OFF_SEQUENCE, seq);
+  put32(buf, off + OFF_ACK, 0);
+  put32(buf, off + OFF_ACK + 4, 0);
+  put32(buf, off + OFF_LEN, len >>> 0);
   buf[off + OFF_SPORT] = sport >>> 8;
   buf[off + OFF_SPORT + 1] = sport & 0xff;
   buf[off + OFF_DPORT] = dport >>> 8;
   buf[off + OFF_DPORT + 1] = dport & 0xff;
+  // Flags through the extension area: 24 zero bytes, as stores (cheaper than fill() this small).
+  for (let i = off + OFF_FLAGS; i < off + RDS_HEADER_SIZE; i += 4) put32(buf, i, 0);
+}
+
+/** Writes a header into buf at off (48 bytes). The extension area is copied or zero-filled. */
+export function encodeHeader(buf: Uint8Array, off: number, h: Partial<RdsHeader>): void {
+  encodeDataHeader(buf, off, h.sequence ?? 0, h.len ?? 0, h.sport ?? 0, h.dport ?? 0);
+  writeU64(buf, off + OFF_ACK, h.ack ?? 0);
   buf[off + OFF_FLAGS] = h.flags ?? 0;
   buf[off + OFF_CREDIT] = h.credit ?? 0;
-  put32(buf, off + 26, 0); // h_padding[4]
   const csum = h.csum ?? 0;
   buf[off + OFF_CSUM] = csum >>> 8;
   buf[off + OFF_CSUM + 1] = csum & 0xff;
-  if (h.exthdr) {
-    buf.set(h.exthdr.subarray(0, EXTHDR_SIZE), off + OFF_EXTHDR);
-    buf.fill(0, off + OFF_EXTHDR + Math.min(h.exthdr.length, EXTHDR_SIZE), off + RDS_HEADER_SIZE);
-  } else {
-    buf.fill(0, off + OFF_EXTHDR, off + RDS_HEADER_SIZE);
-  }
+  if (h.exthdr) buf.set(h.exthdr.subarray(0, EXTHDR_SIZE), off + OFF_EXTHDR);
 }
 
 export function decodeHeader(buf: Uint8Array, off = 0): RdsHeader {
