@@ -7,6 +7,7 @@ const [contender, role, optsText] = process.argv.slice(2);
 const o = JSON.parse(optsText);
 const out = (x) => process.stdout.write(JSON.stringify(x) + '\n');
 const payload = Buffer.alloc(o.size ?? 1024, 0x5a);
+function finishAfter(ms, fn) { setTimeout(() => { fn(); process.exit(0); }, ms); }
 
 function meter() {
   let msgs = 0, bytes = 0, t0 = 0;
@@ -20,10 +21,35 @@ function meter() {
       msgs++;
       bytes += n;
     },
-    report() { out({ msgs, bytes, secs: t0 ? (Date.now() - t0) / 1000 : 0 }); },
+    report() { out({ msgs, bytes, secs: t0 ? (Date.now() - t0) / 1000 : 0, heap: heapSamples }); },
   };
 }
-const finishAfter = (ms, fn) => setTimeout(() => { fn(); process.exit(0); }, ms);
+// With heapEveryMs (run under --expose-gc): the live heap after a full collection, sampled
+// throughout the run, to show whether memory grows under sustained load.
+const heapSamples = [];
+if (o.heapEveryMs && global.gc) {
+  setInterval(() => {
+    global.gc();
+    heapSamples.push(process.memoryUsage().heapUsed);
+  }, o.heapEveryMs).unref();
+}
+// A source given a duration reports its heap samples and leaves.
+if (role === 'source' && o.durationMs) finishAfter(o.durationMs, () => out({ heap: heapSamples }));
+
+/**
+ * Round trips, after a warm-up during which they are discarded (every contender gets the same
+ * time for its JIT to settle). Returns true once `o.count` have been recorded.
+ */
+function rttRecorder() {
+  const rtts = [];
+  const warmUntil = Date.now() + (o.warmupMs ?? 0);
+  return (us) => {
+    if (Date.now() >= warmUntil) rtts.push(us);
+    if (rtts.length < o.count) return false;
+    out({ rtts });
+    return true;
+  };
+}
 
 // ---- node:net with 4-byte length framing ----
 function netFramer(onMsg) {
@@ -62,6 +88,8 @@ async function runNet() {
     return;
   }
   const c = connect({ host: o.peer, port: o.port, localAddress: o.addr });
+  c.on('error', () => process.exit(0)); // the sink going away ends a source
+  c.on('error', () => process.exit(0)); // the sink going away ends a source
   c.setNoDelay(true);
   await new Promise((r) => c.once('connect', r));
   if (role === 'source') {
@@ -76,11 +104,10 @@ async function runNet() {
     return;
   }
   // ping
-  const rtts = [];
+  const record = rttRecorder();
   let t0 = 0n;
   c.on('data', netFramer(() => {
-    rtts.push(Number(process.hrtime.bigint() - t0) / 1000);
-    if (rtts.length >= o.count) { out({ rtts }); process.exit(0); }
+    if (record(Number(process.hrtime.bigint() - t0) / 1000)) process.exit(0);
     send();
   }));
   const send = () => { t0 = process.hrtime.bigint(); const [h] = netFrame(payload); c.cork(); c.write(h); c.write(payload); c.uncork(); };
@@ -110,15 +137,13 @@ async function runZmq() {
   } else {
     const s = new zmq.Request();
     s.connect(ep);
-    const rtts = [];
-    while (rtts.length < o.count) {
+    const record = rttRecorder();
+    for (;;) {
       const t0 = process.hrtime.bigint();
       await s.send(payload);
       await s.receive();
-      rtts.push(Number(process.hrtime.bigint() - t0) / 1000);
+      if (record(Number(process.hrtime.bigint() - t0) / 1000)) process.exit(0);
     }
-    out({ rtts });
-    process.exit(0);
   }
 }
 
@@ -128,7 +153,7 @@ async function runRds() {
   const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
   const s = new RdsSocket({ stack });
   await s.bind({ address: o.addr, port: 4000 });
-  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 << 20);
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, (o.sndbufMiB ?? 4) << 20);
   s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
   const dest = { address: o.peer, port: 4000 };
   if (role === 'sink' || role === 'echo') {
@@ -156,12 +181,11 @@ async function runRds() {
     pump();
     return;
   }
-  const rtts = [];
+  const record = rttRecorder();
   let t0 = 0n;
   s.on('readable', () => {
     for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg()) {
-      rtts.push(Number(process.hrtime.bigint() - t0) / 1000);
-      if (rtts.length >= o.count) { out({ rtts }); process.exit(0); }
+      if (record(Number(process.hrtime.bigint() - t0) / 1000)) process.exit(0);
       t0 = process.hrtime.bigint();
       s.sendmsg(payload, dest);
     }

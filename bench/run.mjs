@@ -1,11 +1,12 @@
 #!/usr/bin/env node
-// npm run bench [-- --runs N --seconds S] | -- --smoke
+// npm run bench [-- --runs N --seconds S --sustain S --out FILE] | -- --smoke
 // Side by side on 127.0.x.y loopback, sender and receiver in separate processes, contenders
 // alternating run by run: node:net with 4-byte length framing (the ceiling for Node over TCP),
 // zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP. Prints medians with min-max, then a
 // table of ratios rds/net and rds/zmq, and writes bench/results/latest.json.
 import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack } from '../dist/index.js';
 
@@ -13,15 +14,18 @@ const smoke = process.argv.includes('--smoke');
 const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? Number(process.argv[i + 1]) : d; };
 const RUNS = arg('--runs', smoke ? 1 : 5);
 const DURATION = arg('--seconds', smoke ? 0.4 : 2) * 1000;
-const PINGS = smoke ? 30 : 3000;
+const PINGS = smoke ? 30 : 5000;
+const PING_WARMUP_MS = smoke ? 50 : 1500;
 const FANIN = smoke ? 2 : 8;
+const SUSTAIN_MS = arg('--sustain', smoke ? 2 : 30) * 1000;
+const OUT = (() => { const i = process.argv.indexOf('--out'); return i >= 0 ? process.argv[i + 1] : null; })();
 const MESH = smoke ? 4 : 32;
 const CONTENDERS = ['net', 'zmq', 'rds'];
 const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
 let block = 0;
 
 function proc(contender, role, opts) {
-  const p = spawn(process.execPath, [PEER, contender, role, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] });
   const lines = [];
   let waiters = [];
   let buf = '';
@@ -66,13 +70,43 @@ async function latency(contender) {
   const a = addrs();
   const echo = proc(contender, 'echo', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024 });
   await echo.next((l) => l.ready);
-  const ping = proc(contender, 'ping', { addr: `${a.net}.1`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, count: PINGS });
+  const ping = proc(contender, 'ping', { addr: `${a.net}.1`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, count: PINGS, warmupMs: PING_WARMUP_MS });
   const { rtts } = await ping.next((l) => l.rtts);
   echo.kill();
   ping.kill();
-  const s = rtts.slice(Math.floor(rtts.length / 10)).sort((x, y) => x - y); // drop warm-up
+  const s = [...rtts].sort((x, y) => x - y);
   const q = (f) => s[Math.min(s.length - 1, Math.floor(f * s.length))];
   return { p50us: q(0.5), p99us: q(0.99) };
+}
+
+/**
+ * rds-socket only: one sender streaming 1 KiB messages for SUSTAIN_MS, both processes sampling
+ * their heap after a full GC. The first fifth is warm-up; growth compares the means of the first
+ * and last five samples after it, and the slope is a least-squares fit over all of them.
+ */
+async function sustained() {
+  const a = addrs();
+  const every = Math.max(100, Math.round(SUSTAIN_MS / 60));
+  const sink = proc('rds', 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS + 300, warmupMs: 300, heapEveryMs: every });
+  await sink.next((l) => l.ready);
+  const source = proc('rds', 'source', { addr: `${a.net}.10`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS, heapEveryMs: every });
+  const [r, s] = await Promise.all([sink.next((l) => 'msgs' in l, SUSTAIN_MS + 60000), source.next((l) => 'heap' in l, SUSTAIN_MS + 60000)]);
+  sink.kill();
+  source.kill();
+  const growth = (samples) => {
+    const xs = samples.slice(Math.floor(samples.length / 5));
+    const k = Math.min(5, Math.floor(xs.length / 2));
+    const mean = (v) => v.reduce((x, y) => x + y, 0) / v.length;
+    const n = xs.length;
+    const mx = (n - 1) / 2;
+    const my = mean(xs);
+    const slope = xs.reduce((acc, y, i) => acc + (i - mx) * (y - my), 0) / xs.reduce((acc, _, i) => acc + (i - mx) ** 2, 0);
+    return {
+      startKiB: mean(xs.slice(0, k)) / 1024, endKiB: mean(xs.slice(-k)) / 1024,
+      growthKiB: (mean(xs.slice(-k)) - mean(xs.slice(0, k))) / 1024, slopeKiBPerSec: (slope / 1024) * (1000 / every), samples: n,
+    };
+  };
+  return { seconds: SUSTAIN_MS / 1000, msgsPerSec: r.msgs / r.secs, receiver: growth(r.heap), sender: growth(s.heap) };
 }
 
 /** rds-socket only: a full mesh of nodes in one process; memory per idle peer connection. */
@@ -126,6 +160,7 @@ for (const sc of scenarios) {
   process.stderr.write(`done: ${sc.name}\n`);
 }
 const meshResult = await mesh();
+const sustainResult = await sustained();
 
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
 const cell = (xs, k) => `${fmt(median(xs.map((x) => x[k])))} (${fmt(Math.min(...xs.map((x) => x[k])))}-${fmt(Math.max(...xs.map((x) => x[k])))})`;
@@ -141,11 +176,13 @@ for (const [name, byC] of Object.entries(results)) {
   }
 }
 console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`);
+const heapLine = (who, g) => `${who} ${(g.startKiB / 1024).toFixed(1)} -> ${(g.endKiB / 1024).toFixed(1)} MiB (${g.growthKiB >= 0 ? '+' : ''}${g.growthKiB.toFixed(0)} KiB, ${g.slopeKiBPerSec.toFixed(1)} KiB/s)`;
+console.log(`\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`);
 console.log('\nratios (throughput: higher is better; latency: lower is better)');
 console.log(`${'metric'.padEnd(40)}${'rds/net'.padEnd(10)}rds/zmq`);
 for (const r of ratios) console.log(`${r.metric.padEnd(40)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
-const dir = fileURLToPath(new URL('./results/', import.meta.url));
-mkdirSync(dir, { recursive: true });
-writeFileSync(`${dir}latest.json`, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, durationMs: DURATION, results, mesh: meshResult, ratios }, null, 2));
-console.log(`\nresults written to bench/results/latest.json`);
+const outFile = OUT ?? fileURLToPath(new URL('./results/latest.json', import.meta.url));
+mkdirSync(dirname(outFile), { recursive: true });
+writeFileSync(outFile, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, durationMs: DURATION, results, mesh: meshResult, sustained: sustainResult, ratios }, null, 2));
+console.log(`\nresults written to ${outFile}`);
 process.exit(0);
