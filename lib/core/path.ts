@@ -508,7 +508,8 @@ export class RdsConnPath {
   /** A sequenced message was accepted on this path; null when nothing will be acknowledged. */
   recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
     if (!this.conn.tracksReceipts) return null;
-    const e = this.rx.record(seq, consumed, ackRequired, Date.now());
+    // recvIncoming has just stamped lastRxAt: no second clock reading per message.
+    const e = this.rx.record(seq, consumed, ackRequired, this.lastRxAt, this);
     if (this.conn.ackMode && (consumed || ackRequired)) this.requestAck();
     return e;
   }

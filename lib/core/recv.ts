@@ -96,8 +96,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   const entry = cp.recordReceived(seq, false, ackRequired);
-  const receipt = entry === null ? null : { path: cp, entry };
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, receipt) && entry !== null) cp.consumed(entry);
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry) && entry !== null) cp.consumed(entry);
 }
 
 /**

@@ -1,11 +1,20 @@
 import { Fifo } from './fifo.js';
 
-/** One accepted message on a path, until it has been acknowledged to the sender. */
+/** Who is told when the application has taken a message: the path that received it. */
+export interface RxOwner {
+  consumed(e: RxEntry): void;
+}
+
+/**
+ * One accepted message on a path, until it has been acknowledged to the sender. It travels with
+ * the message to the socket as its receipt: `owner.consumed(entry)` once the application has it.
+ */
 export interface RxEntry {
   seq: number;
   pos: number;
   consumed: boolean;
   at: number;
+  owner: RxOwner;
 }
 
 /**
@@ -30,8 +39,8 @@ export class RxAckTracker {
 
   constructor(private readonly maxDelayMs: number) {}
 
-  record(seq: number, consumed: boolean, ackRequired: boolean, now: number): RxEntry {
-    const e: RxEntry = { seq, pos: this.nextPos++, consumed, at: now };
+  record(seq: number, consumed: boolean, ackRequired: boolean, now: number, owner: RxOwner): RxEntry {
+    const e: RxEntry = { seq, pos: this.nextPos++, consumed, at: now, owner };
     this.log.push(e);
     if (ackRequired) this.requestedPos = e.pos;
     return e;

@@ -132,7 +132,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     for (const q of this.rxQueue) {
       out.push({
         localAddress: this.boundAddress, localPort: this.boundPort, peerAddress: q.msg.address, peerPort: q.msg.port,
-        seq: q.receipt?.entry.seq ?? 0, bytes: q.msg.data.length,
+        seq: q.receipt?.seq ?? 0, bytes: q.msg.data.length,
       });
     }
     return out;
@@ -460,13 +460,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private rcvDelta(delta: number): void {
     this.rcvBytes += delta;
     if (this.bound === null) return;
-    const map = this.stack.congMap(this.bound.address);
     if (!this.congested && this.rcvBytes > this.rcvbuf) {
       this.congested = true;
-      if (map.set(this.bound.port)) this.stack.localCongChanged(this.bound.address);
+      if (this.stack.congMap(this.bound.address).set(this.bound.port)) this.stack.localCongChanged(this.bound.address);
     } else if (this.congested && this.rcvBytes < this.rcvbuf / 2) {
       this.congested = false;
-      if (map.clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
+      if (this.stack.congMap(this.bound.address).clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
     }
   }
 
@@ -484,7 +483,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.stack.counters.inc('recv_bytes_freed_fromsock', msg.data.length);
     this.stack.counters.inc('copy_to_user');
     this.rcvDelta(-msg.data.length);
-    if (q.receipt !== null) q.receipt.path.consumed(q.receipt.entry);
+    if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     return msg;
   }
 
@@ -666,7 +665,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       this.stack.unbind(this.bound.address, this.bound.port, this);
     }
     // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
-    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.path.consumed(q.receipt.entry);
+    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     this.rcvBytes = 0;
     for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
     this.wakeAll();

@@ -112,10 +112,7 @@ export interface RdsMessage {
 }
 
 /** Tells the path that delivered a message when the application has taken it (for acks). */
-export interface Receipt {
-  path: RdsConnPath;
-  entry: RxEntry;
-}
+export type Receipt = RxEntry;
 
 /** A queued message as rds-info lists it (send, retransmit and receive queues). */
 export interface MessageInfo {
