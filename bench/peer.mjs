@@ -9,19 +9,27 @@ const out = (x) => process.stdout.write(JSON.stringify(x) + '\n');
 const payload = Buffer.alloc(o.size ?? 1024, 0x5a);
 function finishAfter(ms, fn) { setTimeout(() => { fn(); process.exit(0); }, ms); }
 
+/**
+ * Counts what a sink receives. The clock starts at the first message: `warmupMs` of traffic are
+ * discarded (every contender's JIT gets the same time to settle), then `durationMs` are measured
+ * and reported, and the process exits.
+ */
 function meter() {
-  let msgs = 0, bytes = 0, t0 = 0;
+  let msgs = 0, bytes = 0, t0 = 0, first = 0;
   const warm = o.warmupMs ?? 300;
-  const start = Date.now();
+  const report = () => out({ msgs, bytes, secs: t0 ? (Date.now() - t0) / 1000 : 0, heap: heapSamples });
   return {
     add(n) {
       const now = Date.now();
-      if (now - start < warm) return;
+      if (first === 0) {
+        first = now;
+        finishAfter(warm + o.durationMs, report);
+      }
+      if (now - first < warm) return;
       if (t0 === 0) t0 = now;
       msgs++;
       bytes += n;
     },
-    report() { out({ msgs, bytes, secs: t0 ? (Date.now() - t0) / 1000 : 0, heap: heapSamples }); },
   };
 }
 // With heapEveryMs (run under --expose-gc): the live heap after a full collection, sampled
@@ -84,7 +92,6 @@ async function runNet() {
       c.on('error', () => {});
     });
     server.listen(o.port, o.addr, () => out({ ready: true }));
-    if (role === 'sink') finishAfter(o.durationMs, () => m.report());
     return;
   }
   const c = connect({ host: o.peer, port: o.port, localAddress: o.addr });
@@ -123,7 +130,6 @@ async function runZmq() {
     await s.bind(`tcp://${o.addr}:${o.port}`);
     out({ ready: true });
     const m = meter();
-    finishAfter(o.durationMs, () => m.report());
     for await (const [msg] of s) m.add(msg.length);
   } else if (role === 'source') {
     const s = new zmq.Push({ sendHighWaterMark: 1000 });
@@ -159,7 +165,6 @@ async function runRds() {
   if (role === 'sink' || role === 'echo') {
     out({ ready: true });
     const m = meter();
-    if (role === 'sink') finishAfter(o.durationMs, () => m.report());
     s.on('readable', () => {
       for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg()) {
         if (role === 'sink') m.add(msg.data.length);

@@ -15,6 +15,8 @@ const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? Numbe
 const RUNS = arg('--runs', smoke ? 1 : 5);
 const DURATION = arg('--seconds', smoke ? 0.4 : 2) * 1000;
 const PINGS = smoke ? 30 : 5000;
+// Traffic discarded before measuring, the same for every contender: JIT tiers settle first.
+const WARMUP_MS = smoke ? 100 : 1000;
 const PING_WARMUP_MS = smoke ? 50 : 1500;
 const FANIN = smoke ? 2 : 8;
 const SUSTAIN_MS = arg('--sustain', smoke ? 2 : 30) * 1000;
@@ -57,7 +59,7 @@ function addrs() {
 
 async function throughput(contender, size, senders = 1) {
   const a = addrs();
-  const sink = proc(contender, 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size, durationMs: DURATION + 300, warmupMs: 300 });
+  const sink = proc(contender, 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size, durationMs: DURATION, warmupMs: WARMUP_MS });
   await sink.next((l) => l.ready);
   const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size }));
   const r = await sink.next((l) => 'msgs' in l);
@@ -87,9 +89,9 @@ async function latency(contender) {
 async function sustained() {
   const a = addrs();
   const every = Math.max(100, Math.round(SUSTAIN_MS / 60));
-  const sink = proc('rds', 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS + 300, warmupMs: 300, heapEveryMs: every });
+  const sink = proc('rds', 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS, warmupMs: 300, heapEveryMs: every });
   await sink.next((l) => l.ready);
-  const source = proc('rds', 'source', { addr: `${a.net}.10`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS, heapEveryMs: every });
+  const source = proc('rds', 'source', { addr: `${a.net}.10`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS + 2000, heapEveryMs: every });
   const [r, s] = await Promise.all([sink.next((l) => 'msgs' in l, SUSTAIN_MS + 60000), source.next((l) => 'heap' in l, SUSTAIN_MS + 60000)]);
   sink.kill();
   source.kill();

@@ -456,7 +456,8 @@ export class TcpTransport implements RdsTransport {
     if (cp.conn.ackMode) {
       // An rds-socket peer acknowledges messages itself: no write callback needed, and frames
       // queued back to back (see WireSlab) go to the socket as one buffer.
-      if (tp.run !== null && w.buffer === tp.run.buffer && w.byteOffset === tp.runEnd) {
+      // Offsets first: reading .buffer of a typed array is the slower check.
+      if (tp.run !== null && w.byteOffset === tp.runEnd && w.buffer === tp.run.buffer) {
         tp.runEnd += w.length;
       } else {
         this.writeRun(tp);
