@@ -2,8 +2,9 @@
 // npm run bench [-- --runs N --seconds S --sustain S --out FILE] | -- --smoke
 // Side by side on 127.0.x.y loopback, sender and receiver in separate processes, contenders
 // alternating run by run: node:net with 4-byte length framing (the ceiling for Node over TCP),
-// zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP. Prints medians with min-max, then a
-// table of ratios rds/net and rds/zmq, and writes bench/results/latest.json.
+// zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP; for 64 KiB messages also rds-socket
+// sending with MSG_ZEROCOPY ("rds-zc"). Prints medians with min-max, then a table of ratios
+// rds/net and rds/zmq, and writes bench/results/latest.json.
 import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -59,9 +60,12 @@ function addrs() {
 
 async function throughput(contender, size, senders = 1) {
   const a = addrs();
+  // rds-zc is rds-socket whose sources send with MSG_ZEROCOPY (the sink is the same).
+  const zerocopy = contender === 'rds-zc';
+  if (zerocopy) contender = 'rds';
   const sink = proc(contender, 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size, durationMs: DURATION, warmupMs: WARMUP_MS });
   await sink.next((l) => l.ready);
-  const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size }));
+  const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size, zerocopy }));
   const r = await sink.next((l) => 'msgs' in l);
   sources.forEach((s) => s.kill());
   sink.kill();
@@ -149,14 +153,19 @@ const results = {};
 const record = (scenario, contender, value) => ((results[scenario] ??= {})[contender] ??= []).push(value);
 
 const scenarios = [
-  ...[64, 1024, 65536].map((size) => ({ name: `throughput ${size} B`, run: (c) => throughput(c, size) })),
+  ...[64, 1024, 65536].map((size) => ({
+    name: `throughput ${size} B`, run: (c) => throughput(c, size),
+    // Zero-copy pays off where copying costs more than holding a reference per message.
+    contenders: size >= 65536 ? [...CONTENDERS, 'rds-zc'] : CONTENDERS,
+  })),
   { name: 'latency 1 KiB', run: latency },
   { name: `fan-in ${FANIN}x1 KiB`, run: (c) => throughput(c, 1024, FANIN) },
 ];
 for (const sc of scenarios) {
   for (let r = 0; r < RUNS; r++) {
     // Alternate the order run by run so no contender always runs first (or on a warmer machine).
-    const order = CONTENDERS.map((_, i) => CONTENDERS[(i + r) % CONTENDERS.length]);
+    const cs = sc.contenders ?? CONTENDERS;
+    const order = cs.map((_, i) => cs[(i + r) % cs.length]);
     for (const c of order) record(sc.name, c, await sc.run(c));
   }
   process.stderr.write(`done: ${sc.name}\n`);
@@ -175,6 +184,10 @@ for (const [name, byC] of Object.entries(results)) {
     console.log(`${`${name} ${k}`.padEnd(32)}${cell(byC.net, k).padEnd(26)}${cell(byC.zmq, k).padEnd(26)}${cell(byC.rds, k)}`);
     const m = (c) => median(byC[c].map((x) => x[k]));
     ratios.push({ metric: `${name} ${k}`, rdsNet: m('rds') / m('net'), rdsZmq: m('rds') / m('zmq') });
+    if (byC['rds-zc']) {
+      console.log(`${`${name} ${k}`.padEnd(32)}${''.padEnd(52)}${cell(byC['rds-zc'], k)} MSG_ZEROCOPY`);
+      ratios.push({ metric: `${name} ${k} MSG_ZEROCOPY`, rdsNet: m('rds-zc') / m('net'), rdsZmq: m('rds-zc') / m('zmq') });
+    }
   }
 }
 console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`);

@@ -12,6 +12,14 @@ export const SO_RCVBUF = 8;
 export const SO_TIMESTAMP = 29;
 export const SO_TIMESTAMP_OLD = 29;
 export const SO_TIMESTAMP_NEW = 63;
+export const SO_ZEROCOPY = 60;
+
+// sendmsg(2) flags RDS accepts (anything else is EOPNOTSUPP)
+export const MSG_DONTWAIT = 0x40;
+export const MSG_CMSG_COMPAT = 0x80000000;
+export const MSG_ZEROCOPY = 0x4000000;
+/** Completions one recvmsg() reports at most (RDS_MAX_ZCOOKIES). */
+export const RDS_MAX_ZCOOKIES = 8;
 
 // SOL_RDS options
 export const RDS_CANCEL_SENT_TO = 1;

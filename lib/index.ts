@@ -11,7 +11,7 @@ RdsStack.setDefaultTransports([() => new TcpTransport(), () => new IbTransport()
 
 export { constants, RdsStack };
 export { RdsSocket } from './core/socket.js';
-export type { RdsSocketOptions, RdsData, WaitOptions, SendOptions, RdsSocketEvents } from './core/socket.js';
+export type { RdsSocketOptions, RdsData, WaitOptions, SendOptions, SendmsgOptions, RdsSocketEvents } from './core/socket.js';
 export type {
   RdsStackOptions, RdsMessage, ConnectionInfo, PathInfo, PathStateEvent, RdsStackEvents, RdsTransportHost,
 } from './core/stack.js';

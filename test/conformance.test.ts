@@ -215,6 +215,37 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     expect(m.timestamp).toBeLessThanOrEqual(Date.now() + 1);
   });
 
+  it('MSG_ZEROCOPY: messages arrive intact and every cookie completes once, after the peer has it (TCP sockets only)', async () => {
+    const { a, b } = await open();
+    a.setsockopt(constants.SOL_SOCKET, constants.SO_ZEROCOPY, 1);
+    a.setsockopt(constants.SOL_RDS, constants.RDS_CONG_MONITOR, 1); // POLLIN only for what recvmsg returns
+    const zc = { flags: constants.MSG_ZEROCOPY };
+    if (kind === 'ib') {
+      expect(() => a.sendmsg(Buffer.from('x'), b.address(), { ...zc, zcopyCookie: 1 })).toThrow(expect.objectContaining({ code: 'EOPNOTSUPP' }));
+      return;
+    }
+    raiseSndbuf(a, 8 << 20);
+    const sizes = [0, 1, 48, 4096, 65536, 100_000, 1 << 20];
+    const bufs = sizes.map((n, i) => payload(i, n));
+    for (let i = 0; i < sizes.length; i++) a.sendmsg(bufs[i]!, b.address(), { ...zc, zcopyCookie: 1000 + i });
+    a.sendmsg([payload(7, 3000), Buffer.alloc(0), payload(8, 5)], b.address(), { ...zc, zcopyCookie: 1007 });
+    for (let i = 0; i < sizes.length; i++) expect((await b.recv({ signal: timeout() })).data.equals(payload(i, sizes[i]!))).toBe(true);
+    expect((await b.recv({ signal: timeout() })).data.equals(Buffer.concat([payload(7, 3000), payload(8, 5)]))).toBe(true);
+    const done: number[] = [];
+    while (done.length < 8) {
+      const m = await a.recv({ signal: timeout() });
+      expect(m).toMatchObject({ address: '', port: 0 });
+      expect(m.data.length).toBe(0);
+      done.push(...m.zcopyCompletions!);
+    }
+    expect(done.sort()).toEqual([1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007]);
+    expect(a.poll() & constants.POLLIN).toBe(0);
+    // Released buffers are the caller's again: rewriting them changes nothing the peer got.
+    bufs[5]!.fill(0);
+    a.sendmsg(Buffer.from('after'), b.address());
+    expect((await b.recv({ signal: timeout() })).data.toString()).toBe('after');
+  });
+
   it('flush() resolves once every queued message is acknowledged', async () => {
     const { a, b } = await open();
     for (let i = 0; i < 50; i++) a.sendmsg(payload(i, 2000), b.address());

@@ -1,4 +1,4 @@
-import { RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDSSOCK_EXTHDR_MOVED } from '../constants.js';
+import { RDS_FLAG_RETRANSMITTED, RDSSOCK_EXTHDR_MOVED } from '../constants.js';
 import { OFF_EXTHDR, OFF_FLAGS, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import type { RdsConnPath } from './path.js';
 
@@ -7,12 +7,15 @@ export interface SendOwner {
   messageDone(msg: RdsOutgoing): void;
   /** True when the owner's send budget is half used: ask the peer for an ack now. */
   wantsAck?(): boolean;
+  /** A MSG_ZEROCOPY message's payload is no longer referenced: the caller may reuse it. */
+  zcopyReleased?(cookie: number): void;
 }
 
 /**
  * One queued message. `wire` is the complete frame, header and payload in one buffer, encoded once
  * when the message is queued, so transmitting is a single write and a retransmission only flips
- * a flag bit.
+ * a flag bit. A MSG_ZEROCOPY message is the exception: `wire` is its header alone and the payload
+ * stays in the caller's buffers (`zcPayload`) until the peer has it and no write still reads it.
  */
 export class RdsOutgoing {
   /** True once acknowledged or cancelled: its bytes went back to the owner. */
@@ -26,9 +29,16 @@ export class RdsOutgoing {
   sockPrev: RdsOutgoing | null = null;
   sockNext: RdsOutgoing | null = null;
   sockLinked = false;
+  /** MSG_ZEROCOPY: the caller's payload, referenced rather than copied; null once released. */
+  zcPayload: Uint8Array | readonly Uint8Array[] | null = null;
+  zcCookie = 0;
+  /** Transport writes that still read zcPayload: it is released only when none remain. */
+  private xmitRefs = 0;
 
   constructor(
     readonly wire: Buffer,
+    /** Payload bytes. */
+    readonly len: number,
     /** Sequence on its current path; a failover gives it a new one (see moveTo). */
     public seq: number,
     readonly sport: number,
@@ -37,10 +47,6 @@ export class RdsOutgoing {
     public path: RdsConnPath,
     readonly owner: SendOwner | null,
   ) {}
-
-  get len(): number {
-    return this.wire.length - RDS_HEADER_SIZE;
-  }
 
   get flags(): number {
     return this.wire[OFF_FLAGS]!;
@@ -81,9 +87,25 @@ export class RdsOutgoing {
     this.done = true;
     if (err) this.cancelled = true;
     this.owner?.messageDone(this);
+    if (this.xmitRefs === 0) this.releasePayload();
     const settle = this.settle;
     this.settle = null;
     settle?.(err);
+  }
+
+  /** A transport starts a write that reads the zero-copy payload; xmitDone() when it finishes. */
+  xmitHold(): void {
+    this.xmitRefs++;
+  }
+
+  xmitDone(): void {
+    if (--this.xmitRefs === 0 && this.done) this.releasePayload();
+  }
+
+  private releasePayload(): void {
+    if (this.zcPayload === null) return;
+    this.zcPayload = null;
+    this.owner?.zcopyReleased?.(this.zcCookie);
   }
 }
 

@@ -358,7 +358,25 @@ export class RdsConnPath {
         off += part.length;
       }
     }
-    const msg = new RdsOutgoing(wire, seq, sport, dport, this.conn.faddr, this, owner);
+    return this.enlist(new RdsOutgoing(wire, totalLen, seq, sport, dport, this.conn.faddr, this, owner));
+  }
+
+  /**
+   * MSG_ZEROCOPY: queues a message whose payload stays in the caller's buffers (only the header is
+   * encoded); `cookie` is reported to the owner once nothing references them any more.
+   */
+  queueZeroCopy(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
+    owner: SendOwner, cookie: number): RdsOutgoing {
+    const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE);
+    const seq = this.nextTxSeq++;
+    encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
+    const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.conn.faddr, this, owner);
+    msg.zcPayload = payload;
+    msg.zcCookie = cookie;
+    return this.enlist(msg);
+  }
+
+  private enlist(msg: RdsOutgoing): RdsOutgoing {
     this.sendQueue.push(msg);
     this.stack.counters.inc('send_queued');
     if (this.state === RDS_CONN_DOWN) this.connectIfDown();

@@ -4,6 +4,7 @@ import {
   POLLIN, POLLOUT, POLLRDNORM, POLLWRBAND, POLLWRNORM, RDS_CANCEL_SENT_TO, RDS_CONG_MONITOR, RDS_MAX_MSG_SIZE,
   RDS_RECVERR, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, RMEM_DEFAULT, SOCK_MIN_RCVBUF, SOCK_MIN_SNDBUF,
   SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_RDS_TRANSPORT, SO_SNDBUF, SO_TIMESTAMP, SO_TIMESTAMP_NEW, WMEM_DEFAULT,
+  MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, RDS_MAX_ZCOOKIES, SO_ZEROCOPY,
 } from '../constants.js';
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import {
@@ -30,7 +31,19 @@ export interface WaitOptions {
   timeout?: number;
 }
 
-export interface SendOptions extends WaitOptions {
+/** What sendmsg(2) takes besides data and destination: its flags and control messages. */
+export interface SendmsgOptions {
+  /**
+   * MSG_DONTWAIT (implied: sendmsg never waits) and MSG_ZEROCOPY. With MSG_ZEROCOPY on a socket
+   * that has SO_ZEROCOPY set, the payload is not copied: the caller must leave its buffers
+   * untouched until recvmsg() reports `zcopyCookie` in `zcopyCompletions`. TCP sockets only.
+   */
+  flags?: number;
+  /** RDS_CMSG_ZCOPY_COOKIE: a u32 naming this message in completions; required with MSG_ZEROCOPY. */
+  zcopyCookie?: number;
+}
+
+export interface SendOptions extends WaitOptions, SendmsgOptions {
   /**
    * Resolve only once the peer has the message: an RDS acknowledgement from an rds-socket peer
    * (its application has taken it), TCP's acknowledgement from a kernel peer. If the signal or
@@ -77,6 +90,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private timestamps = false;
   private recvErr = false;
   private congMonitor = false;
+  /** SO_ZEROCOPY: MSG_ZEROCOPY sends reference the caller's buffers instead of copying them. */
+  private zerocopy = false;
+  /** Cookies of zero-copy messages whose buffers are free again, not yet reported by recvmsg. */
+  private zcookies: number[] = [];
   private congMask = 0n;
   private congNotify = 0n;
   private lastPollCongGen = 0;
@@ -253,12 +270,14 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
    * sendmsg(2), non-blocking: queues the message and returns its length, or throws
    * EAGAIN (send buffer full), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN, ...
    */
-  sendmsg(data: RdsData, dest?: { address: string; port: number }): number {
-    return this.enqueue(data, dest).len;
+  sendmsg(data: RdsData, dest?: { address: string; port: number } | null, opts?: SendmsgOptions): number {
+    return this.enqueue(data, dest, opts).len;
   }
 
-  private enqueue(data: RdsData, dest: { address: string; port: number } | undefined): RdsOutgoing {
+  private enqueue(data: RdsData, dest: { address: string; port: number } | undefined | null,
+    opts: SendmsgOptions | undefined): RdsOutgoing {
     this.checkOpen('sendmsg()');
+    const zcopy = opts === undefined || opts === null ? false : this.zeroCopyRequested(opts);
     let len: number;
     let payload: Uint8Array | readonly Uint8Array[];
     if (data instanceof Uint8Array) {
@@ -308,10 +327,40 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       throw flowControlError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
     }
     const path = conn.pathFor(this.bound.port);
-    const msg = path.queue(payload, len, this.bound.port, port, this);
+    const msg = zcopy
+      ? path.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
+      : path.queue(payload, len, this.bound.port, port, this);
     this.sndBytes += len;
     this.pending.add(msg);
     return msg;
+  }
+
+  /** sendmsg flags and the zero-copy cookie, checked as rds_sendmsg checks them; true for zero-copy. */
+  private zeroCopyRequested(opts: SendmsgOptions): boolean {
+    if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
+    const flags = opts.flags ?? 0;
+    if (typeof flags !== 'number' || !Number.isInteger(flags)) throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
+    if ((flags & ~(MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY)) !== 0) {
+      throw new RdsError('EOPNOTSUPP', `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`);
+    }
+    // As in the kernel, MSG_ZEROCOPY means zero-copy only on a socket that opted in with SO_ZEROCOPY.
+    const zcopy = (flags & MSG_ZEROCOPY) !== 0 && this.zerocopy;
+    if ((flags & MSG_ZEROCOPY) !== 0 && this.transport !== null && this.transportType !== RDS_TRANS_TCP) {
+      throw new RdsError('EOPNOTSUPP', `MSG_ZEROCOPY works on TCP sockets only; this one uses ${this.transport.name}`);
+    }
+    const cookie = opts.zcopyCookie;
+    if (cookie === undefined) {
+      if (zcopy) throw new RdsError('EINVAL', 'MSG_ZEROCOPY needs a zcopyCookie (a u32) to report the completion with');
+      return false;
+    }
+    if (!zcopy) {
+      throw new RdsError('EINVAL', this.zerocopy ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
+        : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY');
+    }
+    if (typeof cookie !== 'number' || !Number.isInteger(cookie) || cookie < 0 || cookie > 0xffffffff) {
+      throw new RdsError('EINVAL', `zcopyCookie must be an integer in [0, 2^32), got ${String(cookie)}`);
+    }
+    return true;
   }
 
   /**
@@ -334,7 +383,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
    * sendmsg(2), blocking: waits for send-buffer room and for an uncongested destination, and with
    * `confirm` until the peer has the message. `timeout` and `signal` cover the whole wait.
    */
-  async send(data: RdsData, dest?: { address: string; port: number }, opts: SendOptions = {}): Promise<number> {
+  async send(data: RdsData, dest?: { address: string; port: number } | null, opts: SendOptions = {}): Promise<number> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
     let msg: RdsOutgoing;
     for (;;) {
@@ -345,7 +394,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         continue;
       }
       try {
-        msg = this.enqueue(data, dest);
+        msg = this.enqueue(data, dest, opts);
         break;
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
@@ -380,6 +429,14 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   /** SendOwner: a message was acknowledged or cancelled. */
   /** The budget was exhausted (EAGAIN given or about to be): 'writable' follows at half. */
   private full = false;
+
+  /** SendOwner: a zero-copy message's buffers are no longer referenced. */
+  zcopyReleased(cookie: number): void {
+    if (this.closed) return;
+    this.zcookies.push(cookie);
+    this.wakeAll();
+    this.announceReadable();
+  }
 
   messageDone(msg: RdsOutgoing): void {
     if (this.sndBytes >= this.sndbuf) this.full = true;
@@ -452,7 +509,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.readableQueued = true;
     queueMicrotask(() => {
       this.readableQueued = false;
-      if (!this.closed && (this.rxQueue.length > 0 || this.congNotify !== 0n)) this.emit('readable');
+      if (!this.closed && (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0)) this.emit('readable');
     });
   }
 
@@ -478,13 +535,28 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       return { data: Buffer.alloc(0), address: '', port: 0, congestionUpdate: mask };
     }
     const q = this.rxQueue.shift();
-    if (q === undefined) return null;
+    if (q === undefined) {
+      if (this.zcookies.length === 0) return null;
+      return { data: Buffer.alloc(0), address: '', port: 0, zcopyCompletions: this.takeZcookies() };
+    }
     const msg = q.msg;
+    // Like the kernel's cmsg, pending completions ride on the next message read.
+    if (this.zcookies.length > 0) msg.zcopyCompletions = this.takeZcookies();
     this.stack.counters.inc('recv_bytes_freed_fromsock', msg.data.length);
     this.stack.counters.inc('copy_to_user');
     this.rcvDelta(-msg.data.length);
     if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     return msg;
+  }
+
+  /** Up to RDS_MAX_ZCOOKIES completions, oldest first. */
+  private takeZcookies(): number[] {
+    if (this.zcookies.length <= RDS_MAX_ZCOOKIES) {
+      const all = this.zcookies;
+      this.zcookies = [];
+      return all;
+    }
+    return this.zcookies.splice(0, RDS_MAX_ZCOOKIES);
   }
 
   /** recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first. */
@@ -559,7 +631,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   poll(): number {
     let mask = 0;
     if (this.closed) return 0x20; // POLLNVAL
-    if (this.rxQueue.length > 0 || this.congNotify !== 0n) mask |= POLLIN | POLLRDNORM;
+    if (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0) mask |= POLLIN | POLLRDNORM;
     if (!this.congMonitor && this.lastPollCongGen !== this.stack.congGeneration) {
       this.lastPollCongGen = this.stack.congGeneration;
       mask |= POLLIN | POLLRDNORM | POLLWRBAND;
@@ -592,8 +664,14 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         case SO_TIMESTAMP_NEW:
           this.timestamps = boolValue(value, 'SO_TIMESTAMP');
           return;
+        case SO_ZEROCOPY: {
+          const v = intValue(value, 'SO_ZEROCOPY');
+          if (v !== 0 && v !== 1) throw new RdsError('EINVAL', `SO_ZEROCOPY takes 0 or 1, got ${v}`);
+          this.zerocopy = v === 1;
+          return;
+        }
         default:
-          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP)`);
+          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY)`);
       }
     }
     if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}; use SOL_RDS (276) or SOL_SOCKET (1)`);
@@ -634,6 +712,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         case SO_RCVBUF: return this.rcvbuf * 2;
         case SO_TIMESTAMP:
         case SO_TIMESTAMP_NEW: return this.timestamps ? 1 : 0;
+        case SO_ZEROCOPY: return this.zerocopy ? 1 : 0;
         default: throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname}`);
       }
     }
@@ -667,6 +746,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
     for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     this.rcvBytes = 0;
+    this.zcookies = [];
     for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
     this.wakeAll();
     this.stack.socketClosed();

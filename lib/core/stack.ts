@@ -109,6 +109,12 @@ export interface RdsMessage {
   timestamp?: number;
   /** With RDS_CONG_MONITOR: ports (bit p % 64) that became uncongested; data is empty. */
   congestionUpdate?: bigint;
+  /**
+   * RDS_CMSG_ZCOPY_COMPLETION: cookies of MSG_ZEROCOPY sends whose buffers the caller may reuse
+   * (acknowledged or cancelled), at most 8 per call. Alone (address '', data empty) when no
+   * message is waiting, otherwise carried by the next message.
+   */
+  zcopyCompletions?: number[];
 }
 
 /** Tells the path that delivered a message when the application has taken it (for acks). */

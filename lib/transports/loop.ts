@@ -38,7 +38,11 @@ export class LoopTransport implements RdsTransport {
     const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this);
     const rcp = rev.paths[0]!;
     // The receiver owns the payload from here: the sender never touches an acknowledged message.
-    this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), msg.wire.subarray(RDS_HEADER_SIZE));
+    // A zero-copy payload is the sender's to reuse once acknowledged, so the receiver gets a copy.
+    const zc = msg.zcPayload;
+    const payload = zc === null ? msg.wire.subarray(RDS_HEADER_SIZE)
+      : Buffer.concat(zc instanceof Uint8Array ? [zc] : zc, msg.len);
+    this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);
     cp.ackThrough(msg.seq);
     return true;
   }

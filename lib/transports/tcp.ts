@@ -451,6 +451,7 @@ export class TcpTransport implements RdsTransport {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const w = msg.wire;
+    if (msg.zcPayload !== null) return this.xmitZeroCopy(cp, tp, sock, msg);
     tp.wrote += w.length;
     const end = tp.wrote;
     if (cp.conn.ackMode) {
@@ -474,6 +475,32 @@ export class TcpTransport implements RdsTransport {
       if (end > tp.flushed) tp.flushed = end;
       this.releaseAcked(cp);
     });
+  }
+
+  /**
+   * MSG_ZEROCOPY: the header, then the caller's buffers as they are. The message holds its payload
+   * until the last write completes, so a cancelled or acknowledged message is released only once
+   * no queued write can still read buffers the caller is about to reuse.
+   */
+  private xmitZeroCopy(cp: RdsConnPath, tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
+    const payload = msg.zcPayload!;
+    const writes: Uint8Array[] = [msg.wire];
+    for (const part of payload instanceof Uint8Array ? [payload] : payload) if (part.length > 0) writes.push(part);
+    this.writeRun(tp);
+    tp.wrote += msg.wire.length + msg.len;
+    const end = tp.wrote;
+    const ackMode = cp.conn.ackMode;
+    if (!ackMode) tp.track.push({ end, seq: msg.seq });
+    msg.xmitHold();
+    const last = writes.length - 1;
+    for (let i = 0; i < last; i++) sock.write(writes[i]!);
+    sock.write(writes[last]!, (err) => {
+      msg.xmitDone();
+      if (ackMode || err || tp.sock !== sock) return;
+      if (end > tp.flushed) tp.flushed = end;
+      this.releaseAcked(cp);
+    });
+    return sock.writableLength < sock.writableHighWaterMark;
   }
 
   /** Hands the gathered run of frames to the socket. */
