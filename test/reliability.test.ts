@@ -115,6 +115,36 @@ describe('messages survive connection loss (spec §2.5, §2.6)', () => {
   });
 });
 
+describe('MSG_ZEROCOPY through connection loss', () => {
+  it('retransmits from the caller\'s buffers; each is reported free only when no write still reads it', async () => {
+    const { a, b, proxy } = await net();
+    a.setsockopt(constants.SOL_SOCKET, constants.SO_ZEROCOPY, 1);
+    const N = 400;
+    const rx = expectStream(b, N);
+    // Eight buffers in turn, each rewritten as soon as its completion arrives: a write that still
+    // read a released buffer would deliver the wrong message and break the stream check.
+    const ring = Array.from({ length: 8 }, () => Buffer.alloc(60_004));
+    const free = new Set(ring.keys());
+    const faults = (async () => {
+      for (let k = 0; k < 3; k++) await Promise.race([proxy.resetAt('forward', 'payload'), new Promise((r) => setTimeout(r, 2000))]);
+    })();
+    for (let i = 0; i < N; i++) {
+      while (!free.has(i % 8)) {
+        const m = await a.recv({ timeout: 30000 });
+        for (const c of m.zcopyCompletions ?? []) free.add(c % 8);
+      }
+      free.delete(i % 8);
+      const data = ring[i % 8]!.subarray(0, sizeOf(i));
+      payload(i, data.length).copy(data);
+      await a.send(data, b.address(), { timeout: 30000, flags: constants.MSG_ZEROCOPY, zcopyCookie: i });
+    }
+    await rx;
+    await faults;
+    expect(proxy.resets).toBeGreaterThanOrEqual(1);
+    expect(b.recvmsg()).toBeNull();
+  });
+});
+
 describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', () => {
   it('negotiates acks and heartbeats with an rds-socket peer', async () => {
     const { a, b, A } = await net();
