@@ -194,8 +194,8 @@ console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path
 const heapLine = (who, g) => `${who} ${(g.startKiB / 1024).toFixed(1)} -> ${(g.endKiB / 1024).toFixed(1)} MiB (${g.growthKiB >= 0 ? '+' : ''}${g.growthKiB.toFixed(0)} KiB, ${g.slopeKiBPerSec.toFixed(1)} KiB/s)`;
 console.log(`\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`);
 console.log('\nratios (throughput: higher is better; latency: lower is better)');
-console.log(`${'metric'.padEnd(40)}${'rds/net'.padEnd(10)}rds/zmq`);
-for (const r of ratios) console.log(`${r.metric.padEnd(40)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
+console.log(`${'metric'.padEnd(48)}${'rds/net'.padEnd(10)}rds/zmq`);
+for (const r of ratios) console.log(`${r.metric.padEnd(48)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
 const outFile = OUT ?? fileURLToPath(new URL('./results/latest.json', import.meta.url));
 mkdirSync(dirname(outFile), { recursive: true });
 writeFileSync(outFile, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, durationMs: DURATION, results, mesh: meshResult, sustained: sustainResult, ratios }, null, 2));
