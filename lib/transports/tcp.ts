@@ -37,6 +37,9 @@ interface TcpPath {
    */
   run: Buffer | null;
   runEnd: number;
+  /** Inside a transmit batch, and whether the socket was corked for it. */
+  inBatch: boolean;
+  corked: boolean;
 }
 
 /** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
@@ -48,7 +51,7 @@ const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
   if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0 } satisfies TcpPath;
+    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false } satisfies TcpPath;
   }
   return cp.tdata as TcpPath;
 }
@@ -347,6 +350,7 @@ export class TcpTransport implements RdsTransport {
     const tp = tcpPath(cp);
     tp.sock = sock;
     tp.run = null;
+    tp.inBatch = tp.corked = false;
     tp.wrote = 0;
     tp.flushed = 0;
     tp.track.drain();
@@ -431,6 +435,7 @@ export class TcpTransport implements RdsTransport {
     tp.sock = null;
     tp.reader = null;
     tp.run = null;
+    tp.inBatch = tp.corked = false;
     tp.track.drain();
     if (tp.outqTimer) clearTimeout(tp.outqTimer);
     tp.outqTimer = null;
@@ -438,13 +443,28 @@ export class TcpTransport implements RdsTransport {
   }
 
   xmitBegin(cp: RdsConnPath): void {
-    tcpPath(cp).sock?.cork();
+    const tp = tcpPath(cp);
+    tp.inBatch = true;
+    // Between rds-socket peers a batch is usually one write (the run of frames), which needs no
+    // cork; the socket is corked only when a batch makes several writes (see corkBatch).
+    if (!cp.conn.ackMode) this.corkBatch(tp);
   }
 
   xmitEnd(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
     this.writeRun(tp);
-    tp.sock?.uncork();
+    tp.inBatch = false;
+    if (tp.corked) {
+      tp.corked = false;
+      tp.sock?.uncork();
+    }
+  }
+
+  /** Within a batch, let the writes that follow leave together. */
+  private corkBatch(tp: TcpPath): void {
+    if (!tp.inBatch || tp.corked || tp.sock === null) return;
+    tp.corked = true;
+    tp.sock.cork();
   }
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
@@ -461,11 +481,16 @@ export class TcpTransport implements RdsTransport {
       if (tp.run !== null && w.byteOffset === tp.runEnd && w.buffer === tp.run.buffer) {
         tp.runEnd += w.length;
       } else {
+        if (tp.run !== null) this.corkBatch(tp); // a second write in this batch
         this.writeRun(tp);
         tp.run = w;
         tp.runEnd = w.byteOffset + w.length;
       }
-      return sock.writableLength + tp.runEnd - tp.run.byteOffset < sock.writableHighWaterMark;
+      // Past the socket's high-water mark the run goes out now, and the batch stops only if the
+      // socket says so: then 'drain' is certain to follow (a write the kernel took whole is not
+      // followed by one).
+      if (sock.writableLength + tp.runEnd - tp.run.byteOffset < sock.writableHighWaterMark) return true;
+      return this.writeRun(tp);
     }
     // Anything else is released once TCP has acknowledged the message's last byte (spec §2.4).
     this.writeRun(tp);
@@ -486,6 +511,7 @@ export class TcpTransport implements RdsTransport {
     const payload = msg.zcPayload!;
     const writes: Uint8Array[] = [msg.wire];
     for (const part of payload instanceof Uint8Array ? [payload] : payload) if (part.length > 0) writes.push(part);
+    this.corkBatch(tp);
     this.writeRun(tp);
     tp.wrote += msg.wire.length + msg.len;
     const end = tp.wrote;
@@ -493,29 +519,33 @@ export class TcpTransport implements RdsTransport {
     if (!ackMode) tp.track.push({ end, seq: msg.seq });
     msg.xmitHold();
     const last = writes.length - 1;
-    for (let i = 0; i < last; i++) sock.write(writes[i]!);
-    sock.write(writes[last]!, (err) => {
+    // Any write refused means 'drain' will come: only then may the batch stop.
+    let ok = true;
+    for (let i = 0; i < last; i++) ok = sock.write(writes[i]!) && ok;
+    ok = sock.write(writes[last]!, (err) => {
       msg.xmitDone();
       if (ackMode || err || tp.sock !== sock) return;
       if (end > tp.flushed) tp.flushed = end;
       this.releaseAcked(cp);
-    });
-    return sock.writableLength < sock.writableHighWaterMark;
+    }) && ok;
+    return ok;
   }
 
-  /** Hands the gathered run of frames to the socket. */
-  private writeRun(tp: TcpPath): void {
+  /** Hands the gathered run of frames to the socket; false when the socket wants a 'drain' first. */
+  private writeRun(tp: TcpPath): boolean {
     const run = tp.run;
-    if (run === null) return;
+    if (run === null) return true;
     tp.run = null;
+    if (tp.sock === null) return true;
     const len = tp.runEnd - run.byteOffset;
-    tp.sock?.write(len === run.length ? run : Buffer.from(run.buffer, run.byteOffset, len));
+    return tp.sock.write(len === run.length ? run : Buffer.from(run.buffer, run.byteOffset, len));
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const frame = encodeCongUpdate(map);
+    this.corkBatch(tp);
     this.writeRun(tp);
     tp.wrote += frame.length;
     if (!sock.write(frame)) {
