@@ -62,6 +62,52 @@ describe('wire properties', () => {
       expect(() => new wire.FrameReader(() => {}).push(h)).toThrow(wire.RdsProtocolError);
     }));
   });
+
+  // The socket reads into memory the reader hands out (net's onread). Delivered frames are views
+  // of that memory, so the property checks them after the whole stream: a later read must never
+  // have written over a frame already handed up.
+  it('reading into the reader\'s slabs, in reads of any size, delivers every frame intact and never overwrites one', () => {
+    const sizes = fc.oneof(fc.integer({ min: 0, max: 2000 }), fc.integer({ min: 60_000, max: 70_000 }), fc.integer({ min: wire.READ_SLAB_SIZE - 100, max: (1 << 20) }));
+    const frame = fc.record({ seq: fc.nat(), len: sizes, fill: fc.integer({ min: 0, max: 255 }) });
+    fc.assert(fc.property(fc.array(frame, { maxLength: 12 }), fc.array(fc.integer({ min: 1, max: 300_000 }), { minLength: 1, maxLength: 8 }), (frames, reads) => {
+      const stream = Buffer.concat(frames.map((f) => {
+        const b = Buffer.alloc(48 + f.len, f.fill);
+        wire.encodeHeader(b, 0, { sequence: f.seq, len: f.len });
+        return b;
+      }));
+      const ends = new Set<number>([0]);
+      frames.reduce((end, f) => { ends.add(end + 48 + f.len); return end + 48 + f.len; }, 0);
+      const nextEnd = (at: number): number => Math.min(...[...ends].filter((e) => e > at));
+      const got: { seq: number; payload: Buffer }[] = [];
+      const r = new wire.FrameReader((h, p) => got.push({ seq: wire.decodeHeader(h).sequence, payload: p }));
+      let off = 0;
+      for (let i = 0; off < stream.length; i++) {
+        const into = r.readBuffer();
+        expect(into.length).toBeGreaterThan(0);
+        const n = Math.min(into.length, reads[i % reads.length]!, stream.length - off);
+        stream.copy(into, 0, off, off + n);
+        off += n;
+        r.filled(n);
+        expect(r.idle).toBe(ends.has(off));
+        if (!ends.has(off)) {
+          // Header bytes missing while the header is incomplete, then payload bytes missing.
+          const start = Math.max(...[...ends].filter((e) => e < off));
+          expect(r.remaining).toEqual(off - start < 48 ? [48 - (off - start), 0] : [0, nextEnd(off) - off]);
+        }
+      }
+      expect(r.idle).toBe(true);
+      expect(got.map((g) => g.seq)).toEqual(frames.map((f) => f.seq));
+      got.forEach((g, i) => {
+        expect(g.payload.length).toBe(frames[i]!.len);
+        expect(g.payload.every((b) => b === frames[i]!.fill)).toBe(true);
+      });
+    }), { numRuns: 60 });
+    const r = new wire.FrameReader(() => {});
+    const into = r.readBuffer();
+    wire.encodeHeader(into, 0, { len: (1 << 20) + 1 });
+    expect(() => r.filled(48)).toThrow(wire.RdsProtocolError);
+    expect(r.readBuffer().length).toBeLessThanOrEqual(48); // nothing large allocated for a lying header
+  });
 });
 
 describe('API properties: random calls only ever throw RdsError or TypeError, and the socket keeps working', () => {

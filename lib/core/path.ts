@@ -4,6 +4,7 @@ import {
 } from '../constants.js';
 import { encodeDataHeader, encodeHeader, OFF_ACK, OFF_EXTHDR, OFF_FLAGS, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
+import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { RxAckTracker, type RxEntry } from './rx-ack.js';
@@ -407,7 +408,7 @@ export class RdsConnPath {
     if (this.pumpQueued) return;
     this.pumpQueued = true;
     // One pump per turn of the event loop, so a burst of sendmsg calls goes out as one batch.
-    queueMicrotask(() => {
+    defer(() => {
       this.pumpQueued = false;
       this.pump();
     });

@@ -10,6 +10,7 @@ import { abortError, combineSignals, flowControlError, RdsError } from '../error
 import {
   checkedAddress, isHostLocalAddress, nonUnicastReason, parseEndpoint, validatePort, type RdsAddress,
 } from './address.js';
+import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsSendList, type RdsOutgoing, type SendOwner } from './message.js';
 import type { RdsConnection } from './connection.js';
@@ -507,7 +508,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private announceReadable(): void {
     if (this.readableQueued) return;
     this.readableQueued = true;
-    queueMicrotask(() => {
+    defer(() => {
       this.readableQueued = false;
       if (!this.closed && (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0)) this.emit('readable');
     });

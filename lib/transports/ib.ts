@@ -1,5 +1,6 @@
 import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_PORT, RDS_TRANS_IB } from '../constants.js';
 import { CreditLedger } from '../core/credits.js';
+import { defer } from '../core/defer.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
 import type { RdsTransportHost } from '../core/stack.js';
@@ -412,7 +413,7 @@ export class IbTransport implements RdsTransport {
     const h = Buffer.alloc(RDS_HEADER_SIZE);
     writeU64(h, OFF_ACK, tp.lastAck);
     tp.controls.push({ header: h, done: () => {}, ackOnly: true });
-    queueMicrotask(() => this.push(cp, tp));
+    defer(() => this.push(cp, tp));
   }
 
   private resume(cp: RdsConnPath): void {

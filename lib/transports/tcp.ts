@@ -122,8 +122,12 @@ export class TcpTransport implements RdsTransport {
 
   constructor(private readonly topts: TcpTransportOptions = {}) {}
 
-  /** Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. */
-  private dialSocket(laddr: string, faddr: string, localPort?: number): { sock: Socket; ready: string } {
+  /**
+   * Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. A plain carrier
+   * reads straight into the reader's slabs through `received` (net's onread; `slab` is then true).
+   * Node offers that only to sockets it connects, so accepted carriers read through 'data'.
+   */
+  private dialSocket(laddr: string, faddr: string, localPort?: number, reader?: FrameReader, received?: (n: number) => void): { sock: Socket; ready: string; slab: boolean } {
     const opts = { ...this.target(laddr, faddr), localAddress: laddr, ...(localPort === undefined ? {} : { localPort }) };
     if (this.topts.tls) {
       // Authenticate the peer by the shared CA; RDS peers are addressed by IP, not by name.
@@ -131,9 +135,11 @@ export class TcpTransport implements RdsTransport {
       sock.on('error', (e: NodeJS.ErrnoException) => {
         if (!e.code?.startsWith('E')) this.host.counters.inc('conn_refused_tls');
       });
-      return { sock, ready: 'secureConnect' };
+      return { sock, ready: 'secureConnect', slab: false };
     }
-    return { sock: connect(opts), ready: 'connect' };
+    if (reader === undefined || received === undefined) return { sock: connect(opts), ready: 'connect', slab: false };
+    const onread = { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
+    return { sock: connect({ ...opts, onread }), ready: 'connect', slab: true };
   }
 
   private target(laddr: string, faddr: string): { host: string; port: number } {
@@ -251,7 +257,10 @@ export class TcpTransport implements RdsTransport {
     const groups = Math.max(1, Math.floor((hi - lo + 1) / 8));
     const group = (this.portGroup++ + attempt * 7919) % groups;
     const localPort = lo + 8 * group + cp.index;
-    const { sock, ready } = this.dialSocket(conn.laddr, conn.faddr, localPort);
+    // The initiator's carrier is identified from the start: its frames go straight up.
+    const reader = new FrameReader((h, p) => this.host.recvIncoming(cp, h, p));
+    let received = (_n: number): void => {};
+    const { sock, ready, slab } = this.dialSocket(conn.laddr, conn.faddr, localPort, reader, (n) => received(n));
     this.track(sock);
     let connected = false;
     sock.once('error', (err: NodeJS.ErrnoException) => {
@@ -263,7 +272,7 @@ export class TcpTransport implements RdsTransport {
         this.connectFrom(cp, attempt + 1);
       }
     });
-    this.attachCarrier(cp, sock);
+    received = this.attachCarrier(cp, sock, reader, slab);
     sock.once(ready, () => {
       connected = true;
       if (tp.sock === sock) cp.connectComplete();
@@ -346,7 +355,11 @@ export class TcpTransport implements RdsTransport {
     return null;
   }
 
-  private attachCarrier(cp: RdsConnPath, sock: Socket): void {
+  /**
+   * Makes `sock` the path's carrier. Bytes arrive as 'data' chunks, or (slab) as counts of bytes
+   * read into `reader`'s memory, which the returned function takes.
+   */
+  private attachCarrier(cp: RdsConnPath, sock: Socket, initiatorReader?: FrameReader, slab = false): (n: number) => void {
     const tp = tcpPath(cp);
     tp.sock = sock;
     tp.run = null;
@@ -358,7 +371,7 @@ export class TcpTransport implements RdsTransport {
     // An accepted carrier counts as unidentified until its first complete frame.
     let identified = cp.conn.isInitiator;
     if (!identified) this.unidentified++;
-    const reader = new FrameReader((h, p) => {
+    const reader = initiatorReader ?? new FrameReader((h, p) => {
       if (!identified) {
         identified = true;
         this.unidentified--;
@@ -382,12 +395,13 @@ export class TcpTransport implements RdsTransport {
       if (headerTimer) clearTimeout(headerTimer);
       if (identifyTimer) clearTimeout(identifyTimer);
     });
-    sock.on('data', (chunk: Buffer) => {
+    const received = (input: Buffer | number): void => {
       if (tp.sock !== sock) return;
       this.host.counters.inc('tcp_data_ready_calls');
       cp.noteRxActivity();
       try {
-        reader.push(chunk);
+        if (typeof input === 'number') reader.filled(input);
+        else reader.push(input);
         // A peer that starts a header must finish it: one that sends half and stalls is dropped.
         const [hdrLeft] = reader.remaining;
         if (hdrLeft > 0 && hdrLeft < RDS_HEADER_SIZE) {
@@ -413,7 +427,8 @@ export class TcpTransport implements RdsTransport {
         sock.resetAndDestroy();
         cp.drop('protocol error');
       }
-    });
+    };
+    if (!slab) sock.on('data', received);
     sock.on('drain', () => {
       if (tp.sock !== sock) return;
       this.host.counters.inc('tcp_write_space_calls');
@@ -427,6 +442,7 @@ export class TcpTransport implements RdsTransport {
       if (cp.state === RDS_CONN_CONNECTING) cp.connectFailed();
       else cp.drop('connection closed');
     });
+    return received;
   }
 
   connPathShutdown(cp: RdsConnPath): void {

@@ -11,12 +11,24 @@ export class RdsProtocolError extends Error {
 
 export type FrameHandler = (header: Buffer, payload: Buffer) => void;
 
+/** Reads land in slabs this large (more for a bigger frame): one read can take several frames. */
+export const READ_SLAB_SIZE = 256 * 1024;
+/** A slab with less room than this left is replaced rather than read into. */
+const MIN_READ = 16 * 1024;
+
 /**
- * Reassembles `[48-byte header][h_len bytes]` records from a TCP byte stream (spec §2.3).
- * A frame that lies whole inside one read chunk is handed up as views of that chunk, without a
- * copy (like the kernel, which keeps the socket buffers a message arrived in); only a frame split
- * across reads is assembled in memory of its own. h_len is bounded before any payload memory is
- * allocated, so a lying header costs nothing.
+ * Reassembles `[48-byte header][h_len bytes]` records from a TCP byte stream (spec §2.3), in one
+ * of two ways:
+ * - `push(chunk)`: chunks the stream allocated. A frame that lies whole inside one chunk is handed
+ *   up as views of that chunk, without a copy (like the kernel, which keeps the socket buffers a
+ *   message arrived in); only a frame split across chunks is assembled in memory of its own.
+ * - `readBuffer()` / `filled(n)`: the socket reads into memory the reader hands out (net's
+ *   `onread`). Reads go one after another into a slab, so a frame split across reads is still
+ *   contiguous and every frame is handed up as views; only when a slab runs out is the one partial
+ *   frame at its end copied to the next. This saves the per-read allocation and the copy of split
+ *   frames, which is most of the receive cost for large messages.
+ * Either way a delivered frame keeps the memory it lies in alive for as long as it is referenced.
+ * h_len is bounded before any memory is allocated for it, so a lying header costs nothing.
  */
 export class FrameReader {
   private readonly header = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -24,18 +36,70 @@ export class FrameReader {
   private payload: Buffer | null = null;
   private payloadFill = 0;
   private failed = false;
+  /** Slab mode: the frame in progress starts at slabParse, and reads have filled up to slabFill. */
+  private slab: Buffer | null = null;
+  private slabParse = 0;
+  private slabFill = 0;
 
   constructor(private readonly onFrame: FrameHandler, private readonly maxLen = RDS_MAX_MSG_SIZE) {}
 
   /** Bytes still missing from the frame in progress: [header bytes, payload bytes] (rds-info -T). */
   get remaining(): [number, number] {
+    if (this.slab !== null) {
+      const have = this.slabFill - this.slabParse;
+      if (have < RDS_HEADER_SIZE) return [RDS_HEADER_SIZE - have, 0];
+      return [0, RDS_HEADER_SIZE + this.slab.readUInt32BE(this.slabParse + OFF_LEN) - have];
+    }
     if (this.payload === null) return [RDS_HEADER_SIZE - this.headerFill, 0];
     return [0, this.payload.length - this.payloadFill];
   }
 
   /** True between frames: nothing partial is buffered. */
   get idle(): boolean {
+    if (this.slab !== null) return this.slabFill === this.slabParse;
     return this.headerFill === 0 && this.payload === null;
+  }
+
+  /**
+   * Where the next read should put its bytes. Frames already handed up are never written over:
+   * reads only move forward, and a new slab starts when the frame in progress would not fit or
+   * too little room is left.
+   */
+  readBuffer(): Buffer {
+    // After a violation the connection is being dropped; whatever still arrives is discarded.
+    if (this.failed) return this.header;
+    let slab = this.slab;
+    const have = this.slabFill - this.slabParse;
+    // filled() has bounded h_len, so a frame in progress is at most maxLen + header bytes.
+    const need = have < RDS_HEADER_SIZE ? RDS_HEADER_SIZE : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
+    if (slab === null || slab.length - this.slabParse < need || slab.length - this.slabFill < MIN_READ) {
+      const next = Buffer.allocUnsafe(Math.max(READ_SLAB_SIZE, need));
+      if (have > 0) slab!.copy(next, 0, this.slabParse, this.slabFill);
+      this.slab = slab = next;
+      this.slabParse = 0;
+      this.slabFill = have;
+    }
+    return slab.subarray(this.slabFill);
+  }
+
+  /** `n` bytes were read into the last readBuffer(); throws RdsProtocolError on a violation. */
+  filled(n: number): void {
+    if (this.failed) throw new RdsProtocolError('stream already failed');
+    const slab = this.slab!;
+    const end = (this.slabFill += n);
+    let off = this.slabParse;
+    while (end - off >= RDS_HEADER_SIZE) {
+      const len = slab.readUInt32BE(off + OFF_LEN);
+      if (len > this.maxLen) {
+        this.failed = true;
+        throw new RdsProtocolError(`h_len ${len} exceeds the ${this.maxLen}-byte maximum`);
+      }
+      const start = off + RDS_HEADER_SIZE;
+      if (end - start < len) break;
+      off = start + len;
+      this.slabParse = off;
+      this.onFrame(slab.subarray(start - RDS_HEADER_SIZE, start), slab.subarray(start, off));
+    }
   }
 
   /** Feeds bytes; throws RdsProtocolError on a violation (and refuses further input). */
