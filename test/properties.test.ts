@@ -93,6 +93,9 @@ describe('wire properties', () => {
           // Header bytes missing while the header is incomplete, then payload bytes missing.
           const start = Math.max(...[...ends].filter((e) => e < off));
           expect(r.remaining).toEqual(off - start < 48 ? [48 - (off - start), 0] : [0, nextEnd(off) - off]);
+          expect(r.partialHeader).toBe(off - start < 48);
+        } else {
+          expect(r.partialHeader).toBe(false);
         }
       }
       expect(r.idle).toBe(true);

@@ -403,13 +403,11 @@ export class TcpTransport implements RdsTransport {
         if (typeof input === 'number') reader.filled(input);
         else reader.push(input);
         // A peer that starts a header must finish it: one that sends half and stalls is dropped.
-        const [hdrLeft] = reader.remaining;
-        if (hdrLeft > 0 && hdrLeft < RDS_HEADER_SIZE) {
+        if (reader.partialHeader) {
           if (headerTimer === null) {
             headerTimer = setTimeout(() => {
               headerTimer = null;
-              const [left] = reader.remaining;
-              if (tp.sock !== sock || left === 0 || left === RDS_HEADER_SIZE) return;
+              if (tp.sock !== sock || !reader.partialHeader) return;
               this.host.counters.inc('recv_drop_header_timeout');
               this.host.reportProtocolError(cp, new Error(`no complete header within ${headerTimeoutMs} ms`));
               sock.resetAndDestroy();

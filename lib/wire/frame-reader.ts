@@ -54,6 +54,15 @@ export class FrameReader {
     return [0, this.payload.length - this.payloadFill];
   }
 
+  /** A header has begun but is not complete (checked after every read, so it allocates nothing). */
+  get partialHeader(): boolean {
+    if (this.slab !== null) {
+      const have = this.slabFill - this.slabParse;
+      return have > 0 && have < RDS_HEADER_SIZE;
+    }
+    return this.headerFill > 0 && this.payload === null;
+  }
+
   /** True between frames: nothing partial is buffered. */
   get idle(): boolean {
     if (this.slab !== null) return this.slabFill === this.slabParse;
