@@ -84,7 +84,9 @@ describe('wire properties', () => {
       for (let i = 0; off < stream.length; i++) {
         const into = r.readBuffer();
         expect(into.length).toBeGreaterThan(0);
-        const n = Math.min(into.length, reads[i % reads.length]!, stream.length - off);
+        // The given read sizes for a while, then whole regions, so a tiny read size cannot make a
+        // multi-megabyte stream take millions of steps.
+        const n = Math.min(into.length, i < 400 ? reads[i % reads.length]! : into.length, stream.length - off);
         stream.copy(into, 0, off, off + n);
         off += n;
         r.filled(n);
@@ -102,7 +104,7 @@ describe('wire properties', () => {
       expect(got.map((g) => g.seq)).toEqual(frames.map((f) => f.seq));
       got.forEach((g, i) => {
         expect(g.payload.length).toBe(frames[i]!.len);
-        expect(g.payload.every((b) => b === frames[i]!.fill)).toBe(true);
+        expect(g.payload.equals(Buffer.alloc(frames[i]!.len, frames[i]!.fill))).toBe(true);
       });
     }), { numRuns: 60 });
     const r = new wire.FrameReader(() => {});

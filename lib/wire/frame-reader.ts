@@ -11,10 +11,17 @@ export class RdsProtocolError extends Error {
 
 export type FrameHandler = (header: Buffer, payload: Buffer) => void;
 
-/** Reads land in slabs this large (more for a bigger frame): one read can take several frames. */
+/** Reads land one after another in slabs this large (more for a bigger frame). */
 export const READ_SLAB_SIZE = 256 * 1024;
 /** A slab with less room than this left is replaced rather than read into. */
 const MIN_READ = 16 * 1024;
+/**
+ * At most this much per read, as Node reads by default. Larger reads let one turn of the event
+ * loop take in more than a sender's whole send buffer before the acknowledgements that free it
+ * go out (they leave once the turn's reads are done), and the sender stalls: measured ~15% fewer
+ * 1 KiB messages per second with unbounded reads, and no gain at 64 KiB.
+ */
+const READ_MAX = 64 * 1024;
 
 /**
  * Reassembles `[48-byte header][h_len bytes]` records from a TCP byte stream (spec §2.3), in one
@@ -88,7 +95,7 @@ export class FrameReader {
       this.slabParse = 0;
       this.slabFill = have;
     }
-    return slab.subarray(this.slabFill);
+    return slab.subarray(this.slabFill, Math.min(slab.length, this.slabFill + READ_MAX));
   }
 
   /** `n` bytes were read into the last readBuffer(); throws RdsProtocolError on a violation. */
