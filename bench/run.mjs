@@ -58,8 +58,14 @@ function addrs() {
   return { net, sink: `${net}.2`, port: 27000 + block, tcpPort: 26600 + (block % 200) };
 }
 
-async function throughput(contender, size, senders = 1) {
+/**
+ * Senders sit above the sink's address, so the sink opens every rds-socket connection and reads
+ * into its own slabs (net onread); with `sinkAccepts` the sink sits above them, accepts, and reads
+ * through 'data' events (spec §2.2: the smaller address connects). Other contenders do not care.
+ */
+async function throughput(contender, size, senders = 1, sinkAccepts = false) {
   const a = addrs();
+  if (sinkAccepts) a.sink = `${a.net}.250`;
   // rds-zc is rds-socket whose sources send with MSG_ZEROCOPY (the sink is the same).
   const zerocopy = contender === 'rds-zc';
   if (zerocopy) contender = 'rds';
@@ -158,6 +164,10 @@ const scenarios = [
     // Zero-copy pays off where copying costs more than holding a reference per message.
     contenders: size >= 65536 ? [...CONTENDERS, 'rds-zc'] : CONTENDERS,
   })),
+  {
+    name: 'throughput 65536 B, sink accepts', run: (c) => throughput(c, 65536, 1, true),
+    contenders: [...CONTENDERS, 'rds-zc'],
+  },
   { name: 'latency 1 KiB', run: latency },
   { name: `fan-in ${FANIN}x1 KiB`, run: (c) => throughput(c, 1024, FANIN) },
 ];
