@@ -186,16 +186,16 @@ const sustainResult = await sustained();
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
 const cell = (xs, k) => `${fmt(median(xs.map((x) => x[k])))} (${fmt(Math.min(...xs.map((x) => x[k])))}-${fmt(Math.max(...xs.map((x) => x[k])))})`;
 console.log(`\nrds-socket benchmark: ${RUNS} run(s) per contender, medians (min-max), ${DURATION / 1000} s per throughput run\n`);
-console.log(`${'scenario'.padEnd(32)}${'node:net'.padEnd(26)}${'zeromq.js'.padEnd(26)}rds-socket`);
+console.log(`${'scenario'.padEnd(44)}${'node:net'.padEnd(26)}${'zeromq.js'.padEnd(26)}rds-socket`);
 const ratios = [];
 for (const [name, byC] of Object.entries(results)) {
   const keys = name.startsWith('latency') ? ['p50us', 'p99us'] : ['msgsPerSec', 'mibPerSec'];
   for (const k of keys) {
-    console.log(`${`${name} ${k}`.padEnd(32)}${cell(byC.net, k).padEnd(26)}${cell(byC.zmq, k).padEnd(26)}${cell(byC.rds, k)}`);
+    console.log(`${`${name} ${k}`.padEnd(44)}${cell(byC.net, k).padEnd(26)}${cell(byC.zmq, k).padEnd(26)}${cell(byC.rds, k)}`);
     const m = (c) => median(byC[c].map((x) => x[k]));
     ratios.push({ metric: `${name} ${k}`, rdsNet: m('rds') / m('net'), rdsZmq: m('rds') / m('zmq') });
     if (byC['rds-zc']) {
-      console.log(`${`${name} ${k}`.padEnd(32)}${''.padEnd(52)}${cell(byC['rds-zc'], k)} MSG_ZEROCOPY`);
+      console.log(`${`${name} ${k}`.padEnd(44)}${''.padEnd(52)}${cell(byC['rds-zc'], k)} MSG_ZEROCOPY`);
       ratios.push({ metric: `${name} ${k} MSG_ZEROCOPY`, rdsNet: m('rds-zc') / m('net'), rdsZmq: m('rds-zc') / m('zmq') });
     }
   }
@@ -204,8 +204,8 @@ console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path
 const heapLine = (who, g) => `${who} ${(g.startKiB / 1024).toFixed(1)} -> ${(g.endKiB / 1024).toFixed(1)} MiB (${g.growthKiB >= 0 ? '+' : ''}${g.growthKiB.toFixed(0)} KiB, ${g.slopeKiBPerSec.toFixed(1)} KiB/s)`;
 console.log(`\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`);
 console.log('\nratios (throughput: higher is better; latency: lower is better)');
-console.log(`${'metric'.padEnd(48)}${'rds/net'.padEnd(10)}rds/zmq`);
-for (const r of ratios) console.log(`${r.metric.padEnd(48)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
+console.log(`${'metric'.padEnd(60)}${'rds/net'.padEnd(10)}rds/zmq`);
+for (const r of ratios) console.log(`${r.metric.padEnd(60)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
 const outFile = OUT ?? fileURLToPath(new URL('./results/latest.json', import.meta.url));
 mkdirSync(dirname(outFile), { recursive: true });
 writeFileSync(outFile, JSON.stringify({ date: new Date().toISOString(), runs: RUNS, durationMs: DURATION, results, mesh: meshResult, sustained: sustainResult, ratios }, null, 2));

@@ -17,13 +17,14 @@ describe('bench (smoke)', () => {
       sustained: { msgsPerSec: number; sender: { samples: number }; receiver: { samples: number } };
     };
     for (const [name, scenario] of Object.entries(json.results)) {
-      // 64 KiB messages are also sent with MSG_ZEROCOPY.
+      // 64 KiB messages are also sent with MSG_ZEROCOPY (to a sink that connects, and one that accepts).
       const extra = name.startsWith('throughput 65536 B') ? ['rds-zc'] : [];
       expect(Object.keys(scenario).sort()).toEqual(['net', 'rds', ...extra, 'zmq']);
       for (const runs of Object.values(scenario)) expect(runs).toHaveLength(1);
     }
     expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B msgsPerSec MSG_ZEROCOPY');
-    expect(Object.keys(json.results)).toHaveLength(5);
+    expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B, sink accepts msgsPerSec MSG_ZEROCOPY');
+    expect(Object.keys(json.results)).toHaveLength(6);
     expect(json.ratios.length).toBeGreaterThanOrEqual(10);
     expect(json.mesh.nodes).toBeGreaterThan(1);
     expect(r.out).toMatch(/sustained .* heap after GC: sender .* receiver/);
