@@ -89,7 +89,9 @@ export class FrameReader {
     // filled() has bounded h_len, so a frame in progress is at most maxLen + header bytes.
     const need = have < RDS_HEADER_SIZE ? RDS_HEADER_SIZE : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
     if (slab === null || slab.length - this.slabParse < need || slab.length - this.slabFill < MIN_READ) {
-      const next = Buffer.allocUnsafe(Math.max(READ_SLAB_SIZE, need));
+      // The first slab is one read's worth: a connection that only ever carries a few messages
+      // holds no more than Node's own read buffer would; one that streams moves to full slabs.
+      const next = Buffer.allocUnsafe(Math.max(slab === null ? READ_MAX : READ_SLAB_SIZE, need));
       if (have > 0) slab!.copy(next, 0, this.slabParse, this.slabFill);
       this.slab = slab = next;
       this.slabParse = 0;
