@@ -36,6 +36,8 @@ if (role === 'peer') {
   for await (const m of echo) echo.sendmsg(m.data, { address: m.address, port: m.port });
 } else {
   const peer = spawn(process.execPath, [fileURLToPath(import.meta.url), '--role', 'peer', '--b', B], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // However this process ends, the peer must not outlive it holding the IB port.
+  process.on('exit', () => peer.kill());
   let out = '';
   const wait = (re) => new Promise((res) => { const on = () => { const m = out.match(re); if (m) { peer.stdout.off('data', f); res(m); } }; const f = (d) => { out += d; on(); }; peer.stdout.on('data', f); on(); });
   await wait(/ready/);
@@ -50,7 +52,8 @@ if (role === 'peer') {
   const t0 = performance.now();
   let sent = 0;
   while (performance.now() - t0 < SECONDS * 1000) { await tx.send(buf, { address: B, port: 5000 }, { timeout: 30000 }); sent++; }
-  tx.sendmsg(Buffer.alloc(1), { address: B, port: 5000 });
+  // The stream may have filled the send buffer: the marker waits for room like the rest.
+  await tx.send(Buffer.alloc(1), { address: B, port: 5000 }, { timeout: 30000 });
   await wait(new RegExp(`bytes ${(sent + 1) * BIG + 1}\\b`));
   const rdsMBs = (sent * BIG) / ((performance.now() - t0) / 1000) / 1e6;
 
