@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import * as tls from 'node:tls';
 import {
-  RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_HEADER_SIZE, RDS_TRANS_TCP,
+  RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_TRANS_TCP,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { canonicalAddress, compareAddresses } from '../core/address.js';
@@ -510,10 +510,15 @@ export class TcpTransport implements RdsTransport {
     this.writeRun(tp);
     tp.track.push({ end, seq: msg.seq });
     return sock.write(w, (err) => {
-      if (err || tp.sock !== sock) return;
-      if (end > tp.flushed) tp.flushed = end;
-      this.releaseAcked(cp);
+      if (!err) this.flushedTo(cp, tp, sock, end);
     });
+  }
+
+  /** The kernel has taken a kernel peer's stream up to `end`: what TCP has acknowledged is done. */
+  private flushedTo(cp: RdsConnPath, tp: TcpPath, sock: Socket, end: number): void {
+    if (tp.sock !== sock) return;
+    if (end > tp.flushed) tp.flushed = end;
+    this.releaseAcked(cp);
   }
 
   /**
@@ -538,9 +543,7 @@ export class TcpTransport implements RdsTransport {
     for (let i = 0; i < last; i++) ok = sock.write(writes[i]!) && ok;
     ok = sock.write(writes[last]!, (err) => {
       msg.xmitDone();
-      if (ackMode || err || tp.sock !== sock) return;
-      if (end > tp.flushed) tp.flushed = end;
-      this.releaseAcked(cp);
+      if (!ackMode && !err) this.flushedTo(cp, tp, sock, end);
     }) && ok;
     return ok;
   }
