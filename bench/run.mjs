@@ -59,9 +59,10 @@ function addrs() {
 }
 
 /**
- * Senders sit above the sink's address, so the sink opens every rds-socket connection and reads
- * into its own slabs (net onread); with `sinkAccepts` the sink sits above them, accepts, and reads
- * through 'data' events (spec §2.2: the smaller address connects). Other contenders do not care.
+ * Senders sit above the sink's address, so the sink opens every rds-socket connection (spec §2.2:
+ * the smaller address connects); with `sinkAccepts` the sink sits above them and accepts, which
+ * takes a different read path in Node (an accepted socket is re-wrapped to read into slabs).
+ * Other contenders do not care.
  */
 async function throughput(contender, size, senders = 1, sinkAccepts = false) {
   const a = addrs();

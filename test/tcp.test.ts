@@ -106,6 +106,20 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     expect(m).toBeNull();
   });
 
+  it('an accepted connection reads into shared slabs too: messages from separate reads are views of one buffer', async () => {
+    const { sock } = await node('127.23.11.2');
+    const c = await rawConnect('127.23.11.1', '127.23.11.2', P);
+    const hdr = { sport: 7000, dport: 4000 };
+    c.send({ ...hdr, sequence: 1 }, Buffer.from('first'));
+    const a = await sock.recv({ signal: timeout() });
+    c.send({ ...hdr, sequence: 2 }, Buffer.from('second'));
+    const b = await sock.recv({ signal: timeout() });
+    expect([a.data.toString(), b.data.toString()]).toEqual(['first', 'second']);
+    // Node's 'data' path would give each read a buffer of its own (and a copy per split frame).
+    expect(b.data.buffer).toBe(a.data.buffer);
+    expect(b.data.byteOffset).toBeGreaterThan(a.data.byteOffset);
+  });
+
   it('applies a received congestion map: sendmsg to a congested port fails with ENOBUFS', async () => {
     const peer = await listener('127.23.5.2');
     const { sock } = await node('127.23.5.1');

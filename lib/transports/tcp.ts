@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { createServer, connect, type Server, type Socket } from 'node:net';
+import { createServer, connect, Socket, type Server, type SocketConstructorOpts } from 'node:net';
 import * as tls from 'node:tls';
 import {
   RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_TRANS_TCP,
@@ -76,6 +76,23 @@ function socketFd(sock: Socket): number {
   return typeof fd === 'number' && fd >= 0 ? fd : -1;
 }
 
+/**
+ * Node offers slab reads (`onread`) only to sockets it connects, never to ones a server accepts.
+ * An accepted socket (taken paused, so nothing has been read) hands its handle to a new Socket
+ * that reads into `reader`'s slabs, as initiated carriers do. The handle is net's private
+ * `_handle`; where this Node has none the accepted socket is returned and the caller reads 'data'.
+ */
+function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) => void): Socket | null {
+  const s = sock as unknown as { _handle?: { readStart?: unknown } | null };
+  const handle = s._handle;
+  if (handle === null || handle === undefined || typeof handle.readStart !== 'function') return null;
+  s._handle = null;
+  // With no handle, destroy() only settles the old stream and the server's connection count.
+  sock.destroy();
+  const onread = { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
+  return new Socket({ handle, onread } as SocketConstructorOpts);
+}
+
 function peerOf(sock: Socket): { local: string | null; remote: string | null } {
   const strip = (a: string | undefined): string | null => {
     if (a === undefined) return null;
@@ -125,7 +142,6 @@ export class TcpTransport implements RdsTransport {
   /**
    * Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. A plain carrier
    * reads straight into the reader's slabs through `received` (net's onread; `slab` is then true).
-   * Node offers that only to sockets it connects, so accepted carriers read through 'data'.
    */
   private dialSocket(laddr: string, faddr: string, localPort?: number, reader?: FrameReader, received?: (n: number) => void): { sock: Socket; ready: string; slab: boolean } {
     const opts = { ...this.target(laddr, faddr), localAddress: laddr, ...(localPort === undefined ? {} : { localPort }) };
@@ -167,7 +183,7 @@ export class TcpTransport implements RdsTransport {
       const server: Server = this.topts.tls
         ? tls.createServer({ ...this.topts.tls, requestCert: true, rejectUnauthorized: true }, (s) => this.accept(s))
           .on('tlsClientError', () => this.host.counters.inc('conn_refused_tls'))
-        : createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS }, (s) => this.accept(s));
+        : createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS, pauseOnConnect: true }, (s) => this.accept(s));
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code === 'EADDRINUSE') {
           reject(new RdsError('EADDRINUSE', `TCP port ${port} on ${laddr} is already in use (another rds-socket stack, or the kernel's rds_tcp module); give this stack another one with new RdsStack({ tcpPort })`, { cause: err }));
@@ -334,7 +350,16 @@ export class TcpTransport implements RdsTransport {
       tp.sock = null;
       old.destroy();
     }
-    this.attachCarrier(cp, sock);
+    const reader = new FrameReader((h, p) => this.host.recvIncoming(cp, h, p));
+    let received = (_n: number): void => {};
+    const slabSock = this.topts.tls ? null : withSlabReads(sock, reader, (n) => received(n));
+    if (slabSock !== null) {
+      this.track(slabSock);
+      received = this.attachCarrier(cp, slabSock, reader, true);
+    } else {
+      this.attachCarrier(cp, sock, reader, false);
+      sock.resume();
+    }
     cp.connectComplete();
   }
 
@@ -359,7 +384,7 @@ export class TcpTransport implements RdsTransport {
    * Makes `sock` the path's carrier. Bytes arrive as 'data' chunks, or (slab) as counts of bytes
    * read into `reader`'s memory, which the returned function takes.
    */
-  private attachCarrier(cp: RdsConnPath, sock: Socket, initiatorReader?: FrameReader, slab = false): (n: number) => void {
+  private attachCarrier(cp: RdsConnPath, sock: Socket, reader: FrameReader, slab: boolean): (n: number) => void {
     const tp = tcpPath(cp);
     tp.sock = sock;
     tp.run = null;
@@ -371,13 +396,6 @@ export class TcpTransport implements RdsTransport {
     // An accepted carrier counts as unidentified until its first complete frame.
     let identified = cp.conn.isInitiator;
     if (!identified) this.unidentified++;
-    const reader = initiatorReader ?? new FrameReader((h, p) => {
-      if (!identified) {
-        identified = true;
-        this.unidentified--;
-      }
-      this.host.recvIncoming(cp, h, p);
-    });
     tp.reader = reader;
     let headerTimer: NodeJS.Timeout | null = null;
     const { headerTimeoutMs } = this.host.options;
@@ -402,6 +420,10 @@ export class TcpTransport implements RdsTransport {
       try {
         if (typeof input === 'number') reader.filled(input);
         else reader.push(input);
+        if (!identified && reader.frames > 0) {
+          identified = true;
+          this.unidentified--;
+        }
         // A peer that starts a header must finish it: one that sends half and stalls is dropped.
         if (reader.partialHeader) {
           if (headerTimer === null) {

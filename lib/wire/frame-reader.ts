@@ -43,6 +43,8 @@ export class FrameReader {
   private payload: Buffer | null = null;
   private payloadFill = 0;
   private failed = false;
+  /** Frames handed up so far. */
+  frames = 0;
   /** Slab mode: the frame in progress starts at slabParse, and reads have filled up to slabFill. */
   private slab: Buffer | null = null;
   private slabParse = 0;
@@ -116,6 +118,7 @@ export class FrameReader {
       if (end - start < len) break;
       off = start + len;
       this.slabParse = off;
+      this.frames++;
       this.onFrame(slab.subarray(start - RDS_HEADER_SIZE, start), slab.subarray(start, off));
     }
   }
@@ -130,6 +133,7 @@ export class FrameReader {
         if (len <= this.maxLen && chunk.length - off - RDS_HEADER_SIZE >= len) {
           const start = off + RDS_HEADER_SIZE;
           off = start + len;
+          this.frames++;
           this.onFrame(chunk.subarray(start - RDS_HEADER_SIZE, start), chunk.subarray(start, off));
           continue;
         }
@@ -168,6 +172,7 @@ export class FrameReader {
   private emit(payload: Buffer): void {
     const header = Buffer.from(this.header);
     this.headerFill = 0;
+    this.frames++;
     this.onFrame(header, payload);
   }
 }
