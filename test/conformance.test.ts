@@ -43,6 +43,24 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     await got;
   });
 
+  it('a received message keeps its bytes while the sender goes on (large frames are reused once acknowledged)', async () => {
+    const { a, b } = await open();
+    raiseSndbuf(a, 4 << 20);
+    const N = 48;
+    const kept: Buffer[] = [];
+    const got = (async () => {
+      for (let i = 0; i < 2 * N; i++) kept.push((await b.recv({ signal: timeout() })).data);
+    })();
+    const out = Buffer.alloc(65536);
+    for (let i = 0; i < 2 * N; i++) {
+      payload(i, 65536).copy(out);
+      await a.send(out, b.address(), { signal: timeout() });
+      if (i === N - 1) await a.flush({ signal: timeout() });
+    }
+    await got;
+    for (let i = 0; i < 2 * N; i++) expect(kept[i]!.equals(payload(i, 65536)), `message ${i}`).toBe(true);
+  });
+
   it('gathers an array of buffers into one message', async () => {
     const { a, b } = await open();
     a.sendmsg([Buffer.from('ab'), new Uint8Array([0x63]), Buffer.alloc(0), Buffer.from('d')], b.address());

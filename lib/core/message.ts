@@ -1,6 +1,7 @@
 import { RDS_FLAG_RETRANSMITTED, RDSSOCK_EXTHDR_MOVED } from '../constants.js';
 import { OFF_EXTHDR, OFF_FLAGS, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import type { RdsConnPath } from './path.js';
+import type { WireSlab } from './wire-slab.js';
 
 /** Who gets the bytes back when a message is acknowledged or cancelled: the sending socket. */
 export interface SendOwner {
@@ -16,6 +17,7 @@ export interface SendOwner {
  * when the message is queued, so transmitting is a single write and a retransmission only flips
  * a flag bit. A MSG_ZEROCOPY message is the exception: `wire` is its header alone and the payload
  * stays in the caller's buffers (`zcPayload`) until the peer has it and no write still reads it.
+ * A large frame's memory goes back to its WireSlab under the same rule.
  */
 export class RdsOutgoing {
   /** True once acknowledged or cancelled: its bytes went back to the owner. */
@@ -32,7 +34,9 @@ export class RdsOutgoing {
   /** MSG_ZEROCOPY: the caller's payload, referenced rather than copied; null once released. */
   zcPayload: Uint8Array | readonly Uint8Array[] | null = null;
   zcCookie = 0;
-  /** Transport writes that still read zcPayload: it is released only when none remain. */
+  /** Where a large frame's memory returns once nothing reads it (null: never reused). */
+  private recycler: WireSlab | null = null;
+  /** Transport writes that still read the frame or zcPayload: released only when none remain. */
   private xmitRefs = 0;
 
   constructor(
@@ -87,22 +91,44 @@ export class RdsOutgoing {
     this.done = true;
     if (err) this.cancelled = true;
     this.owner?.messageDone(this);
-    if (this.xmitRefs === 0) this.releasePayload();
+    if (this.xmitRefs === 0) this.release();
     const settle = this.settle;
     this.settle = null;
     settle?.(err);
   }
 
-  /** A transport starts a write that reads the zero-copy payload; xmitDone() when it finishes. */
+  /**
+   * A transport starts a write (or a copy spread over several turns) that reads the frame or the
+   * zero-copy payload after xmit() returns; xmitDone() when it finishes.
+   */
   xmitHold(): void {
     this.xmitRefs++;
   }
 
   xmitDone(): void {
-    if (--this.xmitRefs === 0 && this.done) this.releasePayload();
+    if (--this.xmitRefs === 0 && this.done) this.release();
   }
 
-  private releasePayload(): void {
+  /** The frame's memory goes back to `pool` once the message is done and nothing reads it. */
+  recycleInto(pool: WireSlab): void {
+    this.recycler = pool;
+  }
+
+  /** The frame has memory of its own that is reused: a transport must hold it while it reads it. */
+  get recycles(): boolean {
+    return this.recycler !== null;
+  }
+
+  /** A receiver was handed views of the frame (loopback): it is theirs now, never reused. */
+  wireTaken(): void {
+    this.recycler = null;
+  }
+
+  private release(): void {
+    if (this.recycler !== null) {
+      this.recycler.recycle(this.wire);
+      this.recycler = null;
+    }
     if (this.zcPayload === null) return;
     this.zcPayload = null;
     this.owner?.zcopyReleased?.(this.zcCookie);

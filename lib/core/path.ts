@@ -346,7 +346,8 @@ export class RdsConnPath {
   /** Encodes and queues a message; the caller has done every check. */
   queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
     owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
-    const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE + totalLen);
+    const slab = this.stack.wireSlab;
+    const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
     const seq = this.nextTxSeq++;
     encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
     if (exts !== undefined && exts.length > 0) wire.set(packExtensions(exts), OFF_EXTHDR);
@@ -359,7 +360,9 @@ export class RdsConnPath {
         off += part.length;
       }
     }
-    return this.enlist(new RdsOutgoing(wire, totalLen, seq, sport, dport, this.conn.faddr, this, owner));
+    const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.conn.faddr, this, owner);
+    if (slab.recyclable(wire.length)) msg.recycleInto(slab);
+    return this.enlist(msg);
   }
 
   /**

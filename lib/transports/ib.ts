@@ -35,6 +35,8 @@ interface Fragmenting {
   wire: Buffer;
   len: number;
   off: number;
+  /** The message whose frame this is, held (xmitHold) until its last fragment is in the ring. */
+  msg: RdsOutgoing | null;
 }
 
 interface Control {
@@ -356,6 +358,8 @@ export class IbTransport implements RdsTransport {
     const done = tp.ackDone;
     tp.ackDone = null;
     for (const c of tp.controls.splice(0)) c.done();
+    tp.current?.msg?.xmitDone();
+    tp.current = null;
     if (this.ep !== null) {
       this.ep.disconnect(tp.id);
       this.ep.destroy(tp.id);
@@ -374,14 +378,15 @@ export class IbTransport implements RdsTransport {
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
-    tp.current = { wire: msg.wire, len: msg.len, off: 0 };
+    msg.xmitHold();
+    tp.current = { wire: msg.wire, len: msg.len, off: 0, msg };
     return this.take(cp, tp);
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
-    tp.current = { wire: encodeCongUpdate(map), len: map.length, off: 0 };
+    tp.current = { wire: encodeCongUpdate(map), len: map.length, off: 0, msg: null };
     return this.take(cp, tp);
   }
 
@@ -466,6 +471,7 @@ export class IbTransport implements RdsTransport {
         posts.push(slot, RDS_HEADER_SIZE + n, last ? 1 : 0);
         if (last) {
           tp.current = null;
+          cur.msg?.xmitDone();
           break;
         }
       }

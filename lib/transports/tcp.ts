@@ -511,6 +511,8 @@ export class TcpTransport implements RdsTransport {
     tp.wrote += w.length;
     const end = tp.wrote;
     if (cp.conn.ackMode) {
+      // A large frame's memory is reused once its message is done: the write holds it.
+      if (msg.recycles) return this.writeHeld(tp, sock, msg);
       // An rds-socket peer acknowledges messages itself: no write callback needed, and frames
       // queued back to back (see WireSlab) go to the socket as one buffer.
       // Offsets first: reading .buffer of a typed array is the slower check.
@@ -531,9 +533,19 @@ export class TcpTransport implements RdsTransport {
     // Anything else is released once TCP has acknowledged the message's last byte (spec §2.4).
     this.writeRun(tp);
     tp.track.push({ end, seq: msg.seq });
+    msg.xmitHold();
     return sock.write(w, (err) => {
+      msg.xmitDone();
       if (!err) this.flushedTo(cp, tp, sock, end);
     });
+  }
+
+  /** A frame written on its own, held until the socket is done with it (it may be reused). */
+  private writeHeld(tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
+    this.corkBatch(tp);
+    this.writeRun(tp);
+    msg.xmitHold();
+    return sock.write(msg.wire, () => msg.xmitDone());
   }
 
   /** The kernel has taken a kernel peer's stream up to `end`: what TCP has acknowledged is done. */
