@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench [-- --runs N --seconds S --sustain S --out FILE] | -- --smoke
+// npm run bench [-- --runs N --seconds S --sustain S --out FILE --only TEXT] | -- --smoke
 // Side by side on 127.0.x.y loopback, sender and receiver in separate processes, contenders
 // alternating run by run: node:net with 4-byte length framing (the ceiling for Node over TCP),
 // zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP; for 64 KiB messages also rds-socket
@@ -22,16 +22,20 @@ const PING_WARMUP_MS = smoke ? 50 : 1500;
 const FANIN = smoke ? 2 : 8;
 const SUSTAIN_MS = arg('--sustain', smoke ? 2 : 30) * 1000;
 const OUT = (() => { const i = process.argv.indexOf('--out'); return i >= 0 ? process.argv[i + 1] : null; })();
+// --only TEXT: just the scenarios whose name contains TEXT ("fan-in", "65536", "mesh", "sustained").
+const ONLY = (() => { const i = process.argv.indexOf('--only'); return i >= 0 ? process.argv[i + 1] : null; })();
+const wanted = (name) => ONLY === null || name.includes(ONLY);
 const MESH = smoke ? 4 : 32;
 const CONTENDERS = ['net', 'zmq', 'rds'];
 const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
 let block = 0;
 
 function proc(contender, role, opts) {
-  const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], { stdio: ['pipe', 'pipe', 'inherit'] });
   const lines = [];
   let waiters = [];
   let buf = '';
+  p.stdin.on('error', () => {}); // a peer that already exited
   p.stdout.setEncoding('utf8');
   p.stdout.on('data', (d) => {
     buf += d;
@@ -49,7 +53,13 @@ function proc(contender, role, opts) {
     };
     check();
   });
-  return { p, next, kill: () => p.kill('SIGKILL') };
+  return { p, next, kill: () => p.kill('SIGKILL'), go: () => p.stdin.write('go\n') };
+}
+
+/** Sources set up in parallel, then all start sending at once (see ready() in peer.mjs). */
+async function startTogether(sources) {
+  await Promise.all(sources.map((s) => s.next((l) => l.ready)));
+  for (const s of sources) s.go();
 }
 
 function addrs() {
@@ -72,7 +82,8 @@ async function throughput(contender, size, senders = 1, sinkAccepts = false) {
   if (zerocopy) contender = 'rds';
   const sink = proc(contender, 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size, durationMs: DURATION, warmupMs: WARMUP_MS });
   await sink.next((l) => l.ready);
-  const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size, zerocopy }));
+  const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size, zerocopy, waitGo: true }));
+  await startTogether(sources);
   const r = await sink.next((l) => 'msgs' in l);
   sources.forEach((s) => s.kill());
   sink.kill();
@@ -102,7 +113,8 @@ async function sustained() {
   const every = Math.max(100, Math.round(SUSTAIN_MS / 60));
   const sink = proc('rds', 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS, warmupMs: 300, heapEveryMs: every });
   await sink.next((l) => l.ready);
-  const source = proc('rds', 'source', { addr: `${a.net}.10`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS + 2000, heapEveryMs: every });
+  const source = proc('rds', 'source', { addr: `${a.net}.10`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS + 2000, heapEveryMs: every, waitGo: true });
+  await startTogether([source]);
   const [r, s] = await Promise.all([sink.next((l) => 'msgs' in l, SUSTAIN_MS + 60000), source.next((l) => 'heap' in l, SUSTAIN_MS + 60000)]);
   sink.kill();
   source.kill();
@@ -172,7 +184,7 @@ const scenarios = [
   { name: 'latency 1 KiB', run: latency },
   { name: `fan-in ${FANIN}x1 KiB`, run: (c) => throughput(c, 1024, FANIN) },
 ];
-for (const sc of scenarios) {
+for (const sc of scenarios.filter((s) => wanted(s.name))) {
   for (let r = 0; r < RUNS; r++) {
     // Alternate the order run by run so no contender always runs first (or on a warmer machine).
     const cs = sc.contenders ?? CONTENDERS;
@@ -181,8 +193,8 @@ for (const sc of scenarios) {
   }
   process.stderr.write(`done: ${sc.name}\n`);
 }
-const meshResult = await mesh();
-const sustainResult = await sustained();
+const meshResult = wanted('mesh') ? await mesh() : null;
+const sustainResult = wanted('sustained') ? await sustained() : null;
 
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
 const cell = (xs, k) => `${fmt(median(xs.map((x) => x[k])))} (${fmt(Math.min(...xs.map((x) => x[k])))}-${fmt(Math.max(...xs.map((x) => x[k])))})`;
@@ -201,9 +213,9 @@ for (const [name, byC] of Object.entries(results)) {
     }
   }
 }
-console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`);
+if (meshResult) console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`);
 const heapLine = (who, g) => `${who} ${(g.startKiB / 1024).toFixed(1)} -> ${(g.endKiB / 1024).toFixed(1)} MiB (${g.growthKiB >= 0 ? '+' : ''}${g.growthKiB.toFixed(0)} KiB, ${g.slopeKiBPerSec.toFixed(1)} KiB/s)`;
-console.log(`\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`);
+if (sustainResult) console.log(`\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`);
 console.log('\nratios (throughput: higher is better; latency: lower is better)');
 console.log(`${'metric'.padEnd(60)}${'rds/net'.padEnd(10)}rds/zmq`);
 for (const r of ratios) console.log(`${r.metric.padEnd(60)}${r.rdsNet.toFixed(2).padEnd(10)}${r.rdsZmq.toFixed(2)}`);
