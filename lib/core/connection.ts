@@ -4,6 +4,7 @@ import type { CongMap } from './cong-map.js';
 import { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import type { RdsTransport } from './transport.js';
+import { RDS_CTR } from './stats.js';
 
 /**
  * What one node knows about one peer over one transport (struct rds_connection): the peer's
@@ -107,7 +108,7 @@ export class RdsConnection {
       // message on its new lane overtakes one still on lane 0 (spec §3.3).
       const p0 = this.paths[0]!;
       for (let i = 1; i < n; i++) this.paths[i]!.holdBehind(p0, p0.nextTxSeq - 1);
-      this.stack.counters.inc('mprds_fanout');
+      this.stack.counters.add(RDS_CTR.mprds_fanout);
     }
     this.openLanes();
   }

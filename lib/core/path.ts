@@ -9,6 +9,7 @@ import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { RxAckTracker, type RxEntry } from './rx-ack.js';
 import type { RdsConnection } from './connection.js';
+import { RDS_CTR } from './stats.js';
 
 export type ConnState = 'DOWN' | 'CONNECTING' | 'DISCONNECTING' | 'UP' | 'RESETTING' | 'ERROR';
 export const CONN_STATE_NAMES: readonly ConnState[] = ['DOWN', 'CONNECTING', 'DISCONNECTING', 'UP', 'RESETTING', 'ERROR'];
@@ -178,7 +179,7 @@ export class RdsConnPath {
   drop(reason: string): void {
     if (this.state === RDS_CONN_DOWN || this.state === RDS_CONN_DISCONNECTING) return;
     const wasUp = this.state === RDS_CONN_UP;
-    if (wasUp) this.stack.counters.inc('conn_reset');
+    if (wasUp) this.stack.counters.add(RDS_CTR.conn_reset);
     this.stack.pathDropped(this, reason);
     this.setState(RDS_CONN_ERROR);
     this.setState(RDS_CONN_DISCONNECTING);
@@ -285,7 +286,7 @@ export class RdsConnPath {
     }
     this.sendQueue.unshiftAll(stay);
     this.movedByFailover += moved;
-    this.stack.counters.inc('failover_moved', moved);
+    this.stack.counters.add(RDS_CTR.failover_moved, moved);
     this.failedOverTo = target;
     // Whatever was waiting on, or redirected to, this path now depends on the target.
     // (The target itself no longer waits for us: our messages now queue in front of its later ones.)
@@ -382,7 +383,7 @@ export class RdsConnPath {
 
   private enlist(msg: RdsOutgoing): RdsOutgoing {
     this.sendQueue.push(msg);
-    this.stack.counters.inc('send_queued');
+    this.stack.counters.add(RDS_CTR.send_queued);
     if (this.state === RDS_CONN_DOWN) this.connectIfDown();
     else this.schedulePump();
     if (this.state !== RDS_CONN_UP) this.armFailover();
@@ -397,7 +398,7 @@ export class RdsConnPath {
   /** Local congestion map changed: send it before the next message. */
   queueCongUpdate(): void {
     this.congPending = true;
-    this.stack.counters.inc('cong_update_queued');
+    this.stack.counters.add(RDS_CTR.cong_update_queued);
     if (this.state === RDS_CONN_UP) this.schedulePump();
   }
 
@@ -447,7 +448,7 @@ export class RdsConnPath {
           }
           const msg = this.sendQueue.shift();
           if (msg === undefined) {
-            stack.counters.inc('send_queue_empty');
+            stack.counters.add(RDS_CTR.send_queue_empty);
             break;
           }
           if (msg.done) continue; // cancelled while queued
@@ -455,7 +456,7 @@ export class RdsConnPath {
           if (msg.sentAt === 0) msg.sentAt = now;
           this.sentMessages++;
           this.sentBytes += msg.len;
-          if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.inc('send_retransmitted');
+          if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.add(RDS_CTR.send_retransmitted);
           if (ackMode) this.prepareAckMode(msg, wallNow);
           if (!t.xmit(this, msg)) this.blocked = true;
         }
@@ -489,7 +490,7 @@ export class RdsConnPath {
       flags |= RDS_FLAG_ACK_REQUIRED;
       this.unackedPackets = 0;
       this.unackedBytes = 0;
-      this.stack.counters.inc('send_ack_required');
+      this.stack.counters.add(RDS_CTR.send_ack_required);
     }
     msg.wire[OFF_FLAGS] = flags;
   }
@@ -588,7 +589,7 @@ export class RdsConnPath {
     const ack = this.acksAllowed ? this.rx.ackSeq : 0;
     if (this.acksAllowed) this.rx.markSent();
     this.acksSent++;
-    this.stack.counters.inc('send_ack_frames');
+    this.stack.counters.add(RDS_CTR.send_ack_frames);
     const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE);
     encodeHeader(frame, 0, { ack, flags });
     this.sendControl(frame, () => {
@@ -653,17 +654,21 @@ export class RdsConnPath {
     const { heartbeatIntervalMs: every, heartbeatMissedLimit: limit } = this.stack.options;
     const silent = Date.now() - this.lastRxAt;
     if (silent >= every * limit) {
-      this.stack.counters.inc('heartbeat_timeout');
+      this.stack.counters.add(RDS_CTR.heartbeat_timeout);
       this.drop(`no traffic for ${silent} ms (heartbeat)`);
       return;
     }
     if (silent >= every && !this.ackInFlight) {
       this.heartbeatsSent++;
-      this.stack.counters.inc('heartbeat_sent');
+      this.stack.counters.add(RDS_CTR.heartbeat_sent);
       this.sendAckFrame(RDS_FLAG_ACK_REQUIRED);
     }
   }
 
+  /**
+   * Bytes arrived from the peer. Transports call it once per read or completion batch, not per
+   * frame: it feeds the heartbeat's silence check and stamps the frames of that batch.
+   */
   noteRxActivity(): void {
     this.lastRxAt = Date.now();
   }

@@ -6,24 +6,25 @@ import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '.
 import { decodeHandshake, parseExtensions } from '../wire/extensions.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
+import { RDS_CTR } from './stats.js';
 
 /**
  * rds_recv_incoming: everything a transport hands up goes through here. `header` is the 48-byte
  * header, `payload` the h_len bytes. The message came from `cp.conn.faddr` to `cp.conn.laddr`.
+ * The transport has called cp.noteRxActivity() for the read or batch this frame came in.
  */
 export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, payload: Buffer): void {
   const flags = header[OFF_FLAGS]!;
   const conn = cp.conn;
-  cp.noteRxActivity();
 
   // A map update is recognised by flags == 0x01 exactly, is unsequenced, and is ignored unless
   // it is a whole map (the bytes were consumed either way).
   if (flags === RDS_FLAG_CONG_BITMAP) {
     if (payload.length !== RDS_CONG_MAP_BYTES) {
-      stack.counters.inc('recv_drop_bad_cong_map');
+      stack.counters.add(RDS_CTR.recv_drop_bad_cong_map);
       return;
     }
-    stack.counters.inc('cong_update_received');
+    stack.counters.add(RDS_CTR.cong_update_received);
     const cleared = conn.peerCong.apply(payload);
     stack.congMapReceived(conn, cleared);
     return;
@@ -41,7 +42,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   // ACK_REQUIRED it is a heartbeat and wants an ack back at once. Kernels never send seq 0
   // except for congestion maps, so this cannot swallow a kernel's message.
   if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
-    stack.counters.inc('recv_ack_frames');
+    stack.counters.add(RDS_CTR.recv_ack_frames);
     if (flags & RDS_FLAG_ACK_REQUIRED) cp.forceAck();
     return;
   }
@@ -53,15 +54,15 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
 
   if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
-    stack.counters.inc('recv_drop_old_seq');
+    stack.counters.add(RDS_CTR.recv_drop_old_seq);
     // The sender resends only what it has no ack for: make sure it gets one.
     if (conn.ackMode) cp.forceAck();
     return;
   }
   const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;
-  if (ackRequired) stack.counters.inc('recv_ack_required');
+  if (ackRequired) stack.counters.add(RDS_CTR.recv_ack_required);
   if (movedDuplicate(cp, header, seq)) {
-    stack.counters.inc('recv_drop_moved_dup');
+    stack.counters.add(RDS_CTR.recv_drop_moved_dup);
     cp.nextRxSeq = Math.max(cp.nextRxSeq, seq + 1);
     cp.recordReceived(seq, true, ackRequired);
     return;
@@ -75,18 +76,18 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (dport === 0) {
     cp.recordReceived(seq, true, ackRequired);
     if (sport === 0 || !stack.options.pingEnable) return;
-    stack.counters.inc('recv_ping');
+    stack.counters.add(RDS_CTR.recv_ping);
     if (sport === RDS_FLAG_PROBE_PORT) {
       // Multipath probe: answer with our own handshake so kernel senders stop waiting (spec §3.4).
       processHandshake(stack, cp, header);
       cp.queueControl(0, RDS_FLAG_PROBE_PORT, stack.handshakeExtensions(conn));
-      stack.counters.inc('send_pong');
+      stack.counters.add(RDS_CTR.send_pong);
       return;
     }
     // A pong is not sent to a pinger whose port is congested.
     if (conn.peerCong.test(sport)) return;
     cp.queueControl(0, sport);
-    stack.counters.inc('send_pong');
+    stack.counters.add(RDS_CTR.send_pong);
     return;
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
@@ -122,7 +123,7 @@ function movedDuplicate(cp: RdsConnPath, header: Buffer, seq: number): boolean {
 function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
   const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
   const conn = cp.conn;
-  stack.counters.inc('handshake_received');
+  stack.counters.add(RDS_CTR.handshake_received);
   if (hs.genNum !== undefined && hs.genNum !== 0) {
     if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
     conn.peerGenNum = hs.genNum;

@@ -16,6 +16,7 @@ import { RdsSendList, type RdsOutgoing, type SendOwner } from './message.js';
 import type { RdsConnection } from './connection.js';
 import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
 import type { RdsTransport } from './transport.js';
+import { RDS_CTR } from './stats.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -315,7 +316,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       this.lastConn = conn;
     }
     if (conn.peerCong.test(port)) {
-      this.stack.counters.inc('cong_send_error');
+      this.stack.counters.add(RDS_CTR.cong_send_error);
       if (this.congMonitor) this.congMask |= 1n << BigInt(port % 64);
       // Re-test once: an update may have arrived between the test and recording the mask.
       if (conn.peerCong.test(port)) {
@@ -324,7 +325,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
     if (this.sndBytes >= this.sndbuf) {
       this.full = true;
-      this.stack.counters.inc('send_queue_full');
+      this.stack.counters.add(RDS_CTR.send_queue_full);
       throw flowControlError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
     }
     const path = conn.pathFor(this.bound.port);
@@ -399,7 +400,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         break;
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
-        if (e.code === 'ENOBUFS') this.stack.counters.inc('cong_send_blocked');
+        if (e.code === 'ENOBUFS') this.stack.counters.add(RDS_CTR.cong_send_blocked);
         await this.waitFor(e.code === 'ENOBUFS' ? 'cong' : 'room', signal, 'send()');
       }
     }
@@ -409,7 +410,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     await new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
         // Give up on this message exactly as RDS_CANCEL_SENT_TO would: never (re)transmitted.
-        this.stack.counters.inc('send_cancelled');
+        this.stack.counters.add(RDS_CTR.send_cancelled);
         msg.complete(abortError(signal!, 'send()'));
       };
       msg.settle = (err) => {
@@ -472,7 +473,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         n++;
       }
     }
-    this.stack.counters.inc('send_cancelled', n);
+    this.stack.counters.add(RDS_CTR.send_cancelled, n);
   }
 
   // ---- receive ----
@@ -480,12 +481,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   /** BoundSocket: the stack delivers a message; `receipt` is told when the application takes it. */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean {
     if (this.closed) {
-      this.stack.counters.inc('recv_drop_dead_sock');
+      this.stack.counters.add(RDS_CTR.recv_drop_dead_sock);
       return false;
     }
     if (this.timestamps) msg.timestamp = performance.timeOrigin + performance.now();
     this.rxQueue.push({ msg, receipt });
-    this.stack.counters.inc('recv_queued');
+    this.stack.counters.add(RDS_CTR.recv_queued);
     this.rcvDelta(msg.data.length);
     this.wakeAll();
     this.announceReadable();
@@ -543,8 +544,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     const msg = q.msg;
     // Like the kernel's cmsg, pending completions ride on the next message read.
     if (this.zcookies.length > 0) msg.zcopyCompletions = this.takeZcookies();
-    this.stack.counters.inc('recv_bytes_freed_fromsock', msg.data.length);
-    this.stack.counters.inc('copy_to_user');
+    this.stack.counters.add(RDS_CTR.recv_bytes_freed_fromsock, msg.data.length);
+    this.stack.counters.add(RDS_CTR.copy_to_user);
     this.rcvDelta(-msg.data.length);
     if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     return msg;

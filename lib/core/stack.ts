@@ -13,7 +13,7 @@ import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { ControlEndpoint } from './control.js';
 import { parseCidr } from './address.js';
-import { RdsStats, type RdsCounterName } from './stats.js';
+import { RdsStats, type RdsCounterName, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
 import type { RdsTransport } from './transport.js';
 
@@ -447,11 +447,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     const conn = cp.conn;
     if (conn.isLoopback || cp.index !== 0) return;
     cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn));
-    this.counters.inc('handshake_sent');
+    this.counters.add(RDS_CTR.handshake_sent);
     if (!conn.capsKnown) {
       const t = setTimeout(() => {
         if (!conn.capsKnown) {
-          this.counters.inc('handshake_timeout');
+          this.counters.add(RDS_CTR.handshake_timeout);
           this.handshakeReceived(conn, 0);
         }
       }, this.options.handshakeTimeoutMs);
@@ -579,7 +579,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   reportProtocolError(cp: RdsConnPath, error: Error): void {
-    this.counters.inc('recv_drop_protocol_error');
+    this.counters.add(RDS_CTR.recv_drop_protocol_error);
     this.emit('protocol-error', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, error,
     });
@@ -591,7 +591,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * kernel flushes them instead, losing them).
    */
   peerRestarted(conn: RdsConnection): void {
-    this.counters.inc('peer_restarted');
+    this.counters.add(RDS_CTR.peer_restarted);
     for (const p of conn.paths) {
       p.nextRxSeq = 0;
       p.movedFloor = 0;
@@ -610,11 +610,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null): boolean {
     const sock = this.bindTable.get(laddr)?.get(dport);
     if (sock === undefined) {
-      this.counters.inc('recv_drop_no_sock');
+      this.counters.add(RDS_CTR.recv_drop_no_sock);
       return false;
     }
-    this.counters.inc('recv_delivered');
-    this.counters.inc('recv_bytes_added_to_sock', data.length);
+    this.counters.add(RDS_CTR.recv_delivered);
+    this.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
     return sock.enqueueIncoming({ data, address: faddr, port: sport }, receipt);
   }
 

@@ -76,16 +76,24 @@ export const RDS_COUNTER_NAMES = [
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
 
+/**
+ * Each counter's slot, so code that counts per message pays an array index rather than a lookup
+ * by name (measured ~30 ns each; a receive path bumps several per message).
+ */
+export const RDS_CTR: { readonly [K in RdsCounterName]: number } = Object.freeze(
+  Object.fromEntries(RDS_COUNTER_NAMES.map((n, i) => [n, i])) as Record<RdsCounterName, number>,
+);
+
 export class RdsStats {
   private readonly values = new Float64Array(RDS_COUNTER_NAMES.length);
-  private static readonly index = new Map<string, number>(RDS_COUNTER_NAMES.map((n, i) => [n, i]));
 
-  inc(name: RdsCounterName, by = 1): void {
-    this.values[RdsStats.index.get(name)!]! += by;
+  /** Counts `by` on the counter in `slot`: counters.add(RDS_CTR.recv_delivered). */
+  add(slot: number, by = 1): void {
+    this.values[slot]! += by;
   }
 
   get(name: RdsCounterName): number {
-    return this.values[RdsStats.index.get(name)!]!;
+    return this.values[RDS_CTR[name]]!;
   }
 
   /** A plain snapshot { name: value }, cheap enough to take every second. */

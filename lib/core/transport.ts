@@ -5,8 +5,8 @@ import type { RdsTransportHost } from './stack.js';
 
 /**
  * What a transport provides, modelled on the kernel's struct rds_transport. The core calls these;
- * a transport calls back into the path (connectComplete, connectFailed, drop, ackThrough, kick)
- * and into the host (recvIncoming, connFor). The core never imports a transport: they are
+ * a transport calls back into the path (connectComplete, connectFailed, drop, ackThrough, kick,
+ * noteRxActivity before handing up what one read brought) and into the host (recvIncoming, connFor). The core never imports a transport: they are
  * handed to a stack when it is made.
  */
 export interface RdsTransport {

@@ -10,6 +10,7 @@ import { native, nativeLoadError, type IbEndpointBinding } from '../native.js';
 import { encodeCongUpdate, headerChecksum, OFF_ACK, OFF_CREDIT, OFF_CSUM, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum, writeU64 } from '../wire/header.js';
 import { RdsProtocolError } from '../wire/frame-reader.js';
 import { decodeIbPrivateData, encodeIbPrivateData, negotiateIbVersion, RDS_PROTOCOL_3_1, type IbPrivateData } from '../wire/ib-private-data.js';
+import { RDS_CTR } from '../core/stats.js';
 
 /** RDS_FRAG_SIZE: every SEND carries a header copy and at most this much payload (spec §7.2). */
 export const RDS_IB_FRAG_SIZE = 4096;
@@ -294,7 +295,7 @@ export class IbTransport implements RdsTransport {
   private onConnectRequest(id: number, pdata: Buffer | undefined, info: Record<string, unknown>): void {
     const ep = this.ep!;
     const reject = (incompatible = false): void => {
-      this.host.counters.inc('ib_connect_refused');
+      this.host.counters.add(RDS_CTR.ib_connect_refused);
       ep.reject(id, incompatible ? rejectIncompatible() : undefined);
     };
     const peer = pdata !== undefined ? decodeIbPrivateData(pdata) : null;
@@ -306,7 +307,7 @@ export class IbTransport implements RdsTransport {
     const faddr = peer.saddr;
     if (!this.listeners.has(laddr) || (local !== '' && local !== laddr)) return reject();
     if (!this.host.peerAllowed(faddr)) {
-      this.host.counters.inc('conn_refused_allowlist');
+      this.host.counters.add(RDS_CTR.conn_refused_allowlist);
       ep.reject(id);
       return;
     }
@@ -316,7 +317,7 @@ export class IbTransport implements RdsTransport {
     if (cp.state === RDS_CONN_UP) {
       // rds_ib_cm_handle_connect: a request while UP means the peer lost the connection: drop
       // ours (stale) and refuse; the peer retries.
-      this.host.counters.inc('ib_listen_closed_stale');
+      this.host.counters.add(RDS_CTR.ib_listen_closed_stale);
       cp.drop('peer reconnected (stale connection)');
       ep.reject(id);
       return;
@@ -325,7 +326,7 @@ export class IbTransport implements RdsTransport {
       // Both sides dialled (or a second request while we accept one). The kernel refuses and both
       // back off; between two rds-socket nodes the smaller address's attempt wins at once (a
       // kernel peer refuses ours anyway).
-      this.host.counters.inc('ib_connect_raced');
+      this.host.counters.add(RDS_CTR.ib_connect_raced);
       if (old.passive || conn.isInitiator) {
         ep.reject(id);
         return;
@@ -493,6 +494,7 @@ export class IbTransport implements RdsTransport {
     if (cp === undefined) return;
     const tp = ibPath(cp);
     if (tp === null || tp.id !== id || tp.ring === null) return;
+    cp.noteRxActivity();
     const reposts: number[] = [];
     let sendFreed = false;
     for (let i = 0; i < batch.length; i += 3) {
@@ -545,7 +547,7 @@ export class IbTransport implements RdsTransport {
     const base = slot * SLOT_SIZE;
     if (byteLen < RDS_HEADER_SIZE || byteLen > SLOT_SIZE) throw new RdsProtocolError(`IB fragment of ${byteLen} bytes`);
     if (!verifyHeaderChecksum(ring, base)) {
-      this.host.counters.inc('recv_drop_bad_checksum');
+      this.host.counters.add(RDS_CTR.recv_drop_bad_checksum);
       throw new RdsProtocolError('header checksum mismatch');
     }
     const credit = ring[base + OFF_CREDIT]!;

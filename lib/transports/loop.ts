@@ -43,6 +43,7 @@ export class LoopTransport implements RdsTransport {
     if (zc === null) msg.wireTaken();
     const payload = zc === null ? msg.wire.subarray(RDS_HEADER_SIZE)
       : Buffer.concat(zc instanceof Uint8Array ? [zc] : zc, msg.len);
+    rcp.noteRxActivity();
     this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);
     cp.ackThrough(msg.seq);
     return true;

@@ -15,6 +15,7 @@ import { FrameReader } from '../wire/frame-reader.js';
 import { Fifo } from '../core/fifo.js';
 import type { RdsConnection } from '../core/connection.js';
 import { native } from '../native.js';
+import { RDS_CTR } from '../core/stats.js';
 
 /** Per-path state: the carrier socket and its reassembly. */
 interface TcpPath {
@@ -149,7 +150,7 @@ export class TcpTransport implements RdsTransport {
       // Authenticate the peer by the shared CA; RDS peers are addressed by IP, not by name.
       const sock = tls.connect({ ...opts, ...this.topts.tls, rejectUnauthorized: true, checkServerIdentity: () => undefined });
       sock.on('error', (e: NodeJS.ErrnoException) => {
-        if (!e.code?.startsWith('E')) this.host.counters.inc('conn_refused_tls');
+        if (!e.code?.startsWith('E')) this.host.counters.add(RDS_CTR.conn_refused_tls);
       });
       return { sock, ready: 'secureConnect', slab: false };
     }
@@ -182,7 +183,7 @@ export class TcpTransport implements RdsTransport {
     return new Promise<Server>((resolve, reject) => {
       const server: Server = this.topts.tls
         ? tls.createServer({ ...this.topts.tls, requestCert: true, rejectUnauthorized: true }, (s) => this.accept(s))
-          .on('tlsClientError', () => this.host.counters.inc('conn_refused_tls'))
+          .on('tlsClientError', () => this.host.counters.add(RDS_CTR.conn_refused_tls))
         : createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS, pauseOnConnect: true }, (s) => this.accept(s));
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code === 'EADDRINUSE') {
@@ -240,7 +241,7 @@ export class TcpTransport implements RdsTransport {
       this.track(poke);
       tp.poke = poke;
       poke.once(ready, () => {
-        this.host.counters.inc('conn_poke_sent');
+        this.host.counters.add(RDS_CTR.conn_poke_sent);
         // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
         if (tp.poke === poke) {
           tp.poke = null;
@@ -305,7 +306,7 @@ export class TcpTransport implements RdsTransport {
       return;
     }
     if (!this.host.peerAllowed(remote)) {
-      this.host.counters.inc('conn_refused_allowlist');
+      this.host.counters.add(RDS_CTR.conn_refused_allowlist);
       sock.resetAndDestroy();
       return;
     }
@@ -313,27 +314,27 @@ export class TcpTransport implements RdsTransport {
     // A peer already talking to us on path 0 is known: its lanes and reconnects are not strangers.
     const known = this.host.connFor(local, remote, this).paths[0]!.state === RDS_CONN_UP;
     if (this.carriers >= maxConnections || (!known && this.unidentified >= maxUnidentifiedConnections)) {
-      this.host.counters.inc('conn_refused_limit');
+      this.host.counters.add(RDS_CTR.conn_refused_limit);
       sock.resetAndDestroy();
       return;
     }
     if (this.host.isLocalAddress(remote)) {
       // Local destinations use the loopback transport; a TCP connection from one is not ours.
-      this.host.counters.inc('conn_refused_local_peer');
+      this.host.counters.add(RDS_CTR.conn_refused_local_peer);
       sock.resetAndDestroy();
       return;
     }
     const conn = this.host.connFor(local, remote, this);
     if (compareAddresses(remote, local) > 0) {
       // A poke: the peer has something for us and we are the one who must connect.
-      this.host.counters.inc('conn_poke_received');
+      this.host.counters.add(RDS_CTR.conn_poke_received);
       sock.resetAndDestroy();
       conn.paths[0]!.connectIfDown();
       return;
     }
     const cp = this.pathForAccepted(conn, sock.remotePort ?? 0);
     if (cp === null) {
-      this.host.counters.inc('tcp_accept_no_free_path');
+      this.host.counters.add(RDS_CTR.tcp_accept_no_free_path);
       sock.resetAndDestroy();
       return;
     }
@@ -345,7 +346,7 @@ export class TcpTransport implements RdsTransport {
     }
     if (tp.sock !== null) {
       // Simultaneous or replacement connection: the newest carrier wins.
-      this.host.counters.inc('tcp_connect_raced');
+      this.host.counters.add(RDS_CTR.tcp_connect_raced);
       const old = tp.sock;
       tp.sock = null;
       old.destroy();
@@ -402,7 +403,7 @@ export class TcpTransport implements RdsTransport {
     // An accepted connection must send a complete frame in time, or it only holds a slot.
     const identifyTimer = identified ? null : setTimeout(() => {
       if (identified || tp.sock !== sock) return;
-      this.host.counters.inc('recv_drop_header_timeout');
+      this.host.counters.add(RDS_CTR.recv_drop_header_timeout);
       sock.resetAndDestroy();
       cp.drop('no frame from a new connection');
     }, headerTimeoutMs);
@@ -415,7 +416,7 @@ export class TcpTransport implements RdsTransport {
     });
     const received = (input: Buffer | number): void => {
       if (tp.sock !== sock) return;
-      this.host.counters.inc('tcp_data_ready_calls');
+      this.host.counters.add(RDS_CTR.tcp_data_ready_calls);
       cp.noteRxActivity();
       try {
         if (typeof input === 'number') reader.filled(input);
@@ -430,7 +431,7 @@ export class TcpTransport implements RdsTransport {
             headerTimer = setTimeout(() => {
               headerTimer = null;
               if (tp.sock !== sock || !reader.partialHeader) return;
-              this.host.counters.inc('recv_drop_header_timeout');
+              this.host.counters.add(RDS_CTR.recv_drop_header_timeout);
               this.host.reportProtocolError(cp, new Error(`no complete header within ${headerTimeoutMs} ms`));
               sock.resetAndDestroy();
               cp.drop('header timeout');
@@ -451,7 +452,7 @@ export class TcpTransport implements RdsTransport {
     if (!slab) sock.on('data', received);
     sock.on('drain', () => {
       if (tp.sock !== sock) return;
-      this.host.counters.inc('tcp_write_space_calls');
+      this.host.counters.add(RDS_CTR.tcp_write_space_calls);
       cp.kick();
     });
     sock.on('error', () => {});
@@ -600,7 +601,7 @@ export class TcpTransport implements RdsTransport {
     this.writeRun(tp);
     tp.wrote += frame.length;
     if (!sock.write(frame)) {
-      this.host.counters.inc('tcp_sndbuf_full');
+      this.host.counters.add(RDS_CTR.tcp_sndbuf_full);
       return false;
     }
     return true;
