@@ -347,7 +347,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
     // As in the kernel, MSG_ZEROCOPY means zero-copy only on a socket that opted in with SO_ZEROCOPY.
     const zcopy = (flags & MSG_ZEROCOPY) !== 0 && this.zerocopy;
-    if ((flags & MSG_ZEROCOPY) !== 0 && this.transport !== null && this.transportType !== RDS_TRANS_TCP) {
+    if (zcopy && this.transport !== null && this.transportType !== RDS_TRANS_TCP) {
       throw new RdsError('EOPNOTSUPP', `MSG_ZEROCOPY works on TCP sockets only; this one uses ${this.transport.name}`);
     }
     const cookie = opts.zcopyCookie;
