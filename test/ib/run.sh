@@ -6,11 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 VM=test/interop/kernel-vm.sh
-if ! why=$(bash $VM check); then
-  echo "IB tests skipped: $why"
-  exit 0
-fi
-bash $VM setup || { echo "IB: setup failed (apt packages or the kernel could not be installed)"; exit 1; }
+source test/interop/vm-lib.sh
+vm_prepare "IB tests"
 # The guest runs on this machine's root filesystem: it needs rdma-core's libraries and the rxe
 # provider here (perftest for the benchmark's ib_send_bw / ib_send_lat).
 pkgs=()
@@ -19,9 +16,7 @@ if ((${#pkgs[@]})); then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}") >/dev/null \
     || { echo "IB: cannot install ${pkgs[*]}"; exit 1; }
 fi
-trap 'bash $VM stop' EXIT
-bash $VM start || exit 1
-[ -f dist/index.js ] || npm run build || exit 1
+vm_start
 bash $VM exec 'modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && rdma link add rxe0 type rxe netdev eth0 && ip addr add 10.77.0.5/24 dev eth0 && ibv_devices' \
   || { echo "IB: Soft-RoCE setup in the guest failed"; exit 1; }
 if [ "${1:-}" = --bench ]; then
