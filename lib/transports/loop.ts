@@ -40,9 +40,13 @@ export class LoopTransport implements RdsTransport {
     // The receiver owns the payload from here: the sender never touches an acknowledged message.
     // A zero-copy payload is the sender's to reuse once acknowledged, so the receiver gets a copy.
     const zc = msg.zcPayload;
-    if (zc === null) msg.wireTaken();
-    const payload = zc === null ? msg.wire.subarray(RDS_HEADER_SIZE)
-      : Buffer.concat(zc instanceof Uint8Array ? [zc] : zc, msg.len);
+    let payload: Buffer;
+    if (zc === null) {
+      msg.wireTaken();
+      payload = msg.wire.subarray(RDS_HEADER_SIZE);
+    } else {
+      payload = Buffer.concat(zc instanceof Uint8Array ? [zc] : zc, msg.len);
+    }
     rcp.noteRxActivity();
     this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);
     cp.ackThrough(msg.seq);

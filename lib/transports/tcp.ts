@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { createServer, connect, Socket, type Server, type SocketConstructorOpts } from 'node:net';
+import { createServer, connect, Socket, type OnReadOpts, type Server, type SocketConstructorOpts } from 'node:net';
 import * as tls from 'node:tls';
 import {
   RDS_CONN_CONNECTING, RDS_CONN_UP, RDS_TRANS_TCP,
@@ -77,6 +77,11 @@ function socketFd(sock: Socket): number {
   return typeof fd === 'number' && fd >= 0 ? fd : -1;
 }
 
+/** net's onread options that read into `reader`'s slabs and hand each read's length to `received`. */
+function slabOnread(reader: FrameReader, received: (n: number) => void): OnReadOpts {
+  return { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
+}
+
 /**
  * Node offers slab reads (`onread`) only to sockets it connects, never to ones a server accepts.
  * An accepted socket (taken paused, so nothing has been read) hands its handle to a new Socket
@@ -90,8 +95,7 @@ function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) 
   s._handle = null;
   // With no handle, destroy() only settles the old stream and the server's connection count.
   sock.destroy();
-  const onread = { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
-  return new Socket({ handle, onread } as SocketConstructorOpts);
+  return new Socket({ handle, onread: slabOnread(reader, received) } as SocketConstructorOpts);
 }
 
 function peerOf(sock: Socket): { local: string | null; remote: string | null } {
@@ -155,8 +159,7 @@ export class TcpTransport implements RdsTransport {
       return { sock, ready: 'secureConnect', slab: false };
     }
     if (reader === undefined || received === undefined) return { sock: connect(opts), ready: 'connect', slab: false };
-    const onread = { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
-    return { sock: connect({ ...opts, onread }), ready: 'connect', slab: true };
+    return { sock: connect({ ...opts, onread: slabOnread(reader, received) }), ready: 'connect', slab: true };
   }
 
   private target(laddr: string, faddr: string): { host: string; port: number } {
