@@ -1,277 +1,323 @@
 #!/usr/bin/env node
 /**
- * rds-stress: as rds-tools' rds-stress. A passive side waits on a TCP control port; an active side
- * (-s) connects, both start -t tasks (each an RDS socket on port+1+i), and every active task keeps
- * -d requests of -q bytes outstanding to every passive task, which answers each with -a bytes.
- *   passive: rds-stress -r ADDR [-p PORT]
- *   active:  rds-stress -s DEST [-r ADDR] [-p PORT] [-q BYTES] [-a BYTES] [-d DEPTH] [-t TASKS] [-T SECONDS] [-z]
- * Every second: tsks tx/s rx/s tx+rx K/s mbi K/s mbo K/s tx us/c rtt us cpu %; then an average
- * line, round-trip p50/p99 and a histogram of round trips in power-of-two microsecond buckets.
+ * rds-stress, speaking rds-tools' rds-stress protocol (2.0.7), so it runs against the real tool on
+ * a kernel node in either role: the options struct and the go byte on a TCP control connection,
+ * then tasks exchanging REQ/ACK messages with the 63-byte header (stress-wire.ts, stress-run.ts).
+ *   passive: rds-stress [-r ADDR] [-p PORT]
+ *   active:  rds-stress -s DEST [-r ADDR] [-p PORT] [-q REQ] [-a ACK] [-d DEPTH] [-t TASKS] [-T SECS] [-o] [-v] [-z] [-Q TOS] [--async]
+ * Output as rds-tools': "Starting up....", the table header, a row per second, a dashed line and
+ * the (average) row. Extras rds-tools lacks, behind flags: --histogram (round-trip p50/p99 and a
+ * power-of-two histogram), --tcp-port, --startup SECONDS, --timeout SECONDS.
  */
 import { connect, createServer, type Socket } from 'node:net';
-import { createSocket } from 'node:dgram';
-import { RdsSocket, RdsStack, constants } from '../index.js';
+import { RdsStack, constants } from '../index.js';
 import { parseFlags } from './format.js';
+import { StressRun, StressStats } from './stress-run.js';
+import {
+  decodeStressOptions, defaultStressOptions, encodeStressOptions, stressOptionsLength, stressOptionsProblem,
+  STRESS_HEADER_BYTES, type StressOptions,
+} from './stress-wire.js';
 
-const USAGE = 'usage: rds-stress [-s dest] [-r local] [-p port] [-q req] [-a ack] [-d depth] [-t tasks] [-T seconds] [-z] [--tcp-port P]';
-const MIN_MSG_BYTES = 63;
-const OP_REQ = 1;
-const OP_ACK = 2;
-
-interface Params { req: number; ack: number; depth: number; tasks: number; seconds: number }
-
-class Meter {
-  tx = 0; rx = 0; bytes = 0; sendCalls = 0; sendNs = 0n; rttUs: number[] = []; rttSum = 0; rttN = 0;
-  readonly hist = new Array<number>(32).fill(0);
-  reset(): void {
-    this.tx = this.rx = this.bytes = this.sendCalls = this.rttSum = this.rttN = 0;
-    this.sendNs = 0n;
-  }
-  rtt(us: number): void {
-    this.rttSum += us;
-    this.rttN++;
-    this.rttUs.push(us);
-    let b = 0;
-    while (b < 31 && us >= 2 ** b) b++;
-    this.hist[b]!++;
-  }
-}
+const USAGE = 'usage: rds-stress [-s dest] [-r local] [-p port] [-q req] [-a ack] [-d depth] [-t tasks] [-T seconds] [-o] [-v] [-z] [-Q tos] [--async]\n'
+  + '                  [--connect-retries N] [--tcp-port P] [--histogram] [--startup SECONDS] [--timeout SECONDS]';
 
 export const HEADER = 'tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %';
 
-function row(tasks: number, m: { tx: number; rx: number; bytes: number; sendCalls: number; sendNs: bigint; rttSum: number; rttN: number }, secs: number, suffix = ''): string {
-  const f = (v: number, w: number): string => v.toFixed(2).padStart(w);
-  const usPerCall = m.sendCalls ? Number(m.sendNs / BigInt(m.sendCalls)) / 1000 : 0;
-  return `${String(tasks).padStart(4)} ${String(Math.round(m.tx / secs)).padStart(6)} ${String(Math.round(m.rx / secs)).padStart(6)} ${f(m.bytes / 1024 / secs, 10)} ${f(0, 10)} ${f(0, 10)} ${f(usPerCall, 7)} ${f(m.rttN ? m.rttSum / m.rttN : 0, 8)} ${f(-1, 5)}${suffix}`;
+const f2 = (v: number, w: number): string => (Number.isFinite(v) ? v : 0).toFixed(2).padStart(w);
+const avg = (sum: number, n: number): number => (n > 0 ? sum / n : 0);
+
+/** A row as rds-tools prints it: "%4u %6u %6u %10.2f %10.2f %10.2f %7.2f %8.2f %5.2f". */
+function row(tasks: number, s: StressStats, scale: number, perSecondCounts: boolean): string {
+  const tx = perSecondCounts ? s.reqTx : Math.trunc(scale * s.reqTx);
+  const rx = perSecondCounts ? s.reqRx : Math.trunc(scale * s.reqRx);
+  return `${String(tasks).padStart(4)} ${String(tx).padStart(6)} ${String(rx).padStart(6)} ${f2(scale * s.bytes / 1024, 10)} ${f2(0, 10)} ${f2(0, 10)} `
+    + `${f2(avg(s.sendUsSum, s.sendN), 7)} ${f2(avg(s.rttUsSum, s.rttN), 8)} ${f2(-1, 5)}`;
 }
 
-function message(size: number, op: number, seq: number, task: number, peerTask: number): Buffer {
-  const b = Buffer.alloc(Math.max(MIN_MSG_BYTES, size));
-  b.writeUInt8(op, 0);
-  b.writeUInt32BE(seq >>> 0, 1);
-  b.writeUInt16BE(task, 5);
-  b.writeUInt16BE(peerTask, 7);
-  return b;
-}
-
-async function openTasks(stack: RdsStack, addr: string, port: number, p: Params): Promise<RdsSocket[]> {
-  const socks: RdsSocket[] = [];
-  const buf = Math.max(1 << 20, p.tasks * p.depth * (p.req + p.ack) * 2);
-  for (let i = 0; i < p.tasks; i++) {
-    const s = new RdsSocket({ stack });
-    await s.bind({ address: addr, port: port + 1 + i });
-    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, buf);
-    s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, buf);
-    socks.push(s);
+/** The round trips beyond rds-tools' columns (--histogram). */
+class RttHistogram {
+  private readonly samples: number[] = [];
+  private readonly buckets = new Array<number>(32).fill(0);
+  add(us: number): void {
+    if (this.samples.length < 1_000_000) this.samples.push(us);
+    let b = 0;
+    while (b < 31 && us >= 2 ** b) b++;
+    this.buckets[b]!++;
   }
-  return socks;
-}
-
-function timedSend(m: Meter, s: RdsSocket, data: Buffer, dest: { address: string; port: number }): void {
-  const t0 = process.hrtime.bigint();
-  void s.send(data, dest).then(() => {
-    m.sendNs += process.hrtime.bigint() - t0;
-    m.sendCalls++;
-  }, () => {});
-}
-
-function lineReader(sock: Socket, onLine: (l: string) => void): void {
-  let buf = '';
-  sock.setEncoding('utf8');
-  sock.on('data', (d: string) => {
-    buf += d;
-    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-      onLine(buf.slice(0, nl));
-      buf = buf.slice(nl + 1);
-    }
-  });
-}
-
-function sourceFor(dest: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const u = createSocket('udp4');
-    u.on('error', reject);
-    u.connect(9, dest, () => {
-      const a = u.address().address;
-      u.close();
-      resolve(a);
-    });
-  });
-}
-
-function report(m: Meter, tasks: number, started: number, summaryOnly: boolean): void {
-  const secs = (Date.now() - started) / 1000;
-  const total = { tx: m.tx, rx: m.rx, bytes: m.bytes, sendCalls: m.sendCalls, sendNs: m.sendNs, rttSum: m.rttSum, rttN: m.rttN };
-  if (!summaryOnly) console.log('---------------------------------------------------------------------------------');
-  console.log(row(tasks, total, Math.max(secs, 1e-3), '  (average)'));
-  if (m.rttUs.length > 0) {
-    const sorted = Float64Array.from(m.rttUs).sort();
+  print(): void {
+    if (this.samples.length === 0) return;
+    const sorted = Float64Array.from(this.samples).sort();
     const pct = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
     console.log(`rtt p50 ${pct(0.5).toFixed(1)} us, p99 ${pct(0.99).toFixed(1)} us (${sorted.length} round trips)`);
     console.log('rtt histogram (us):');
-    m.hist.forEach((n, b) => {
+    this.buckets.forEach((n, b) => {
       if (n > 0) console.log(`  ${b === 0 ? '< 1' : `${2 ** (b - 1)}-${2 ** b}`}`.padEnd(22) + String(n));
     });
   }
 }
 
-async function main(): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseFlags(process.argv.slice(2), {
-      '-s': 'value', '-r': 'value', '-p': 'value', '-q': 'value', '-a': 'value', '-d': 'value', '-t': 'value', '-T': 'value',
-      '-z': 'flag', '--tcp-port': 'value', '-h': 'flag', '--help': 'flag',
+class UsageError extends Error {}
+
+/**
+ * Reads exact byte counts from the control connection. Whatever goes wrong (the peer closes, sends
+ * too little, goes silent) is reported with the bytes that did arrive, so a mismatched peer shows
+ * what it sent instead of hanging or crashing the command.
+ */
+class ControlReader {
+  private buf = Buffer.alloc(0);
+  private ended: string | null = null;
+  private wake: (() => void) | null = null;
+
+  constructor(private readonly sock: Socket) {
+    sock.on('data', (d: Buffer) => {
+      this.buf = Buffer.concat([this.buf, d]);
+      this.wake?.();
     });
+    sock.on('end', () => this.end('closed the control connection'));
+    sock.on('close', () => this.end('closed the control connection'));
+    sock.on('error', (e) => this.end(`control connection failed: ${e.message}`));
+  }
+
+  private end(why: string): void {
+    this.ended ??= why;
+    this.wake?.();
+  }
+
+  /** Bytes received so far and not consumed, for error messages. */
+  get pending(): Buffer {
+    return this.buf;
+  }
+
+  async read(n: number, timeoutMs: number, what: string): Promise<Buffer> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.buf.length < n) {
+      if (this.ended !== null) throw new Error(`the peer ${this.ended} while we waited for ${what} (${describe(this.buf)})`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no ${what} within ${timeoutMs / 1000} s (${describe(this.buf)})`);
+      await new Promise<void>((res) => {
+        const t = setTimeout(res, left);
+        this.wake = () => {
+          clearTimeout(t);
+          res();
+        };
+      });
+      this.wake = null;
+    }
+    const out = this.buf.subarray(0, n);
+    this.buf = this.buf.subarray(n);
+    return out;
+  }
+
+  /** Resolves when anything more arrives or the connection ends (the passive's end of run). */
+  async anything(): Promise<void> {
+    while (this.buf.length === 0 && this.ended === null) await new Promise<void>((res) => (this.wake = res));
+    this.wake = null;
+  }
+}
+
+function describe(b: Buffer): string {
+  if (b.length === 0) return 'got no bytes';
+  const hex = b.subarray(0, 80).toString('hex').replace(/(..)/g, '$1 ').trim();
+  return `got ${b.length} byte${b.length === 1 ? '' : 's'}: ${hex}${b.length > 80 ? ' ...' : ''}`;
+}
+
+const plainAddress = (a: string | undefined): string => (a ?? '').replace(/^::ffff:(?=\d+\.)/, '');
+
+interface RunFlags {
+  tcpPort: number;
+  histogram: boolean;
+  startupSecs: number;
+  timeoutMs: number;
+}
+
+async function main(): Promise<number> {
+  let o: StressOptions;
+  let flags: RunFlags;
+  let dest: string | null;
+  let local: string | null;
+  let full: boolean;
+  try {
+    const p = parseFlags(process.argv.slice(2), {
+      '-s': 'value', '-r': 'value', '-p': 'value', '-q': 'value', '-a': 'value', '-d': 'value', '-t': 'value', '-T': 'value',
+      '-Q': 'value', '-D': 'value', '-o': 'flag', '-v': 'flag', '-z': 'flag', '--async': 'flag', '--connect-retries': 'value',
+      '--tcp-port': 'value', '--histogram': 'flag', '--startup': 'value', '--timeout': 'value', '-h': 'flag', '--help': 'flag',
+    });
+    const a = p.opts;
+    if (a['-h'] || a['--help']) {
+      console.log(USAGE);
+      return 0;
+    }
+    if (p.rest.length > 0) throw new UsageError(`unexpected argument ${p.rest[0]}`);
+    const num = (k: string, d: number, min: number, max: number): number => {
+      if (typeof a[k] !== 'string') return d;
+      const v = Number(a[k]);
+      if (!Number.isInteger(v) || v < min || v > max) throw new UsageError(`${k} needs an integer ${min}..${max}, got ${String(a[k])}`);
+      return v;
+    };
+    o = defaultStressOptions();
+    o.startingPort = num('-p', 4000, 1, 65534);
+    o.reqSize = num('-q', 1024, STRESS_HEADER_BYTES, 1 << 20);
+    o.ackSize = num('-a', STRESS_HEADER_BYTES, STRESS_HEADER_BYTES, 1 << 20);
+    o.reqDepth = num('-d', 1, 1, 4096);
+    o.nrTasks = num('-t', 1, 1, 256);
+    o.runTime = num('-T', 0, 0, 0xffffffff);
+    o.tos = num('-Q', 0, 0, 255);
+    o.connectRetries = num('--connect-retries', 0, 0, 1_000_000);
+    if (typeof a['-D'] === 'string') throw new UsageError('RDMA (-D) is not supported: rds-socket has no RDMA operations yet');
+    o.simplex = a['-o'] === true ? 1 : 0;
+    o.verify = a['-v'] === true ? 1 : 0;
+    o.summaryOnly = a['-z'] === true ? 1 : 0;
+    o.async = a['--async'] === true ? 1 : 0;
+    full = o.tos !== 0 || o.async !== 0;
+    flags = {
+      tcpPort: num('--tcp-port', constants.RDS_TCP_PORT, 1, 65535), histogram: a['--histogram'] === true,
+      startupSecs: num('--startup', 4, 0, 60), timeoutMs: num('--timeout', 30, 1, 3600) * 1000,
+    };
+    dest = typeof a['-s'] === 'string' ? a['-s'] : null;
+    local = typeof a['-r'] === 'string' ? a['-r'] : null;
   } catch (e) {
     console.error(`rds-stress: ${(e as Error).message}\n${USAGE}`);
     return 2;
   }
-  const o = parsed.opts;
-  if (o['-h'] || o['--help']) {
-    console.log(USAGE);
-    return 0;
-  }
-  const num = (k: string, d: number, min = 0): number => {
-    const v = typeof o[k] === 'string' ? Number(o[k]) : d;
-    if (!Number.isFinite(v) || v < min) throw new Error(`bad value for ${k}: ${String(o[k])}`);
-    return v;
-  };
-  let port: number;
-  let p: Params;
   try {
-    port = num('-p', 4000, 1);
-    p = { req: num('-q', 1024, 0), ack: num('-a', MIN_MSG_BYTES, 0), depth: num('-d', 1, 1), tasks: num('-t', 1, 1), seconds: num('-T', 0, 0) };
+    return dest === null ? await passive(o, local, flags) : await active(o, dest, local, full, flags);
   } catch (e) {
     console.error(`rds-stress: ${(e as Error).message}`);
-    return 2;
+    return 1;
   }
-  const tcpPort = typeof o['--tcp-port'] === 'string' ? Number(o['--tcp-port']) : constants.RDS_TCP_PORT;
-  const summaryOnly = o['-z'] === true;
-  const stack = new RdsStack({ tcpPort });
+}
 
-  if (typeof o['-s'] !== 'string') {
-    // ---- passive ----
-    if (typeof o['-r'] !== 'string') {
-      console.error('rds-stress: the passive side needs -r ADDRESS (RDS binds to one exact address)');
-      return 2;
+/** Waits for one connection on the control port, then closes the listener (as rds-tools). */
+async function acceptOne(host: string, port: number): Promise<Socket> {
+  const server = createServer({ pauseOnConnect: false });
+  await new Promise<void>((res, rej) => server.once('error', rej).listen({ host, port, backlog: 255 }, () => res()));
+  const ctl = await new Promise<Socket>((res) => server.once('connection', res));
+  server.close();
+  return ctl;
+}
+
+async function passive(o: StressOptions, local: string | null, flags: RunFlags): Promise<number> {
+  const ctl = await acceptOne(local ?? '0.0.0.0', o.startingPort);
+  const reader = new ControlReader(ctl);
+  const peer = `${plainAddress(ctl.remoteAddress)}:${ctl.remotePort ?? 0}`;
+  const first = await reader.read(16, flags.timeoutMs, `options from ${peer}`);
+  const rest = await reader.read(stressOptionsLength(first)! - 16, flags.timeoutMs, `the rest of the options from ${peer} (after ${first.toString('hex')})`);
+  const raw = Buffer.concat([first, rest]);
+  const { options: theirs } = decodeStressOptions(raw);
+  const problem = stressOptionsProblem(theirs);
+  if (problem !== null) throw new Error(`${peer} sent options we cannot run: ${problem} (${describe(raw)})`);
+  // Our view: we send to the active's address and receive on ours.
+  const mine: StressOptions = { ...theirs, sendAddr: theirs.receiveAddr, receiveAddr: local ?? plainAddress(ctl.localAddress) };
+  return await runSide(mine, false, ctl, reader, flags, peer);
+}
+
+async function active(o: StressOptions, dest: string, local: string | null, full: boolean, flags: RunFlags): Promise<number> {
+  console.log(`connecting to ${dest}:${o.startingPort}`);
+  let ctl: Socket | null = null;
+  for (let attempt = 0; ctl === null; attempt++) {
+    const s = connect({ host: dest, port: o.startingPort, ...(local ? { localAddress: local } : {}) });
+    try {
+      await new Promise<void>((res, rej) => s.once('connect', res).once('error', rej));
+      ctl = s;
+    } catch (e) {
+      s.destroy();
+      const code = (e as NodeJS.ErrnoException).code;
+      const retry = code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH';
+      if (!retry || attempt >= o.connectRetries) throw new Error(`cannot reach the passive side at ${dest}:${o.startingPort}: ${(e as Error).message}`);
+      await new Promise((r) => setTimeout(r, 1000));
     }
-    const local = o['-r'];
-    const server = createServer();
-    await new Promise<void>((res, rej) => server.once('error', rej).listen({ host: local, port }, () => res()));
-    const ctl = await new Promise<Socket>((res) => server.once('connection', res));
-    server.close();
-    return await new Promise<number>((resolve) => {
-      let socks: RdsSocket[] = [];
-      const m = new Meter();
-      let started = 0;
-      let tick: NodeJS.Timeout | null = null;
-      lineReader(ctl, (l) => {
-        const msg = JSON.parse(l) as { params?: Params; done?: boolean };
-        if (msg.params) {
-          void openTasks(stack, local, port, msg.params).then((s) => {
-            socks = s;
-            for (const [i, sock] of socks.entries()) {
-              sock.on('readable', () => {
-                for (let r = sock.recvmsg(); r !== null; r = sock.recvmsg()) {
-                  if (r.data.length < 9 || r.data.readUInt8(0) !== OP_REQ) continue;
-                  m.rx++;
-                  m.bytes += r.data.length + msg.params!.ack;
-                  m.tx++;
-                  timedSend(m, sock, message(msg.params!.ack, OP_ACK, r.data.readUInt32BE(1), i, r.data.readUInt16BE(5)), { address: r.address, port: r.port });
-                }
-              });
-            }
-            started = Date.now();
-            if (!summaryOnly) {
-              console.log(HEADER);
-              tick = setInterval(() => {
-                console.log(row(socks.length, m, 1));
-                m.reset();
-              }, 1000);
-            }
-            ctl.write(JSON.stringify({ ready: true }) + '\n');
-          });
-        }
-        if (msg.done) {
-          if (tick) clearInterval(tick);
-          void stack.close().then(() => {
-            ctl.end();
-            resolve(started ? 0 : 1);
-          });
-        }
-      });
-      ctl.on('error', () => resolve(1));
-    });
   }
+  const reader = new ControlReader(ctl);
+  const mine: StressOptions = { ...o, sendAddr: dest, receiveAddr: local ?? plainAddress(ctl.localAddress) };
+  ctl.write(encodeStressOptions(mine, full));
+  return await runSide(mine, true, ctl, reader, flags, `${dest}:${o.startingPort}`);
+}
 
-  // ---- active ----
-  const dest = o['-s'];
-  const local = typeof o['-r'] === 'string' ? o['-r'] : await sourceFor(dest);
-  const ctl = connect({ host: dest, port });
-  await new Promise<void>((res, rej) => ctl.once('connect', res).once('error', rej)).catch((e: Error) => {
-    console.error(`rds-stress: cannot reach the passive side at ${dest}:${port}: ${e.message}`);
-    process.exit(1);
+/** Both roles from the go byte on: bind the tasks, exchange the go byte, run, print the rows. */
+async function runSide(o: StressOptions, isActive: boolean, ctl: Socket, reader: ControlReader, flags: RunFlags, peer: string): Promise<number> {
+  const stack = new RdsStack({ tcpPort: flags.tcpPort });
+  let failure: string | null = null;
+  let failed: () => void = () => {};
+  const hist = flags.histogram ? new RttHistogram() : null;
+  const run = new StressRun(stack, o, isActive, {
+    ...(hist ? { rtt: (us: number) => hist.add(us) } : {}),
+    fatal: (report) => {
+      failure = report;
+      failed();
+    },
   });
-  const ready = new Promise<void>((res) => lineReader(ctl, (l) => (JSON.parse(l) as { ready?: boolean }).ready && res()));
-  ctl.write(JSON.stringify({ params: p }) + '\n');
-  const socks = await openTasks(stack, local, port, p);
-  await ready;
-  const m = new Meter();
-  const all = new Meter();
-  let running = true;
-  const inflight = new Map<string, bigint>();
-  let seq = 0;
-  const sendReq = (task: number, peerTask: number): void => {
-    if (!running) return;
-    const s = ++seq;
-    inflight.set(`${task}.${s}`, process.hrtime.bigint());
-    m.tx++;
-    all.tx++;
-    m.bytes += Math.max(MIN_MSG_BYTES, p.req);
-    all.bytes += Math.max(MIN_MSG_BYTES, p.req);
-    timedSend(m, socks[task]!, message(p.req, OP_REQ, s, task, peerTask), { address: dest, port: port + 1 + peerTask });
-  };
-  for (const [i, sock] of socks.entries()) {
-    sock.on('readable', () => {
-      for (let r = sock.recvmsg(); r !== null; r = sock.recvmsg()) {
-        if (r.data.length < 9 || r.data.readUInt8(0) !== OP_ACK) continue;
-        const key = `${i}.${r.data.readUInt32BE(1)}`;
-        const t0 = inflight.get(key);
-        if (t0 === undefined) continue;
-        inflight.delete(key);
-        const us = Number(process.hrtime.bigint() - t0) / 1000;
-        for (const x of [m, all]) {
-          x.rx++;
-          x.bytes += r.data.length;
-          x.rtt(us);
-        }
-        sendReq(i, r.data.readUInt16BE(5));
-      }
+  try {
+    for (const w of await run.bind()) console.error(w);
+    // The go byte: the active sends one (its value means nothing), the passive answers with one.
+    if (isActive) {
+      ctl.write(Buffer.from([0]));
+      await reader.read(1, flags.timeoutMs, `the go byte back from the passive side at ${peer}`);
+    } else {
+      await reader.read(1, flags.timeoutMs, `the go byte from ${peer}`);
+      ctl.write(Buffer.from([0]));
+    }
+    // Tasks start half-way through the start-up (rds-tools: 2 s of 4), so both sides are bound.
+    const startTask = setTimeout(() => run.start(), (flags.startupSecs * 1000) / 2);
+    process.stdout.write('Starting up');
+    for (let i = 0; i < flags.startupSecs; i++) {
+      await new Promise((r) => setTimeout(r, 1000));
+      process.stdout.write('.');
+    }
+    process.stdout.write('\n');
+    clearTimeout(startTask);
+    run.start();
+    const summaryOnly = o.summaryOnly !== 0;
+    if (!summaryOnly) console.log(HEADER);
+    const summary = new StressStats();
+    const firstTs = performance.now();
+    let lastTs = firstTs;
+    let last = new StressStats();
+    const ended = new Promise<void>((res) => {
+      failed = res;
+      if (!isActive) void reader.anything().then(res);
     });
+    for (;;) {
+      const stop = await Promise.race([ended.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
+      if (stop) break;
+      const now = performance.now();
+      const cur = new StressStats();
+      cur.add(run.stats);
+      const delta = diff(cur, last);
+      last = cur;
+      if (!summaryOnly) console.log(row(o.nrTasks, delta, 1000 / (now - lastTs), true));
+      summary.add(delta);
+      lastTs = now;
+      // A tick lands a hair early now and then; 1% of a second is not another row.
+      if (isActive && o.runTime > 0 && now - firstTs >= o.runTime * 1000 - 10) break;
+    }
+    run.stop();
+    ctl.end();
+    if (failure !== null) {
+      console.log(failure);
+      return 1;
+    }
+    if (!summaryOnly) console.log('---------------------------------------------');
+    const secs = (lastTs - firstTs) / 1000;
+    console.log(`${row(o.nrTasks, summary, secs > 0 ? 1 / secs : 0, false)}  (average)`);
+    hist?.print();
+    return 0;
+  } finally {
+    run.stop();
+    ctl.destroy();
+    await stack.close();
   }
-  if (!summaryOnly) console.log(HEADER);
-  const started = Date.now();
-  for (let i = 0; i < p.tasks; i++) for (let j = 0; j < p.tasks; j++) for (let d = 0; d < p.depth; d++) sendReq(i, j);
-  const tick = setInterval(() => {
-    if (!summaryOnly) console.log(row(p.tasks, m, 1));
-    all.sendCalls += m.sendCalls;
-    all.sendNs += m.sendNs;
-    m.reset();
-  }, 1000);
-  const stop = (): void => {
-    running = false;
-  };
-  process.once('SIGINT', stop);
-  while (running && (p.seconds === 0 || Date.now() - started < p.seconds * 1000)) await new Promise((r) => setTimeout(r, 50));
-  running = false;
-  clearInterval(tick);
-  all.sendCalls += m.sendCalls;
-  all.sendNs += m.sendNs;
-  report(all, p.tasks, started, summaryOnly);
-  ctl.write(JSON.stringify({ done: true }) + '\n');
-  ctl.end();
-  await stack.close();
-  return all.rx > 0 ? 0 : 1;
+}
+
+function diff(a: StressStats, b: StressStats): StressStats {
+  const d = new StressStats();
+  d.reqTx = a.reqTx - b.reqTx;
+  d.reqRx = a.reqRx - b.reqRx;
+  d.bytes = a.bytes - b.bytes;
+  d.sendUsSum = a.sendUsSum - b.sendUsSum;
+  d.sendN = a.sendN - b.sendN;
+  d.rttUsSum = a.rttUsSum - b.rttUsSum;
+  d.rttN = a.rttN - b.rttN;
+  return d;
 }
 
 process.exitCode = await main();
