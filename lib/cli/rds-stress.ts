@@ -251,9 +251,9 @@ async function runSide(o: StressOptions, isActive: boolean, ctl: Socket, reader:
     // The go byte: the active sends one (its value means nothing), the passive answers with one.
     if (isActive) {
       ctl.write(Buffer.from([0]));
-      await reader.read(1, flags.timeoutMs, `the go byte back from the passive side at ${peer}`);
+      await reader.read(1, flags.timeoutMs, `go byte back from the passive side at ${peer}`);
     } else {
-      await reader.read(1, flags.timeoutMs, `the go byte from ${peer}`);
+      await reader.read(1, flags.timeoutMs, `go byte from ${peer}`);
       ctl.write(Buffer.from([0]));
     }
     // Tasks start half-way through the start-up (rds-tools: 2 s of 4), so both sides are bound.
