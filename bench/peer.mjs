@@ -7,7 +7,8 @@ const [contender, role, optsText] = process.argv.slice(2);
 const o = JSON.parse(optsText);
 const out = (x) => process.stdout.write(JSON.stringify(x) + '\n');
 const payload = Buffer.alloc(o.size ?? 1024, 0x5a);
-function finishAfter(ms, fn) { setTimeout(() => { fn(); process.exit(0); }, ms); }
+// o.stay: report but keep running (a node that also echoes pings another process still sends).
+function finishAfter(ms, fn) { setTimeout(() => { fn(); if (!o.stay) process.exit(0); }, ms); }
 
 /**
  * Counts what a sink receives. The clock starts at the first message: `warmupMs` of traffic are
@@ -90,7 +91,58 @@ function netFrame(p) {
   return [h, p];
 }
 
+/**
+ * node:net written as a careful engineer would for bulk ("netb"): the source copies frames into a
+ * 256 KiB batch and writes each batch once, waiting for 'drain' when the socket refuses; the sink
+ * walks frames where they lie in each chunk, copying only a frame split across two reads. Frames
+ * are counted, not handed to an application: the ceiling for framed messages in one Node process.
+ */
+const BATCH_BYTES = 256 << 10;
+function batchedSource(c) {
+  const frame = 4 + payload.length;
+  const perBatch = Math.max(1, Math.floor(BATCH_BYTES / frame));
+  const pump = () => {
+    for (;;) {
+      const batch = Buffer.allocUnsafe(perBatch * frame);
+      for (let i = 0, off = 0; i < perBatch; i++, off += frame) {
+        batch.writeUInt32BE(payload.length, off);
+        payload.copy(batch, off + 4);
+      }
+      if (!c.write(batch)) return c.once('drain', pump);
+    }
+  };
+  pump();
+}
+function batchedSink(c, m) {
+  let carry = null; // the start of a frame split across reads
+  c.on('data', (chunk) => {
+    let buf = chunk;
+    if (carry !== null) {
+      buf = Buffer.concat([carry, chunk]);
+      carry = null;
+    }
+    let off = 0;
+    while (buf.length - off >= 4) {
+      const len = buf.readUInt32BE(off);
+      if (buf.length - off - 4 < len) break;
+      m.add(len);
+      off += 4 + len;
+    }
+    if (off < buf.length) carry = Buffer.from(buf.subarray(off));
+  });
+}
+
 async function runNet() {
+  const batched = contender === 'netb';
+  if (role === 'sink' && batched) {
+    const m = meter();
+    const server = createServer((c) => {
+      batchedSink(c, m);
+      c.on('error', () => {});
+    });
+    server.listen(o.port, o.addr, () => out({ ready: true }));
+    return;
+  }
   if (role === 'sink' || role === 'echo') {
     const m = meter();
     const server = createServer((c) => {
@@ -108,6 +160,11 @@ async function runNet() {
   c.on('error', () => process.exit(0)); // the sink going away ends a source
   c.setNoDelay(true);
   await new Promise((r) => c.once('connect', r));
+  if (role === 'source' && batched) {
+    await ready();
+    batchedSource(c);
+    return;
+  }
   if (role === 'source') {
     await ready();
     const [h] = netFrame(payload);
@@ -167,6 +224,8 @@ async function runZmq() {
 // ---- rds-socket ----
 async function runRds() {
   const { RdsSocket, RdsStack, constants } = await import('../dist/index.js');
+  if (role === 'holsink' || role === 'holsrc') return headOfLine(RdsSocket, RdsStack, constants);
+  if (role === 'scalevictim' || role === 'scalepeers') return scale(RdsSocket, RdsStack, constants);
   const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
   const s = new RdsSocket({ stack });
   await s.bind({ address: o.addr, port: 4000 });
@@ -220,4 +279,99 @@ async function runRds() {
   s.sendmsg(payload, dest);
 }
 
-await { net: runNet, zmq: runZmq, rds: runRds }[contender]();
+/**
+ * Head-of-line blocking: one node streams 1 MiB messages from one socket while another socket of
+ * the same node pings a socket of the receiving node. holsink: port 4000 counts the stream, port
+ * 4001 echoes. holsrc: with o.stream port 5000 streams, with o.pings port 5001 pings.
+ */
+async function headOfLine(RdsSocket, RdsStack, constants) {
+  const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
+  const bind = async (port) => {
+    const s = new RdsSocket({ stack });
+    await s.bind({ address: o.addr, port });
+    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+    s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
+    return s;
+  };
+  if (role === 'holsink') {
+    const sink = await bind(4000);
+    const echo = await bind(4001);
+    const m = meter();
+    sink.on('readable', () => { for (let msg = sink.recvmsg(); msg !== null; msg = sink.recvmsg()) m.add(msg.data.length); });
+    echo.on('readable', () => { for (let msg = echo.recvmsg(); msg !== null; msg = echo.recvmsg()) echo.sendmsg(msg.data, { address: msg.address, port: msg.port }); });
+    out({ ready: true });
+    return;
+  }
+  await ready();
+  if (o.stream) {
+    const s = await bind(5000);
+    const big = Buffer.alloc(1 << 20, 0x33);
+    const pump = () => {
+      for (;;) {
+        try { s.sendmsg(big, { address: o.peer, port: 4000 }); } catch (e) {
+          if (e.code === 'EAGAIN') return s.once('writable', pump);
+          if (e.code === 'ENOBUFS') return setTimeout(pump, 1);
+          throw e;
+        }
+      }
+    };
+    pump();
+  }
+  if (o.pings) {
+    const p = await bind(5001);
+    const record = rttRecorder();
+    const small = Buffer.alloc(64, 1);
+    let t0 = 0n;
+    p.on('readable', () => {
+      for (let msg = p.recvmsg(); msg !== null; msg = p.recvmsg()) {
+        if (record(Number(process.hrtime.bigint() - t0) / 1000)) return;
+        t0 = process.hrtime.bigint();
+        p.sendmsg(small, { address: o.peer, port: 4001 });
+      }
+    });
+    t0 = process.hrtime.bigint();
+    p.sendmsg(small, { address: o.peer, port: 4001 });
+  }
+}
+
+/**
+ * Memory at cluster scale. scalevictim: one node on o.addr that echoes; on "measure" (stdin) it
+ * reports its RSS and heap after a full GC. scalepeers: one stack per address in o.addrs, each
+ * sends one message to the victim and waits for the echo, then the peers stay idle.
+ */
+async function scale(RdsSocket, RdsStack, constants) {
+  const sample = () => {
+    global.gc?.();
+    const u = process.memoryUsage();
+    return { rss: u.rss, heapUsed: u.heapUsed };
+  };
+  if (role === 'scalevictim') {
+    const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
+    const s = new RdsSocket({ stack });
+    await s.bind({ address: o.addr, port: 4000 });
+    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+    s.on('readable', () => { for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg()) s.sendmsg(msg.data, { address: msg.address, port: msg.port }); });
+    await new Promise((r) => setTimeout(r, 200));
+    out({ ready: true, ...sample() });
+    process.stdin.on('data', () => {
+      const conns = stack.connections();
+      const pathsUp = conns.reduce((n, c) => n + c.paths.filter((p) => p.state === 'UP').length, 0);
+      out({ measured: true, peers: conns.length, pathsUp, ...sample() });
+    });
+    return;
+  }
+  let done = 0;
+  await Promise.all(o.addrs.map(async (addr) => {
+    const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
+    const s = new RdsSocket({ stack });
+    await s.bind({ address: addr, port: 4000 });
+    s.sendmsg(Buffer.from('hello'), { address: o.peer, port: 4000 });
+    await s.recv({ timeout: 60000 });
+    done++;
+  }));
+  // Let the lanes the handshake opens come up before the victim measures.
+  await new Promise((r) => setTimeout(r, o.settleMs ?? 1000));
+  out({ ready: true, peers: done });
+}
+
+await { net: runNet, netb: runNet, zmq: runZmq, rds: runRds }[contender]();

@@ -11,17 +11,39 @@ describe('bench (smoke)', () => {
     const out = join(mkdtempSync(join(tmpdir(), 'rds-bench-')), 'results.json');
     const r = await runNode(['--expose-gc', fileURLToPath(new URL('../bench/run.mjs', import.meta.url)), '--smoke', '--out', out], 230_000);
     expect(r.code, r.out).toBe(0);
-    expect(r.out).toMatch(/rds\/net\s+rds\/zmq/);
+    expect(r.out).toMatch(/rds\/net\s+rds\/netb\s+rds\/zmq/);
     const json = JSON.parse(readFileSync(out, 'utf8')) as {
-      results: Record<string, Record<string, unknown[]>>; ratios: { metric: string }[]; mesh: { nodes: number };
+      results: Record<string, Record<string, unknown[]>>; ratios: { metric: string; rdsNetb: number }[]; mesh: { nodes: number };
       sustained: { msgsPerSec: number; sender: { samples: number }; receiver: { samples: number } };
+      headOfLine: { idle: { p50us: number }; both: { p99us: number; mibPerSec: number }; streamOnly: { mibPerSec: number } };
+      scale: { peers: number; pathsUp: number; perPeerKiB: number };
+      targets: { name: string; figure: number; target: string; met: boolean }[];
     };
     for (const [name, scenario] of Object.entries(json.results)) {
-      // 64 KiB messages are also sent with MSG_ZEROCOPY (to a sink that connects, and one that accepts).
+      // 64 KiB messages are also sent with MSG_ZEROCOPY (to a sink that connects, and one that accepts);
+      // round trips have no batched node:net (a ping-pong has nothing to batch).
       const extra = name.startsWith('throughput 65536 B') ? ['rds-zc'] : [];
-      expect(Object.keys(scenario).sort()).toEqual(['net', 'rds', ...extra, 'zmq']);
+      const batched = name.startsWith('latency') ? [] : ['netb'];
+      expect(Object.keys(scenario).sort()).toEqual(['net', ...batched, 'rds', ...extra, 'zmq']);
       for (const runs of Object.values(scenario)) expect(runs).toHaveLength(1);
     }
+    expect(json.ratios.find((x) => x.metric === 'throughput 1024 B msgsPerSec')!.rdsNetb).toBeGreaterThan(0);
+    // Head-of-line: pings idle and under a 1 MiB stream, the stream with and without them.
+    expect(json.headOfLine.idle.p50us).toBeGreaterThan(0);
+    expect(json.headOfLine.both.p99us).toBeGreaterThan(0);
+    expect(json.headOfLine.streamOnly.mibPerSec).toBeGreaterThan(0);
+    // Scale: every peer exchanged a message and negotiated its paths before the victim measured.
+    expect(json.scale.peers).toBe(8);
+    expect(json.scale.pathsUp).toBeGreaterThanOrEqual(8);
+    // One line per target, judged on this run: figure, target, met or not met.
+    expect(json.targets.map((t) => t.name)).toEqual(expect.arrayContaining([
+      '1 KiB msgs/s vs node:net batched', '64 B msgs/s vs zeromq.js', '64 KiB msgs/s vs node:net batched',
+      '64 KiB msgs/s vs zeromq.js, copying', 'ping p50 under a 1 MiB stream vs idle (8 paths)',
+      'ping p99 under a 1 MiB stream vs idle (8 paths)', 'stream throughput with pings vs without (8 paths)',
+      'RSS per idle peer, all paths',
+    ]));
+    for (const t of json.targets) expect(r.out).toMatch(new RegExp(`^${t.name.replace(/[()]/g, '\\$&')} .*target ${t.target.replace(/[.]/g, '\\.')} +${t.met ? 'met' : 'not met'}$`, 'm'));
+    expect(r.out).toMatch(/raw TCP over loopback/);
     expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B msgsPerSec MSG_ZEROCOPY');
     expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B, sink accepts msgsPerSec MSG_ZEROCOPY');
     expect(Object.keys(json.results)).toHaveLength(6);
