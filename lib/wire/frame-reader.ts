@@ -72,6 +72,18 @@ export class FrameReader {
     return this.headerFill > 0 && this.payload === null;
   }
 
+  /**
+   * h_len of the frame in progress once its header is complete, 0 when there is none or only part
+   * of a header (checked after every read, so it allocates nothing).
+   */
+  get partialPayload(): number {
+    if (this.slab !== null) {
+      if (this.slabFill - this.slabParse < RDS_HEADER_SIZE) return 0;
+      return this.slab.readUInt32BE(this.slabParse + OFF_LEN);
+    }
+    return this.payload === null ? 0 : this.payload.length;
+  }
+
   /** True between frames: nothing partial is buffered. */
   get idle(): boolean {
     if (this.slab !== null) return this.slabFill === this.slabParse;
