@@ -13,8 +13,9 @@ export const RX_MSG_OVERHEAD = 512;
 /**
  * Hard limits on received, unread messages, whatever the sender does with congestion maps (they
  * are advice on the wire: a peer may ignore them). After a message is queued to a socket whose
- * queue is over recvHardLimitFactor x SO_RCVBUF, or while the stack's queues together hold more
- * than maxRecvQueueBytes, the node stops reading the carrier that delivered it: TCP's own window
+ * queue is over recvHardLimitFactor x SO_RCVBUF, or over SO_RCVBUF while the stack's queues
+ * together hold more than maxRecvQueueBytes, the node stops reading the carrier that delivered
+ * it: TCP's own window
  * then stops the sender. Nothing already read is dropped, and only that carrier waits. Reading
  * resumes once the application has read the socket (and the stack) back under the limit, or
  * closed it.
@@ -25,7 +26,7 @@ export class RxLimiter {
   /** Paths whose carrier the node stopped reading, and the socket each one last overfilled. */
   private readonly paused = new Map<RdsConnPath, BoundSocket>();
 
-  constructor(private readonly maxBytes: number, private readonly counters: RdsStats) {}
+  constructor(private readonly maxBytes: number, private readonly hardFactor: number, private readonly counters: RdsStats) {}
 
   /** Paths currently paused by a receive limit. */
   get pausedPaths(): number {
@@ -51,8 +52,14 @@ export class RxLimiter {
     t.rxPause(cp);
   }
 
+  /**
+   * Over the socket's own hard limit; or the stack is over its limit and this socket is one that
+   * fills it (more than SO_RCVBUF unread, so congested). A peer delivering to a socket that keeps
+   * up is never paused because of another socket's backlog.
+   */
   private over(sock: BoundSocket): boolean {
-    return this.queued > this.maxBytes || sock.rxOverLimit?.() === true;
+    if (sock.rxOverLimit === undefined) return false;
+    return sock.rxOverLimit(this.hardFactor) || (this.queued > this.maxBytes && sock.rxOverLimit(1));
   }
 
   /** Resume every paused path whose socket, and the stack, are back under their limits. */

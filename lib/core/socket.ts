@@ -537,9 +537,9 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.stack.rxLimit.charge(delta);
   }
 
-  /** BoundSocket: unread messages past recvHardLimitFactor x SO_RCVBUF. */
-  rxOverLimit(): boolean {
-    return this.rxMem > this.rcvbuf * this.stack.options.recvHardLimitFactor;
+  /** BoundSocket: unread messages past `factor` x SO_RCVBUF (see RxLimiter). */
+  rxOverLimit(factor: number): boolean {
+    return this.rxMem > this.rcvbuf * factor;
   }
 
   /** recvmsg(2), non-blocking: the next message, or null when none is queued. */

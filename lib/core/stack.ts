@@ -74,7 +74,10 @@ export interface RdsStackOptions {
    * the sender (recv_pause_queue_limit). Nothing is dropped. Default 16.
    */
   recvHardLimitFactor?: number;
-  /** The same limit for all of the stack's sockets together, in bytes. Default 256 MiB. */
+  /**
+   * The same for all of the stack's sockets together, in bytes: past it, any socket over its
+   * SO_RCVBUF stops the connection that delivers to it. Default 256 MiB.
+   */
   maxRecvQueueBytes?: number;
   /**
    * Messages a path queues on the node's own account (pongs, probe answers, its probe) and has
@@ -185,8 +188,8 @@ export interface BoundSocket {
   readonly boundPort: number;
   /** Queue a message; false if the socket is gone (the message is dropped). */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
-  /** Its unread messages are over its hard limit (recvHardLimitFactor x SO_RCVBUF). */
-  rxOverLimit?(): boolean;
+  /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over `factor` x SO_RCVBUF. */
+  rxOverLimit?(factor: number): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
   close(): Promise<void>;
 }
@@ -332,7 +335,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       maxOwnQueued: positiveInt(opts.maxOwnQueued, 'maxOwnQueued', 256),
       failoverGraceMs: opts.failoverGraceMs === Infinity ? Infinity : positiveInt(opts.failoverGraceMs, 'failoverGraceMs', 2000, 0),
     };
-    this.rxLimit = new RxLimiter(this.options.maxRecvQueueBytes, this.counters);
+    this.rxLimit = new RxLimiter(this.options.maxRecvQueueBytes, this.options.recvHardLimitFactor, this.counters);
     if (opts.allowPeers !== undefined) {
       if (!Array.isArray(opts.allowPeers)) throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));

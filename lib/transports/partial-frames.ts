@@ -3,9 +3,16 @@
  * hold) memory for its whole declared payload until the last byte comes. Without a cap, peers
  * that each send a 1 MiB header and all but one byte pin maxConnections MiB. A carrier whose
  * next frame does not fit waits, not reading, in arrival order, until frames in progress
- * elsewhere complete or are dropped (frameTimeoutMs bounds how long that takes).
+ * elsewhere complete or are dropped (frameTimeoutMs bounds how long that takes). Small frames
+ * (FREE_BYTES) are not charged.
  */
 export class PartialFrameBudget {
+  /**
+   * Frames up to this size are not charged: one in progress lies in its connection's read buffer
+   * (64 KiB to 256 KiB, held anyway), so it costs nothing extra and never waits.
+   */
+  static readonly FREE_BYTES = 64 * 1024;
+
   /** Declared payload bytes of the frames in progress that hold a share. */
   held = 0;
   /** Carriers waiting for room, oldest first: each tries to take its share, true once done. */

@@ -206,6 +206,7 @@ export class TcpTransport implements RdsTransport {
     const want = tp.held || tp.waiting;
     if (want === cp.readPaused) return;
     cp.readPaused = want;
+    if (tp.reader !== null) tp.reader.holdGrowth = want;
     const sock = tp.sock;
     if (sock === null) return;
     if (want) {
@@ -441,15 +442,15 @@ export class TcpTransport implements RdsTransport {
     tp.wrote = 0;
     tp.flushed = 0;
     tp.track.drain();
-    tp.waiting = false;
-    // A new carrier reads unless the core still holds the path (its queue is still over the limit).
-    cp.readPaused = false;
-    this.syncPause(cp, tp);
     this.carriers++;
     // An accepted carrier counts as unidentified until its first complete frame.
     let identified = cp.conn.isInitiator;
     if (!identified) this.unidentified++;
     tp.reader = reader;
+    tp.waiting = false;
+    // A new carrier reads unless the core still holds the path (its queue is still over the limit).
+    cp.readPaused = false;
+    this.syncPause(cp, tp);
     let headerTimer: NodeJS.Timeout | null = null;
     const { headerTimeoutMs, frameTimeoutMs } = this.host.options;
     // The frame in progress (its header complete): its share of the partial-frame budget, which
@@ -496,8 +497,9 @@ export class TcpTransport implements RdsTransport {
       if (frameStart !== 0 && chargedFrame === reader.frames) return; // the same frame, still coming
       stopFrame();
       chargedFrame = reader.frames;
-      if (this.partial.tryTake(len)) {
-        charged = len;
+      const share = len > PartialFrameBudget.FREE_BYTES ? len : 0;
+      if (share === 0 || this.partial.tryTake(share)) {
+        charged = share;
         frameStart = now;
         armFrameTimer(frameTimeoutMs);
         return;
