@@ -194,6 +194,35 @@ describe('senders that ignore congestion are stopped by TCP, not by dropping', (
   });
 });
 
+describe('a paused connection between rds-socket nodes', () => {
+  it('survives the heartbeat while the node does not read it, and delivers everything once the application reads', async () => {
+    // Factor 1: the hard limit is SO_RCVBUF itself, so even a sender that honours congestion
+    // reaches it with what it had in flight.
+    // One path, so the stack's heartbeat counter is that path's.
+    const hb = { heartbeatIntervalMs: 100, heartbeatMissedLimit: 3, npaths: 1 };
+    const v = await node('127.110.6.2', { recvHardLimitFactor: 1, ...hb });
+    const sender = await node('127.110.6.1', hb);
+    const n = 400;
+    const sent = (async () => {
+      for (let i = 0; i < n; i++) {
+        const b = Buffer.alloc(16 * 1024, i & 0xff);
+        b.writeUInt32BE(i, 0);
+        await sender.sock.send(b, v.sock.address());
+      }
+    })();
+    sent.catch(() => {}); // awaited below; a failure before then is reported there
+    await until(() => v.stack.counters.get('recv_pause_queue_limit') >= 1, 'the node stops reading');
+    // While it reads nothing, the node keeps the peer hearing from it: several heartbeat periods pass.
+    const beats = v.stack.counters.get('heartbeat_sent');
+    await until(() => v.stack.counters.get('heartbeat_sent') >= beats + 6, 'six heartbeat periods while paused');
+    expect(v.stack.counters.get('heartbeat_timeout') + sender.stack.counters.get('heartbeat_timeout')).toBe(0);
+    expect(v.stack.counters.get('conn_reset') + sender.stack.counters.get('conn_reset')).toBe(0);
+    for (let i = 0; i < n; i++) expect((await v.sock.recv({ timeout: 5000 })).data.readUInt32BE(0)).toBe(i);
+    await sent;
+    expect(v.stack.counters.get('heartbeat_timeout') + sender.stack.counters.get('heartbeat_timeout')).toBe(0);
+  });
+});
+
 describe('a stalled payload cannot pin memory', () => {
   it('frames in progress share a stack-wide cap, connections past it wait, and a frame that never completes is dropped and counted', async () => {
     const victimAddr = '127.110.4.200';

@@ -672,7 +672,11 @@ export class RdsConnPath {
       // We hear nothing because we read nothing. Keep the peer hearing from us, so that its
       // heartbeat does not drop a carrier that is only waiting for our application.
       this.lastRxAt = Date.now();
-      if (!this.ackInFlight) this.sendAckFrame(0);
+      if (!this.ackInFlight) {
+        this.heartbeatsSent++;
+        this.stack.counters.add(RDS_CTR.heartbeat_sent);
+        this.sendAckFrame(0);
+      }
       return;
     }
     const silent = Date.now() - this.lastRxAt;
