@@ -5,7 +5,7 @@ import { SINK_PORT, frame, pour, rawConnect, runAttack } from './lib.mjs';
 
 export const name = 'congestion-ignoring';
 export const description = 'raw 64 KiB frames to an unread port, ignoring congestion maps';
-/** Idle ~60 MiB plus 16 x SO_RCVBUF (1.6 MiB) queued; unbounded, over 1 GiB after 2 s. */
+/** Idle ~60 MiB plus 64 x SO_RCVBUF (6.5 MiB) queued; unbounded, over 1 GiB after 2 s. */
 export const bounds = { peakRssMiB: 120, goodP99Ms: 500 };
 
 const VICTIM = '127.119.2.1';
