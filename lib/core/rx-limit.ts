@@ -15,8 +15,8 @@ export const RX_MSG_OVERHEAD = 512;
  * are advice on the wire: a peer may ignore them). After a message is queued to a socket whose
  * queue is over recvHardLimitFactor x SO_RCVBUF, or over SO_RCVBUF while the stack's queues
  * together hold more than maxRecvQueueBytes, the node stops reading the carrier that delivered
- * it: TCP's own window
- * then stops the sender. Nothing already read is dropped, and only that carrier waits. Reading
+ * it: TCP's own window then stops the sender. Nothing already read is dropped, and only that
+ * carrier waits. Reading
  * resumes once the application has read the socket (and the stack) back under the limit, or
  * closed it.
  */

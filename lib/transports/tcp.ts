@@ -509,10 +509,11 @@ export class TcpTransport implements RdsTransport {
       this.syncPause(cp, tp);
       withdraw = this.partial.wait(len, () => {
         withdraw = null;
-        charged = len;
+        charged = len; // given back by the close handler if this carrier is already replaced
         frameStart = Date.now();
+        if (tp.sock !== sock) return;
         tp.waiting = false;
-        if (tp.sock === sock) this.syncPause(cp, tp);
+        this.syncPause(cp, tp);
       });
     };
     tp.onResume = () => {
