@@ -16,9 +16,8 @@ export const RX_MSG_OVERHEAD = 512;
  * queue is over recvHardLimitFactor x SO_RCVBUF, or over SO_RCVBUF while the stack's queues
  * together hold more than maxRecvQueueBytes, the node stops reading the carrier that delivered
  * it: TCP's own window then stops the sender. Nothing already read is dropped, and only that
- * carrier waits. Reading
- * resumes once the application has read the socket (and the stack) back under the limit, or
- * closed it.
+ * carrier waits. Reading resumes once the application has read the socket (and the stack) back
+ * under the limit, or closed it.
  */
 export class RxLimiter {
   /** Bytes charged for every socket's queued messages (payload + RX_MSG_OVERHEAD each). */
