@@ -813,6 +813,9 @@ export class TcpTransport implements RdsTransport {
     return {
       localPort: sock.localPort, peerPort: sock.remotePort, bytesWritten: sock.bytesWritten,
       bytesRead: sock.bytesRead, writeQueued: sock.writableLength, hdrRemaining: hdrRem, dataRemaining: dataRem,
+      // Receive limits: the node has stopped reading this connection (queue limit, or waiting for
+      // room for its frame in maxPartialFrameBytes).
+      readPaused: cp.readPaused, waitingForFrameRoom: tp!.waiting,
     };
   }
 
