@@ -10,6 +10,8 @@ export interface SendOwner {
   wantsAck?(): boolean;
   /** A MSG_ZEROCOPY message's payload is no longer referenced: the caller may reuse it. */
   zcopyReleased?(cookie: number): void;
+  /** Set by the path's own account (pongs, probes): such messages belong to their path. */
+  readonly ownAccount?: boolean;
 }
 
 /**
@@ -80,9 +82,9 @@ export class RdsOutgoing {
     this.path = path;
   }
 
-  /** Only messages with an empty extension area can carry the failover record. */
+  /** Only sockets' messages with an empty extension area can carry the failover record. */
   get movable(): boolean {
-    return this.owner !== null && (this.wire[OFF_EXTHDR] === 0 || this.wire[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED);
+    return this.owner !== null && this.owner.ownAccount !== true && (this.wire[OFF_EXTHDR] === 0 || this.wire[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED);
   }
 
   /** Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once. */

@@ -8,6 +8,7 @@ import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { RxAckTracker, type RxEntry } from './rx-ack.js';
+import { OwnAccount } from './own-budget.js';
 import type { RdsConnection } from './connection.js';
 import { RDS_CTR } from './stats.js';
 
@@ -37,6 +38,11 @@ export class RdsConnPath {
   readonly rx: RxAckTracker;
   /** Last time anything arrived on this path (heartbeat liveness). */
   lastRxAt = 0;
+  /**
+   * The node itself has stopped reading this path's carrier (receive limits; set by the
+   * transport): the peer's silence is then ours, and is not held against it.
+   */
+  readPaused = false;
   /**
    * The peer's hello arrived on the current carrier. Until then we send no acks on it: a peer
    * that restarted must learn nothing numbered in its previous life's sequence space.
@@ -390,9 +396,19 @@ export class RdsConnPath {
     return msg;
   }
 
-  /** A control message (ping, pong, probe) from port `sport` to `dport`, sequenced like data. */
-  queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): void {
-    this.queue(Buffer.alloc(0), 0, sport, dport, null, exts);
+  /** Messages queued on the node's own account (pongs, probes), bounded by maxOwnQueued. */
+  readonly own = new OwnAccount();
+
+  /**
+   * A control message (pong, probe) from port `sport` to `dport`, sequenced like data and charged
+   * to the path's own account. False (nothing queued) when that account is full: the peer has
+   * not acknowledged, or not read, maxOwnQueued of them.
+   */
+  queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): boolean {
+    if (this.own.queued >= this.stack.options.maxOwnQueued) return false;
+    this.own.queued++;
+    this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
+    return true;
   }
 
   /** Local congestion map changed: send it before the next message. */
@@ -652,6 +668,17 @@ export class RdsConnPath {
   private heartbeatTick(): void {
     if (this.state !== RDS_CONN_UP) return;
     const { heartbeatIntervalMs: every, heartbeatMissedLimit: limit } = this.stack.options;
+    if (this.readPaused) {
+      // We hear nothing because we read nothing. Keep the peer hearing from us, so that its
+      // heartbeat does not drop a carrier that is only waiting for our application.
+      this.lastRxAt = Date.now();
+      if (!this.ackInFlight) {
+        this.heartbeatsSent++;
+        this.stack.counters.add(RDS_CTR.heartbeat_sent);
+        this.sendAckFrame(0);
+      }
+      return;
+    }
     const silent = Date.now() - this.lastRxAt;
     if (silent >= every * limit) {
       this.stack.counters.add(RDS_CTR.heartbeat_timeout);

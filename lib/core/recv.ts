@@ -3,7 +3,7 @@ import {
   RDSSOCK_EXTHDR_MOVED,
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
-import { decodeHandshake, parseExtensions } from '../wire/extensions.js';
+import { decodeHandshake, parseExtensions, type RdsExtension } from '../wire/extensions.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -80,14 +80,12 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     if (sport === RDS_FLAG_PROBE_PORT) {
       // Multipath probe: answer with our own handshake so kernel senders stop waiting (spec §3.4).
       processHandshake(stack, cp, header);
-      cp.queueControl(0, RDS_FLAG_PROBE_PORT, stack.handshakeExtensions(conn));
-      stack.counters.add(RDS_CTR.send_pong);
+      answerPing(stack, cp, RDS_FLAG_PROBE_PORT, stack.handshakeExtensions(conn));
       return;
     }
     // A pong is not sent to a pinger whose port is congested.
     if (conn.peerCong.test(sport)) return;
-    cp.queueControl(0, sport);
-    stack.counters.add(RDS_CTR.send_pong);
+    answerPing(stack, cp, sport);
     return;
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
@@ -97,7 +95,13 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   const entry = cp.recordReceived(seq, false, ackRequired);
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry) && entry !== null) cp.consumed(entry);
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null) cp.consumed(entry);
+}
+
+/** A pong, unless the peer already holds maxOwnQueued of the path's own messages: then counted. */
+function answerPing(stack: RdsStack, cp: RdsConnPath, dport: number, exts?: RdsExtension[]): void {
+  if (cp.queueControl(0, dport, exts)) stack.counters.add(RDS_CTR.send_pong);
+  else stack.counters.add(RDS_CTR.recv_drop_ping_budget);
 }
 
 /**

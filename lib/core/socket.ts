@@ -17,6 +17,7 @@ import type { RdsConnection } from './connection.js';
 import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
 import type { RdsTransport } from './transport.js';
 import { RDS_CTR } from './stats.js';
+import { RX_MSG_OVERHEAD } from './rx-limit.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -88,6 +89,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private rcvbuf = RMEM_DEFAULT / 2;
   private sndBytes = 0;
   private rcvBytes = 0;
+  /** What the unread messages cost against the hard receive limits (see RxLimiter). */
+  private rxMem = 0;
   private congested = false;
   private timestamps = false;
   private recvErr = false;
@@ -488,6 +491,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.rxQueue.push({ msg, receipt });
     this.stack.counters.add(RDS_CTR.recv_queued);
     this.rcvDelta(msg.data.length);
+    this.rxCharge(msg.data.length + RX_MSG_OVERHEAD);
     this.wakeAll();
     this.announceReadable();
     return true;
@@ -528,6 +532,16 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
   }
 
+  private rxCharge(delta: number): void {
+    this.rxMem += delta;
+    this.stack.rxLimit.charge(delta);
+  }
+
+  /** BoundSocket: unread messages past `factor` x SO_RCVBUF (see RxLimiter). */
+  rxOverLimit(factor: number): boolean {
+    return this.rxMem > this.rcvbuf * factor;
+  }
+
   /** recvmsg(2), non-blocking: the next message, or null when none is queued. */
   recvmsg(): RdsMessage | null {
     this.checkOpen('recvmsg()');
@@ -547,6 +561,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.stack.counters.add(RDS_CTR.recv_bytes_freed_fromsock, msg.data.length);
     this.stack.counters.add(RDS_CTR.copy_to_user);
     this.rcvDelta(-msg.data.length);
+    this.rxCharge(-(msg.data.length + RX_MSG_OVERHEAD));
     if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     return msg;
   }
@@ -748,6 +763,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
     for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
     this.rcvBytes = 0;
+    this.rxCharge(-this.rxMem);
     this.zcookies = [];
     for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
     this.wakeAll();

@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
+  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -15,6 +15,7 @@ import { ControlEndpoint } from './control.js';
 import { parseCidr } from './address.js';
 import { RdsStats, type RdsCounterName, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
+import { RxLimiter } from './rx-limit.js';
 import type { RdsTransport } from './transport.js';
 
 export interface RdsStackOptions {
@@ -54,6 +55,39 @@ export interface RdsStackOptions {
   /** A peer that starts a frame header must finish it within this many ms, or is dropped. Default 10000. */
   headerTimeoutMs?: number;
   /**
+   * Once a frame's header has arrived, its payload must be complete within this many ms, or the
+   * connection is dropped (recv_drop_frame_timeout). Time while the node itself has stopped
+   * reading the connection (receive limits) does not count. Default 30000.
+   */
+  frameTimeoutMs?: number;
+  /**
+   * Stack-wide cap on the bytes of frames whose header has arrived and payload has not (declared
+   * h_len, all TCP connections). A connection whose next frame would go past it stops being read
+   * (recv_pause_partial_limit) until frames in progress elsewhere complete or are dropped.
+   * At least 1 MiB (one frame always fits). Default 64 MiB.
+   */
+  maxPartialFrameBytes?: number;
+  /**
+   * Hard limit per socket on received, unread messages: this many times its SO_RCVBUF (each
+   * message counted as its payload plus 512 bytes). Congestion is only advice to senders; past
+   * this the node stops reading the connection that delivered the message, so TCP pushes back on
+   * the sender (recv_pause_queue_limit). Nothing is dropped. Default 64: senders that honour
+   * congestion still overshoot SO_RCVBUF by what they had in flight when the map arrived
+   * (measured up to ~30x with three rds-socket senders on eight paths each), and are not paused.
+   */
+  recvHardLimitFactor?: number;
+  /**
+   * The same for all of the stack's sockets together, in bytes: past it, any socket over its
+   * SO_RCVBUF stops the connection that delivers to it. Default 256 MiB.
+   */
+  maxRecvQueueBytes?: number;
+  /**
+   * Messages a path queues on the node's own account (pongs, probe answers, its probe) and has
+   * not had acknowledged: at most this many. Pings beyond it are not answered
+   * (recv_drop_ping_budget). Default 256.
+   */
+  maxOwnQueued?: number;
+  /**
    * Open a control endpoint for rds-info: true for a Unix socket in the runtime directory
    * ($XDG_RUNTIME_DIR/rds-socket), or a path. Owner-only. Default off.
    */
@@ -88,6 +122,11 @@ export interface ResolvedStackOptions {
   maxConnections: number;
   maxUnidentifiedConnections: number;
   headerTimeoutMs: number;
+  frameTimeoutMs: number;
+  maxPartialFrameBytes: number;
+  recvHardLimitFactor: number;
+  maxRecvQueueBytes: number;
+  maxOwnQueued: number;
   failoverGraceMs: number;
 }
 
@@ -151,6 +190,8 @@ export interface BoundSocket {
   readonly boundPort: number;
   /** Queue a message; false if the socket is gone (the message is dropped). */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
+  /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over `factor` x SO_RCVBUF. */
+  rxOverLimit?(factor: number): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
   close(): Promise<void>;
 }
@@ -236,6 +277,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   readonly genNum: number = randomInt(1, 0xffffffff);
   readonly maxPaths = RDS_MPATH_WORKERS;
   readonly loopTransportType = RDS_TRANS_LOOP;
+  /** Hard limits on unread received messages (recvHardLimitFactor, maxRecvQueueBytes). */
+  readonly rxLimit: RxLimiter;
 
   private readonly transports = new Map<string, RdsTransport>();
   /** Bound sockets by address, then port: an address is here while any socket is bound to it. */
@@ -287,8 +330,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       maxConnections: positiveInt(opts.maxConnections, 'maxConnections', 4096),
       maxUnidentifiedConnections: positiveInt(opts.maxUnidentifiedConnections, 'maxUnidentifiedConnections', 64),
       headerTimeoutMs: positiveInt(opts.headerTimeoutMs, 'headerTimeoutMs', 10000),
+      frameTimeoutMs: positiveInt(opts.frameTimeoutMs, 'frameTimeoutMs', 30000),
+      maxPartialFrameBytes: positiveInt(opts.maxPartialFrameBytes, 'maxPartialFrameBytes', 64 << 20, RDS_MAX_MSG_SIZE),
+      recvHardLimitFactor: positiveInt(opts.recvHardLimitFactor, 'recvHardLimitFactor', 64),
+      maxRecvQueueBytes: positiveInt(opts.maxRecvQueueBytes, 'maxRecvQueueBytes', 256 << 20),
+      maxOwnQueued: positiveInt(opts.maxOwnQueued, 'maxOwnQueued', 256),
       failoverGraceMs: opts.failoverGraceMs === Infinity ? Infinity : positiveInt(opts.failoverGraceMs, 'failoverGraceMs', 2000, 0),
     };
+    this.rxLimit = new RxLimiter(this.options.maxRecvQueueBytes, this.options.recvHardLimitFactor, this.counters);
     if (opts.allowPeers !== undefined) {
       if (!Array.isArray(opts.allowPeers)) throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
@@ -446,8 +495,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   pathUp(cp: RdsConnPath): void {
     const conn = cp.conn;
     if (conn.isLoopback || cp.index !== 0) return;
-    cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn));
-    this.counters.add(RDS_CTR.handshake_sent);
+    // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
+    // handshake then times out and the peer is treated as a kernel.
+    if (cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn))) this.counters.add(RDS_CTR.handshake_sent);
     if (!conn.capsKnown) {
       const t = setTimeout(() => {
         if (!conn.capsKnown) {
@@ -606,8 +656,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     recvIncoming(this, cp, header, payload);
   }
 
-  /** Hands a message to the socket bound to (laddr, dport); false if there is none. */
-  deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null): boolean {
+  /**
+   * Hands a message to the socket bound to (laddr, dport); false if there is none. `from`, the
+   * path it came on, stops being read if the message took the socket or the stack over a hard
+   * receive limit (see RxLimiter).
+   */
+  deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null, from?: RdsConnPath): boolean {
     const sock = this.bindTable.get(laddr)?.get(dport);
     if (sock === undefined) {
       this.counters.add(RDS_CTR.recv_drop_no_sock);
@@ -615,7 +669,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
     this.counters.add(RDS_CTR.recv_delivered);
     this.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
-    return sock.enqueueIncoming({ data, address: faddr, port: sport }, receipt);
+    if (!sock.enqueueIncoming({ data, address: faddr, port: sport }, receipt)) return false;
+    if (from !== undefined) this.rxLimit.delivered(from, sock);
+    return true;
   }
 
   // ---- congestion (cong.c) ----
@@ -667,6 +723,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (this.closing) return;
     this.closing = true;
     await Promise.all(this.sockets().map((s) => s.close()));
+    this.rxLimit.clear();
     // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
     for (const c of this.conns.values()) for (const p of c.paths) p.finalAck();
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();

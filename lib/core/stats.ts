@@ -72,6 +72,10 @@ export const RDS_COUNTER_NAMES = [
   'conn_refused_limit',
   'conn_refused_tls',
   'recv_drop_header_timeout',
+  'recv_drop_ping_budget',
+  'recv_pause_queue_limit',
+  'recv_pause_partial_limit',
+  'recv_drop_frame_timeout',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

@@ -64,7 +64,17 @@ export interface RdsTransport {
   /** The peer's handshake said what it is (kernel or rds-socket); see RdsConnection.releaseOnTransportAck. */
   capabilitiesChanged?(conn: RdsConnection): void;
 
-  /** Keep (true) or stop keeping (false) the Node event loop alive. */
+  /**
+   * Stop taking frames from the path's carrier (a receive queue it feeds is over its hard limit),
+   * so the transport's own flow control stops the peer; frames already read are still handed up.
+   * The pause outlives a carrier change until rxResume. While paused the transport sets
+   * cp.readPaused. Transports without it are never paused (loopback: its senders are local
+   * sockets, bounded by SO_SNDBUF; InfiniBand: not yet, see README, Security).
+   */
+  rxPause?(cp: RdsConnPath): void;
+  rxResume?(cp: RdsConnPath): void;
+
+    /** Keep (true) or stop keeping (false) the Node event loop alive. */
   setRef(ref: boolean): void;
 
   /** Close every carrier gracefully and stop listening. */

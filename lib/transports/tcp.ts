@@ -16,6 +16,7 @@ import { Fifo } from '../core/fifo.js';
 import type { RdsConnection } from '../core/connection.js';
 import { native } from '../native.js';
 import { RDS_CTR } from '../core/stats.js';
+import { PartialFrameBudget } from './partial-frames.js';
 
 /** Per-path state: the carrier socket and its reassembly. */
 interface TcpPath {
@@ -41,6 +42,12 @@ interface TcpPath {
   /** Inside a transmit batch, and whether the socket was corked for it. */
   inBatch: boolean;
   corked: boolean;
+  /** The core stopped reading this path (receive queue limit); outlives a carrier change. */
+  held: boolean;
+  /** The current carrier waits for room in the partial-frame budget. */
+  waiting: boolean;
+  /** The current carrier's reading resumed: restart its frame clocks. */
+  onResume: (() => void) | null;
 }
 
 /** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
@@ -52,7 +59,7 @@ const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
   if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false } satisfies TcpPath;
+    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false, held: false, waiting: false, onResume: null } satisfies TcpPath;
   }
   return cp.tdata as TcpPath;
 }
@@ -141,6 +148,8 @@ export class TcpTransport implements RdsTransport {
   /** Live carriers, and accepted ones that have not yet sent a complete frame. */
   private carriers = 0;
   private unidentified = 0;
+  /** Frames in progress on every carrier, bounded by maxPartialFrameBytes. */
+  private partial!: PartialFrameBudget;
 
   constructor(private readonly topts: TcpTransportOptions = {}) {}
 
@@ -169,6 +178,43 @@ export class TcpTransport implements RdsTransport {
 
   attach(host: RdsTransportHost): void {
     this.host = host;
+    this.partial = new PartialFrameBudget(host.options.maxPartialFrameBytes);
+  }
+
+  /** Declared payload bytes of the frames in progress on every carrier (at most maxPartialFrameBytes). */
+  get partialFrameBytes(): number {
+    return this.partial.held;
+  }
+
+  rxPause(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    tp.held = true;
+    this.syncPause(cp, tp);
+  }
+
+  rxResume(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    tp.held = false;
+    this.syncPause(cp, tp);
+  }
+
+  /**
+   * Reads the carrier or not, as the receive limits say. A paused socket stops reading (readStop),
+   * so the kernel's receive buffer fills and TCP's window closes on the sender.
+   */
+  private syncPause(cp: RdsConnPath, tp: TcpPath): void {
+    const want = tp.held || tp.waiting;
+    if (want === cp.readPaused) return;
+    cp.readPaused = want;
+    if (tp.reader !== null) tp.reader.holdGrowth = want;
+    const sock = tp.sock;
+    if (sock === null) return;
+    if (want) {
+      sock.pause();
+    } else {
+      sock.resume();
+      tp.onResume?.();
+    }
   }
 
   laddrCheck(laddr: string): Promise<void> {
@@ -362,7 +408,7 @@ export class TcpTransport implements RdsTransport {
       received = this.attachCarrier(cp, slabSock, reader, true);
     } else {
       this.attachCarrier(cp, sock, reader, false);
-      sock.resume();
+      if (!cp.readPaused) sock.resume();
     }
     cp.connectComplete();
   }
@@ -401,8 +447,83 @@ export class TcpTransport implements RdsTransport {
     let identified = cp.conn.isInitiator;
     if (!identified) this.unidentified++;
     tp.reader = reader;
+    tp.waiting = false;
+    // A new carrier reads unless the core still holds the path (its queue is still over the limit).
+    cp.readPaused = false;
+    this.syncPause(cp, tp);
     let headerTimer: NodeJS.Timeout | null = null;
-    const { headerTimeoutMs } = this.host.options;
+    const { headerTimeoutMs, frameTimeoutMs } = this.host.options;
+    // The frame in progress (its header complete): its share of the partial-frame budget, which
+    // frame it is (frames handed up before it), and when its clock started (0: none running).
+    let charged = 0;
+    let chargedFrame = -1;
+    let frameStart = 0;
+    let frameTimer: NodeJS.Timeout | null = null;
+    let withdraw: (() => void) | null = null;
+    const stopFrame = (): void => {
+      frameStart = 0;
+      if (charged > 0) {
+        const n = charged;
+        charged = 0;
+        this.partial.give(n);
+      }
+    };
+    const armFrameTimer = (ms: number): void => {
+      if (frameTimer !== null) return;
+      frameTimer = setTimeout(() => {
+        frameTimer = null;
+        if (tp.sock !== sock || frameStart === 0) return;
+        // Our own pause stops the clock; onResume restarts it.
+        if (cp.readPaused) return;
+        const late = Date.now() - frameStart;
+        if (late < frameTimeoutMs) {
+          armFrameTimer(frameTimeoutMs - late);
+          return;
+        }
+        this.host.counters.add(RDS_CTR.recv_drop_frame_timeout);
+        this.host.reportProtocolError(cp, new Error(`frame payload not complete within ${frameTimeoutMs} ms`));
+        sock.resetAndDestroy();
+        cp.drop('frame timeout');
+      }, ms);
+      frameTimer.unref();
+    };
+    /** After each read: charge a frame that has just begun, or wait (not reading) for room. */
+    const trackFrame = (now: number): void => {
+      const len = reader.partialPayload;
+      if (len === 0) {
+        if (frameStart !== 0) stopFrame();
+        return;
+      }
+      if (frameStart !== 0 && chargedFrame === reader.frames) return; // the same frame, still coming
+      stopFrame();
+      chargedFrame = reader.frames;
+      const share = len > PartialFrameBudget.FREE_BYTES ? len : 0;
+      if (share === 0 || this.partial.tryTake(share)) {
+        charged = share;
+        frameStart = now;
+        armFrameTimer(frameTimeoutMs);
+        return;
+      }
+      this.host.counters.add(RDS_CTR.recv_pause_partial_limit);
+      tp.waiting = true;
+      this.syncPause(cp, tp);
+      withdraw = this.partial.wait(len, () => {
+        withdraw = null;
+        charged = len; // given back by the close handler if this carrier is already replaced
+        frameStart = Date.now();
+        if (tp.sock !== sock) return;
+        tp.waiting = false;
+        this.syncPause(cp, tp);
+      });
+    };
+    tp.onResume = () => {
+      if (tp.sock !== sock) return;
+      if (frameStart !== 0) {
+        frameStart = Date.now();
+        armFrameTimer(frameTimeoutMs);
+      }
+      checkHeader();
+    };
     // An accepted connection must send a complete frame in time, or it only holds a slot.
     const identifyTimer = identified ? null : setTimeout(() => {
       if (identified || tp.sock !== sock) return;
@@ -416,7 +537,30 @@ export class TcpTransport implements RdsTransport {
       if (!identified) this.unidentified--;
       if (headerTimer) clearTimeout(headerTimer);
       if (identifyTimer) clearTimeout(identifyTimer);
+      if (frameTimer) clearTimeout(frameTimer);
+      withdraw?.();
+      stopFrame();
+      if (tp.sock === sock) tp.onResume = null;
     });
+    // A peer that starts a header must finish it: one that sends half and stalls is dropped.
+    const checkHeader = (): void => {
+      if (reader.partialHeader && !cp.readPaused) {
+        if (headerTimer === null) {
+          headerTimer = setTimeout(() => {
+            headerTimer = null;
+            if (tp.sock !== sock || !reader.partialHeader || cp.readPaused) return;
+            this.host.counters.add(RDS_CTR.recv_drop_header_timeout);
+            this.host.reportProtocolError(cp, new Error(`no complete header within ${headerTimeoutMs} ms`));
+            sock.resetAndDestroy();
+            cp.drop('header timeout');
+          }, headerTimeoutMs);
+          headerTimer.unref();
+        }
+      } else if (headerTimer !== null) {
+        clearTimeout(headerTimer);
+        headerTimer = null;
+      }
+    };
     const received = (input: Buffer | number): void => {
       if (tp.sock !== sock) return;
       this.host.counters.add(RDS_CTR.tcp_data_ready_calls);
@@ -428,23 +572,9 @@ export class TcpTransport implements RdsTransport {
           identified = true;
           this.unidentified--;
         }
-        // A peer that starts a header must finish it: one that sends half and stalls is dropped.
-        if (reader.partialHeader) {
-          if (headerTimer === null) {
-            headerTimer = setTimeout(() => {
-              headerTimer = null;
-              if (tp.sock !== sock || !reader.partialHeader) return;
-              this.host.counters.add(RDS_CTR.recv_drop_header_timeout);
-              this.host.reportProtocolError(cp, new Error(`no complete header within ${headerTimeoutMs} ms`));
-              sock.resetAndDestroy();
-              cp.drop('header timeout');
-            }, headerTimeoutMs);
-            headerTimer.unref();
-          }
-        } else if (headerTimer !== null) {
-          clearTimeout(headerTimer);
-          headerTimer = null;
-        }
+        if (tp.sock !== sock) return; // a frame made the core drop the path
+        trackFrame(cp.lastRxAt);
+        checkHeader();
       } catch (e) {
         if (tp.sock !== sock) return;
         this.host.reportProtocolError(cp, e instanceof Error ? e : new Error(String(e)));
@@ -683,6 +813,9 @@ export class TcpTransport implements RdsTransport {
     return {
       localPort: sock.localPort, peerPort: sock.remotePort, bytesWritten: sock.bytesWritten,
       bytesRead: sock.bytesRead, writeQueued: sock.writableLength, hdrRemaining: hdrRem, dataRemaining: dataRem,
+      // Receive limits: the node has stopped reading this connection (queue limit, or waiting for
+      // room for its frame in maxPartialFrameBytes).
+      readPaused: cp.readPaused, waitingForFrameRoom: tp!.waiting,
     };
   }
 

@@ -50,6 +50,14 @@ export class FrameReader {
   private slabParse = 0;
   private slabFill = 0;
 
+  /**
+   * Set while the transport has stopped reading: readBuffer() then hands out what is left of the
+   * current slab instead of allocating one for the frame in progress (Node asks for the next
+   * buffer right after every read, paused or not), so a connection that waits holds no more
+   * than it has read.
+   */
+  holdGrowth = false;
+
   constructor(private readonly onFrame: FrameHandler, private readonly maxLen = RDS_MAX_MSG_SIZE) {}
 
   /** Bytes still missing from the frame in progress: [header bytes, payload bytes] (rds-info -T). */
@@ -72,6 +80,18 @@ export class FrameReader {
     return this.headerFill > 0 && this.payload === null;
   }
 
+  /**
+   * h_len of the frame in progress once its header is complete, 0 when there is none or only part
+   * of a header (checked after every read, so it allocates nothing).
+   */
+  get partialPayload(): number {
+    if (this.slab !== null) {
+      if (this.slabFill - this.slabParse < RDS_HEADER_SIZE) return 0;
+      return this.slab.readUInt32BE(this.slabParse + OFF_LEN);
+    }
+    return this.payload === null ? 0 : this.payload.length;
+  }
+
   /** True between frames: nothing partial is buffered. */
   get idle(): boolean {
     if (this.slab !== null) return this.slabFill === this.slabParse;
@@ -87,13 +107,18 @@ export class FrameReader {
     // After a violation the connection is being dropped; whatever still arrives is discarded.
     if (this.failed) return this.header;
     let slab = this.slab;
+    if (this.holdGrowth && slab !== null && slab.length > this.slabFill) {
+      return slab.subarray(this.slabFill, Math.min(slab.length, this.slabFill + READ_MAX));
+    }
     const have = this.slabFill - this.slabParse;
     // filled() has bounded h_len, so a frame in progress is at most maxLen + header bytes.
-    const need = have < RDS_HEADER_SIZE ? RDS_HEADER_SIZE : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
+    // While growth is held, only room for one more read: the frame gets its memory once it may.
+    const need = have < RDS_HEADER_SIZE ? RDS_HEADER_SIZE
+      : this.holdGrowth ? have + MIN_READ : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
     if (slab === null || slab.length - this.slabParse < need || slab.length - this.slabFill < MIN_READ) {
       // The first slab is one read's worth: a connection that only ever carries a few messages
       // holds no more than Node's own read buffer would; one that streams moves to full slabs.
-      const next = Buffer.allocUnsafe(Math.max(slab === null ? READ_MAX : READ_SLAB_SIZE, need));
+      const next = Buffer.allocUnsafe(this.holdGrowth ? need : Math.max(slab === null ? READ_MAX : READ_SLAB_SIZE, need));
       if (have > 0) slab!.copy(next, 0, this.slabParse, this.slabFill);
       this.slab = slab = next;
       this.slabParse = 0;

@@ -62,3 +62,52 @@ describe('TCP stream framing (spec §2.3)', () => {
     expect(n).toBe(1 << 20);
   });
 });
+
+describe('frame in progress (receive limits)', () => {
+  const big = frame(9, Buffer.alloc(300 * 1024, 0x42));
+
+  /** Feeds `bytes` through readBuffer()/filled() as a socket's onread would, up to `max` per read. */
+  function feed(r: InstanceType<typeof FrameReader>, bytes: Buffer, max = 1 << 30): void {
+    let off = 0;
+    while (off < bytes.length) {
+      const into = r.readBuffer();
+      const n = Math.min(into.length, max, bytes.length - off);
+      bytes.copy(into, 0, off, off + n);
+      r.filled(n);
+      off += n;
+    }
+  }
+
+  it('partialPayload is h_len once the header is complete, in both reading modes', () => {
+    for (const slab of [false, true]) {
+      const got: number[] = [];
+      const r = new FrameReader((_h, p) => got.push(p.length));
+      const put = (b: Buffer): void => (slab ? feed(r, b) : r.push(b));
+      put(big.subarray(0, 20));
+      expect(r.partialPayload).toBe(0); // only part of the header
+      put(big.subarray(20, 1000));
+      expect(r.partialPayload).toBe(300 * 1024);
+      put(big.subarray(1000));
+      expect(r.partialPayload).toBe(0);
+      expect(got).toEqual([300 * 1024]);
+    }
+  });
+
+  it('while growth is held, a frame in progress gets no memory of its own, and completes once released', () => {
+    const got: Buffer[] = [];
+    const r = new FrameReader((_h, p) => got.push(Buffer.from(p)));
+    // The first read fills the first (64 KiB) slab with the header and part of the payload.
+    feed(r, big.subarray(0, 64 * 1024));
+    r.holdGrowth = true;
+    const next = r.readBuffer();
+    // Room for one more read, not for the 300 KiB frame.
+    expect(next.buffer.byteLength).toBeLessThan(100 * 1024);
+    const n = Math.min(next.length, 4096);
+    big.copy(next, 0, 64 * 1024, 64 * 1024 + n);
+    r.filled(n);
+    r.holdGrowth = false;
+    feed(r, big.subarray(64 * 1024 + n), 64 * 1024);
+    expect(got.length).toBe(1);
+    expect(got[0]!.equals(big.subarray(48))).toBe(true);
+  });
+});
