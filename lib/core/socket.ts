@@ -37,8 +37,16 @@ export interface RdsSocketOptions {
 }
 
 export interface WaitOptions {
+  /**
+   * Abort the wait. recv() and messages() then throw the signal's reason (an AbortSignal.timeout()
+   * gives ETIMEDOUT); send() and flush() an RdsError named AbortError (ECANCELED), or ETIMEDOUT
+   * for an AbortSignal.timeout(). A signal already aborted rejects at once.
+   */
   signal?: AbortSignal;
-  /** Give up after this many milliseconds (ETIMEDOUT). */
+  /**
+   * Give up after this many milliseconds: ETIMEDOUT naming the call ("recv() timed out after
+   * 100 ms"). 0 to 2147483647 (what a timer takes); anything else is EINVAL.
+   */
   timeout?: number;
 }
 
@@ -294,7 +302,9 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   /**
    * sendmsg(2), non-blocking: queues the message and returns its length, or throws
-   * EAGAIN (send buffer full), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN, ...
+   * EAGAIN (send buffer full; the message names the destination holding most of the budget and
+   * how long it has been unreachable), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN
+   * (unbound, or bind() not finished), ... An IPv4-mapped destination is the IPv4 address.
    */
   sendmsg(data: RdsData, dest?: { address: string; port: number } | null, opts?: SendmsgOptions): number {
     return this.enqueue(data, dest, opts).len;
@@ -537,7 +547,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
   }
 
-  /** Resolves once every message this socket has queued is acknowledged or cancelled. */
+  /**
+   * Resolves once every message this socket has queued is acknowledged or cancelled (including by
+   * SO_SNDTIMEO). A signal already aborted rejects at once.
+   */
   async flush(opts: WaitOptions = {}): Promise<void> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
     while (this.pending.size > 0) {
@@ -645,7 +658,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return this.zcookies.splice(0, RDS_MAX_ZCOOKIES);
   }
 
-  /** recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first. */
+  /**
+   * recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first, with
+   * the signal's reason if it is aborted, with ETIMEDOUT after `timeout`.
+   */
   async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
     for (;;) {
