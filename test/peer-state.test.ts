@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
 import type { PeerEvent } from '../lib/core/peer-state.js';
 import { TEST_TCP_PORT, timeout, until } from './helpers.js';
@@ -249,6 +249,23 @@ describe('SO_SNDTIMEO', () => {
     const p4 = a.send(Buffer.from('x'), { address: far, port: 4000 }, { confirm: true }).catch((e: RdsError) => e.code);
     a.setsockopt(SOL_RDS, RDS_CANCEL_SENT_TO, { address: far, port: 4000 });
     expect(await p4).toBe('ECANCELED');
+  });
+
+  it('uses one timer per socket however many messages wait', async () => {
+    const { near, far } = addrs();
+    const A = stack();
+    const a = await bound(A, near);
+    a.setsockopt(SOL_SOCKET, constants.SO_SNDBUF, 1 << 20);
+    const T = 987_654;
+    const spy = vi.spyOn(globalThis, 'setTimeout');
+    try {
+      a.setsockopt(SOL_SOCKET, SO_SNDTIMEO, T);
+      for (let i = 0; i < 200; i++) a.sendmsg(Buffer.alloc(100), { address: far, port: 4000 + (i % 7) });
+      const ours = spy.mock.calls.filter(([, ms]) => typeof ms === 'number' && ms > T - 5000 && ms <= T);
+      expect(ours).toHaveLength(1);
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('set while messages wait: they count from the moment it was set', async () => {
