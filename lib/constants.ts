@@ -13,6 +13,13 @@ export const SO_TIMESTAMP = 29;
 export const SO_TIMESTAMP_OLD = 29;
 export const SO_TIMESTAMP_NEW = 63;
 export const SO_ZEROCOPY = 60;
+/**
+ * Send timeout (asm-generic SO_SNDTIMEO_OLD 21, SO_SNDTIMEO_NEW 67). rds-socket takes it in
+ * milliseconds, not a struct timeval: messages unacknowledged that long are given up (ETIMEDOUT).
+ */
+export const SO_SNDTIMEO = 21;
+export const SO_SNDTIMEO_OLD = 21;
+export const SO_SNDTIMEO_NEW = 67;
 
 // sendmsg(2) flags RDS accepts (anything else is EOPNOTSUPP)
 export const MSG_DONTWAIT = 0x40;

@@ -39,8 +39,20 @@ export function flowControlError(code: 'EAGAIN' | 'ENOBUFS', message: string): R
   }
 }
 
+/** Timeouts made by combineSignals: which signal is ours and its length, for the error message. */
+const ownTimeouts = new WeakMap<AbortSignal, { timer: AbortSignal; ms: number }>();
+
+/** The ETIMEDOUT of a call's own `timeout` option, or null if `signal` fired for another reason. */
+function ownTimeout(signal: AbortSignal, what: string): RdsError | null {
+  const own = ownTimeouts.get(signal);
+  if (own === undefined || !own.timer.aborted || signal.reason !== own.timer.reason) return null;
+  return new RdsError('ETIMEDOUT', `${what} timed out after ${own.ms} ms`, { cause: signal.reason });
+}
+
 /** The error a pending wait rejects with when its AbortSignal fires. */
 export function abortError(signal: AbortSignal, what: string): RdsError {
+  const own = ownTimeout(signal, what);
+  if (own !== null) return own;
   const reason = signal.reason as { name?: string } | undefined;
   if (reason && reason.name === 'TimeoutError') {
     return new RdsError('ETIMEDOUT', `${what} timed out (AbortSignal)`, { cause: reason });
@@ -51,12 +63,32 @@ export function abortError(signal: AbortSignal, what: string): RdsError {
   return err;
 }
 
+/**
+ * What recv() and messages() throw when their wait is aborted: the caller's signal's own reason,
+ * as their declarations promise. Timeouts stay ETIMEDOUT: the call's `timeout` option, and an
+ * AbortSignal.timeout() whose TimeoutError reason has always been reported as ETIMEDOUT.
+ */
+export function abortReason(signal: AbortSignal, what: string): unknown {
+  const own = ownTimeout(signal, what);
+  if (own !== null) return own;
+  const reason = signal.reason as { name?: string } | undefined;
+  if (reason === undefined || reason === null || reason.name === 'TimeoutError') return abortError(signal, what);
+  return reason;
+}
+
+/** The longest delay a Node.js timer takes (larger ones fire after 1 ms, with a warning). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** One signal for an optional AbortSignal and an optional timeout in ms. */
 export function combineSignals(signal: AbortSignal | undefined, timeoutMs: number | undefined): AbortSignal | undefined {
   if (timeoutMs === undefined) return signal;
-  if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0)) {
-    throw new RdsError('EINVAL', `timeout must be a number of milliseconds >= 0, got ${String(timeoutMs)}`);
+  if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0) || timeoutMs > MAX_TIMER_MS) {
+    throw new RdsError('EINVAL', `timeout must be a number of milliseconds from 0 to ${MAX_TIMER_MS}, got ${String(timeoutMs)}`);
   }
-  const t = AbortSignal.timeout(timeoutMs);
-  return signal === undefined ? t : AbortSignal.any([signal, t]);
+  // Timers take whole milliseconds: round a fraction up so the wait is never shorter than asked.
+  const ms = Math.ceil(timeoutMs);
+  const t = AbortSignal.timeout(ms);
+  const combined = signal === undefined ? t : AbortSignal.any([signal, t]);
+  ownTimeouts.set(combined, { timer: t, ms });
+  return combined;
 }

@@ -18,6 +18,7 @@ export type {
 export type { RdsTransport } from './core/transport.js';
 export type { RdsAddress } from './core/address.js';
 export type { ConnState } from './core/path.js';
+export type { PeerEvent, PeerInfo, PeerStateName } from './core/peer-state.js';
 export { RdsError, type RdsErrorCode } from './errors.js';
 export { RDS_COUNTER_NAMES, type RdsCounterName } from './core/stats.js';
 export { TcpTransport, type TcpTransportOptions } from './transports/tcp.js';

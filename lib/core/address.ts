@@ -12,11 +12,21 @@ export function canonicalAddress(a: string): string | null {
   const fam = isIP(a);
   if (fam === 4) return a.split('.').map((o) => String(Number(o))).join('.');
   if (fam === 6) {
+    let v6: string;
     try {
-      return new URL(`http://[${a}]/`).hostname.slice(1, -1);
+      v6 = new URL(`http://[${a}]/`).hostname.slice(1, -1);
     } catch {
       return null;
     }
+    // An IPv4-mapped address (::ffff:a.b.c.d) is that IPv4 address, as the kernel treats it
+    // (rds_bind, rds_sendmsg): otherwise a socket bound to one would never match traffic.
+    const m = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(v6);
+    if (m !== null) {
+      const hi = parseInt(m[1]!, 16);
+      const lo = parseInt(m[2]!, 16);
+      return `${hi >>> 8}.${hi & 0xff}.${lo >>> 8}.${lo & 0xff}`;
+    }
+    return v6;
   }
   return null;
 }
@@ -141,7 +151,9 @@ export function parseCidr(spec: string): (address: string) => boolean {
   if (canon === null) throw new RdsError('EINVAL', `"${spec}" is not an address or CIDR block`);
   const v4 = isIPv4(canon);
   const max = v4 ? 32 : 128;
-  const len = lenText === undefined ? max : Number(lenText);
+  let len = lenText === undefined ? max : Number(lenText);
+  // A mapped block (::ffff:10.0.0.0/104) counts its prefix over 128 bits; its IPv4 form over 32.
+  if (v4 && lenText !== undefined && !isIPv4(addr) && len >= 96) len -= 96;
   if (!Number.isInteger(len) || len < 0 || len > max) throw new RdsError('EINVAL', `bad prefix length in "${spec}"`);
   const bits = BigInt(len + (v4 ? 96 : 0));
   const mask = bits === 0n ? 0n : ((1n << bits) - 1n) << (128n - bits);

@@ -27,6 +27,8 @@ export class RdsOutgoing {
   cancelled = false;
   /** performance.now() of the first transmission (0 = not yet sent), for the latency histogram. */
   sentAt = 0;
+  /** performance.now() when queued, set only while the socket has SO_SNDTIMEO (its deadline's start). */
+  queuedAt = 0;
   /** Set by send({ confirm: true }): told when the peer has the message, or why it never will. */
   settle: ((err?: Error) => void) | null = null;
   /** Links in the owning socket's RdsSendList. */
@@ -165,6 +167,11 @@ export class RdsSendList {
     m.sockPrev = m.sockNext = null;
     m.sockLinked = false;
     this.size--;
+  }
+
+  /** The oldest message, or null; walk on through sockNext (without completing any meanwhile). */
+  get first(): RdsOutgoing | null {
+    return this.head;
   }
 
   /** A snapshot, oldest first, safe to walk while completing (and so removing) messages. */

@@ -4,9 +4,9 @@ import {
   POLLIN, POLLOUT, POLLRDNORM, POLLWRBAND, POLLWRNORM, RDS_CANCEL_SENT_TO, RDS_CONG_MONITOR, RDS_MAX_MSG_SIZE,
   RDS_RECVERR, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, RMEM_DEFAULT, SOCK_MIN_RCVBUF, SOCK_MIN_SNDBUF,
   SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_RDS_TRANSPORT, SO_SNDBUF, SO_TIMESTAMP, SO_TIMESTAMP_NEW, WMEM_DEFAULT,
-  MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, RDS_MAX_ZCOOKIES, SO_ZEROCOPY,
+  MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, RDS_MAX_ZCOOKIES, SO_ZEROCOPY, SO_SNDTIMEO, SO_SNDTIMEO_NEW,
 } from '../constants.js';
-import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
+import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
 import {
   checkedAddress, isHostLocalAddress, nonUnicastReason, parseEndpoint, validatePort, type RdsAddress,
 } from './address.js';
@@ -18,6 +18,9 @@ import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Rec
 import type { RdsTransport } from './transport.js';
 import { RDS_CTR } from './stats.js';
 import { RX_MSG_OVERHEAD } from './rx-limit.js';
+import type { PeerEvent, PeerState } from './peer-state.js';
+import { SendTimeout } from './send-timeout.js';
+import { budgetReport } from './send-report.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -26,11 +29,25 @@ export interface RdsSocketOptions {
   transport?: 'tcp' | 'ib';
   /** The node this socket belongs to; default RdsStack.default(). */
   stack?: RdsStack;
+  /**
+   * SO_SNDTIMEO in ms (0 = never, the default): messages unacknowledged this long are removed
+   * with every other message to the same destination port, as RDS_CANCEL_SENT_TO removes them;
+   * pending send() confirmations reject with ETIMEDOUT.
+   */
+  sendTimeout?: number;
 }
 
 export interface WaitOptions {
+  /**
+   * Abort the wait. recv() and messages() then throw the signal's reason (an AbortSignal.timeout()
+   * gives ETIMEDOUT); send() and flush() an RdsError named AbortError (ECANCELED), or ETIMEDOUT
+   * for an AbortSignal.timeout(). A signal already aborted rejects at once.
+   */
   signal?: AbortSignal;
-  /** Give up after this many milliseconds (ETIMEDOUT). */
+  /**
+   * Give up after this many milliseconds: ETIMEDOUT naming the call ("recv() timed out after
+   * 100 ms"). 0 to 2147483647 (what a timer takes); anything else is EINVAL.
+   */
   timeout?: number;
 }
 
@@ -65,6 +82,14 @@ export interface RdsSocketEvents {
   writable: () => void;
   close: () => void;
   error: (err: Error) => void;
+  /**
+   * A peer this socket has messages queued or unacknowledged to (or sends to later) has had no
+   * path UP for the stack's peerDownMs. The messages stay queued (RDS retries forever): cancel
+   * them with RDS_CANCEL_SENT_TO, or let SO_SNDTIMEO do it.
+   */
+  'peer-down': (ev: PeerEvent) => void;
+  /** A peer this socket was told was down (or has messages for) is reachable again. */
+  'peer-up': (ev: PeerEvent) => void;
 }
 
 const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_TRANS_IB };
@@ -111,6 +136,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   /** An address already known to be of the bound address's family. */
   private sameFamilyAs = '';
   private readonly pending = new RdsSendList();
+  /** SO_SNDTIMEO over `pending`. */
+  private readonly sendTimeout = new SendTimeout(this.pending, (n) => this.stack.counters.add(RDS_CTR.send_cancelled, n));
+  /** Reachability of lastConn's peer, read on every send (cheap) to report a peer already down. */
+  private lastPeer: PeerState | null = null;
+  /** Peers this socket reported 'peer-down' for and not yet 'peer-up'. */
+  private downPeers: Set<string> | null = null;
   private readonly waiters = new Set<Waiter>();
   private readableQueued = false;
 
@@ -125,6 +156,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       this.setTransport(t);
     }
     this.lastPollCongGen = this.stack.congGeneration;
+    if (opts.sendTimeout !== undefined) this.sendTimeout.set(intValue(opts.sendTimeout, 'sendTimeout'));
     this.stack.socketOpened();
   }
 
@@ -273,7 +305,9 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   /**
    * sendmsg(2), non-blocking: queues the message and returns its length, or throws
-   * EAGAIN (send buffer full), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN, ...
+   * EAGAIN (send buffer full; the message names the destination holding most of the budget and
+   * how long it has been unreachable), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN
+   * (unbound, or bind() not finished), ... An IPv4-mapped destination is the IPv4 address.
    */
   sendmsg(data: RdsData, dest?: { address: string; port: number } | null, opts?: SendmsgOptions): number {
     return this.enqueue(data, dest, opts).len;
@@ -290,7 +324,9 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       len = data.length;
     } else {
       const g = gather(data);
-      payload = g.parts.length === 1 ? g.parts[0]! : g.parts;
+      // Zero-copy keeps the caller's buffers but not their array: like the kernel's copy of the
+      // iovec, a copy made now, so reusing the array after the call cannot change the message.
+      payload = g.parts.length === 1 ? g.parts[0]! : zcopy ? g.parts.slice() : g.parts;
       len = g.len;
     }
     let address: string | null = null;
@@ -299,7 +335,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       address = this.destinationAddress(dest);
       port = validatePort((dest as { port?: unknown }).port, 'destination');
     }
-    if (this.bound === null) throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
+    if (this.bound === null) {
+      // ENOTCONN, as for a socket never bound (the kernel's rds_sendmsg answer to an unbound
+      // socket): until bind() resolves the socket has no address to send from.
+      if (this.binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
+      throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
+    }
     if (address === null) {
       if (this.peer === null) throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
       ({ address, port } = this.peer);
@@ -317,6 +358,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (conn === null || conn.faddr !== address) {
       conn = this.stack.connForSend(this.bound.address, address, this.transport!);
       this.lastConn = conn;
+      this.lastPeer = this.stack.peerEntry(address);
     }
     if (conn.peerCong.test(port)) {
       this.stack.counters.add(RDS_CTR.cong_send_error);
@@ -329,7 +371,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (this.sndBytes >= this.sndbuf) {
       this.full = true;
       this.stack.counters.add(RDS_CTR.send_queue_full);
-      throw flowControlError('EAGAIN', `send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged); wait for 'writable' or use send()`);
+      throw this.sendBufferFull();
     }
     const path = conn.pathFor(this.bound.port);
     const msg = zcopy
@@ -337,7 +379,59 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       : path.queue(payload, len, this.bound.port, port, this);
     this.sndBytes += len;
     this.pending.add(msg);
+    if (this.sendTimeout.ms > 0) this.sendTimeout.queued(msg);
+    if (this.lastPeer!.state !== 'up') this.sendingToUnreachable(address);
     return msg;
+  }
+
+  /**
+   * EAGAIN, saying who holds the budget. Non-blocking senders get it at message rates and mostly
+   * test only `code`: the report walks the send list, so it is made when the message is first
+   * read, not when the error is thrown.
+   */
+  private sendBufferFull(): RdsError {
+    const head = `EAGAIN: send buffer full (${this.sndBytes} of ${this.sndbuf} bytes unacknowledged)`;
+    const err = flowControlError('EAGAIN', '');
+    let text: string | null = null;
+    Object.defineProperty(err, 'message', {
+      configurable: true, enumerable: false,
+      get: () => (text ??= `${head}: ${budgetReport(this.pending, (a) => this.stack.peerUnreachableMs(a))}`),
+      set: (v: string) => { text = v; },
+    });
+    return err;
+  }
+
+  /** A message was queued to a peer that is not up: if it is already down, this socket hears of it too. */
+  private sendingToUnreachable(address: string): void {
+    let peer = this.lastPeer!;
+    if (peer.forgotten) peer = this.lastPeer = this.stack.peerEntry(address);
+    if (peer.state !== 'down' || this.downPeers?.has(address)) return;
+    (this.downPeers ??= new Set()).add(address);
+    const ev: PeerEvent = { address, unreachableMs: peer.unreachableMs(), unreachableSince: peer.since };
+    // Not from inside sendmsg(): a listener may send again.
+    defer(() => {
+      if (!this.closed) this.emit('peer-down', ev);
+    });
+  }
+
+  /** Whether a message to `address` is queued or unacknowledged. */
+  private hasTrafficTo(address: string): boolean {
+    for (let m = this.pending.first; m !== null; m = m.sockNext) if (m.daddr === address) return true;
+    return false;
+  }
+
+  /** BoundSocket: the stack declared a peer down. */
+  peerDown(ev: PeerEvent): void {
+    if (this.closed || this.downPeers?.has(ev.address) || !this.hasTrafficTo(ev.address)) return;
+    (this.downPeers ??= new Set()).add(ev.address);
+    this.emit('peer-down', ev);
+  }
+
+  /** BoundSocket: a peer that was down has a path UP again. */
+  peerUp(ev: PeerEvent): void {
+    if (this.closed) return;
+    const told = this.downPeers?.delete(ev.address) === true;
+    if (told || this.hasTrafficTo(ev.address)) this.emit('peer-up', ev);
   }
 
   /** sendmsg flags and the zero-copy cookie, checked as rds_sendmsg checks them; true for zero-copy. */
@@ -456,7 +550,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
   }
 
-  /** Resolves once every message this socket has queued is acknowledged or cancelled. */
+  /**
+   * Resolves once every message this socket has queued is acknowledged or cancelled (including by
+   * SO_SNDTIMEO). A signal already aborted rejects at once.
+   */
   async flush(opts: WaitOptions = {}): Promise<void> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
     while (this.pending.size > 0) {
@@ -576,14 +673,17 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return this.zcookies.splice(0, RDS_MAX_ZCOOKIES);
   }
 
-  /** recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first. */
+  /**
+   * recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first, with
+   * the signal's reason if it is aborted, with ETIMEDOUT after `timeout`.
+   */
   async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
     for (;;) {
-      if (signal?.aborted) throw abortError(signal, 'recv()');
+      if (signal?.aborted) throw abortReason(signal, 'recv()');
       const m = this.recvmsg();
       if (m !== null) return m;
-      await this.waitFor('data', signal, 'recv()');
+      await this.waitFor('data', signal, 'recv()', abortReason);
     }
   }
 
@@ -609,14 +709,20 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   // ---- waiting ----
 
-  private waitFor(what: 'data' | 'room' | 'cong' | 'flush', signal: AbortSignal | undefined, op: string): Promise<void> {
+  private waitFor(what: 'data' | 'room' | 'cong' | 'flush', signal: AbortSignal | undefined, op: string,
+    reasonOf: (signal: AbortSignal, op: string) => unknown = abortError): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       if (this.closed) {
         reject(new RdsError('EBADF', `${op} interrupted: the socket was closed`));
         return;
       }
+      // An 'abort' listener added to a signal that already fired is never called.
+      if (signal?.aborted) {
+        reject(reasonOf(signal, op));
+        return;
+      }
       let settled = false;
-      const finish = (err?: Error): void => {
+      const finish = (err?: unknown): void => {
         if (settled) return;
         settled = true;
         this.waiters.delete(w);
@@ -628,7 +734,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       const w: Waiter = {
         wake: () => finish(this.closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : undefined),
       };
-      const onAbort = (): void => finish(abortError(signal!, op));
+      const onAbort = (): void => finish(reasonOf(signal!, op) as Error);
       this.waiters.add(w);
       if (what === 'cong') this.stack.addCongWaiter(w.wake);
       signal?.addEventListener('abort', onAbort, { once: true });
@@ -687,8 +793,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
           this.zerocopy = v === 1;
           return;
         }
+        case SO_SNDTIMEO:
+        case SO_SNDTIMEO_NEW:
+          this.sendTimeout.set(intValue(value, 'SO_SNDTIMEO'));
+          return;
         default:
-          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY)`);
+          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY, SO_SNDTIMEO)`);
       }
     }
     if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}; use SOL_RDS (276) or SOL_SOCKET (1)`);
@@ -730,6 +840,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         case SO_TIMESTAMP:
         case SO_TIMESTAMP_NEW: return this.timestamps ? 1 : 0;
         case SO_ZEROCOPY: return this.zerocopy ? 1 : 0;
+        case SO_SNDTIMEO:
+        case SO_SNDTIMEO_NEW: return this.sendTimeout.ms;
         default: throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname}`);
       }
     }
@@ -765,6 +877,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.rcvBytes = 0;
     this.rxCharge(-this.rxMem);
     this.zcookies = [];
+    this.sendTimeout.stop();
+    this.downPeers = null;
     for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
     this.wakeAll();
     this.stack.socketClosed();

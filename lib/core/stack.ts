@@ -11,8 +11,10 @@ import { CongMap } from './cong-map.js';
 import { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
+import { defer } from './defer.js';
 import { ControlEndpoint } from './control.js';
 import { parseCidr } from './address.js';
+import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer-state.js';
 import { RdsStats, type RdsCounterName, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
 import { RxLimiter } from './rx-limit.js';
@@ -104,6 +106,13 @@ export interface RdsStackOptions {
    * back. Infinity disables failover. Never used with kernel peers. Default 2000.
    */
   failoverGraceMs?: number;
+  /**
+   * A peer none of whose paths has been UP for this long (ms) is down: 'peer-down' on the stack
+   * and on every socket with messages queued or unacknowledged to it, 'peer-up' when a path
+   * comes back. Counted from the last path leaving UP, or from the first attempt to reach a peer
+   * never reached. Infinity: never. Messages are kept either way (see SO_SNDTIMEO). Default 5000.
+   */
+  peerDownMs?: number;
 }
 
 export interface ResolvedStackOptions {
@@ -128,6 +137,7 @@ export interface ResolvedStackOptions {
   maxRecvQueueBytes: number;
   maxOwnQueued: number;
   failoverGraceMs: number;
+  peerDownMs: number;
 }
 
 function positiveInt(v: unknown, name: string, dflt: number, min = 1): number {
@@ -193,6 +203,9 @@ export interface BoundSocket {
   /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over `factor` x SO_RCVBUF. */
   rxOverLimit?(factor: number): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
+  /** A peer was declared down or came back (the socket decides whether it has traffic for it). */
+  peerDown?(ev: PeerEvent): void;
+  peerUp?(ev: PeerEvent): void;
   close(): Promise<void>;
 }
 
@@ -249,6 +262,10 @@ export interface RdsStackEvents {
   failover: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; to: number; moved: number }) => void;
   /** A connection was dropped because the peer broke the protocol (already counted). */
   'protocol-error': (ev: { localAddress: string; peerAddress: string; transport: string; path: number; error: Error }) => void;
+  /** No path to a peer has been UP for peerDownMs: `unreachableMs` says for how long. */
+  'peer-down': (ev: PeerEvent) => void;
+  /** A path to a peer that was down is UP again; `unreachableMs`: how long it was unreachable. */
+  'peer-up': (ev: PeerEvent) => void;
   /** An asynchronous failure with no call to report it to (a listener died, ...). */
   error: (err: Error) => void;
 }
@@ -292,6 +309,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   congGeneration = 0;
   closing = false;
   referenced = false;
+  /** Reachability per peer address, fed by pathStateChanged (see peer-state.ts). */
+  private readonly peerTable: PeerTable;
   /** The allowlist (allowPeers); everyone by default. */
   peerAllowed: (address: string) => boolean = () => true;
 
@@ -336,8 +355,16 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       maxRecvQueueBytes: positiveInt(opts.maxRecvQueueBytes, 'maxRecvQueueBytes', 256 << 20),
       maxOwnQueued: positiveInt(opts.maxOwnQueued, 'maxOwnQueued', 256),
       failoverGraceMs: opts.failoverGraceMs === Infinity ? Infinity : positiveInt(opts.failoverGraceMs, 'failoverGraceMs', 2000, 0),
+      peerDownMs: opts.peerDownMs === Infinity ? Infinity : positiveInt(opts.peerDownMs, 'peerDownMs', 5000, 0),
     };
     this.rxLimit = new RxLimiter(this.options.maxRecvQueueBytes, this.options.recvHardLimitFactor, this.counters);
+    if (this.options.peerDownMs > 2 ** 31 - 1 && Number.isFinite(this.options.peerDownMs)) {
+      throw new RdsError('EINVAL', `peerDownMs must be at most ${2 ** 31 - 1} ms (a timer's limit) or Infinity, got ${this.options.peerDownMs}`);
+    }
+    this.peerTable = new PeerTable(this.options.peerDownMs, {
+      peerDown: (ev) => this.peerWentDown(ev),
+      peerUp: (ev) => this.peerCameUp(ev),
+    });
     if (opts.allowPeers !== undefined) {
       if (!Array.isArray(opts.allowPeers)) throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
@@ -612,6 +639,61 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name,
       path: cp.index, from, to,
     });
+    this.peerTable.pathChanged(cp.conn.faddr, from, to);
+  }
+
+  // ---- peer reachability (peer-state.ts) ----
+
+  /** A socket is about to send to `address`: its reachability entry (made if new). */
+  peerEntry(address: string): PeerState {
+    return this.peerTable.entry(address);
+  }
+
+  /** How long `address` has had no path UP (0 if it has one, or is unknown). */
+  peerUnreachableMs(address: string): number {
+    return this.peerTable.get(address)?.unreachableMs() ?? 0;
+  }
+
+  /** Every peer this node has tried to reach or heard from, with its reachability and queue. */
+  peers(): PeerInfo[] {
+    const queued = new Map<string, { messages: number; bytes: number }>();
+    for (const c of this.conns.values()) {
+      let q = queued.get(c.faddr);
+      if (q === undefined) queued.set(c.faddr, (q = { messages: 0, bytes: 0 }));
+      for (const p of c.paths) {
+        for (const list of [p.sendQueue, p.retrans]) {
+          for (const m of list) {
+            if (m.done || m.owner === null) continue;
+            q.messages++;
+            q.bytes += m.len;
+          }
+        }
+      }
+    }
+    const now = Date.now();
+    return this.peerTable.list().map((p) => ({
+      address: p.address, state: p.state, since: p.since, unreachableMs: p.unreachableMs(now), pathsUp: p.pathsUp,
+      queuedMessages: queued.get(p.address)?.messages ?? 0, queuedBytes: queued.get(p.address)?.bytes ?? 0,
+    })).sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+  }
+
+  private peerWentDown(ev: PeerEvent): void {
+    this.emit('peer-down', ev);
+    for (const s of this.sockets()) s.peerDown?.(ev);
+    // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
+    let referenced = false;
+    for (const c of this.conns.values()) if (c.faddr === ev.address) referenced = true;
+    if (!referenced) this.peerTable.forget(ev.address);
+  }
+
+  private peerCameUp(ev: PeerEvent): void {
+    // Reported after the transition that caused it has finished (it happens inside a path's
+    // state change): listeners may send, close or reconnect without re-entering it.
+    defer(() => {
+      if (this.closing) return;
+      this.emit('peer-up', ev);
+      for (const s of this.sockets()) s.peerUp?.(ev);
+    });
   }
 
   /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). */
@@ -722,6 +804,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    this.peerTable.close();
     await Promise.all(this.sockets().map((s) => s.close()));
     this.rxLimit.clear();
     // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
