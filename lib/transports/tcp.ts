@@ -30,6 +30,12 @@ interface TcpPath {
   flushed: number;
   /** Messages on this carrier waiting for TCP's acknowledgement: stream offset of their last byte. */
   track: Fifo<{ end: number; seq: number }>;
+  /**
+   * -1 until the peer's first frame arrived on this carrier, then `wrote` at that moment. A peer
+   * that releases on TCP acknowledgement (a kernel) has that acknowledgement count only once it
+   * covers a byte written after this point: see releaseAcked.
+   */
+  provenAt: number;
   outqTimer: NodeJS.Timeout | null;
   outqDelay: number;
   /**
@@ -52,7 +58,7 @@ const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
   if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false } satisfies TcpPath;
+    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), provenAt: -1, outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false } satisfies TcpPath;
   }
   return cp.tdata as TcpPath;
 }
@@ -395,6 +401,7 @@ export class TcpTransport implements RdsTransport {
     tp.inBatch = tp.corked = false;
     tp.wrote = 0;
     tp.flushed = 0;
+    tp.provenAt = -1;
     tp.track.drain();
     this.carriers++;
     // An accepted carrier counts as unidentified until its first complete frame.
@@ -428,6 +435,7 @@ export class TcpTransport implements RdsTransport {
           identified = true;
           this.unidentified--;
         }
+        if (tp.provenAt < 0 && reader.frames > 0 && tp.sock === sock) this.carrierProven(cp, tp);
         // A peer that starts a header must finish it: one that sends half and stalls is dropped.
         if (reader.partialHeader) {
           if (headerTimer === null) {
@@ -603,7 +611,9 @@ export class TcpTransport implements RdsTransport {
     this.corkBatch(tp);
     this.writeRun(tp);
     tp.wrote += frame.length;
-    if (!sock.write(frame)) {
+    const end = tp.wrote;
+    // Its write completing counts for releaseAcked too: it may be the byte that follows a proof.
+    if (!sock.write(frame, (err) => { if (!err && !cp.conn.ackMode) this.flushedTo(cp, tp, sock, end); })) {
       this.host.counters.add(RDS_CTR.tcp_sndbuf_full);
       return false;
     }
@@ -632,9 +642,29 @@ export class TcpTransport implements RdsTransport {
   }
 
   /**
+   * The peer's first frame (a kernel's congestion map) arrived on this carrier: the peer has taken
+   * it as a path. Messages already written wait until TCP acknowledges a byte written from now on
+   * (releaseAcked), so unless more is on its way a congestion map update follows.
+   */
+  private carrierProven(cp: RdsConnPath, tp: TcpPath): void {
+    tp.provenAt = tp.wrote;
+    if (tp.track.length === 0 || cp.conn.ackMode) return;
+    if (cp.sendQueue.length === 0) cp.queueCongUpdate();
+    this.releaseAcked(cp);
+  }
+
+  /**
    * Frees messages whose last byte TCP has acknowledged: bytes handed to the kernel minus those
    * it still holds unacknowledged (SIOCOUTQ). Without the native addon, handing the bytes to the
    * kernel is the best Node can see, and counts.
+   *
+   * Only on a proven carrier, and only once the acknowledgement covers a byte written after the
+   * proof. A 6.1 kernel's TCP acknowledges what arrives on a connection it has not accepted yet
+   * (spec §3.5-3.6); if its RDS then refuses the connection (the path is still shutting down the
+   * previous one) it resets it unread, and if it takes it, it reads what had queued only when its
+   * receive worker or the next segment comes. Its first frame shows it took the connection; a
+   * segment that arrives after that is read at once, with everything queued before it. Until
+   * then, acknowledged messages stay in the retransmit queue and are resent if the carrier dies.
    */
   private releaseAcked(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
@@ -644,6 +674,7 @@ export class TcpTransport implements RdsTransport {
       tp.track.drain();
       return;
     }
+    if (tp.provenAt < 0) return; // carrierProven() calls again
     if (cp.conn.releaseOnTransportAck) {
       let acked = tp.flushed;
       const n = native();
@@ -656,6 +687,7 @@ export class TcpTransport implements RdsTransport {
         }
       }
       let seq = -1;
+      if (acked <= tp.provenAt) acked = 0;
       for (let h = tp.track.peek(); h !== undefined && h.end <= acked; h = tp.track.peek()) {
         seq = h.seq;
         tp.track.shift();
