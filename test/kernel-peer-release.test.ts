@@ -99,6 +99,30 @@ describe('kernel peers: release on TCP acknowledgement only on a carrier the ker
   });
 });
 
+describe('kernel peers: a connection our TCP has acknowledged data on is never reset unread', () => {
+  it('rds-socket accepting: a new connection while the old one still looks alive (its RST was lost) replaces it', async () => {
+    const { stack, sock } = await node('127.217.4.2');
+    const c0 = await rawConnect('127.217.4.1', '127.217.4.2', P);
+    cleanups.push(() => c0.sock.destroy());
+    kernelMap(c0);
+    c0.send({ sequence: 1, sport: 5000, dport: 4000 }, Buffer.from([0]));
+    expect((await sock.recv({ timeout: 10_000 })).data).toEqual(Buffer.from([0]));
+    expect(stack.connections()[0]!.paths[0]!.state).toBe('UP');
+    // The kernel gave up c0 (we never heard), connected again and sent at once: our TCP
+    // acknowledges these bytes whatever we do next, and the kernel then releases the messages.
+    const c1 = await rawConnect('127.217.4.1', '127.217.4.2', P);
+    cleanups.push(() => c1.sock.destroy());
+    kernelMap(c1);
+    c1.send({ sequence: 2, sport: 5000, dport: 4000 }, Buffer.from([1]));
+    c1.send({ sequence: 3, sport: 5000, dport: 4000 }, Buffer.from([2]));
+    expect((await sock.recv({ timeout: 10_000 })).data).toEqual(Buffer.from([1]));
+    expect((await sock.recv({ timeout: 10_000 })).data).toEqual(Buffer.from([2]));
+    await c0.waitClosed();
+    expect(c1.closed).toBe(false);
+    expect(stack.counters.get('tcp_accept_no_free_path')).toBe(0);
+  });
+});
+
 describe('reconnect backoff', () => {
   /** A peer at `address` that accepts RDS/TCP connections and handles each with `onConn`. */
   async function tcpPeer(address: string, onConn: (s: Socket, n: number) => void): Promise<{ accepts: number[] }> {

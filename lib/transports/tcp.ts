@@ -376,9 +376,15 @@ export class TcpTransport implements RdsTransport {
   /**
    * Which path an accepted connection serves. With SPORT_IDX: source port % npaths, the same path
    * after every reconnect, replacing a carrier still there (a duel). Otherwise, as kernels up to
-   * 6.19: the first path in [0, max(1, npaths)) without a live carrier, or none (the connection is
-   * reset and the initiator retries). A lane connection that arrives before the path count is
-   * known is therefore refused, never mistaken for path 0.
+   * 6.19: the first path in [0, max(1, npaths)) without a live carrier.
+   *
+   * With one path that is up, a new connection replaces its carrier: the peer connects only once
+   * it has given up the previous connection (whose FIN or RST may have been lost), and the new
+   * one may already hold data our TCP has acknowledged, which a kernel sender has released
+   * (spec §2.4): resetting it would lose those messages. Only a connection from a source port
+   * that names another lane (SPORT_IDX peers) is refused: a lane that arrives before the path
+   * count is known is never mistaken for path 0. With several paths and no free one, the
+   * connection is reset and the initiator retries.
    */
   private pathForAccepted(conn: RdsConnection, srcPort: number): RdsConnPath | null {
     const n = conn.npaths;
@@ -387,6 +393,7 @@ export class TcpTransport implements RdsTransport {
       const p = conn.paths[i]!;
       if (p.state !== RDS_CONN_UP) return p;
     }
+    if (n <= 1 && (!conn.peerSportIdx || srcPort % 8 === 0)) return conn.paths[0]!;
     return null;
   }
 
