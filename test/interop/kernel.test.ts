@@ -192,8 +192,10 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     const r = await rx;
     expect(r.code, r.out).toBe(0);
     expect(r.lines[0]).toMatchObject({ from: LARGE, port: 5000, len: 20 });
-    expect(stack.counters.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
     const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
+    // We poked: either the poke reached ESTABLISHED here (conn_poke_sent), or the kernel's reset
+    // of it arrived before our connect completed, which counts as a failed connect of path 0.
+    expect(stack.counters.get('conn_poke_sent') + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(1);
     expect(c.initiator).toBe(false);
     expect(c.paths[0]!.state).toBe('UP');
   });
@@ -469,7 +471,8 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
       const mesh = guest(`MESH_IDLE_S=60 timeout 270 python3 ${PEER} mesh ${KERNEL} ${N} ${MAX} ${SEED} ${spec}`);
       for (let i = 0; i < 3000 && !existsSync(`${INST}/ready.mesh`); i++) await new Promise((r) => setTimeout(r, 20));
       expect(existsSync(`${INST}/ready.mesh`), 'guest mesh never became ready').toBe(true);
-      // Connections reset from the guest every KILL_EVERY_S while traffic flows (both address orders).
+      // Connections reset from the guest while traffic flows (both address orders): a pause of
+      // KILL_EVERY_S, then ss -K, which itself takes seconds under emulation.
       const kills = guest(`i=0; while [ ! -e /rdsinst/kills.stop ] && [ $i -lt 300 ]; do sleep ${KILL_EVERY_S}; ss -K '( dst ${SMALL} or dst ${LARGE} )' >/dev/null; i=$((i+1)); done; echo "{\\"killed\\":$i}"`);
       const senders = pairs.filter((p) => p.toKernel).map(async (p) => {
         const s = socks.get(p.port)!;
