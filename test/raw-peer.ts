@@ -34,7 +34,7 @@ export class RawConn {
    * `kernelLike`: answer multipath probes as a 6.1 kernel does (probe pong with NPATHS=8 and no
    * rds-socket capabilities), so the peer knows it talks to a kernel.
    */
-  constructor(readonly sock: Socket, readonly kernelLike = true) {
+  constructor(readonly sock: Socket, public kernelLike = true) {
     const r = new wire.FrameReader((h, p) => {
       const f = { header: wire.decodeHeader(h), payload: p };
       if (this.kernelLike && f.header.sport === 1 && f.header.dport === 0) {

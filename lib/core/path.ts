@@ -12,6 +12,9 @@ import { OwnAccount } from './own-budget.js';
 import type { RdsConnection } from './connection.js';
 import { RDS_CTR } from './stats.js';
 
+/** A carrier that stayed up this long counts as established: its death resets the reconnect backoff. */
+const RECONNECT_STABLE_MS = 1000;
+
 export type ConnState = 'DOWN' | 'CONNECTING' | 'DISCONNECTING' | 'UP' | 'RESETTING' | 'ERROR';
 export const CONN_STATE_NAMES: readonly ConnState[] = ['DOWN', 'CONNECTING', 'DISCONNECTING', 'UP', 'RESETTING', 'ERROR'];
 
@@ -78,6 +81,8 @@ export class RdsConnPath {
   private failoverTimer: NodeJS.Timeout | null = null;
 
   private backoffMs = 0;
+  /** When the current carrier came up; see queueReconnect. */
+  private upAt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   private pumpQueued = false;
   private pumping = false;
@@ -141,7 +146,8 @@ export class RdsConnPath {
     }
     this.clearReconnect();
     this.clearFailover();
-    this.backoffMs = 0;
+    // The backoff is not reset here but when this carrier dies, if it lived long enough (drop).
+    this.upAt = Date.now();
     this.blocked = false;
     this.ackInFlight = false;
     this.congPending = true;
@@ -196,21 +202,27 @@ export class RdsConnPath {
     this.ackInFlight = false;
     this.setState(RDS_CONN_DOWN);
     if (this.sendQueue.length > 0) this.armFailover();
-    this.queueReconnect(wasUp);
+    this.queueReconnect(wasUp && Date.now() - this.upAt >= Math.min(RECONNECT_STABLE_MS, this.stack.options.reconnectMaxDelayMs));
   }
 
   /**
    * rds_queue_reconnect: only the initiating side reconnects, at once after a path that was UP and
    * then with random exponential backoff. A side that waits to be connected still pokes the peer
    * (path 0 only) while it has something to send, spaced by the same backoff.
+   *
+   * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
+   * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
+   * (`stableUp`): a peer that accepts and then resets at once (a 6.1 kernel still shutting down the
+   * previous connection, a lossy link) would otherwise get a new connection immediately after
+   * each reset, dozens a second, each resending the whole retransmit queue.
    */
-  private queueReconnect(wasUp: boolean): void {
+  private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing) return;
     const initiates = this.conn.transport.initiates(this);
     if (!initiates && !(this.index === 0 && this.sendQueue.length > 0)) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
-    if (wasUp || this.backoffMs === 0) {
+    if (stableUp || this.backoffMs === 0) {
       delay = 0;
       this.backoffMs = min;
     } else {

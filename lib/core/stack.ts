@@ -25,7 +25,10 @@ export interface RdsStackOptions {
   tcpPort?: number;
   /** net.rds.reconnect_min_delay_ms: first backoff step. Default 1. */
   reconnectMinDelayMs?: number;
-  /** net.rds.reconnect_max_delay_ms: backoff cap. Default 1000. */
+  /**
+   * net.rds.reconnect_max_delay_ms: backoff cap. Default 1000. The backoff resets when a
+   * connection that stayed up at least min(1000, this) ms dies (the kernel resets it on every UP).
+   */
   reconnectMaxDelayMs?: number;
   /** net.rds.ping_enable: answer pings and multipath probes. Default true. */
   pingEnable?: boolean;

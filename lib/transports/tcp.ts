@@ -31,6 +31,12 @@ interface TcpPath {
   flushed: number;
   /** Messages on this carrier waiting for TCP's acknowledgement: stream offset of their last byte. */
   track: Fifo<{ end: number; seq: number }>;
+  /**
+   * -1 until the peer's first frame arrived on this carrier, then `wrote` at that moment. A peer
+   * that releases on TCP acknowledgement (a kernel) has that acknowledgement count only once it
+   * covers a byte written after this point: see releaseAcked.
+   */
+  provenAt: number;
   outqTimer: NodeJS.Timeout | null;
   outqDelay: number;
   /**
@@ -59,7 +65,7 @@ const CLOSE_LINGER_MS = 2000;
 
 function tcpPath(cp: RdsConnPath): TcpPath {
   if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false, held: false, waiting: false, onResume: null } satisfies TcpPath;
+    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), provenAt: -1, outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false, held: false, waiting: false, onResume: null } satisfies TcpPath;
   }
   return cp.tdata as TcpPath;
 }
@@ -416,9 +422,15 @@ export class TcpTransport implements RdsTransport {
   /**
    * Which path an accepted connection serves. With SPORT_IDX: source port % npaths, the same path
    * after every reconnect, replacing a carrier still there (a duel). Otherwise, as kernels up to
-   * 6.19: the first path in [0, max(1, npaths)) without a live carrier, or none (the connection is
-   * reset and the initiator retries). A lane connection that arrives before the path count is
-   * known is therefore refused, never mistaken for path 0.
+   * 6.19: the first path in [0, max(1, npaths)) without a live carrier.
+   *
+   * With one path that is up, a new connection replaces its carrier: the peer connects only once
+   * it has given up the previous connection (whose FIN or RST may have been lost), and the new
+   * one may already hold data our TCP has acknowledged, which a kernel sender has released
+   * (spec §2.4): resetting it would lose those messages. Only a connection from a source port
+   * that names another lane (SPORT_IDX peers) is refused: a lane that arrives before the path
+   * count is known is never mistaken for path 0. With several paths and no free one, the
+   * connection is reset and the initiator retries.
    */
   private pathForAccepted(conn: RdsConnection, srcPort: number): RdsConnPath | null {
     const n = conn.npaths;
@@ -427,6 +439,7 @@ export class TcpTransport implements RdsTransport {
       const p = conn.paths[i]!;
       if (p.state !== RDS_CONN_UP) return p;
     }
+    if (n <= 1 && (!conn.peerSportIdx || srcPort % 8 === 0)) return conn.paths[0]!;
     return null;
   }
 
@@ -441,6 +454,7 @@ export class TcpTransport implements RdsTransport {
     tp.inBatch = tp.corked = false;
     tp.wrote = 0;
     tp.flushed = 0;
+    tp.provenAt = -1;
     tp.track.drain();
     this.carriers++;
     // An accepted carrier counts as unidentified until its first complete frame.
@@ -573,6 +587,7 @@ export class TcpTransport implements RdsTransport {
           this.unidentified--;
         }
         if (tp.sock !== sock) return; // a frame made the core drop the path
+        if (tp.provenAt < 0 && reader.frames > 0) this.carrierProven(cp, tp);
         trackFrame(cp.lastRxAt);
         checkHeader();
       } catch (e) {
@@ -733,7 +748,9 @@ export class TcpTransport implements RdsTransport {
     this.corkBatch(tp);
     this.writeRun(tp);
     tp.wrote += frame.length;
-    if (!sock.write(frame)) {
+    const end = tp.wrote;
+    // Its write completing counts for releaseAcked too: it may be the byte that follows a proof.
+    if (!sock.write(frame, (err) => { if (!err && !cp.conn.ackMode) this.flushedTo(cp, tp, sock, end); })) {
       this.host.counters.add(RDS_CTR.tcp_sndbuf_full);
       return false;
     }
@@ -762,9 +779,29 @@ export class TcpTransport implements RdsTransport {
   }
 
   /**
+   * The peer's first frame (a kernel's congestion map) arrived on this carrier: the peer has taken
+   * it as a path. Messages already written wait until TCP acknowledges a byte written from now on
+   * (releaseAcked), so unless more is on its way a congestion map update follows.
+   */
+  private carrierProven(cp: RdsConnPath, tp: TcpPath): void {
+    tp.provenAt = tp.wrote;
+    if (tp.track.length === 0 || cp.conn.ackMode) return;
+    if (cp.sendQueue.length === 0) cp.queueCongUpdate();
+    this.releaseAcked(cp);
+  }
+
+  /**
    * Frees messages whose last byte TCP has acknowledged: bytes handed to the kernel minus those
    * it still holds unacknowledged (SIOCOUTQ). Without the native addon, handing the bytes to the
    * kernel is the best Node can see, and counts.
+   *
+   * Only on a proven carrier, and only once the acknowledgement covers a byte written after the
+   * proof. A 6.1 kernel's TCP acknowledges what arrives on a connection it has not accepted yet
+   * (spec §3.5-3.6); if its RDS then refuses the connection (the path is still shutting down the
+   * previous one) it resets it unread, and if it takes it, it reads what had queued only when its
+   * receive worker or the next segment comes. Its first frame shows it took the connection; a
+   * segment that arrives after that is read at once, with everything queued before it. Until
+   * then, acknowledged messages stay in the retransmit queue and are resent if the carrier dies.
    */
   private releaseAcked(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
@@ -774,6 +811,7 @@ export class TcpTransport implements RdsTransport {
       tp.track.drain();
       return;
     }
+    if (tp.provenAt < 0) return; // carrierProven() calls again
     if (cp.conn.releaseOnTransportAck) {
       let acked = tp.flushed;
       const n = native();
@@ -786,6 +824,7 @@ export class TcpTransport implements RdsTransport {
         }
       }
       let seq = -1;
+      if (acked <= tp.provenAt) acked = 0;
       for (let h = tp.track.peek(); h !== undefined && h.end <= acked; h = tp.track.peek()) {
         seq = h.seq;
         tp.track.shift();

@@ -13,8 +13,15 @@
         send 2000-byte messages with MSG_DONTWAIT until ENOBUFS, tell DEST:CTRLPORT "enobufs",
         retry until a send succeeds again, tell DEST:CTRLPORT "resumed"
   rdspeer.py counters                    RDS_INFO_COUNTERS as JSON
+  rdspeer.py mesh ADDR N MAXSIZE SEED PAIR...
+        many sockets each way at once, each verifying exact once-only in-order delivery. A PAIR is
+        rPORT@PEER:PPORT (kernel PORT receives N messages from PEER:PPORT) or sPORT@PEER:PPORT
+        (kernel PORT sends N to PEER:PPORT). Messages are [index u32][body]; the body is
+        pattern(index, size, SEED + sender port). Once every socket is bound, creates
+        /rdsinst/ready.mesh; senders keep their sockets open (closing one drops what it has not
+        delivered) until /rdsinst/mesh.done appears. One JSON line per pair: got, dups, gaps, bad.
 """
-import ctypes, hashlib, json, socket, struct, sys, time
+import ctypes, hashlib, json, os, socket, struct, sys, threading, time
 
 AF_RDS, SOL_RDS, RDS_INFO_COUNTERS = 21, 276, 10000
 
@@ -35,6 +42,81 @@ def sizes(n, maxsize):
             x = (x * 1103515245 + 12345) & 0x7FFFFFFF
             out.append(min(maxsize, int(2 ** ((x / 0x7FFFFFFF) * (maxsize.bit_length())))) - 1)
     return out
+
+
+def mesh_body(i, size, seed):
+    return struct.pack('>I', i) + pattern(i, max(0, size - 4), seed)
+
+
+def mesh(addr, n, maxsize, seed, pairs):
+    """See the module doc. Receivers record, not raise, so the test sees every pair's outcome."""
+    socks, threads, results, lock = [], [], [], threading.Lock()
+    idle = float(os.environ.get('MESH_IDLE_S', '90'))
+
+    def receiver(s, kport, peer):
+        st = {'kport': kport, 'peer': '%s:%d' % peer, 'dir': 'to-kernel', 'got': 0, 'dups': 0, 'gaps': 0, 'bad': 0, 'strangers': 0}
+        nxt = 0
+        s.settimeout(idle)
+        try:
+            while nxt < n:
+                data, src = s.recvfrom(1 << 21)
+                if src != peer:
+                    st['strangers'] += 1
+                    continue
+                i = struct.unpack_from('>I', data)[0] if len(data) >= 4 else -1
+                if i < nxt:
+                    st['dups'] += 1
+                    continue
+                if i > nxt:
+                    st['gaps'] += i - nxt
+                    st.setdefault('first_gap', [nxt, i])
+                if data != mesh_body(i, len(data), seed + peer[1]):
+                    st['bad'] += 1
+                st['got'] += 1
+                nxt = i + 1
+        except socket.timeout:
+            st['timeout'] = True
+        st['next'] = nxt
+        with lock:
+            results.append(st)
+
+    def sender(s, kport, peer):
+        st = {'kport': kport, 'peer': '%s:%d' % peer, 'dir': 'from-kernel', 'sent': 0}
+        x = (kport * 2654435761) & 0x7FFFFFFF
+        for i in range(n):
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            data = mesh_body(i, 4 + x % (maxsize - 3), seed + kport)
+            while True:
+                try:
+                    s.sendto(data, peer)
+                    break
+                except OSError as e:
+                    if e.errno not in (105, 11):  # ENOBUFS, EAGAIN: the receiver is congested
+                        raise
+                    time.sleep(0.01)
+            st['sent'] += 1
+        with lock:
+            results.append(st)
+
+    for p in pairs:
+        kind, rest = p[0], p[1:]
+        kport, peer = rest.split('@')
+        pa, pp = peer.rsplit(':', 1)
+        s = sock(addr, int(kport))
+        socks.append(s)
+        threads.append(threading.Thread(target=receiver if kind == 'r' else sender, args=(s, int(kport), (pa, int(pp)))))
+    open('/rdsinst/ready.mesh', 'w').close()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        print(json.dumps(r), flush=True)
+    deadline = time.time() + idle
+    while not os.path.exists('/rdsinst/mesh.done') and time.time() < deadline:
+        time.sleep(0.1)
+    for s in socks:
+        s.close()
 
 
 def sock(addr, port, sndbuf=8 << 20, rcvbuf=None):
@@ -125,6 +207,8 @@ def main(argv):
             return 1
         print(json.dumps({'resumed': True}), flush=True)
         s.sendto(b'resumed', ctrl)
+    elif cmd == 'mesh':
+        mesh(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), argv[5:])
     elif cmd == 'counters':
         libc = ctypes.CDLL(None, use_errno=True)
         s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
