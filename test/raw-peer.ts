@@ -57,11 +57,17 @@ export class RawConn {
     return this.frames.shift()!;
   }
 
-  /** The hello every carrier starts with: seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions. */
-  async hello(ms = 5000): Promise<Frame> {
+  /**
+   * The first frame of a carrier from an rds-socket node that just started: its congestion map,
+   * then its multipath probe, the first sequenced frame of its life (no unsequenced hello: a
+   * kernel would count it in recv_drop_old_seq).
+   */
+  async mapThenProbe(ms = 5000): Promise<Frame> {
+    const map = await this.next(ms);
+    if (map.header.flags !== 1) throw new Error(`expected the congestion map first, got ${JSON.stringify(map.header)}`);
     const f = await this.next(ms);
-    if (!(f.header.sequence === 0 && f.header.sport === 1 && f.header.dport === 0 && f.header.flags === 4 && f.payload.length === 0)) {
-      throw new Error(`expected the hello frame first, got ${JSON.stringify(f.header)}`);
+    if (!(f.header.sport === 1 && f.header.dport === 0 && f.header.flags === 0 && f.payload.length === 0 && f.header.sequence > 0)) {
+      throw new Error(`expected the sequenced probe next, got ${JSON.stringify(f.header)}`);
     }
     return f;
   }

@@ -17,6 +17,7 @@ import type { RdsConnection } from './connection.js';
 import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
 import type { RdsTransport } from './transport.js';
 import { RDS_CTR } from './stats.js';
+import { RX_DISCARDED } from './rx-ack.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -108,6 +109,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   /** An address already known to be of the bound address's family. */
   private sameFamilyAs = '';
   private readonly pending = new RdsSendList();
+  /** Messages whose send({ confirm }) is still waiting (some acknowledged as queued, not yet read). */
+  private readonly confirming = new Set<RdsOutgoing>();
   private readonly waiters = new Set<Waiter>();
   private readableQueued = false;
 
@@ -409,15 +412,22 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (msg.done) throw new RdsError('ECANCELED', 'the message was cancelled before the peer had it');
     await new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
+        if (msg.done) {
+          // Acknowledged as queued: it is at the peer and cannot be taken back; stop waiting.
+          msg.confirm(abortError(signal!, 'send()'));
+          return;
+        }
         // Give up on this message exactly as RDS_CANCEL_SENT_TO would: never (re)transmitted.
         this.stack.counters.add(RDS_CTR.send_cancelled);
         msg.complete(abortError(signal!, 'send()'));
       };
       msg.settle = (err) => {
         signal?.removeEventListener('abort', onAbort);
+        this.confirming.delete(msg);
         if (err) reject(err);
         else resolve();
       };
+      this.confirming.add(msg);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
     return len;
@@ -745,11 +755,13 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       }
       this.stack.unbind(this.bound.address, this.bound.port, this);
     }
-    // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
-    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
+    // Unread messages are discarded, as by the kernel; an rds-socket sender hears it (its
+    // confirmations reject with ECONNRESET), an older one counts them as taken.
+    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt, RX_DISCARDED);
     this.rcvBytes = 0;
     this.zcookies = [];
     for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
+    for (const m of [...this.confirming]) m.confirm(new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read'));
     this.wakeAll();
     this.stack.socketClosed();
     this.emit('close');

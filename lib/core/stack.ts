@@ -2,6 +2,7 @@ import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
   RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
+  RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_NO_HELLO, RDS_CONN_UP,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -34,7 +35,11 @@ export interface RdsStackOptions {
   maxUnackedPackets?: number;
   /** net.rds.max_unacked_bytes: ... or every N payload bytes. Default 16 MiB. */
   maxUnackedBytes?: number;
-  /** A message its application has not read is acknowledged as queued after this long. Default 1000. */
+  /**
+   * A message its application has not read is acknowledged as queued after this long (flow
+   * control: it returns the sender's budget; confirmations of RDSSOCK_CAP_CONFIRM peers still
+   * wait for the read). Infinity: never acknowledge unread messages. Default 1000.
+   */
   ackDelayMaxMs?: number;
   /** Heartbeat period towards rds-socket peers; 0 disables. Default 2000. */
   heartbeatIntervalMs?: number;
@@ -279,7 +284,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       rdsAcks: opts.rdsAcks ?? true,
       maxUnackedPackets: positiveInt(opts.maxUnackedPackets, 'maxUnackedPackets', 8),
       maxUnackedBytes: positiveInt(opts.maxUnackedBytes, 'maxUnackedBytes', 16 << 20),
-      ackDelayMaxMs: positiveInt(opts.ackDelayMaxMs, 'ackDelayMaxMs', 1000, 0),
+      ackDelayMaxMs: opts.ackDelayMaxMs === Infinity ? Infinity : positiveInt(opts.ackDelayMaxMs, 'ackDelayMaxMs', 1000, 0),
       heartbeatIntervalMs: positiveInt(opts.heartbeatIntervalMs, 'heartbeatIntervalMs', 2000, 0),
       heartbeatMissedLimit: positiveInt(opts.heartbeatMissedLimit, 'heartbeatMissedLimit', 4),
       handshakeTimeoutMs: positiveInt(opts.handshakeTimeoutMs, 'handshakeTimeoutMs', 3000),
@@ -412,7 +417,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     const paths = conn.transport.mpathCapable ? this.options.npaths : 1;
     // Failover needs acks (to know what the peer has) and paths to move between.
     const failover = this.options.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
-    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+    const acks = this.options.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
+    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
   }
 
   /**
@@ -427,10 +433,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /**
-   * The unsequenced hello every carrier starts with (seq 0, RETRANSMITTED, sport 1 -> dport 0,
-   * handshake extensions). An rds-socket peer learns from it, before any data on the carrier,
-   * whether we restarted. A kernel either drops it as an old retransmission (seq 0 < next_rx_seq)
-   * or, on a brand-new connection, takes it for a probe and answers: harmless either way.
+   * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions), sent
+   * only to older rds-socket peers (no RDSSOCK_CAP_NO_HELLO), which acknowledge nothing on a
+   * carrier before it. A kernel never gets it: it would count it in recv_drop_old_seq.
    */
   helloFrame(conn: RdsConnection): Buffer {
     const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -446,8 +451,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   pathUp(cp: RdsConnPath): void {
     const conn = cp.conn;
     if (conn.isLoopback || cp.index !== 0) return;
-    cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn));
-    this.counters.add(RDS_CTR.handshake_sent);
+    // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
+    if (cp.lastProbe === null || cp.lastProbe.sentAt !== 0 || cp.lastProbe.done) this.queueProbe(cp);
     if (!conn.capsKnown) {
       const t = setTimeout(() => {
         if (!conn.capsKnown) {
@@ -457,6 +462,18 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       }, this.options.handshakeTimeoutMs);
       t.unref();
     }
+  }
+
+  /**
+   * Queues the multipath probe on path 0. The first sequenced frame an incarnation sends on a
+   * path 0 is its probe (queued ahead of the first message), so a peer learns our generation
+   * before any of our data, on whichever carrier it first arrives, without a frame a kernel
+   * would count (the kernel's hello-less way; see README "Reliability").
+   */
+  queueProbe(cp: RdsConnPath): void {
+    cp.probeQueued = true; // before queueControl(), which calls back into queue()
+    cp.lastProbe = cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(cp.conn));
+    this.counters.add(RDS_CTR.handshake_sent);
   }
 
   /** What a handshake (or its absence) says about the peer; settles the path count. */
@@ -475,6 +492,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     // A kernel is never acknowledged: drop what was tracked while we did not know.
     if (!conn.tracksReceipts) for (const p of conn.paths) p.rx.reset();
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
+    // An older rds-socket peer acknowledges nothing on a carrier before our hello.
+    if (changed && conn.wantsLegacyHello) for (const p of conn.paths) if (p.state === RDS_CONN_UP) p.sendLegacyHello();
     conn.transport.capabilitiesChanged?.(conn);
   }
 
@@ -597,6 +616,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       p.movedFloor = 0;
       p.nativeRxSeq = 0;
       p.rx.reset();
+      p.peerRestarted();
     }
   }
 

@@ -72,6 +72,12 @@ export const RDS_COUNTER_NAMES = [
   'conn_refused_limit',
   'conn_refused_tls',
   'recv_drop_header_timeout',
+  // an rds-socket peer reported a message we sent dropped: no socket bound to its port (the
+  // receiver counts recv_drop_no_sock), or its socket closed with it unread
+  'send_refused_no_sock',
+  'send_discarded_unread',
+  // confirmations rejected because the peer restarted, or its report of what it read was lost
+  'send_confirm_reset',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
