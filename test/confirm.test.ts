@@ -1,0 +1,237 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RdsError, RdsSocket, RdsStack, constants, wire, type RdsStackOptions } from '../lib/index.js';
+import { RawListener } from './raw-peer.js';
+import { TEST_TCP_PORT, payload, until } from './helpers.js';
+
+// send({ confirm: true }) between rds-socket nodes resolves only once the receiving application
+// has read the message; acknowledging unread messages "as queued" (ackDelayMaxMs) is flow control.
+// Addresses: 127.130.x.y .. 127.139.x.y (this file only).
+const LAZY = fileURLToPath(new URL('./fixtures/lazy-receiver.mjs', import.meta.url));
+
+let cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+function node(opts: RdsStackOptions = {}): RdsStack {
+  const s = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
+  cleanups.push(() => s.close());
+  return s;
+}
+
+async function bound(stack: RdsStack, address: string, port = 4000): Promise<RdsSocket> {
+  const s = new RdsSocket({ stack });
+  await s.bind({ address, port });
+  return s;
+}
+
+/** Sends messages from..to-1 with confirm; records each outcome ('ok' or the error code) as it settles. */
+function sendRange(s: RdsSocket, dest: { address: string; port: number }, from: number, to: number, outcomes: Map<number, string>): Promise<void>[] {
+  const out: Promise<void>[] = [];
+  for (let i = from; i < to; i++) {
+    out.push(s.send(payload(i, 100), dest, { confirm: true, timeout: 20000 }).then(
+      () => void outcomes.set(i, 'ok'),
+      (e: RdsError) => void outcomes.set(i, e.code),
+    ));
+  }
+  return out;
+}
+
+function tally(outcomes: Map<number, string>): Record<string, number> {
+  const t: Record<string, number> = {};
+  for (const v of outcomes.values()) t[v] = (t[v] ?? 0) + 1;
+  return t;
+}
+
+/** Every confirmed message reached the receiving application. */
+function expectNoConfirmedButLost(outcomes: Map<number, string>, delivered: Set<number>): void {
+  const lost = [...outcomes].filter(([i, v]) => v === 'ok' && !delivered.has(i)).map(([i]) => i);
+  expect(lost, 'confirmed but never delivered').toEqual([]);
+}
+
+describe('confirm means "the receiving application has it" (rds-socket peers)', () => {
+  it('a receiving socket closed with an unread backlog and bound again: its unread messages reject (ECONNRESET), none is confirmed and lost', async () => {
+    const A = node({ ackDelayMaxMs: 50 });
+    const B = node({ ackDelayMaxMs: 50 });
+    const a = await bound(A, '127.130.1.1');
+    let b = await bound(B, '127.130.1.2');
+    const dest = { address: '127.130.1.2', port: 4000 };
+    const outcomes = new Map<number, string>();
+    const delivered = new Set<number>();
+    const all = sendRange(a, dest, 0, 200, outcomes);
+    for (let k = 0; k < 50; k++) delivered.add((await b.recv({ timeout: 10000 })).data.readUInt32BE(0));
+    // The 150 unread ones are acknowledged as queued once they waited 50 ms: budget back.
+    await a.flush({ timeout: 10000 });
+    await until(() => outcomes.size >= 50, 'the 50 read messages confirmed');
+    expect(tally(outcomes)).toEqual({ ok: 50 });
+    await b.close();
+    // Meanwhile nothing is bound: dropped as the kernel drops them, and the sender is told.
+    all.push(...sendRange(a, dest, 200, 220, outcomes));
+    await until(() => outcomes.size >= 220, 'the 150 discarded and 20 refused messages settled');
+    b = await bound(B, '127.130.1.2');
+    all.push(...sendRange(a, dest, 220, 400, outcomes));
+    for (let k = 0; k < 180; k++) delivered.add((await b.recv({ timeout: 10000 })).data.readUInt32BE(0));
+    await Promise.all(all);
+    expectNoConfirmedButLost(outcomes, delivered);
+    expect(tally(outcomes)).toEqual({ ok: 230, ECONNRESET: 150, ECONNREFUSED: 20 });
+    expect(B.counters.get('recv_drop_no_sock')).toBe(20);
+    expect(A.counters.get('send_refused_no_sock')).toBe(20);
+    expect(A.counters.get('send_discarded_unread')).toBe(150);
+  });
+
+  it('a message to a port no socket has bound: dropped, counted on both sides, the confirmation rejects with ECONNREFUSED', async () => {
+    const A = node();
+    const B = node();
+    const a = await bound(A, '127.130.2.1');
+    await bound(B, '127.130.2.2');
+    const err = await a.send(Buffer.from('anyone?'), { address: '127.130.2.2', port: 4999 }, { confirm: true, timeout: 10000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RdsError);
+    expect((err as RdsError).code).toBe('ECONNREFUSED');
+    expect((err as RdsError).message).toContain('127.130.2.2:4999');
+    expect(B.counters.get('recv_drop_no_sock')).toBe(1);
+    expect(A.counters.get('send_refused_no_sock')).toBe(1);
+    // Without confirm the sender is told all the same (the message's budget came back long before).
+    a.sendmsg(Buffer.from('again'), { address: '127.130.2.2', port: 4999 });
+    await until(() => A.counters.get('send_refused_no_sock') === 2, 'second refusal counted');
+  });
+
+  it('a receiving node closed with an unread backlog: its unread messages reject (ECONNRESET)', async () => {
+    const A = node({ ackDelayMaxMs: 50 });
+    const B = node({ ackDelayMaxMs: 50 });
+    const a = await bound(A, '127.130.3.1');
+    const b = await bound(B, '127.130.3.2');
+    const outcomes = new Map<number, string>();
+    const all = sendRange(a, { address: '127.130.3.2', port: 4000 }, 0, 30, outcomes);
+    for (let k = 0; k < 10; k++) await b.recv({ timeout: 10000 });
+    await a.flush({ timeout: 10000 });
+    await B.close();
+    await Promise.all(all);
+    expect(tally(outcomes)).toEqual({ ok: 10, ECONNRESET: 20 });
+  });
+
+  it('ackDelayMaxMs: Infinity is accepted and never acknowledges unread messages', async () => {
+    expect(() => new RdsStack({ ackDelayMaxMs: Number.NaN })).toThrow(RdsError);
+    const A = node();
+    const B = node({ ackDelayMaxMs: Infinity });
+    expect(B.options.ackDelayMaxMs).toBe(Infinity);
+    const a = await bound(A, '127.130.4.1');
+    const b = await bound(B, '127.130.4.2');
+    for (let i = 0; i < 5; i++) a.sendmsg(payload(i, 100), { address: '127.130.4.2', port: 4000 });
+    await until(() => b.receiveQueue().length === 5, 'all five queued at the receiver');
+    // Unread, they hold the sender's budget however long they wait (1 s is the default's delay).
+    await expect(a.flush({ timeout: 1500 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    for (let i = 0; i < 5; i++) await b.recv({ timeout: 1000 });
+    await a.flush({ timeout: 10000 });
+  });
+
+  it('a receiver killed (SIGKILL) with a backlog unread longer than ackDelayMaxMs, then restarted: every confirmed message was read, the rest reject', async () => {
+    const A = node();
+    const a = await bound(A, '127.131.1.1');
+    const dest = { address: '127.131.1.2', port: 4000 };
+    const delivered = new Set<number>();
+    const life1 = await lazyReceiver('127.131.1.2', 30, delivered);
+    const outcomes = new Map<number, string>();
+    const all = sendRange(a, dest, 0, 100, outcomes);
+    await until(() => delivered.size === 30, 'the first life read 30');
+    await until(() => outcomes.size === 30, 'their confirmations');
+    // The other 70 wait unread past ackDelayMaxMs (100 ms): acknowledged as queued.
+    await a.flush({ timeout: 10000 });
+    life1.kill('SIGKILL');
+    await lazyReceiver('127.131.1.2', Infinity, delivered);
+    await Promise.all(all);
+    expectNoConfirmedButLost(outcomes, delivered);
+    expect(tally(outcomes)).toEqual({ ok: 30, ECONNRESET: 70 });
+    expect(A.counters.get('send_confirm_reset')).toBe(70);
+  });
+});
+
+describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_HELLO)', () => {
+  it('gets the unsequenced hello it waits for, and confirmations resolve on its acknowledgement as before', async () => {
+    const peer = await RawListener.listen('127.132.1.2', TEST_TCP_PORT);
+    cleanups.push(() => peer.close());
+    const A = node({ heartbeatIntervalMs: 0 });
+    const a = await bound(A, '127.132.1.1');
+    const sent = a.send(Buffer.from('x'), { address: '127.132.1.2', port: 4000 }, { confirm: true, timeout: 10000 });
+    const c = await peer.accept(0);
+    // What an older rds-socket node sends first on every carrier.
+    const oldCaps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_HEARTBEAT | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const exthdr = wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(99), wire.rdsCapsExtension(oldCaps)]);
+    c.send({ sport: 1, dport: 0, flags: constants.RDS_FLAG_RETRANSMITTED, exthdr });
+    let hello = null;
+    let m = null;
+    while (hello === null || m === null) {
+      const f = await c.next();
+      if (f.header.sequence === 0 && f.header.sport === 1 && f.header.dport === 0) hello = f;
+      if (f.header.dport === 4000) m = f;
+    }
+    expect(hello.header.flags).toBe(constants.RDS_FLAG_RETRANSMITTED);
+    expect(A.connections()[0]!.paths[0]!.state).toBe('UP');
+    c.send({ ack: m.header.sequence });
+    await sent;
+  });
+});
+
+describe('a kernel cannot tell rds-socket from a kernel', () => {
+  it('connection setup and reconnects send nothing a kernel counts in recv_drop_old_seq', async () => {
+    // The raw peer plays a kernel: next_rx_seq per carrier pair, and its drop rule (spec §2.5).
+    const peer = await RawListener.listen('127.133.1.2', TEST_TCP_PORT);
+    cleanups.push(() => peer.close());
+    const A = node();
+    const a = await bound(A, '127.133.1.1');
+    const dest = { address: '127.133.1.2', port: 4000 };
+    let nextRxSeq = 0;
+    let dropOldSeq = 0;
+    const kernelReceive = (h: { sequence: number; flags: number }): void => {
+      if (h.flags === constants.RDS_FLAG_CONG_BITMAP) return;
+      if (h.sequence < nextRxSeq && (h.flags & constants.RDS_FLAG_RETRANSMITTED)) dropOldSeq++;
+      else nextRxSeq = h.sequence + 1;
+    };
+    for (let carrier = 0; carrier < 3; carrier++) {
+      a.sendmsg(Buffer.from(`m${carrier}`), dest);
+      const c = await peer.accept(carrier);
+      // Everything up to this carrier's message, which follows any retransmission and the probe.
+      for (;;) {
+        const f = await c.next();
+        kernelReceive(f.header);
+        if (f.payload.toString() === `m${carrier}`) break;
+      }
+      // The kernel's answer to our probe came back: our handshake is over on this carrier.
+      // Wait until TCP acknowledged everything (nothing to resend) and the kernel's pong came back.
+      await until(() => {
+        const p0 = A.connections()[0]?.paths[0];
+        return p0?.state === 'UP' && p0.retransQueue === 0 && p0.sendQueue === 0 && A.counters.get('handshake_received') > carrier;
+      }, 'pong processed, nothing unacknowledged');
+      c.sock.destroy();
+      await until(() => A.counters.get('conn_reset') > carrier, 'carrier dropped');
+    }
+    expect(dropOldSeq).toBe(0);
+    expect(A.counters.get('handshake_sent')).toBeGreaterThanOrEqual(3); // a probe on every carrier
+  });
+});
+
+/** Starts a lazy receiver node process; adds what it reads to `delivered`. Resolves once bound. */
+async function lazyReceiver(address: string, read: number, delivered: Set<number>): Promise<ChildProcess> {
+  const p = spawn(process.execPath, [LAZY, '--bind', address, '--read', String(read), '--ack-delay', '100', '--tcp-port', String(TEST_TCP_PORT)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  cleanups.push(() => {
+    p.kill('SIGKILL');
+  });
+  let ready = false;
+  let buf = '';
+  p.stdout!.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const ev = JSON.parse(buf.slice(0, nl)) as { ev: string; i?: number };
+      buf = buf.slice(nl + 1);
+      if (ev.ev === 'ready') ready = true;
+      if (ev.ev === 'got') delivered.add(ev.i!);
+    }
+  });
+  await until(() => ready, `receiver process on ${address} ready`);
+  return p;
+}
