@@ -39,9 +39,9 @@ export class RdsConnPath {
   /** Last time anything arrived on this path (heartbeat liveness). */
   lastRxAt = 0;
   /**
-   * The peer's generation arrived on the current carrier: in its probe or pong (path 0), or in an
-   * older rds-socket peer's hello. Until then (on lanes: until path 0 has it) we send no acks on
-   * it: a peer that restarted must learn nothing numbered in its previous life's sequence space.
+   * The peer's generation arrived on the current carrier: in its probe or pong (path 0), or in a
+   * hello (lanes > 0, and older rds-socket peers on path 0). Until then we send no acks on it: a
+   * peer that restarted must learn nothing numbered in its previous life's sequence space.
    */
   peerHelloSeen = false;
   /** The last multipath probe queued on this path (path 0), to queue none while one waits unsent. */
@@ -169,7 +169,9 @@ export class RdsConnPath {
       this.failedOverTo = null;
       this.holdBehind(t, t.nextTxSeq - 1);
     }
-    if (this.conn.wantsLegacyHello) this.sendLegacyHello();
+    // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
+    // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
+    if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
     this.stack.pathUp(this);
     this.startHeartbeat();
     this.schedulePump();
@@ -717,18 +719,14 @@ export class RdsConnPath {
    * kernel on a transport that needs acks (kernels send no hello).
    */
   private get acksAllowed(): boolean {
-    // Lanes open only after path 0 exchanged probe and pong, so path 0 vouches for them.
-    return this.peerHelloSeen || (this.index > 0 && this.conn.paths[0]!.peerHelloSeen) || this.conn.acksWithoutHello;
+    return this.peerHelloSeen || this.conn.acksWithoutHello;
   }
 
   /** The peer's generation arrived on this carrier (its probe or pong, or an older peer's hello). */
   helloReceived(): void {
     if (this.peerHelloSeen) return;
     this.peerHelloSeen = true;
-    if (this.conn.ackMode) {
-      this.requestAck();
-      if (this.index === 0) for (let i = 1; i < this.conn.npaths; i++) this.conn.paths[i]!.requestAck();
-    }
+    if (this.conn.ackMode) this.requestAck();
   }
 
   /** The unsequenced hello an older rds-socket peer waits for before acknowledging on this carrier. */

@@ -43,6 +43,8 @@ export interface RxRefusal {
 
 /** Refusals kept to report again on a new carrier (the one that carried them may have died first). */
 const RECENT_REFUSALS = 64;
+/** Refusals waiting to be reported (a peer that never takes reports must not make this grow). */
+const MAX_UNREPORTED = 4096;
 
 /**
  * What a path may acknowledge to an rds-socket peer, as two cursors over the messages in arrival
@@ -94,6 +96,9 @@ export class RxAckTracker {
     e.state = outcome;
     if (outcome !== RX_READ) {
       const r = { seq: e.seq, reason: outcome };
+      // Bounded: a sender that misses one learns from the count in the read report and rejects
+      // what it cannot place (ECONNRESET) rather than confirm it.
+      if (this.toReport.length >= MAX_UNREPORTED) this.toReport.shift();
       this.toReport.push(r);
       this.recent.push(r);
       if (this.recent.length > RECENT_REFUSALS) this.recent.shift();

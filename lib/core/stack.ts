@@ -433,9 +433,10 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /**
-   * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions), sent
-   * only to older rds-socket peers (no RDSSOCK_CAP_NO_HELLO), which acknowledge nothing on a
-   * carrier before it. A kernel never gets it: it would count it in recv_drop_old_seq.
+   * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions) that
+   * starts a carrier of a lane > 0 (only rds-socket peers run lanes) and, on path 0, only a carrier
+   * to an older rds-socket peer (no RDSSOCK_CAP_NO_HELLO), which acknowledges nothing before it.
+   * A kernel never gets it: it would count it in recv_drop_old_seq.
    */
   helloFrame(conn: RdsConnection): Buffer {
     const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -493,7 +494,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (!conn.tracksReceipts) for (const p of conn.paths) p.rx.reset();
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
-    if (changed && conn.wantsLegacyHello) for (const p of conn.paths) if (p.state === RDS_CONN_UP) p.sendLegacyHello();
+    if (changed && conn.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();
     conn.transport.capabilitiesChanged?.(conn);
   }
 
