@@ -220,7 +220,7 @@ export interface RdsStackEvents {
 /** The part of the stack a transport talks to. */
 export type RdsTransportHost = Pick<RdsStack,
   'peerAllowed' | 'counters' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
-  | 'closing' | 'emit'>;
+  | 'closing' | 'emit' | 'isBound'>;
 
 const defaultTransportFactories: (() => RdsTransport)[] = [];
 
