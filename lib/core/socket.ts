@@ -48,9 +48,17 @@ export interface SendmsgOptions {
 
 export interface SendOptions extends WaitOptions, SendmsgOptions {
   /**
-   * Resolve only once the peer has the message: an RDS acknowledgement from an rds-socket peer
-   * (its application has taken it), TCP's acknowledgement from a kernel peer. If the signal or
-   * timeout fires first, the message is removed as RDS_CANCEL_SENT_TO would remove it.
+   * Resolve only once the peer has the message. With an rds-socket peer: once the receiving
+   * application has read it (recvmsg, recv, the iterator); being acknowledged as queued
+   * (`ackDelayMaxMs`, flow control) does not count. Rejects with ECONNREFUSED when no socket is
+   * bound at the destination port (the message is dropped, as the kernel drops it), ECONNRESET
+   * when the receiving socket was closed with it unread or the receiving node restarted before
+   * reading it. With a kernel peer the guarantee is the kernel's: TCP has acknowledged it, which
+   * says nothing about the receiving application. Older rds-socket peers (no
+   * RDSSOCK_CAP_CONFIRM) confirm on their acknowledgement, "queued" included. Over loopback it
+   * resolves once the receiving socket has it queued. If the signal or timeout fires first, a
+   * message not yet acknowledged is removed as RDS_CANCEL_SENT_TO would remove it (ETIMEDOUT /
+   * ECANCELED).
    */
   confirm?: boolean;
 }
