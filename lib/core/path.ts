@@ -532,10 +532,11 @@ export class RdsConnPath {
       if (m === undefined || m.seq > seq) break;
       this.retrans.shift();
       if (!m.done && m.sentAt > 0) this.recordLatency(now - m.sentAt);
-      if (holdConfirm && m.settle !== null && !m.done) {
+      if (holdConfirm && m.settle !== null && !m.done && m.seq > this.readReported) {
         m.complete(undefined, true);
         this.awaitingRead.push(m);
       } else {
+        // (A resent message a read report already covered: read, or already rejected as refused.)
         m.complete();
       }
       freed = true;
@@ -559,27 +560,32 @@ export class RdsConnPath {
     const unknown = refused > counted;
     this.refusalsCounted = refused;
     if (seq > this.readReported) this.readReported = seq;
+    const unplaced = (m: RdsOutgoing): void => {
+      if (m.settle === null) return;
+      this.stack.counters.add(RDS_CTR.send_confirm_reset);
+      m.confirm(new RdsError('ECONNRESET', `${this.conn.faddr} lost its report of which messages it read (a connection reset); this one may not have been read`));
+    };
     for (;;) {
       const m = this.awaitingRead.peek();
       if (m === undefined || m.seq > seq) break;
       this.awaitingRead.shift();
-      if (!unknown) {
-        m.confirm();
-      } else if (m.settle !== null) {
-        this.stack.counters.add(RDS_CTR.send_confirm_reset);
-        m.confirm(new RdsError('ECONNRESET', `${this.conn.faddr} lost its report of which messages it read (a connection reset); this one may not have been read`));
-      }
+      if (!unknown) m.confirm();
+      else unplaced(m);
     }
+    // After a reconnect, messages the report covers may wait in the send queue to be resent.
+    if (unknown) for (const m of this.sendQueue) if (m.seq <= seq && !m.done) unplaced(m);
   }
 
   /** RDSSOCK_EXTHDR_REFUSED: the peer did not deliver our message `seq` (RDSSOCK_REFUSED_*). */
   refusedByPeer(seq: number, reason: number): void {
     // A repeat (a new carrier repeats recent refusals), or one a read cursor already counted.
     if (this.refusalsAhead.has(seq) || seq <= this.readReported) return;
-    this.refusalsAhead.add(seq);
+    // Bounded against a peer that invents refusals: one not remembered is caught by the count in
+    // the next read report, and what it covers rejects rather than resolves.
+    if (this.refusalsAhead.size < MAX_REFUSALS_AHEAD) this.refusalsAhead.add(seq);
     const noSock = reason === RDSSOCK_REFUSED_NO_SOCK;
     this.stack.counters.add(noSock ? RDS_CTR.send_refused_no_sock : RDS_CTR.send_discarded_unread);
-    const m = findBySeq(this.awaitingRead, seq) ?? findBySeq(this.retrans, seq);
+    const m = findBySeq(this.awaitingRead, seq) ?? findBySeq(this.retrans, seq) ?? findBySeq(this.sendQueue, seq);
     if (m === undefined || m.settle === null) return;
     const where = `${this.conn.faddr}:${m.dport}`;
     m.confirm(noSock
@@ -794,6 +800,8 @@ export class RdsConnPath {
     return { send, retrans };
   }
 }
+
+const MAX_REFUSALS_AHEAD = 8192;
 
 function findBySeq(q: Fifo<RdsOutgoing>, seq: number): RdsOutgoing | undefined {
   for (const m of q) if (m.seq === seq) return m;

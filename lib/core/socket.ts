@@ -491,6 +491,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
         n++;
       }
     }
+    // Already at the peer (acknowledged as queued, not yet read): nothing to remove, stop waiting.
+    for (const m of [...this.confirming]) {
+      if (m.done && m.daddr === ep.address && m.dport === ep.port) {
+        m.confirm(new RdsError('ECANCELED', `confirmation abandoned by RDS_CANCEL_SENT_TO ${ep.address}:${ep.port}`));
+      }
+    }
     this.stack.counters.add(RDS_CTR.send_cancelled, n);
   }
 
