@@ -160,13 +160,56 @@ describe('confirm means "the receiving application has it" (rds-socket peers)', 
   });
 });
 
+describe("the sender's side of read reports (a raw peer plays an rds-socket receiver)", () => {
+  it('a refusal rejects its message, a repeated one is counted once, and a report that cannot be placed rejects rather than confirms', async () => {
+    const peer = await RawListener.listen('127.134.1.2', TEST_TCP_PORT, false);
+    cleanups.push(() => peer.close());
+    const A = node({ heartbeatIntervalMs: 0 });
+    const a = await bound(A, '127.134.1.1');
+    const dest = { address: '127.134.1.2', port: 4000 };
+    const outcomes = new Map<number, string>();
+    const first = sendRange(a, dest, 0, 3, outcomes);
+    const c = await peer.accept(0);
+    const caps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const probe = await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    c.send({ sequence: 1, sport: 0, dport: 1, exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(5), wire.rdsCapsExtension(caps)]) });
+    expect(probe.header.sequence).toBe(1);
+    const seqs: number[] = [];
+    while (seqs.length < 3) seqs.push((await c.nextUser()).header.sequence);
+    const report = (ack: number, ...exts: ReturnType<typeof wire.readExtension>[]): void => c.send({ ack, exthdr: wire.packExtensions(exts) });
+    // The middle one found no socket; the other two were read.
+    report(seqs[2]!, wire.refusedExtension(seqs[1]!, constants.RDSSOCK_REFUSED_NO_SOCK));
+    report(seqs[2]!, wire.readExtension(seqs[2]!, 1));
+    await Promise.all(first);
+    expect([outcomes.get(0), outcomes.get(1), outcomes.get(2)]).toEqual(['ok', 'ECONNREFUSED', 'ok']);
+    // A new carrier repeats recent refusals: counted once.
+    report(seqs[2]!, wire.refusedExtension(seqs[1]!, constants.RDSSOCK_REFUSED_NO_SOCK));
+    const second = sendRange(a, dest, 3, 6, outcomes);
+    const seqs2: number[] = [];
+    while (seqs2.length < 3) seqs2.push((await c.nextUser()).header.sequence);
+    // Flow control first: acknowledged as queued, the confirmations keep waiting.
+    report(seqs2[2]!);
+    await a.flush({ timeout: 5000 });
+    expect(outcomes.size).toBe(3);
+    // Two refused or discarded among them, but their reports never came: nothing can be confirmed.
+    report(seqs2[2]!, wire.readExtension(seqs2[2]!, 3));
+    await Promise.all(second);
+    expect([outcomes.get(3), outcomes.get(4), outcomes.get(5)]).toEqual(['ECONNRESET', 'ECONNRESET', 'ECONNRESET']);
+    expect(A.counters.get('send_refused_no_sock')).toBe(1);
+    expect(A.counters.get('send_confirm_reset')).toBe(3);
+  });
+});
+
 describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_HELLO)', () => {
   it('gets the unsequenced hello it waits for, and confirmations resolve on its acknowledgement as before', async () => {
-    const peer = await RawListener.listen('127.132.1.2', TEST_TCP_PORT);
+    const peer = await RawListener.listen('127.132.1.2', TEST_TCP_PORT, false);
     cleanups.push(() => peer.close());
     const A = node({ heartbeatIntervalMs: 0 });
     const a = await bound(A, '127.132.1.1');
-    const sent = a.send(Buffer.from('x'), { address: '127.132.1.2', port: 4000 }, { confirm: true, timeout: 10000 });
+    let confirmed = false;
+    const sent = a.send(Buffer.from('x'), { address: '127.132.1.2', port: 4000 }, { confirm: true, timeout: 10000 }).then(() => {
+      confirmed = true;
+    });
     const c = await peer.accept(0);
     // What an older rds-socket node sends first on every carrier.
     const oldCaps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_HEARTBEAT | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
@@ -181,8 +224,11 @@ describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_H
     }
     expect(hello.header.flags).toBe(constants.RDS_FLAG_RETRANSMITTED);
     expect(A.connections()[0]!.paths[0]!.state).toBe('UP');
-    c.send({ ack: m.header.sequence });
+    await until(() => A.counters.get('handshake_received') === 1, 'the old peer\'s hello processed');
+    expect(confirmed).toBe(false);
+    c.send({ ack: m.header.sequence }); // its acknowledgement, "queued" or read: it cannot say which
     await sent;
+    expect(confirmed).toBe(true);
   });
 });
 

@@ -124,21 +124,22 @@ export class RawListener {
   private waiters: (() => void)[] = [];
   private server: Server;
 
-  private constructor(server: Server) {
+  private constructor(server: Server, kernelLike: boolean) {
     this.server = server;
     server.on('connection', (s) => {
-      this.conns.push(new RawConn(s));
+      this.conns.push(new RawConn(s, kernelLike));
       this.waiters.splice(0).forEach((w) => w());
     });
   }
 
-  static async listen(address: string, port: number): Promise<RawListener> {
+  /** `kernelLike`: see RawConn; false for a listener that plays rds-socket and answers probes itself. */
+  static async listen(address: string, port: number, kernelLike = true): Promise<RawListener> {
     const server = createServer();
     await new Promise<void>((res, rej) => {
       server.once('error', rej);
       server.listen({ host: address, port }, () => res());
     });
-    return new RawListener(server);
+    return new RawListener(server, kernelLike);
   }
 
   async accept(index: number, ms = 5000): Promise<RawConn> {
