@@ -721,8 +721,8 @@ export class RdsConnPath {
   }
 
   /**
-   * Acks may name sequence numbers on this carrier: the peer's hello arrived, or the peer is a
-   * kernel on a transport that needs acks (kernels send no hello).
+   * Acks may name sequence numbers on this carrier: the peer's generation arrived on it (probe,
+   * pong or hello; see peerHelloSeen), or the peer is a kernel on a transport that needs acks.
    */
   private get acksAllowed(): boolean {
     return this.peerHelloSeen || this.conn.acksWithoutHello;
