@@ -536,7 +536,8 @@ export class RdsConnPath {
         m.complete(undefined, true);
         this.awaitingRead.push(m);
       } else {
-        // (A resent message a read report already covered: read, or already rejected as refused.)
+        // Nothing to hold: no confirmation pending, an older peer, or a resent message that a read
+        // report already covered (it was read, or its refusal already rejected it).
         m.complete();
       }
       freed = true;
