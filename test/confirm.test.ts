@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants, wire, type RdsStackOptions } from '../lib/index.js';
-import { RawListener } from './raw-peer.js';
+import { RawListener, rawConnect } from './raw-peer.js';
 import { TEST_TCP_PORT, payload, until } from './helpers.js';
 
 // send({ confirm: true }) between rds-socket nodes resolves only once the receiving application
@@ -267,6 +267,39 @@ describe('a kernel cannot tell rds-socket from a kernel', () => {
     }
     expect(dropOldSeq).toBe(0);
     expect(A.counters.get('handshake_sent')).toBeGreaterThanOrEqual(3); // a probe on every carrier
+  });
+});
+
+describe('a restarted peer is recognised by the generation in its probe', () => {
+  it('even when its first frames come again as retransmissions: nothing of its new life is dropped as old, no ack names its old life', async () => {
+    const A = node({ heartbeatIntervalMs: 0 });
+    const a = await bound(A, '127.135.1.2');
+    const caps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const probe = (gen: number, flags = 0) => ({
+      sequence: 1, sport: 1, dport: 0, flags,
+      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(gen), wire.rdsCapsExtension(caps)]),
+    });
+    // First life: a probe, then 49 messages; all read.
+    const c1 = await rawConnect('127.135.1.1', '127.135.1.2', TEST_TCP_PORT, false);
+    cleanups.push(() => void c1.sock.destroy());
+    c1.send(probe(11));
+    for (let seq = 2; seq <= 50; seq++) c1.send({ sequence: seq, sport: 4000, dport: 4000 }, payload(seq, 8));
+    for (let k = 0; k < 49; k++) await a.recv({ timeout: 5000 });
+    expect(A.connections()[0]!.paths[0]!.nextRxSeq).toBe(51);
+    c1.sock.destroy();
+    await until(() => A.connections()[0]!.paths[0]!.state !== 'UP', 'first carrier gone');
+    // Second life: its first carrier died unread, so on this one its probe and first message come
+    // again flagged RETRANSMITTED, numbered low in its new life.
+    const c2 = await rawConnect('127.135.1.1', '127.135.1.2', TEST_TCP_PORT, false);
+    cleanups.push(() => void c2.sock.destroy());
+    c2.send(probe(22, constants.RDS_FLAG_RETRANSMITTED));
+    c2.send({ sequence: 2, sport: 4000, dport: 4000, flags: constants.RDS_FLAG_RETRANSMITTED | constants.RDS_FLAG_ACK_REQUIRED }, Buffer.from('new life'));
+    expect((await a.recv({ timeout: 5000 })).data.toString()).toBe('new life');
+    expect(A.counters.get('peer_restarted')).toBe(1);
+    expect(A.counters.get('recv_drop_old_seq')).toBe(0);
+    // Its acknowledgement names the new life's numbers only.
+    const ack = await c2.nextMatching((f) => f.header.sequence === 0 && f.header.sport === 0 && f.header.dport === 0 && f.header.flags !== 1 && f.header.ack > 0);
+    expect(ack.header.ack).toBe(2);
   });
 });
 
