@@ -3,10 +3,15 @@
 // mixed sizes in each direction of every pair, through fault proxies that reset the connections
 // (inside headers, inside payloads, between messages) at least `resets` times and cut single
 // multipath lanes for longer than the failover grace period (so their messages move to live
-// lanes and back), while one node is
-// killed with SIGKILL and restarted once. Prints, per pair: sent, acknowledged, delivered, lost
-// (acknowledged to the sender but never delivered to an application) and duplicated (delivered
-// twice to the same application instance). Exits non-zero unless lost = duplicated = 0 and order held.
+// lanes and back), while one node stops reading, holds an unread backlog longer than
+// ackDelayMaxMs (acknowledged as queued, not read) and is killed with SIGKILL and restarted, and
+// another closes its receiving socket with an unread backlog and binds a new one 300 ms later.
+// Every message is sent with send({ confirm: true }). Prints, per pair: sent, confirmed, rejected
+// (ECONNRESET: discarded unread or its receiver died; ECONNREFUSED: no socket bound), delivered,
+// confirmed but never delivered (to any application), lost (sender alive to the end, neither
+// confirmed nor rejected, never delivered) and duplicated (delivered twice to the same
+// application instance). Exits non-zero unless confirmed-but-never-delivered = lost = duplicated
+// = 0 and order held.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -34,13 +39,25 @@ for (let a = 0; a < 3; a++) for (let b = a + 1; b < 3; b++) {
 
 const procs = new Map();
 const summaries = [];
+const held = new Map();
 function start(i, epoch) {
   const p = spawn(process.execPath, [NODE, String(i), String(epoch), String(COUNT), dir, nodes.join(','), dial.join(','), String(TCP_PORT)], { stdio: ['pipe', 'pipe', 'inherit'] });
   let out = '';
-  p.stdout.on('data', (d) => (out += d));
+  p.stdout.on('data', (d) => {
+    out += d;
+    const m = /\{"ev":"held","unread":(\d+)\}/.exec(out.slice(out.lastIndexOf('{"ev":"held"')));
+    if (m && !held.has(`${i}.${epoch}`)) held.set(`${i}.${epoch}`, Number(m[1]));
+  });
   const exited = new Promise((res) => p.on('exit', (code, sig) => res({ code, sig, out })));
   procs.set(i, { p, epoch, exited });
   return exited;
+}
+/** Sends a command to a node and waits until it reports its backlog aged past ackDelayMaxMs. */
+async function holdBacklog(i, cmd) {
+  const { p, epoch } = procs.get(i);
+  p.stdin.write(`${cmd}\n`);
+  for (let t = 0; t < 500 && !held.has(`${i}.${epoch}`); t++) await new Promise((r) => setTimeout(r, 20));
+  return held.get(`${i}.${epoch}`) ?? -1;
 }
 const t0 = Date.now();
 const exits = [0, 1, 2].map((i) => start(i, 0));
@@ -72,9 +89,11 @@ const laneCuts = (async () => {
   }
 })();
 
-// Kill node 2 once, early in its run, and restart it as epoch 1.
+// Kill node 2 once, early in its run, holding an unread backlog older than ackDelayMaxMs, and
+// restart it as epoch 1.
 const victim = 2;
 await new Promise((r) => setTimeout(r, short ? 700 : 3000));
+const victimUnread = await holdBacklog(victim, 'hold');
 procs.get(victim).p.kill('SIGKILL');
 await exits[victim];
 const restarted = start(victim, 1);
@@ -82,6 +101,10 @@ for (const [i, { p }] of procs) {
   for (let j = 0; j < 3; j++) if (j !== i) p.stdin.write(`final ${j} ${j === victim ? 1 : 0}\n`);
   p.stdin.write('go\n');
 }
+// Node 1 closes its receiving socket with an unread backlog and binds a new one, mid-stream.
+const rebinder = 1;
+await new Promise((r) => setTimeout(r, short ? 300 : 3000));
+const rebindUnread = await holdBacklog(rebinder, 'rebind');
 const results = await Promise.all([exits[0], exits[1], restarted]);
 resetting = false;
 await faults;
@@ -99,11 +122,12 @@ const epochsOf = (i) => (i === victim ? [0, 1] : [0]);
 let bad = false;
 const moved = summaries.reduce((n, x) => n + (x.counters?.failover_moved ?? 0), 0);
 const movedDups = summaries.reduce((n, x) => n + (x.counters?.recv_drop_moved_dup ?? 0), 0);
-console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${cuts} lane cuts, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed and restarted, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-console.log('sender(epoch) -> receiver   sent  acknowledged  delivered  redelivered-after-restart  lost  duplicated  order');
+console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${cuts} lane cuts, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed with ${victimUnread} messages unread past ackDelayMaxMs and restarted, node ${rebinder} closed its receiving socket with ${rebindUnread} unread and bound a new one, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+console.log('sender(epoch) -> receiver   sent  confirmed  rejected  delivered  redelivered-after-restart  confirmed-but-never-delivered  lost  duplicated  order');
 for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3; r++) {
   if (r === s) continue;
   const acked = new Set(read(join(dir, `acked.${s}.${se}`)).filter(([p]) => p === r).map(([, i]) => i));
+  const rejected = new Set(read(join(dir, `rejected.${s}.${se}`)).filter(([p]) => p === r).map(([, i]) => i));
   const deliveredAll = new Set();
   let dups = 0, redelivered = 0;
   for (const re of epochsOf(r)) {
@@ -116,15 +140,20 @@ for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3;
       deliveredAll.add(i);
     }
   }
+  let confirmedLost = 0;
+  for (const i of acked) if (!deliveredAll.has(i)) confirmedLost++;
+  // A sender that lived to the end learned the fate of every message: none may be silently gone.
+  const survived = !(se === 0 && s === victim);
   let lost = 0;
-  for (const i of acked) if (!deliveredAll.has(i)) lost++;
-  const sent = se === 0 && s === victim ? `${acked.size}+` : String(COUNT + 1);
+  if (survived) for (let i = 0; i <= COUNT; i++) if (!acked.has(i) && !rejected.has(i) && !deliveredAll.has(i)) lost++;
+  const sent = survived ? String(COUNT + 1) : `${acked.size + rejected.size}+`;
   const recv = summaries.find((x) => x.node === r && x.epoch === epochsOf(r).at(-1));
   const order = (recv?.violations?.[`${s}.${se}`] ?? 0) === 0 ? 'ok' : 'VIOLATED';
-  if (lost || dups || order !== 'ok') bad = true;
-  console.log(`${String(s).padStart(6)}(${se})    -> ${String(r).padEnd(8)} ${sent.padStart(7)} ${String(acked.size).padStart(13)} ${String(deliveredAll.size).padStart(10)} ${String(redelivered).padStart(26)} ${String(lost).padStart(5)} ${String(dups).padStart(11)}  ${order}`);
+  if (confirmedLost || lost || dups || order !== 'ok') bad = true;
+  console.log(`${String(s).padStart(6)}(${se})    -> ${String(r).padEnd(8)} ${sent.padStart(7)} ${String(acked.size).padStart(10)} ${String(rejected.size).padStart(9)} ${String(deliveredAll.size).padStart(10)} ${String(redelivered).padStart(26)} ${String(confirmedLost).padStart(30)} ${String(lost).padStart(5)} ${String(dups).padStart(11)}  ${order}`);
 }
 if (resets < RESETS) { console.log(`only ${resets} resets happened (wanted ${RESETS})`); bad = true; }
 rmSync(dir, { recursive: true, force: true });
-console.log(bad ? 'soak FAILED' : 'soak passed: nothing acknowledged was lost, nothing was delivered twice, order held');
+if (victimUnread <= 0 || rebindUnread <= 0) { console.log(`no unread backlog when killing (${victimUnread}) or rebinding (${rebindUnread})`); bad = true; }
+console.log(bad ? 'soak FAILED' : 'soak passed: nothing confirmed was lost, nothing lost silently, nothing delivered twice, order held');
 process.exit(bad ? 1 : 0);

@@ -135,6 +135,31 @@ export const RDSSOCK_CAP_FAILOVER = 0x4;
 export const RDSSOCK_EXTHDR_MOVED = 0x53;
 /** Bits 4..7 of the capabilities: how many paths (1, 2, 4 or 8) the peer can run. */
 export const RDSSOCK_CAP_PATHS_SHIFT = 4;
+/**
+ * The peer tells apart "queued" and "read": its h_ack is flow control only (it may cover messages
+ * acknowledged as queued), RDSSOCK_EXTHDR_READ says which messages its applications have taken,
+ * and RDSSOCK_EXTHDR_REFUSED which were dropped (no socket bound) or discarded (socket closed
+ * unread). Confirmations resolve on the read cursor only.
+ */
+export const RDSSOCK_CAP_CONFIRM = 0x8;
+/**
+ * The peer needs no unsequenced hello: it learns our generation from the sequenced probe and pong
+ * (the first sequenced frame an incarnation sends on path 0 is its probe). Peers without it get
+ * the hello on every carrier, as before.
+ */
+export const RDSSOCK_CAP_NO_HELLO = 0x100;
+/**
+ * On ack-only frames to RDSSOCK_CAP_CONFIRM peers: be64 read cursor (every message up to it has
+ * been read, except those reported refused), be32 how many refused or discarded messages lie at
+ * or before it (so a sender can tell a lost RDSSOCK_EXTHDR_REFUSED).
+ */
+export const RDSSOCK_EXTHDR_READ = 0x54;
+/** On ack-only frames to RDSSOCK_CAP_CONFIRM peers: be64 sequence, u8 RDSSOCK_REFUSED_*. */
+export const RDSSOCK_EXTHDR_REFUSED = 0x55;
+/** No socket was bound to the destination port (the sender's confirmation rejects with ECONNREFUSED). */
+export const RDSSOCK_REFUSED_NO_SOCK = 2;
+/** The receiving socket was closed with the message unread (ECONNRESET). */
+export const RDSSOCK_REFUSED_DISCARDED = 3;
 
 // Connection (path) states, numbered as enum rds_conn_state
 export const RDS_CONN_DOWN = 0;

@@ -3,7 +3,8 @@ import { constants as osConstants } from 'node:os';
 export type RdsErrorCode =
   | 'EINVAL' | 'ENOTCONN' | 'EMSGSIZE' | 'EAGAIN' | 'ENOBUFS' | 'EADDRINUSE' | 'EADDRNOTAVAIL'
   | 'EDESTADDRREQ' | 'ENOPROTOOPT' | 'EOPNOTSUPP' | 'EBADF' | 'ETIMEDOUT' | 'ECANCELED'
-  | 'EAFNOSUPPORT' | 'EPROTO' | 'ECONNRESET' | 'ENOSPC' | 'EPERM' | 'ENODEV' | 'EHOSTUNREACH';
+  | 'EAFNOSUPPORT' | 'EPROTO' | 'ECONNRESET' | 'ENOSPC' | 'EPERM' | 'ENODEV' | 'EHOSTUNREACH'
+  | 'ECONNREFUSED';
 
 const errnos = osConstants.errno as Record<string, number>;
 

@@ -57,11 +57,17 @@ export class RawConn {
     return this.frames.shift()!;
   }
 
-  /** The hello every carrier starts with: seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions. */
-  async hello(ms = 5000): Promise<Frame> {
+  /**
+   * The first frame of a carrier from an rds-socket node that just started: its congestion map,
+   * then its multipath probe, the first sequenced frame of its life (no unsequenced hello: a
+   * kernel would count it in recv_drop_old_seq).
+   */
+  async mapThenProbe(ms = 5000): Promise<Frame> {
+    const map = await this.next(ms);
+    if (map.header.flags !== 1) throw new Error(`expected the congestion map first, got ${JSON.stringify(map.header)}`);
     const f = await this.next(ms);
-    if (!(f.header.sequence === 0 && f.header.sport === 1 && f.header.dport === 0 && f.header.flags === 4 && f.payload.length === 0)) {
-      throw new Error(`expected the hello frame first, got ${JSON.stringify(f.header)}`);
+    if (!(f.header.sport === 1 && f.header.dport === 0 && f.header.flags === 0 && f.payload.length === 0 && f.header.sequence > 0)) {
+      throw new Error(`expected the sequenced probe next, got ${JSON.stringify(f.header)}`);
     }
     return f;
   }
@@ -118,21 +124,22 @@ export class RawListener {
   private waiters: (() => void)[] = [];
   private server: Server;
 
-  private constructor(server: Server) {
+  private constructor(server: Server, kernelLike: boolean) {
     this.server = server;
     server.on('connection', (s) => {
-      this.conns.push(new RawConn(s));
+      this.conns.push(new RawConn(s, kernelLike));
       this.waiters.splice(0).forEach((w) => w());
     });
   }
 
-  static async listen(address: string, port: number): Promise<RawListener> {
+  /** `kernelLike`: see RawConn; false for a listener that plays rds-socket and answers probes itself. */
+  static async listen(address: string, port: number, kernelLike = true): Promise<RawListener> {
     const server = createServer();
     await new Promise<void>((res, rej) => {
       server.once('error', rej);
       server.listen({ host: address, port }, () => res());
     });
-    return new RawListener(server);
+    return new RawListener(server, kernelLike);
   }
 
   async accept(index: number, ms = 5000): Promise<RawConn> {

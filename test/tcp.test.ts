@@ -35,30 +35,32 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     sock.sendmsg(Buffer.from('two'), { address: '127.23.1.2', port: 4001 });
     const c = await peer.accept(0);
     expect(c.sock.remoteAddress).toBe('127.23.1.1');
-    // An unsequenced hello first: seq 0 with RETRANSMITTED, so a kernel with any receive state
-    // drops it as old, and a fresh one reads it as a probe.
-    const hello = await c.hello();
-    expect(Buffer.from(hello.header.exthdr).subarray(0, 3).toString('hex')).toBe('050001');
+    // No unsequenced hello (a kernel would count it in recv_drop_old_seq): the map first.
     const map = await c.next();
     expect(map.header).toMatchObject({ sequence: 0, ack: 0, len: 8192, sport: 0, dport: 0, flags: 1, credit: 0, csum: 0 });
     expect(map.payload.every((b) => b === 0)).toBe(true);
+    // Then the multipath probe a 7.0 kernel sends after every connect, as the first sequenced
+    // frame of this node's life (queued ahead of the first message), so a peer learns our
+    // generation before any data: NPATHS=1, GEN_NUM, and rds-socket's capabilities last, where
+    // kernel parsers stop (type >= 16).
+    const probe = await c.next();
+    expect(probe.header).toMatchObject({ sequence: 1, ack: 0, len: 0, sport: 1, dport: 0, flags: 0 });
     const m1 = await c.next();
-    expect(m1.header).toMatchObject({ sequence: 1, ack: 0, len: 3, sport: 4000, dport: 4000, flags: 0, credit: 0, csum: 0 });
+    expect(m1.header).toMatchObject({ sequence: 2, ack: 0, len: 3, sport: 4000, dport: 4000, flags: 0, credit: 0, csum: 0 });
     expect(Buffer.from(m1.header.exthdr).every((b) => b === 0)).toBe(true);
     expect(m1.payload.toString()).toBe('one');
     const m2 = await c.next();
-    expect(m2.header).toMatchObject({ sequence: 2, dport: 4001 });
-    // Then the multipath probe a 7.0 kernel sends after every connect: NPATHS=1, GEN_NUM, and
-    // rds-socket's capabilities last, where kernel parsers stop (type >= 16).
-    const probe = await c.next();
-    expect(probe.header).toMatchObject({ sequence: 3, ack: 0, len: 0, sport: 1, dport: 0, flags: 0 });
+    expect(m2.header).toMatchObject({ sequence: 3, dport: 4001 });
     const ext = Buffer.from(probe.header.exthdr);
     // NPATHS=1 (kernels get one path), GEN_NUM, SPORT_IDX (we encode path indexes in source ports)
     expect(ext.subarray(0, 4).toString('hex')).toBe('05000106');
     expect(ext.subarray(8, 10).toString('hex')).toBe('0800');
     expect(ext[10]).toBe(constants.RDSSOCK_EXTHDR_CAPS);
     expect(ext[10]).toBeGreaterThanOrEqual(16);
-    expect(wire.decodeHandshake(wire.parseExtensions(ext)).rdsCaps! >> 4).toBe(8); // our real path count
+    const caps = wire.decodeHandshake(wire.parseExtensions(ext)).rdsCaps!;
+    expect((caps >> 4) & 0xf).toBe(8); // our real path count
+    // Read reports for confirmations, and no hello needed from peers of this version.
+    expect(caps & (constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO)).toBe(constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO);
   });
 
   it('the larger side only pokes, then uses the connection the smaller side opens', async () => {
@@ -71,11 +73,10 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     expect(stack.counters.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
     // As the kernel does, the smaller side now connects to the larger one.
     const c = await rawConnect('127.23.2.1', '127.23.2.2', P);
-    await c.hello();
-    expect((await c.next()).header.flags).toBe(1);
+    expect((await c.mapThenProbe()).header.sequence).toBe(1);
     const m = await c.nextUser();
     expect(m.payload.toString()).toBe('from larger');
-    expect(m.header.sequence).toBe(1);
+    expect(m.header.sequence).toBe(2);
   });
 
   it('the smaller side resets a connection from a larger address and connects out itself', async () => {
@@ -85,8 +86,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const poke = await rawConnect('127.23.3.2', '127.23.3.1', P).catch(() => null);
     if (poke) await poke.waitClosed();
     const c = await peer.accept(0);
-    await c.hello();
-    expect((await c.next()).header.flags).toBe(1); // our map on our own connection
+    await c.mapThenProbe(); // our map on our own connection, then our probe
     expect(stack.counters.get('conn_poke_received')).toBe(1);
   });
 
@@ -187,20 +187,19 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     sock.sendmsg(Buffer.from('a'), dst);
     const c1 = await peer.accept(0);
     const a = await c1.nextUser();
-    expect(a.header.sequence).toBe(1);
+    expect(a.header.sequence).toBe(2); // after the probe
     c1.sock.destroy();
     const c2 = await peer.accept(1);
-    await c2.hello();
-    expect((await c2.next()).header.flags).toBe(1); // then a fresh map on the new connection
+    expect((await c2.next()).header.flags).toBe(1); // a fresh map on the new connection, no hello
     sock.sendmsg(Buffer.from('b'), dst);
     // 'a' may come again (flagged RETRANSMITTED, same sequence) if TCP had not acknowledged it.
     let m = await c2.nextUser();
     if (m.payload.toString() === 'a') {
-      expect(m.header).toMatchObject({ sequence: 1, flags: constants.RDS_FLAG_RETRANSMITTED });
+      expect(m.header).toMatchObject({ sequence: 2, flags: constants.RDS_FLAG_RETRANSMITTED });
       m = await c2.nextUser();
     }
     expect(m.payload.toString()).toBe('b');
-    expect(m.header.sequence).toBeGreaterThan(1);
+    expect(m.header.sequence).toBeGreaterThan(2);
     expect(stack.counters.get('conn_reset')).toBe(1);
     const info = stack.connections()[0]!;
     expect(info.paths[0]).toMatchObject({ state: 'UP', upCount: 2 });

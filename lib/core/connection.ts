@@ -1,4 +1,6 @@
-import { RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT } from '../constants.js';
+import {
+  RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_NO_HELLO,
+} from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
 import { RdsConnPath } from './path.js';
@@ -51,6 +53,22 @@ export class RdsConnection {
   /** A kernel on a transport where acks are part of the wire: it sends no hello, yet must be acked. */
   get acksWithoutHello(): boolean {
     return this.transport.alwaysAcks === true && this.capsKnown && this.peerCaps === 0;
+  }
+
+  /**
+   * Confirmations wait for the peer's read cursor (RDSSOCK_EXTHDR_READ), not its h_ack: an
+   * rds-socket peer that advertised RDSSOCK_CAP_CONFIRM, with acks on.
+   */
+  get confirmsReads(): boolean {
+    return (this.peerCaps & RDSSOCK_CAP_CONFIRM) !== 0 && this.ackMode;
+  }
+
+  /**
+   * An older rds-socket peer (no RDSSOCK_CAP_NO_HELLO): it acknowledges nothing on a carrier
+   * until our unsequenced hello arrived there, so it still gets one. Never a kernel.
+   */
+  get wantsLegacyHello(): boolean {
+    return this.capsKnown && this.peerCaps !== 0 && (this.peerCaps & RDSSOCK_CAP_NO_HELLO) === 0 && !this.isLoopback;
   }
 
   get heartbeatMode(): boolean {

@@ -15,6 +15,11 @@ export class Fifo<T> {
     return this.items[this.head];
   }
 
+  /** The item `i` places behind the head (0 = the head), or undefined. */
+  at(i: number): T | undefined {
+    return this.items[this.head + i];
+  }
+
   shift(): T | undefined {
     if (this.head >= this.items.length) return undefined;
     const item = this.items[this.head];

@@ -89,13 +89,22 @@ export class RdsOutgoing {
     return this.owner !== null && this.owner.ownAccount !== true && (this.wire[OFF_EXTHDR] === 0 || this.wire[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED);
   }
 
-  /** Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once. */
-  complete(err?: Error): void {
+  /**
+   * Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once.
+   * `keepConfirm`: acknowledged as queued, not yet as read; a pending confirmation waits for
+   * confirm() (see RdsConnPath.awaitingRead).
+   */
+  complete(err?: Error, keepConfirm = false): void {
     if (this.done) return;
     this.done = true;
     if (err) this.cancelled = true;
     this.owner?.messageDone(this);
     if (this.xmitRefs === 0) this.release();
+    if (!keepConfirm || err) this.confirm(err);
+  }
+
+  /** Settles a pending confirmation (if any is still waiting): resolved, or rejected with `err`. */
+  confirm(err?: Error): void {
     const settle = this.settle;
     this.settle = null;
     settle?.(err);

@@ -1,13 +1,14 @@
 import {
   RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_DOWN, RDS_CONN_ERROR, RDS_CONN_RESETTING, RDS_CONN_UP,
-  RDS_FLAG_ACK_REQUIRED, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE,
+  RDS_FLAG_ACK_REQUIRED, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDSSOCK_REFUSED_NO_SOCK,
 } from '../constants.js';
+import { RdsError } from '../errors.js';
 import { encodeDataHeader, encodeHeader, OFF_ACK, OFF_EXTHDR, OFF_FLAGS, writeU64 } from '../wire/header.js';
-import { packExtensions, type RdsExtension } from '../wire/extensions.js';
+import { packExtensions, readExtension, refusedExtension, type RdsExtension } from '../wire/extensions.js';
 import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
-import { RxAckTracker, type RxEntry } from './rx-ack.js';
+import { RX_PENDING, RX_READ, RxAckTracker, type RxEntry, type RxOutcome } from './rx-ack.js';
 import { OwnAccount } from './own-budget.js';
 import type { RdsConnection } from './connection.js';
 import { RDS_CTR } from './stats.js';
@@ -47,10 +48,27 @@ export class RdsConnPath {
    */
   readPaused = false;
   /**
-   * The peer's hello arrived on the current carrier. Until then we send no acks on it: a peer
-   * that restarted must learn nothing numbered in its previous life's sequence space.
+   * The peer's generation arrived on the current carrier: in its probe or pong (path 0), or in a
+   * hello (lanes > 0, and older rds-socket peers on path 0). Until then we send no acks on it: a
+   * peer that restarted must learn nothing numbered in its previous life's sequence space.
    */
   peerHelloSeen = false;
+  /** The last multipath probe queued on this path (path 0), to queue none while one waits unsent. */
+  lastProbe: RdsOutgoing | null = null;
+  /** This incarnation has queued a probe on this path: the first one went ahead of any data. */
+  probeQueued = false;
+  /**
+   * Messages with a pending confirmation that the peer acknowledged as queued but has not yet
+   * reported read (RDSSOCK_CAP_CONFIRM peers), in sequence order. Their budget is back; their
+   * confirmation resolves on the peer's read cursor, or rejects on its refusal or restart.
+   */
+  readonly awaitingRead = new Fifo<RdsOutgoing>();
+  /** Refusals reported beyond the last read cursor (deduplicated: a new carrier repeats them). */
+  private refusalsAhead = new Set<number>();
+  /** Refusals at or before the last read cursor, as the peer counts them. */
+  private refusalsCounted = 0;
+  /** The highest read cursor the peer reported. */
+  private readReported = 0;
   /**
    * The peer answered our probe on the current carrier: it has read our SPORT_IDX and path count,
    * so lane connections will be paired correctly. Lanes > 0 open only after this (path 0).
@@ -155,6 +173,7 @@ export class RdsConnPath {
     this.lastRxAt = Date.now();
     this.peerHelloSeen = false;
     this.peerPongSeen = false;
+    this.rx.replayRefusals();
     this.setState(RDS_CONN_UP);
     if (this.failedOverTo !== null) {
       // Back from failover: this path's sockets return, behind what went ahead on the other.
@@ -162,7 +181,9 @@ export class RdsConnPath {
       this.failedOverTo = null;
       this.holdBehind(t, t.nextTxSeq - 1);
     }
-    this.sendControl(this.stack.helloFrame(this.conn));
+    // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
+    // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
+    if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
     this.stack.pathUp(this);
     this.startHeartbeat();
     this.schedulePump();
@@ -365,6 +386,7 @@ export class RdsConnPath {
   /** Encodes and queues a message; the caller has done every check. */
   queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
     owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
+    if (!this.probeQueued && this.index === 0 && !this.conn.isLoopback) this.stack.queueProbe(this);
     const slab = this.stack.wireSlab;
     const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
     const seq = this.nextTxSeq++;
@@ -390,6 +412,7 @@ export class RdsConnPath {
    */
   queueZeroCopy(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
     owner: SendOwner, cookie: number): RdsOutgoing {
+    if (!this.probeQueued && this.index === 0 && !this.conn.isLoopback) this.stack.queueProbe(this);
     const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE);
     const seq = this.nextTxSeq++;
     encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
@@ -412,15 +435,14 @@ export class RdsConnPath {
   readonly own = new OwnAccount();
 
   /**
-   * A control message (pong, probe) from port `sport` to `dport`, sequenced like data and charged
-   * to the path's own account. False (nothing queued) when that account is full: the peer has
-   * not acknowledged, or not read, maxOwnQueued of them.
+   * A control message (ping, pong, probe) from port `sport` to `dport`, sequenced like data and
+   * charged to the path's own account. Null (nothing queued) when that account is full: the peer
+   * has not acknowledged, or not read, maxOwnQueued of them.
    */
-  queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): boolean {
-    if (this.own.queued >= this.stack.options.maxOwnQueued) return false;
+  queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): RdsOutgoing | null {
+    if (this.own.queued >= this.stack.options.maxOwnQueued) return null;
     this.own.queued++;
-    this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
-    return true;
+    return this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
   }
 
   /** Local congestion map changed: send it before the next message. */
@@ -523,19 +545,92 @@ export class RdsConnPath {
     msg.wire[OFF_FLAGS] = flags;
   }
 
-  /** The peer has every message up to and including `seq`: free them in order. */
+  /**
+   * The peer has every message up to and including `seq`: free them in order. From a peer that
+   * reports reads (RDSSOCK_CAP_CONFIRM) this is flow control only: a pending confirmation waits
+   * in awaitingRead for its read cursor.
+   */
   ackThrough(seq: number): void {
     let freed = false;
     const now = performance.now();
+    const holdConfirm = this.conn.confirmsReads;
     for (;;) {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;
       this.retrans.shift();
       if (!m.done && m.sentAt > 0) this.recordLatency(now - m.sentAt);
-      m.complete();
+      if (holdConfirm && m.settle !== null && !m.done && m.seq > this.readReported) {
+        m.complete(undefined, true);
+        this.awaitingRead.push(m);
+      } else {
+        // Nothing to hold: no confirmation pending, an older peer, or a resent message that a read
+        // report already covered (it was read, or its refusal already rejected it).
+        m.complete();
+      }
       freed = true;
     }
     if (freed) this.conn.releaseHolds(this);
+  }
+
+  /**
+   * RDSSOCK_EXTHDR_READ: the peer's applications took every message up to `seq` except those it
+   * reported refused; `refused` of them lie at or before `seq`. If we heard of fewer (a report
+   * died with a carrier), which confirmations were read is unknown: they reject.
+   */
+  readThrough(seq: number, refused: number): void {
+    let counted = this.refusalsCounted;
+    for (const s of this.refusalsAhead) {
+      if (s <= seq) {
+        counted++;
+        this.refusalsAhead.delete(s);
+      }
+    }
+    const unknown = refused > counted;
+    this.refusalsCounted = refused;
+    if (seq > this.readReported) this.readReported = seq;
+    const unplaced = (m: RdsOutgoing): void => {
+      if (m.settle === null) return;
+      this.stack.counters.add(RDS_CTR.send_confirm_reset);
+      m.confirm(new RdsError('ECONNRESET', `${this.conn.faddr} lost its report of which messages it read (a connection reset); this one may not have been read`));
+    };
+    for (;;) {
+      const m = this.awaitingRead.peek();
+      if (m === undefined || m.seq > seq) break;
+      this.awaitingRead.shift();
+      if (!unknown) m.confirm();
+      else unplaced(m);
+    }
+    // After a reconnect, messages the report covers may wait in the send queue to be resent.
+    if (unknown) for (const m of this.sendQueue) if (m.seq <= seq && !m.done) unplaced(m);
+  }
+
+  /** RDSSOCK_EXTHDR_REFUSED: the peer did not deliver our message `seq` (RDSSOCK_REFUSED_*). */
+  refusedByPeer(seq: number, reason: number): void {
+    // A repeat (a new carrier repeats recent refusals), or one a read cursor already counted.
+    if (this.refusalsAhead.has(seq) || seq <= this.readReported) return;
+    // Bounded against a peer that invents refusals: one not remembered is caught by the count in
+    // the next read report, and what it covers rejects rather than resolves.
+    if (this.refusalsAhead.size < MAX_REFUSALS_AHEAD) this.refusalsAhead.add(seq);
+    const noSock = reason === RDSSOCK_REFUSED_NO_SOCK;
+    this.stack.counters.add(noSock ? RDS_CTR.send_refused_no_sock : RDS_CTR.send_discarded_unread);
+    const m = findBySeq(this.awaitingRead, seq) ?? findBySeq(this.retrans, seq) ?? findBySeq(this.sendQueue, seq);
+    if (m === undefined || m.settle === null) return;
+    const where = `${this.conn.faddr}:${m.dport}`;
+    m.confirm(noSock
+      ? new RdsError('ECONNREFUSED', `no socket is bound to ${where}: the peer dropped the message`)
+      : new RdsError('ECONNRESET', `the socket bound to ${where} was closed before reading the message`));
+  }
+
+  /** The peer restarted: confirmations waiting for its old life's read cursor will never resolve. */
+  peerRestarted(): void {
+    for (const m of this.awaitingRead.drain()) {
+      if (m.settle === null) continue;
+      this.stack.counters.add(RDS_CTR.send_confirm_reset);
+      m.confirm(new RdsError('ECONNRESET', `${this.conn.faddr} restarted before its application read the message (it had acknowledged it as queued)`));
+    }
+    this.refusalsAhead.clear();
+    this.refusalsCounted = 0;
+    this.readReported = 0;
   }
 
   /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
@@ -560,15 +655,14 @@ export class RdsConnPath {
   recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
     if (!this.conn.tracksReceipts) return null;
     // recvIncoming has just stamped lastRxAt: no second clock reading per message.
-    const e = this.rx.record(seq, consumed, ackRequired, this.lastRxAt, this);
+    const e = this.rx.record(seq, consumed ? RX_READ : RX_PENDING, ackRequired, this.lastRxAt, this);
     if (this.conn.ackMode && (consumed || ackRequired)) this.requestAck();
     return e;
   }
 
-  /** The application took a message (or it was discarded): the ack may move. */
-  consumed(e: RxEntry): void {
-    e.consumed = true;
-    if (this.conn.ackMode) this.requestAck();
+  /** The application took a message (RX_READ), or it was refused or discarded: the acks may move. */
+  consumed(e: RxEntry, outcome: RxOutcome = RX_READ): void {
+    if (this.rx.settle(e, outcome) && this.conn.ackMode) this.requestAck();
   }
 
   /** A heartbeat asked for an immediate answer. */
@@ -591,7 +685,7 @@ export class RdsConnPath {
   private flushAck(): void {
     if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
     const wait = this.rx.advance(Date.now());
-    if (wait >= 0 && this.ackTimer === null) {
+    if (wait >= 0 && Number.isFinite(wait) && this.ackTimer === null) {
       // An unread message holds the ack; acknowledge it as queued once it has waited long enough.
       this.ackTimer = setTimeout(() => {
         this.ackTimer = null;
@@ -599,30 +693,48 @@ export class RdsConnPath {
       }, wait + 1);
       if (!this.stack.referenced) this.ackTimer.unref();
     }
-    if (!this.rx.wanted || this.ackInFlight) return;
+    if (!this.ackWanted() || this.ackInFlight) return;
     this.sendAckFrame(0);
+  }
+
+  private ackWanted(): boolean {
+    const rx = this.rx;
+    return rx.wanted || (this.conn.confirmsReads && (rx.readWanted || rx.toReport.length > 0));
   }
 
   /** Before a graceful close: tell the peer everything we have, asked for or not. */
   finalAck(): void {
     if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
     this.rx.advance(Date.now());
-    if (this.rx.unsent) this.sendAckFrame(0);
+    if (this.rx.unsent || (this.conn.confirmsReads && (this.rx.readUnsent || this.rx.toReport.length > 0))) this.sendAckFrame(0);
   }
 
   /** One ack-only frame in flight at a time; when it is out, send again if more is wanted. */
   private sendAckFrame(flags: number): void {
     if (this.conn.transport.xmitControl === undefined) return;
     this.ackInFlight = true;
-    const ack = this.acksAllowed ? this.rx.ackSeq : 0;
-    if (this.acksAllowed) this.rx.markSent();
+    const allowed = this.acksAllowed;
+    const ack = allowed ? this.rx.ackSeq : 0;
+    if (allowed) this.rx.markSent();
+    let exthdr: Uint8Array | undefined;
+    if (allowed && this.conn.confirmsReads) {
+      // Refusals first, each in a frame of its own, so the peer has them before a read cursor
+      // that passes them (frames on one carrier arrive in order).
+      for (const r of this.rx.toReport.splice(0)) {
+        const f = Buffer.allocUnsafe(RDS_HEADER_SIZE);
+        encodeHeader(f, 0, { ack, exthdr: packExtensions([refusedExtension(r.seq, r.reason)]) });
+        this.sendControl(f);
+      }
+      exthdr = packExtensions([readExtension(this.rx.readSeq, this.rx.refusedThroughRead)]);
+      this.rx.markReadSent();
+    }
     this.acksSent++;
     this.stack.counters.add(RDS_CTR.send_ack_frames);
     const frame = Buffer.allocUnsafe(RDS_HEADER_SIZE);
-    encodeHeader(frame, 0, { ack, flags });
+    encodeHeader(frame, 0, { ack, flags, exthdr });
     this.sendControl(frame, () => {
       this.ackInFlight = false;
-      if (this.rx.wanted) this.requestAck();
+      if (this.ackWanted()) this.requestAck();
     });
   }
 
@@ -637,17 +749,23 @@ export class RdsConnPath {
   }
 
   /**
-   * Acks may name sequence numbers on this carrier: the peer's hello arrived, or the peer is a
-   * kernel on a transport that needs acks (kernels send no hello).
+   * Acks may name sequence numbers on this carrier: the peer's generation arrived on it (probe,
+   * pong or hello; see peerHelloSeen), or the peer is a kernel on a transport that needs acks.
    */
   private get acksAllowed(): boolean {
     return this.peerHelloSeen || this.conn.acksWithoutHello;
   }
 
-  /** The peer's hello arrived on this carrier. */
+  /** The peer's generation arrived on this carrier (its probe or pong, or an older peer's hello). */
   helloReceived(): void {
+    if (this.peerHelloSeen) return;
     this.peerHelloSeen = true;
     if (this.conn.ackMode) this.requestAck();
+  }
+
+  /** The unsequenced hello an older rds-socket peer waits for before acknowledging on this carrier. */
+  sendLegacyHello(): void {
+    this.sendControl(this.stack.helloFrame(this.conn));
   }
 
   /** The peer's answer to our probe arrived on this carrier. */
@@ -720,6 +838,13 @@ export class RdsConnPath {
     for (const m of this.retrans) if (!m.done) retrans++;
     return { send, retrans };
   }
+}
+
+const MAX_REFUSALS_AHEAD = 8192;
+
+function findBySeq(q: Fifo<RdsOutgoing>, seq: number): RdsOutgoing | undefined {
+  for (const m of q) if (m.seq === seq) return m;
+  return undefined;
 }
 
 export { RDS_CONN_DOWN, RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_UP, RDS_CONN_RESETTING, RDS_CONN_ERROR };

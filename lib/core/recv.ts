@@ -3,7 +3,8 @@ import {
   RDSSOCK_EXTHDR_MOVED,
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
-import { decodeHandshake, parseExtensions, type RdsExtension } from '../wire/extensions.js';
+import { decodeHandshake, decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
+import { RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -43,6 +44,12 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   // except for congestion maps, so this cannot swallow a kernel's message.
   if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
     stack.counters.add(RDS_CTR.recv_ack_frames);
+    // What the peer's applications read, or refused: only a peer we told we understand it sends it.
+    if (header[OFF_EXTHDR] !== 0 && conn.confirmsReads) {
+      const r = decodeReadReport(parseExtensions(header.subarray(OFF_EXTHDR)));
+      if (r.refused !== undefined) cp.refusedByPeer(r.refused.seq, r.refused.reason);
+      if (r.read !== undefined) cp.readThrough(r.read.seq, r.read.refused);
+    }
     if (flags & RDS_FLAG_ACK_REQUIRED) cp.forceAck();
     return;
   }
@@ -52,6 +59,12 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     cp.helloReceived();
     return;
   }
+
+  // A probe or pong carries the peer's generation: look at it before the duplicate check, so a
+  // restarted peer's first frames are not taken for old retransmissions (they may come again,
+  // RETRANSMITTED, on a later carrier, still numbered in the new life).
+  const handshake = payload.length === 0 && ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
+  if (handshake) checkGeneration(stack, cp, header);
 
   if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
@@ -64,7 +77,16 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (movedDuplicate(cp, header, seq)) {
     stack.counters.add(RDS_CTR.recv_drop_moved_dup);
     cp.nextRxSeq = Math.max(cp.nextRxSeq, seq + 1);
-    cp.recordReceived(seq, true, ackRequired);
+    // It shares the fate of the copy that came first on its original path.
+    const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
+    const fate = origin?.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
+    if (fate === undefined || typeof fate === 'number') {
+      const e = cp.recordReceived(seq, fate === undefined || (fate !== RX_REFUSED && fate !== RX_DISCARDED), ackRequired);
+      if (e !== null && typeof fate === 'number' && (fate === RX_REFUSED || fate === RX_DISCARDED)) cp.consumed(e, fate);
+    } else {
+      const e = cp.recordReceived(seq, false, ackRequired);
+      if (e !== null) (fate.followers ??= []).push(e);
+    }
     return;
   }
   // Accepted even if it went backwards: a restarted peer starts again at 1 without the flag.
@@ -95,13 +117,26 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   const entry = cp.recordReceived(seq, false, ackRequired);
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null) cp.consumed(entry);
+  // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null) cp.consumed(entry, RX_REFUSED);
 }
 
 /** A pong, unless the peer already holds maxOwnQueued of the path's own messages: then counted. */
 function answerPing(stack: RdsStack, cp: RdsConnPath, dport: number, exts?: RdsExtension[]): void {
-  if (cp.queueControl(0, dport, exts)) stack.counters.add(RDS_CTR.send_pong);
+  if (cp.queueControl(0, dport, exts) !== null) stack.counters.add(RDS_CTR.send_pong);
   else stack.counters.add(RDS_CTR.recv_drop_ping_budget);
+}
+
+/** Only the generation of a probe or pong (the rest is processed once it is accepted). */
+function checkGeneration(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
+  const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
+  const conn = cp.conn;
+  if (hs.genNum !== undefined && hs.genNum !== 0) {
+    if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
+    conn.peerGenNum = hs.genNum;
+  }
+  // Acks on this carrier now name only sequence numbers of the peer's current life.
+  cp.helloReceived();
 }
 
 /**

@@ -21,6 +21,7 @@ import { RX_MSG_OVERHEAD } from './rx-limit.js';
 import type { PeerEvent, PeerState } from './peer-state.js';
 import { SendTimeout } from './send-timeout.js';
 import { budgetReport } from './send-report.js';
+import { RX_DISCARDED } from './rx-ack.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -65,9 +66,17 @@ export interface SendmsgOptions {
 
 export interface SendOptions extends WaitOptions, SendmsgOptions {
   /**
-   * Resolve only once the peer has the message: an RDS acknowledgement from an rds-socket peer
-   * (its application has taken it), TCP's acknowledgement from a kernel peer. If the signal or
-   * timeout fires first, the message is removed as RDS_CANCEL_SENT_TO would remove it.
+   * Resolve only once the peer has the message. With an rds-socket peer: once the receiving
+   * application has read it (recvmsg, recv, the iterator); being acknowledged as queued
+   * (`ackDelayMaxMs`, flow control) does not count. Rejects with ECONNREFUSED when no socket is
+   * bound at the destination port (the message is dropped, as the kernel drops it), ECONNRESET
+   * when the receiving socket was closed with it unread or the receiving node restarted before
+   * reading it. With a kernel peer the guarantee is the kernel's: TCP has acknowledged it, which
+   * says nothing about the receiving application. Older rds-socket peers (no
+   * RDSSOCK_CAP_CONFIRM) confirm on their acknowledgement, "queued" included. Over loopback it
+   * resolves once the receiving socket has it queued. If the signal or timeout fires first, a
+   * message not yet acknowledged is removed as RDS_CANCEL_SENT_TO would remove it (ETIMEDOUT /
+   * ECANCELED).
    */
   confirm?: boolean;
 }
@@ -142,6 +151,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private lastPeer: PeerState | null = null;
   /** Peers this socket reported 'peer-down' for and not yet 'peer-up'. */
   private downPeers: Set<string> | null = null;
+  /** Messages whose send({ confirm }) is still waiting (some acknowledged as queued, not yet read). */
+  private readonly confirming = new Set<RdsOutgoing>();
   private readonly waiters = new Set<Waiter>();
   private readableQueued = false;
 
@@ -506,15 +517,22 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (msg.done) throw new RdsError('ECANCELED', 'the message was cancelled before the peer had it');
     await new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
+        if (msg.done) {
+          // Acknowledged as queued: it is at the peer and cannot be taken back; stop waiting.
+          msg.confirm(abortError(signal!, 'send()'));
+          return;
+        }
         // Give up on this message exactly as RDS_CANCEL_SENT_TO would: never (re)transmitted.
         this.stack.counters.add(RDS_CTR.send_cancelled);
         msg.complete(abortError(signal!, 'send()'));
       };
       msg.settle = (err) => {
         signal?.removeEventListener('abort', onAbort);
+        this.confirming.delete(msg);
         if (err) reject(err);
         else resolve();
       };
+      this.confirming.add(msg);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
     return len;
@@ -571,6 +589,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       if (m.daddr === ep.address && m.dport === ep.port) {
         m.complete(new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${ep.address}:${ep.port}`));
         n++;
+      }
+    }
+    // Already at the peer (acknowledged as queued, not yet read): nothing to remove, stop waiting.
+    for (const m of [...this.confirming]) {
+      if (m.done && m.daddr === ep.address && m.dport === ep.port) {
+        m.confirm(new RdsError('ECANCELED', `confirmation abandoned by RDS_CANCEL_SENT_TO ${ep.address}:${ep.port}`));
       }
     }
     this.stack.counters.add(RDS_CTR.send_cancelled, n);
@@ -872,14 +896,16 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
       }
       this.stack.unbind(this.bound.address, this.bound.port, this);
     }
-    // Unread messages are discarded, as by the kernel; for acknowledgement they count as taken.
-    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
+    // Unread messages are discarded, as by the kernel; an rds-socket sender hears it (its
+    // confirmations reject with ECONNRESET), an older one counts them as taken.
+    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt, RX_DISCARDED);
     this.rcvBytes = 0;
     this.rxCharge(-this.rxMem);
     this.zcookies = [];
     this.sendTimeout.stop();
     this.downPeers = null;
     for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
+    for (const m of [...this.confirming]) m.confirm(new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read'));
     this.wakeAll();
     this.stack.socketClosed();
     this.emit('close');

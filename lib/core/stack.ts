@@ -2,6 +2,7 @@ import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
   RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
+  RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_NO_HELLO, RDS_CONN_UP,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -40,7 +41,11 @@ export interface RdsStackOptions {
   maxUnackedPackets?: number;
   /** net.rds.max_unacked_bytes: ... or every N payload bytes. Default 16 MiB. */
   maxUnackedBytes?: number;
-  /** A message its application has not read is acknowledged as queued after this long. Default 1000. */
+  /**
+   * A message its application has not read is acknowledged as queued after this long (flow
+   * control: it returns the sender's budget; confirmations of RDSSOCK_CAP_CONFIRM peers still
+   * wait for the read). Infinity: never acknowledge unread messages. Default 1000.
+   */
   ackDelayMaxMs?: number;
   /** Heartbeat period towards rds-socket peers; 0 disables. Default 2000. */
   heartbeatIntervalMs?: number;
@@ -276,7 +281,7 @@ export interface RdsStackEvents {
 /** The part of the stack a transport talks to. */
 export type RdsTransportHost = Pick<RdsStack,
   'peerAllowed' | 'counters' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
-  | 'closing' | 'emit'>;
+  | 'closing' | 'emit' | 'isBound'>;
 
 const defaultTransportFactories: (() => RdsTransport)[] = [];
 
@@ -344,7 +349,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       rdsAcks: opts.rdsAcks ?? true,
       maxUnackedPackets: positiveInt(opts.maxUnackedPackets, 'maxUnackedPackets', 8),
       maxUnackedBytes: positiveInt(opts.maxUnackedBytes, 'maxUnackedBytes', 16 << 20),
-      ackDelayMaxMs: positiveInt(opts.ackDelayMaxMs, 'ackDelayMaxMs', 1000, 0),
+      ackDelayMaxMs: opts.ackDelayMaxMs === Infinity ? Infinity : positiveInt(opts.ackDelayMaxMs, 'ackDelayMaxMs', 1000, 0),
       heartbeatIntervalMs: positiveInt(opts.heartbeatIntervalMs, 'heartbeatIntervalMs', 2000, 0),
       heartbeatMissedLimit: positiveInt(opts.heartbeatMissedLimit, 'heartbeatMissedLimit', 4),
       handshakeTimeoutMs: positiveInt(opts.handshakeTimeoutMs, 'handshakeTimeoutMs', 3000),
@@ -491,7 +496,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     const paths = conn.transport.mpathCapable ? this.options.npaths : 1;
     // Failover needs acks (to know what the peer has) and paths to move between.
     const failover = this.options.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
-    return (this.options.rdsAcks ? RDSSOCK_CAP_ACK : 0) | RDSSOCK_CAP_HEARTBEAT | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+    const acks = this.options.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
+    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
   }
 
   /**
@@ -506,10 +512,10 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /**
-   * The unsequenced hello every carrier starts with (seq 0, RETRANSMITTED, sport 1 -> dport 0,
-   * handshake extensions). An rds-socket peer learns from it, before any data on the carrier,
-   * whether we restarted. A kernel either drops it as an old retransmission (seq 0 < next_rx_seq)
-   * or, on a brand-new connection, takes it for a probe and answers: harmless either way.
+   * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions) that
+   * starts a carrier of a lane > 0 (only rds-socket peers run lanes) and, on path 0, only a carrier
+   * to an older rds-socket peer (no RDSSOCK_CAP_NO_HELLO), which acknowledges nothing before it.
+   * A kernel never gets it: it would count it in recv_drop_old_seq.
    */
   helloFrame(conn: RdsConnection): Buffer {
     const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -525,9 +531,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   pathUp(cp: RdsConnPath): void {
     const conn = cp.conn;
     if (conn.isLoopback || cp.index !== 0) return;
-    // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
-    // handshake then times out and the peer is treated as a kernel.
-    if (cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(conn))) this.counters.add(RDS_CTR.handshake_sent);
+    // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
+    if (cp.lastProbe === null || cp.lastProbe.sentAt !== 0 || cp.lastProbe.done) this.queueProbe(cp);
     if (!conn.capsKnown) {
       const t = setTimeout(() => {
         if (!conn.capsKnown) {
@@ -537,6 +542,20 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       }, this.options.handshakeTimeoutMs);
       t.unref();
     }
+  }
+
+  /**
+   * Queues the multipath probe on path 0. The first sequenced frame an incarnation sends on a
+   * path 0 is its probe (queued ahead of the first message), so a peer learns our generation
+   * before any of our data, on whichever carrier it first arrives, without a frame a kernel
+   * would count (the kernel's hello-less way; see README "Reliability").
+   */
+  queueProbe(cp: RdsConnPath): void {
+    cp.probeQueued = true; // before queueControl(), which calls back into queue()
+    // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
+    // handshake then times out and the peer is treated as a kernel.
+    cp.lastProbe = cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(cp.conn));
+    if (cp.lastProbe !== null) this.counters.add(RDS_CTR.handshake_sent);
   }
 
   /** What a handshake (or its absence) says about the peer; settles the path count. */
@@ -555,6 +574,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     // A kernel is never acknowledged: drop what was tracked while we did not know.
     if (!conn.tracksReceipts) for (const p of conn.paths) p.rx.reset();
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
+    // An older rds-socket peer acknowledges nothing on a carrier before our hello.
+    if (changed && conn.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();
     conn.transport.capabilitiesChanged?.(conn);
   }
 
@@ -732,6 +753,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       p.movedFloor = 0;
       p.nativeRxSeq = 0;
       p.rx.reset();
+      p.peerRestarted();
     }
   }
 

@@ -76,6 +76,12 @@ export const RDS_COUNTER_NAMES = [
   'recv_pause_queue_limit',
   'recv_pause_partial_limit',
   'recv_drop_frame_timeout',
+  // an rds-socket peer reported a message we sent dropped: no socket bound to its port (the
+  // receiver counts recv_drop_no_sock), or its socket closed with it unread
+  'send_refused_no_sock',
+  'send_discarded_unread',
+  // confirmations rejected because the peer restarted, or its report of what it read was lost
+  'send_confirm_reset',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

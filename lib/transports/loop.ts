@@ -1,4 +1,6 @@
 import { RDS_HEADER_SIZE, RDS_TRANS_LOOP } from '../constants.js';
+import { RdsError } from '../errors.js';
+import { RDS_CTR } from '../core/stats.js';
 import type { RdsConnPath } from '../core/path.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsTransportHost } from '../core/stack.js';
@@ -46,6 +48,12 @@ export class LoopTransport implements RdsTransport {
       payload = msg.wire.subarray(RDS_HEADER_SIZE);
     } else {
       payload = Buffer.concat(zc instanceof Uint8Array ? [zc] : zc, msg.len);
+    }
+    // No socket bound there: the receive path drops it (recv_drop_no_sock); the sender is told,
+    // as an rds-socket peer would tell it over TCP.
+    if (msg.dport !== 0 && !this.host.isBound(cp.conn.faddr, msg.dport)) {
+      this.host.counters.add(RDS_CTR.send_refused_no_sock);
+      msg.confirm(new RdsError('ECONNREFUSED', `no socket is bound to ${cp.conn.faddr}:${msg.dport}: the message was dropped`));
     }
     rcp.noteRxActivity();
     this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);

@@ -1,7 +1,7 @@
 import {
   RDS_EXTHDR_NONE, RDS_EXTHDR_VERSION, RDS_EXTHDR_RDMA, RDS_EXTHDR_RDMA_DEST, RDS_EXTHDR_RDMA_BYTES,
   RDS_EXTHDR_NPATHS, RDS_EXTHDR_GEN_NUM, RDS_EXTHDR_CAP_BITS, RDS_EXTHDR_SPORT_IDX, RDS_EXTHDR_CSUM,
-  RDSSOCK_EXTHDR_CAPS, RDSSOCK_EXTHDR_MOVED,
+  RDSSOCK_EXTHDR_CAPS, RDSSOCK_EXTHDR_MOVED, RDSSOCK_EXTHDR_READ, RDSSOCK_EXTHDR_REFUSED,
 } from '../constants.js';
 import { EXTHDR_SIZE } from './header.js';
 
@@ -18,6 +18,8 @@ export const EXTHDR_LENGTHS: ReadonlyMap<number, number> = new Map([
   [RDS_EXTHDR_CSUM, 8],
   [RDSSOCK_EXTHDR_CAPS, 4],
   [RDSSOCK_EXTHDR_MOVED, 9],
+  [RDSSOCK_EXTHDR_READ, 12],
+  [RDSSOCK_EXTHDR_REFUSED, 9],
 ]);
 
 export interface RdsExtension {
@@ -91,6 +93,39 @@ export function rdsCapsExtension(caps: number): RdsExtension {
   const data = new Uint8Array(4);
   new DataView(data.buffer).setUint32(0, caps >>> 0);
   return { type: RDSSOCK_EXTHDR_CAPS, data };
+}
+
+/** RDSSOCK_EXTHDR_READ: the read cursor and how many refusals lie at or before it. */
+export function readExtension(seq: number, refused: number): RdsExtension {
+  const data = new Uint8Array(12);
+  const dv = new DataView(data.buffer);
+  dv.setBigUint64(0, BigInt(seq));
+  dv.setUint32(8, refused >>> 0);
+  return { type: RDSSOCK_EXTHDR_READ, data };
+}
+
+/** RDSSOCK_EXTHDR_REFUSED: the message `seq` was not delivered, and why (RDSSOCK_REFUSED_*). */
+export function refusedExtension(seq: number, reason: number): RdsExtension {
+  const data = new Uint8Array(9);
+  new DataView(data.buffer).setBigUint64(0, BigInt(seq));
+  data[8] = reason;
+  return { type: RDSSOCK_EXTHDR_REFUSED, data };
+}
+
+/** What an ack-only frame from an RDSSOCK_CAP_CONFIRM peer reports besides h_ack. */
+export interface ReadReport {
+  read?: { seq: number; refused: number };
+  refused?: { seq: number; reason: number };
+}
+
+export function decodeReadReport(exts: readonly RdsExtension[]): ReadReport {
+  const out: ReadReport = {};
+  for (const e of exts) {
+    const dv = new DataView(e.data.buffer, e.data.byteOffset, e.data.byteLength);
+    if (e.type === RDSSOCK_EXTHDR_READ) out.read = { seq: Number(dv.getBigUint64(0)), refused: dv.getUint32(8) };
+    else if (e.type === RDSSOCK_EXTHDR_REFUSED) out.refused = { seq: Number(dv.getBigUint64(0)), reason: e.data[8]! };
+  }
+  return out;
 }
 
 export function sportIdxExtension(): RdsExtension {
