@@ -84,9 +84,14 @@ export class RdsOutgoing {
     this.path = path;
   }
 
+  /** A socket's message, not one the node sent on its own account (probe, pong, ping). */
+  get fromSocket(): boolean {
+    return this.owner !== null && this.owner.ownAccount !== true;
+  }
+
   /** Only sockets' messages with an empty extension area can carry the failover record. */
   get movable(): boolean {
-    return this.owner !== null && this.owner.ownAccount !== true && (this.wire[OFF_EXTHDR] === 0 || this.wire[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED);
+    return this.fromSocket && (this.wire[OFF_EXTHDR] === 0 || this.wire[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED);
   }
 
   /**

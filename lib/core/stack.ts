@@ -687,7 +687,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       for (const p of c.paths) {
         for (const list of [p.sendQueue, p.retrans]) {
           for (const m of list) {
-            if (m.done || m.owner === null) continue;
+            if (m.done || !m.fromSocket) continue;
             q.messages++;
             q.bytes += m.len;
           }
