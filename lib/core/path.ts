@@ -116,6 +116,29 @@ export class RdsConnPath {
 
   // ---- connection life cycle (connection.c / threads.c) ----
 
+  /**
+   * The peer showed it is back (it poked us): connect now rather than wait out the backoff, so
+   * what we have queued for it leaves at once.
+   */
+  connectNow(): void {
+    if (this.state !== RDS_CONN_DOWN) return;
+    this.clearReconnect();
+    this.backoffMs = 0;
+    this.connectIfDown();
+  }
+
+  /** A reconnect or poke is scheduled (the connection is not idle). */
+  get reconnectPending(): boolean {
+    return this.reconnectTimer !== null;
+  }
+
+  /** Application messages wait to be sent or acknowledged here; control frames (probes, pongs) do not count. */
+  hasPendingData(): boolean {
+    for (const m of this.sendQueue) if (!m.done && m.owner !== null) return true;
+    for (const m of this.retrans) if (!m.done && m.owner !== null) return true;
+    return false;
+  }
+
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
     if (this.state !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing) return;
@@ -195,13 +218,15 @@ export class RdsConnPath {
 
   /**
    * rds_queue_reconnect: only the initiating side reconnects, at once after a path that was UP and
-   * then with random exponential backoff. A side that waits to be connected still pokes the peer
-   * (path 0 only) while it has something to send, spaced by the same backoff.
+   * then with random exponential backoff, while the connection is worth it (conn.wantsPeer: data
+   * for the peer, or a path up within peerIdleTimeoutMs; the kernel retries forever, which makes
+   * every stranger a target for good). A side that waits to be connected still pokes the peer
+   * (path 0 only) while it has application messages for it, spaced by the same backoff.
    */
   private queueReconnect(wasUp: boolean): void {
     if (this.stack.closing) return;
     const initiates = this.conn.transport.initiates(this);
-    if (!initiates && !(this.index === 0 && this.sendQueue.length > 0)) return;
+    if (initiates ? !wasUp && !this.conn.wantsPeer() : !(this.index === 0 && this.hasPendingData())) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (wasUp || this.backoffMs === 0) {

@@ -72,6 +72,7 @@ export const RDS_COUNTER_NAMES = [
   'conn_refused_limit',
   'conn_refused_tls',
   'recv_drop_header_timeout',
+  'conn_reclaimed',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
