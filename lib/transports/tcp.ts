@@ -102,17 +102,13 @@ function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) 
  * Ends a connection we refuse or give up on, with a reset where possible (no TIME_WAIT, the peer
  * learns at once). Never throws: it runs inside event handlers, where a throw kills the process.
  * A TLS socket has no TCP handle of its own (resetAndDestroy throws ERR_INVALID_HANDLE_TYPE on
- * it): its underlying TCP socket is reset instead.
+ * it) and is only destroyed: resetting the TCP socket under a live TLS layer crashes Node 20
+ * (segmentation fault). Connections refused before their handshake are plain and are reset.
  */
 function refuse(sock: Socket): void {
   try {
-    const parent = (sock as unknown as { _parent?: unknown })._parent;
-    if (sock instanceof tls.TLSSocket) {
-      if (parent instanceof Socket && !parent.destroyed) parent.resetAndDestroy();
-      sock.destroy();
-      return;
-    }
-    if (!sock.destroyed) sock.resetAndDestroy();
+    if (sock instanceof tls.TLSSocket || sock.destroyed) sock.destroy();
+    else sock.resetAndDestroy();
   } catch {
     sock.destroy();
   }
