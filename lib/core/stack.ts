@@ -45,12 +45,18 @@ export interface RdsStackOptions {
   handshakeTimeoutMs?: number;
   /**
    * Peers allowed to connect: addresses or CIDR blocks ("10.1.0.0/16"). Connections from
-   * anyone else are refused and counted (conn_refused_allowlist). Default: everyone, as the kernel.
+   * anyone else are refused and counted (conn_refused_allowlist), by TCP source address, before
+   * any TLS handshake or per-peer state. Default: everyone, as the kernel.
    */
   allowPeers?: string[];
-  /** At most this many TCP connections (all peers, all paths). Default 4096. */
+  /** At most this many TCP connections (all peers, all paths, TLS handshakes included); more are reset (conn_refused_limit). Default 4096. */
   maxConnections?: number;
-  /** At most this many accepted connections that have not yet sent a complete frame. Default 64. */
+  /**
+   * At most this many accepted connections that have not yet sent a complete frame (with TLS,
+   * counted from TCP accept); strangers' connections and pokes beyond it are reset
+   * (conn_refused_limit). Known peers (messages queued for them, or identified and up within
+   * peerIdleTimeoutMs) get in regardless, each with an allowance of its own. Default 64.
+   */
   maxUnidentifiedConnections?: number;
   /**
    * A peer that starts a frame header must finish it within this many ms, or is dropped. Also
