@@ -12,17 +12,19 @@ const GOOD = '127.108.1.1';
 const SLOTS = 16;
 /** Strangers' connections kept open (all smaller addresses: real connections, not pokes). */
 const FLOOD = 64;
+/** Strangers' connections in all, at most. */
+const MAX_OPENED = 50000;
 
 export async function run({ seconds = 3 } = {}) {
   const victim = await startVictim({
     address: VICTIM, tcpPort: TCP_PORT, stack: { maxUnidentifiedConnections: SLOTS, headerTimeoutMs: 10000 },
   });
-  const good = await startGoodPeer({ address: GOOD, victimAddress: VICTIM, tcpPort: TCP_PORT, timeoutMs: 10000 });
+  const good = await startGoodPeer({ address: GOOD, victimAddress: VICTIM, tcpPort: TCP_PORT, timeoutMs: 5000 });
   const open = new Set();
   let opened = 0;
   let flooding = true;
   const refill = () => {
-    while (flooding && open.size < FLOOD) {
+    while (flooding && open.size < FLOOD && opened < MAX_OPENED) {
       const n = opened++;
       const s = connect({ host: VICTIM, port: TCP_PORT, localAddress: `127.108.0.${1 + (n % 250)}` });
       s.on('error', () => {});
@@ -35,11 +37,12 @@ export async function run({ seconds = 3 } = {}) {
     await good.roundTrip(); // the peer is known from here on
     refill();
     await sleep(200);
-    await forMs(seconds * 1000, async () => {
-      // The peer restarts; its first round trip after the restart is its time to get back in.
+    await forMs(seconds * 1000, async (end) => {
+      // The peer restarts; its first round trip after the restart is its time to get back in
+      // (at most 5 s are counted: the attack ends at most one round trip after its time).
       await good.restart();
       reconnects.push(await good.roundTrip());
-      for (let i = 0; i < 20; i++) await good.roundTrip();
+      for (let i = 0; i < 20 && Date.now() < end; i++) await good.roundTrip();
     });
     flooding = false;
     const stats = await nextStats(victim);

@@ -10,7 +10,7 @@ export const name = 'stranger-churn';
 const TCP_PORT = 27104;
 const VICTIM = '127.109.4.1';
 const GOOD = '127.109.4.2';
-/** At most this many strangers in all, 50 at a time. */
+/** At most this many strangers in all, 32 at a time (under the accept queue of 64). */
 const MAX_STRANGERS = 3000;
 const IDLE_MS = 1000;
 
@@ -24,7 +24,7 @@ export async function run({ seconds = 3 } = {}) {
     await forMs(seconds * 1000, async () => {
       if (strangers >= MAX_STRANGERS) return sleep(50);
       const wave = [];
-      for (let i = 0; i < 50 && strangers < MAX_STRANGERS; i++) {
+      for (let i = 0; i < 32 && strangers < MAX_STRANGERS; i++) {
         const n = strangers++;
         // 127.109.0-7.x: below the victim (connections) for 0-3, above it (pokes) for 5-8.
         const third = (n % 2 === 0 ? 0 : 5) + ((n >> 9) % 4);

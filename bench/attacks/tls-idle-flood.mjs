@@ -12,6 +12,8 @@ const GOOD = '127.107.1.1';
 /** Idle connections kept open, and new ones opened per 20 ms tick at most (the accept queue is 64). */
 const OPEN = 300;
 const PER_TICK = 40;
+/** Connections in all, at most. */
+const MAX_OPENED = 50000;
 
 export async function run({ seconds = 3 } = {}) {
   const pki = tlsMaterial(['victim', 'good']);
@@ -27,7 +29,7 @@ export async function run({ seconds = 3 } = {}) {
     await good.roundTrip();
     good.start();
     await forMs(seconds * 1000, async () => {
-      for (let i = 0; i < PER_TICK && open.size < OPEN; i++) {
+      for (let i = 0; i < PER_TICK && open.size < OPEN && opened < MAX_OPENED; i++) {
         const n = opened++;
         const s = connect({ host: VICTIM, port: TCP_PORT, localAddress: `127.107.${2 + ((n >> 8) % 8)}.${1 + (n % 250)}` });
         s.on('error', () => {});
