@@ -5,7 +5,8 @@ import * as tls from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport } from '../lib/index.js';
+import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
+import { rawConnect } from './raw-peer.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
 
 // Issue 18: hostile peers and strangers against admission, TLS and per-peer state.
@@ -201,6 +202,24 @@ describe('known peers and strangers', () => {
     expect(c[0]!.paths[0]!.sendQueue).toBeGreaterThanOrEqual(1);
     const p = await node('127.104.5.1');
     expect((await recvWithin(p.sock, 5000)).text).toBe('kept');
+  });
+
+  it('a forgotten peer that comes back and resends what was delivered has the copies dropped', async () => {
+    const v = await node('127.104.7.200', { peerIdleTimeoutMs: 100 });
+    const first = await rawConnect('127.104.7.1', '127.104.7.200', TEST_TCP_PORT);
+    first.send({ sequence: 1, sport: 9, dport: 4000 }, Buffer.from('one'));
+    first.send({ sequence: 2, sport: 9, dport: 4000 }, Buffer.from('two'));
+    expect((await recvWithin(v.sock, 5000)).text).toBe('one');
+    expect((await recvWithin(v.sock, 5000)).text).toBe('two');
+    first.sock.destroy();
+    await until(() => v.stack.connections().length === 0, 'the peer forgotten', 5000);
+    // Back, with 2 again (its acknowledgement was lost with the connection), then 3.
+    const again = await rawConnect('127.104.7.1', '127.104.7.200', TEST_TCP_PORT);
+    again.send({ sequence: 2, sport: 9, dport: 4000, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('two'));
+    again.send({ sequence: 3, sport: 9, dport: 4000 }, Buffer.from('three'));
+    expect((await recvWithin(v.sock, 5000)).text).toBe('three');
+    expect(v.stack.counters.get('recv_drop_old_seq')).toBe(1);
+    again.sock.destroy();
   });
 
   it('a poke ends a long backoff at once: the poker\'s messages (and ours for it) need not wait', async () => {
