@@ -428,7 +428,10 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Forgets idle connections (see peerIdleTimeoutMs). */
   private readonly reclaimer: ConnReclaimer;
 
-  /** Forgets every idle connection now, as the periodic sweep does; returns how many. */
+  /**
+   * Forgets every idle connection now (all paths down for peerIdleTimeoutMs, nothing queued or
+   * unacknowledged for the peer), as the periodic sweep does; returns how many.
+   */
   reclaimIdleConnections(): number {
     return this.reclaimer.sweep();
   }
