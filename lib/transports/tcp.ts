@@ -394,8 +394,8 @@ export class TcpTransport implements RdsTransport {
     const { maxConnections, maxUnidentifiedConnections } = this.host.options;
     if (!this.topts.tls && compareAddresses(remote, local) > 0) {
       // A plain poke holds nothing: answered (or refused) and reset at once. A stranger's poke
-      // makes a connection record, so it competes for the unidentified pool like a connection.
-      if (!known && this.unidentified >= maxUnidentifiedConnections) {
+      // makes a connection record and has us dial, so it meets the limits like a connection.
+      if (!known && (this.unidentified >= maxUnidentifiedConnections || this.carriers >= maxConnections)) {
         this.host.counters.add(RDS_CTR.conn_refused_limit);
         refuse(raw);
         return;
