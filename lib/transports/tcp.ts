@@ -230,8 +230,10 @@ export class TcpTransport implements RdsTransport {
         ...this.topts.tls, requestCert: true, rejectUnauthorized: true, handshakeTimeout: this.host.options.headerTimeoutMs,
       }, (s) => this.acceptSecure(s));
       // Failed and timed-out handshakes: Node leaves the socket open when someone listens here.
-      this.tlsServer.on('tlsClientError', (_err, s) => {
-        this.host.counters.add(RDS_CTR.conn_refused_tls);
+      // A peer that hung up mid-handshake was not refused (the larger side drops a poke still in
+      // flight once our connection reaches it): not counted.
+      this.tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, s) => {
+        if (err.code !== 'ECONNRESET' && err.code !== 'EPIPE') this.host.counters.add(RDS_CTR.conn_refused_tls);
         refuse(s);
       });
     }
