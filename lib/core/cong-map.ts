@@ -6,12 +6,18 @@ import { RDS_CONG_MAP_BYTES } from '../constants.js';
  * copy of each peer's that senders consult.
  */
 export class CongMap {
-  readonly bits: Buffer = Buffer.alloc(RDS_CONG_MAP_BYTES);
+  /** Allocated on first use: a peer that never sends a map (or a stranger) costs no 8 KiB. */
+  private map: Buffer | null = null;
+
+  get bits(): Buffer {
+    return (this.map ??= Buffer.alloc(RDS_CONG_MAP_BYTES));
+  }
+
   /** Bumped on every change, so pollers can tell "an update arrived since I last looked". */
   generation = 0;
 
   test(port: number): boolean {
-    return (this.bits[port >> 3]! & (1 << (port & 7))) !== 0;
+    return this.map !== null && (this.map[port >> 3]! & (1 << (port & 7))) !== 0;
   }
 
   set(port: number): boolean {
@@ -24,7 +30,8 @@ export class CongMap {
   }
 
   clear(port: number): boolean {
-    const b = this.bits[port >> 3]!;
+    if (this.map === null) return false;
+    const b = this.map[port >> 3]!;
     const m = 1 << (port & 7);
     if (!(b & m)) return false;
     this.bits[port >> 3] = b & ~m;
@@ -37,23 +44,35 @@ export class CongMap {
    * folded into the 64-bit monitor mask (bit p % 64), as the IB receiver computes it.
    */
   apply(map: Uint8Array): bigint {
+    if (this.map === null && allZero(map)) {
+      // Nothing congested before or after: stay unallocated (every new carrier sends one of these).
+      this.generation++;
+      return 0n;
+    }
+    const bits = this.bits;
     let lo = 0;
     let hi = 0;
     for (let i = 0; i < RDS_CONG_MAP_BYTES; i++) {
-      const cleared = this.bits[i]! & ~map[i]!;
+      const cleared = bits[i]! & ~map[i]!;
       if (cleared === 0) continue;
       // Byte i covers ports 8i..8i+7, i.e. monitor bits (8i % 64)..+7.
       const shift = (i * 8) & 63;
       if (shift < 32) lo |= cleared << shift;
       else hi |= cleared << (shift - 32);
     }
-    this.bits.set(map.subarray(0, RDS_CONG_MAP_BYTES));
+    bits.set(map.subarray(0, RDS_CONG_MAP_BYTES));
     this.generation++;
     return (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0);
   }
 
   isClear(): boolean {
-    for (let i = 0; i < RDS_CONG_MAP_BYTES; i += 4) if (this.bits.readUInt32LE(i) !== 0) return false;
+    if (this.map === null) return true;
+    for (let i = 0; i < RDS_CONG_MAP_BYTES; i += 4) if (this.map.readUInt32LE(i) !== 0) return false;
     return true;
   }
+}
+
+function allZero(map: Uint8Array): boolean {
+  for (let i = 0; i < RDS_CONG_MAP_BYTES; i++) if (map[i] !== 0) return false;
+  return true;
 }

@@ -30,6 +30,14 @@ export class RdsConnection {
   /** True when this side has the numerically smaller address (it initiates TCP). */
   readonly isInitiator: boolean;
   readonly isLoopback: boolean;
+  /** Last time any path changed state (ms since the epoch): idleness is measured from it. */
+  stateChangedAt = Date.now();
+  /** Last time a path of this connection was UP (left UP or came UP); 0 = never. */
+  lastUpAt = 0;
+  /** Last time an accepted carrier from this peer delivered a complete frame; 0 = never (a stranger). */
+  heardAt = 0;
+  /** The stack forgot this connection (idle, nothing queued): holders must look it up again. */
+  reclaimed = false;
 
   constructor(
     readonly stack: RdsStack,
@@ -42,6 +50,34 @@ export class RdsConnection {
     this.isInitiator = compareAddresses(laddr, faddr) < 0;
     this.isLoopback = transport.transType === stack.loopTransportType;
     this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
+  }
+
+  /** Application messages wait to be sent or acknowledged on some path (probes and pongs do not count). */
+  hasPendingData(): boolean {
+    for (const p of this.paths) if (p.hasPendingData()) return true;
+    return false;
+  }
+
+  anyPathUp(): boolean {
+    for (const p of this.paths) if (p.state === RDS_CONN_UP) return true;
+    return false;
+  }
+
+  /**
+   * Worth (re)connecting to: we have messages for the peer, a path is up, or one was up within
+   * peerIdleTimeoutMs. Otherwise the peer connects or pokes when it has something for us.
+   */
+  wantsPeer(now = Date.now()): boolean {
+    return this.anyPathUp() || now - this.lastUpAt < this.stack.options.peerIdleTimeoutMs || this.hasPendingData();
+  }
+
+  /**
+   * A known peer gets in past a flood of strangers: one we have messages for, or one that has
+   * identified itself (sent a complete frame) and was up within peerIdleTimeoutMs.
+   */
+  isKnownPeer(now = Date.now()): boolean {
+    if (this.heardAt > 0 && (this.anyPathUp() || now - this.lastUpAt < this.stack.options.peerIdleTimeoutMs)) return true;
+    return this.hasPendingData();
   }
 
   /** RDS-level acks: both sides are rds-socket and the stack allows it, or the transport needs them. */

@@ -145,6 +145,33 @@ export class RdsConnPath {
 
   // ---- connection life cycle (connection.c / threads.c) ----
 
+  /**
+   * The peer showed it is back (it poked us): connect now rather than wait out the backoff, so
+   * what we have queued for it leaves at once.
+   */
+  connectNow(): void {
+    if (this.state !== RDS_CONN_DOWN) return;
+    this.clearReconnect();
+    this.backoffMs = 0;
+    this.connectIfDown();
+  }
+
+  /** A reconnect or poke is scheduled (the connection is not idle). */
+  get reconnectPending(): boolean {
+    return this.reconnectTimer !== null;
+  }
+
+  /**
+   * Application messages wait to be sent, acknowledged, or (acknowledged as queued) reported read
+   * here; control frames (probes, pongs) do not count.
+   */
+  hasPendingData(): boolean {
+    if (this.awaitingRead.length > 0) return true;
+    for (const m of this.sendQueue) if (!m.done && m.fromSocket) return true;
+    for (const m of this.retrans) if (!m.done && m.fromSocket) return true;
+    return false;
+  }
+
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
     if (this.state !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing) return;
@@ -228,8 +255,10 @@ export class RdsConnPath {
 
   /**
    * rds_queue_reconnect: only the initiating side reconnects, at once after a path that was UP and
-   * then with random exponential backoff. A side that waits to be connected still pokes the peer
-   * (path 0 only) while it has something to send, spaced by the same backoff.
+   * then with random exponential backoff, while the connection is worth it (conn.wantsPeer: data
+   * for the peer, or a path up within peerIdleTimeoutMs; the kernel retries forever, which makes
+   * every stranger a target for good). A side that waits to be connected still pokes the peer
+   * (path 0 only) while it has application messages for it, spaced by the same backoff.
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
@@ -240,7 +269,7 @@ export class RdsConnPath {
   private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing) return;
     const initiates = this.conn.transport.initiates(this);
-    if (!initiates && !(this.index === 0 && this.sendQueue.length > 0)) return;
+    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(this.index === 0 && this.hasPendingData())) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {

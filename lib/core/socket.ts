@@ -366,7 +366,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
     // Senders talk to the same few peers: keep the last connection rather than rebuild its key.
     let conn = this.lastConn;
-    if (conn === null || conn.faddr !== address) {
+    if (conn === null || conn.faddr !== address || conn.reclaimed) {
       conn = this.stack.connForSend(this.bound.address, address, this.transport!);
       this.lastConn = conn;
       this.lastPeer = this.stack.peerEntry(address);

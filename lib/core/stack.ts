@@ -19,6 +19,7 @@ import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer
 import { RdsStats, type RdsCounterName, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
 import { RxLimiter } from './rx-limit.js';
+import { ConnReclaimer } from './reclaim.js';
 import type { RdsTransport } from './transport.js';
 
 export interface RdsStackOptions {
@@ -55,14 +56,24 @@ export interface RdsStackOptions {
   handshakeTimeoutMs?: number;
   /**
    * Peers allowed to connect: addresses or CIDR blocks ("10.1.0.0/16"). Connections from
-   * anyone else are refused and counted (conn_refused_allowlist). Default: everyone, as the kernel.
+   * anyone else are refused and counted (conn_refused_allowlist), by TCP source address, before
+   * any TLS handshake or per-peer state. Default: everyone, as the kernel.
    */
   allowPeers?: string[];
-  /** At most this many TCP connections (all peers, all paths). Default 4096. */
+  /** At most this many TCP connections (all peers, all paths, TLS handshakes included); more are reset (conn_refused_limit). Default 4096. */
   maxConnections?: number;
-  /** At most this many accepted connections that have not yet sent a complete frame. Default 64. */
+  /**
+   * At most this many accepted connections that have not yet sent a complete frame (with TLS,
+   * counted from TCP accept); strangers' connections and pokes beyond it are reset
+   * (conn_refused_limit). Known peers (messages queued for them, or identified and up within
+   * peerIdleTimeoutMs) get in regardless, each with an allowance of its own. Default 64.
+   */
   maxUnidentifiedConnections?: number;
-  /** A peer that starts a frame header must finish it within this many ms, or is dropped. Default 10000. */
+  /**
+   * A peer that starts a frame header must finish it within this many ms, or is dropped. Also
+   * bounds each step of a new TCP connection: the TLS handshake, then its first complete frame.
+   * Default 10000.
+   */
   headerTimeoutMs?: number;
   /**
    * Once a frame's header has arrived, its payload must be complete within this many ms, or the
@@ -97,6 +108,14 @@ export interface RdsStackOptions {
    * (recv_drop_ping_budget). Default 256.
    */
   maxOwnQueued?: number;
+  /**
+   * A connection to a peer is forgotten (its paths, queues and the peer's congestion map freed)
+   * once all its paths have been down this long (ms) with no application message queued or
+   * unacknowledged for the peer; the next message or connection makes a fresh one. The initiating
+   * side also stops reconnecting to a peer it has nothing for after this long. Infinity keeps
+   * every connection for the life of the stack (the kernel's way). Default 60000.
+   */
+  peerIdleTimeoutMs?: number;
   /**
    * Open a control endpoint for rds-info: true for a Unix socket in the runtime directory
    * ($XDG_RUNTIME_DIR/rds-socket), or a path. Owner-only. Default off.
@@ -146,6 +165,7 @@ export interface ResolvedStackOptions {
   maxOwnQueued: number;
   failoverGraceMs: number;
   peerDownMs: number;
+  peerIdleTimeoutMs: number;
 }
 
 function positiveInt(v: unknown, name: string, dflt: number, min = 1): number {
@@ -280,7 +300,7 @@ export interface RdsStackEvents {
 
 /** The part of the stack a transport talks to. */
 export type RdsTransportHost = Pick<RdsStack,
-  'peerAllowed' | 'counters' | 'options' | 'connFor' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
+  'peerAllowed' | 'counters' | 'options' | 'connFor' | 'findConn' | 'recvIncoming' | 'isLocalAddress' | 'referenced' | 'reportProtocolError'
   | 'closing' | 'emit' | 'isBound'>;
 
 const defaultTransportFactories: (() => RdsTransport)[] = [];
@@ -364,6 +384,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       maxOwnQueued: positiveInt(opts.maxOwnQueued, 'maxOwnQueued', 256),
       failoverGraceMs: opts.failoverGraceMs === Infinity ? Infinity : positiveInt(opts.failoverGraceMs, 'failoverGraceMs', 2000, 0),
       peerDownMs: opts.peerDownMs === Infinity ? Infinity : positiveInt(opts.peerDownMs, 'peerDownMs', 5000, 0),
+      peerIdleTimeoutMs: opts.peerIdleTimeoutMs === Infinity ? Infinity : positiveInt(opts.peerIdleTimeoutMs, 'peerIdleTimeoutMs', 60000),
     };
     this.rxLimit = new RxLimiter(this.options.maxRecvQueueBytes, this.options.recvHardLimitFactor, this.counters);
     if (this.options.peerDownMs > 2 ** 31 - 1 && Number.isFinite(this.options.peerDownMs)) {
@@ -373,6 +394,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       peerDown: (ev) => this.peerWentDown(ev),
       peerUp: (ev) => this.peerCameUp(ev),
     });
+    this.reclaimer = new ConnReclaimer(this.options.peerIdleTimeoutMs, this.conns, (c) => this.forgetConn(c));
     if (opts.allowPeers !== undefined) {
       if (!Array.isArray(opts.allowPeers)) throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
@@ -477,8 +499,34 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (c === undefined) {
       c = new RdsConnection(this, laddr, faddr, transport, transport.mpathCapable ? this.maxPaths : 1);
       this.conns.set(key, c);
+      this.reclaimer.connCreated(c);
     }
     return c;
+  }
+
+  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks). */
+  findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
+    return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
+  }
+
+  /** Forgets idle connections (see peerIdleTimeoutMs). */
+  private readonly reclaimer: ConnReclaimer;
+
+  /**
+   * Forgets every idle connection now (all paths down for peerIdleTimeoutMs, nothing queued or
+   * unacknowledged for the peer), as the periodic sweep does; returns how many.
+   */
+  reclaimIdleConnections(): number {
+    return this.reclaimer.sweep();
+  }
+
+  private forgetConn(c: RdsConnection): void {
+    this.conns.delete(c.key);
+    this.counters.add(RDS_CTR.conn_reclaimed);
+    // The peer's map goes with its last connection (ours stay while anything is bound to them).
+    if (this.isLocalAddress(c.faddr)) return;
+    for (const o of this.conns.values()) if (o.faddr === c.faddr || o.laddr === c.faddr) return;
+    this.congMaps.delete(c.faddr);
   }
 
   /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. */
@@ -659,6 +707,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
+    const conn = cp.conn;
+    conn.stateChangedAt = Date.now();
+    if (from === 'UP' || to === 'UP') conn.lastUpAt = conn.stateChangedAt;
     this.emit('state', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name,
       path: cp.index, from, to,
@@ -835,6 +886,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
     for (const c of this.conns.values()) for (const p of c.paths) p.finalAck();
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
+    this.reclaimer.stop();
     // Hold the event loop while carriers close gracefully (bounded by the transports' linger).
     for (const t of this.transports.values()) t.setRef(true);
     await Promise.all([...this.transports.values()].map((t) => t.close()));

@@ -82,6 +82,7 @@ export const RDS_COUNTER_NAMES = [
   'send_discarded_unread',
   // confirmations rejected because the peer restarted, or its report of what it read was lost
   'send_confirm_reset',
+  'conn_reclaimed',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

@@ -111,6 +111,37 @@ function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) 
   return new Socket({ handle, onread: slabOnread(reader, received) } as SocketConstructorOpts);
 }
 
+/**
+ * Ends a connection we refuse or give up on, with a reset where possible (no TIME_WAIT, the peer
+ * learns at once). Never throws: it runs inside event handlers, where a throw kills the process.
+ * A TLS socket has no TCP handle of its own (resetAndDestroy throws ERR_INVALID_HANDLE_TYPE on
+ * it) and is only destroyed: resetting the TCP socket under a live TLS layer crashes Node 20
+ * (segmentation fault). Connections refused before their handshake are plain and are reset.
+ */
+function refuse(sock: Socket): void {
+  try {
+    if (sock instanceof tls.TLSSocket || sock.destroyed) sock.destroy();
+    else sock.resetAndDestroy();
+  } catch {
+    sock.destroy();
+  }
+}
+
+/**
+ * An accepted connection's place in the limits: it counts towards maxConnections until it
+ * closes, and towards maxUnidentifiedConnections (and, for a known peer, its own allowance)
+ * until its first complete frame.
+ */
+interface AdmissionSlot {
+  open: boolean;
+  identified: boolean;
+  /** The known peer whose allowance this slot uses, or null. */
+  knownPeer: string | null;
+}
+
+/** Unidentified connections one known peer may hold beyond the shared pool (its lanes, reconnects). */
+const KNOWN_PEER_UNIDENTIFIED = 16;
+
 function peerOf(sock: Socket): { local: string | null; remote: string | null } {
   const strip = (a: string | undefined): string | null => {
     if (a === undefined) return null;
@@ -129,7 +160,8 @@ export interface TcpTransportOptions {
    * TLS with mutual certificate authentication between rds-socket nodes: key, cert and the ca
    * that signed every node's certificate (node:tls SecureContextOptions). Peers must present a
    * certificate from that ca; the chain is checked, not host names. Off by default: a kernel
-   * speaks plain RDS/TCP.
+   * speaks plain RDS/TCP. The allowlist and connection limits apply to the TCP connection before
+   * the handshake, which must finish within headerTimeoutMs.
    */
   tls?: tls.SecureContextOptions;
   /**
@@ -156,6 +188,12 @@ export class TcpTransport implements RdsTransport {
   private unidentified = 0;
   /** Frames in progress on every carrier, bounded by maxPartialFrameBytes. */
   private partial!: PartialFrameBudget;
+  /** Unidentified connections per known peer (see KNOWN_PEER_UNIDENTIFIED). */
+  private readonly knownUnidentified = new Map<string, number>();
+  /** With TLS: completes handshakes of connections the plain listeners admitted (never listens). */
+  private tlsServer: tls.Server | null = null;
+  /** Admitted connections whose TLS handshake is under way, by their TCP socket. */
+  private readonly handshaking = new WeakMap<Socket, { slot: AdmissionSlot; local: string; remote: string }>();
 
   constructor(private readonly topts: TcpTransportOptions = {}) {}
 
@@ -233,13 +271,31 @@ export class TcpTransport implements RdsTransport {
     return p.then(() => undefined);
   }
 
+  /**
+   * TLS handshakes run on a tls.Server that never listens: connections reach it (its 'connection'
+   * event) only after the plain listener has applied the allowlist and the limits, so a stranger
+   * holding idle connections or half-done handshakes gets no more than an unidentified slot.
+   */
+  private tlsHandshaker(): tls.Server {
+    if (this.tlsServer === null) {
+      this.tlsServer = tls.createServer({
+        ...this.topts.tls, requestCert: true, rejectUnauthorized: true, handshakeTimeout: this.host.options.headerTimeoutMs,
+      }, (s) => this.acceptSecure(s));
+      // Failed and timed-out handshakes: Node leaves the socket open when someone listens here.
+      // A peer that hung up mid-handshake was not refused (the larger side drops a poke still in
+      // flight once our connection reaches it): not counted.
+      this.tlsServer.on('tlsClientError', (err: NodeJS.ErrnoException, s) => {
+        if (err.code !== 'ECONNRESET' && err.code !== 'EPIPE') this.host.counters.add(RDS_CTR.conn_refused_tls);
+        refuse(s);
+      });
+    }
+    return this.tlsServer;
+  }
+
   private listen(laddr: string): Promise<Server> {
     const port = this.host.options.tcpPort;
     return new Promise<Server>((resolve, reject) => {
-      const server: Server = this.topts.tls
-        ? tls.createServer({ ...this.topts.tls, requestCert: true, rejectUnauthorized: true }, (s) => this.accept(s))
-          .on('tlsClientError', () => this.host.counters.add(RDS_CTR.conn_refused_tls))
-        : createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS, pauseOnConnect: true }, (s) => this.accept(s));
+      const server: Server = createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS, pauseOnConnect: true }, (s) => this.accept(s));
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code === 'EADDRINUSE') {
           reject(new RdsError('EADDRINUSE', `TCP port ${port} on ${laddr} is already in use (another rds-socket stack, or the kernel's rds_tcp module); give this stack another one with new RdsStack({ tcpPort })`, { cause: err }));
@@ -295,8 +351,18 @@ export class TcpTransport implements RdsTransport {
       const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr);
       this.track(poke);
       tp.poke = poke;
+      let delivered = false;
       poke.once(ready, () => {
         this.host.counters.add(RDS_CTR.conn_poke_sent);
+        delivered = true;
+        if (this.topts.tls) {
+          // A TLS client finishes its handshake before the server has checked our certificate:
+          // closing now would look like a failed handshake. The acceptor closes a verified poke.
+          const t = setTimeout(() => poke.destroy(), this.host.options.headerTimeoutMs);
+          t.unref();
+          poke.once('close', () => clearTimeout(t));
+          return;
+        }
         // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
         if (tp.poke === poke) {
           tp.poke = null;
@@ -310,7 +376,8 @@ export class TcpTransport implements RdsTransport {
       poke.once('close', () => {
         if (tp.poke === poke) {
           tp.poke = null;
-          cp.connectFailed();
+          if (delivered) cp.drop('poke delivered');
+          else cp.connectFailed();
         }
       });
       return;
@@ -351,46 +418,133 @@ export class TcpTransport implements RdsTransport {
     });
   }
 
-  /** Larger side: a connection from a peer. */
-  private accept(sock: Socket): void {
-    this.track(sock);
-    sock.on('error', () => {});
-    const { local, remote } = peerOf(sock);
+  /**
+   * A TCP connection reached a listener (paused, nothing read yet). Everything that costs nothing
+   * is checked here, before any per-peer state or TLS: the allowlist on the source address, a
+   * local source, pokes (plain TCP), and the limits. Known peers (see RdsConnection.isKnownPeer)
+   * bypass the shared pool of unidentified slots, so a flood of strangers cannot lock them out.
+   */
+  private accept(raw: Socket): void {
+    this.track(raw);
+    raw.on('error', () => {});
+    const { local, remote } = peerOf(raw);
     if (local === null || remote === null || this.closed) {
-      sock.destroy();
+      refuse(raw);
       return;
     }
     if (!this.host.peerAllowed(remote)) {
       this.host.counters.add(RDS_CTR.conn_refused_allowlist);
-      sock.resetAndDestroy();
-      return;
-    }
-    const { maxConnections, maxUnidentifiedConnections } = this.host.options;
-    // A peer already talking to us on path 0 is known: its lanes and reconnects are not strangers.
-    const known = this.host.connFor(local, remote, this).paths[0]!.state === RDS_CONN_UP;
-    if (this.carriers >= maxConnections || (!known && this.unidentified >= maxUnidentifiedConnections)) {
-      this.host.counters.add(RDS_CTR.conn_refused_limit);
-      sock.resetAndDestroy();
+      refuse(raw);
       return;
     }
     if (this.host.isLocalAddress(remote)) {
       // Local destinations use the loopback transport; a TCP connection from one is not ours.
       this.host.counters.add(RDS_CTR.conn_refused_local_peer);
-      sock.resetAndDestroy();
+      refuse(raw);
       return;
     }
+    const conn = this.host.findConn(local, remote, this);
+    const known = conn !== undefined && conn.isKnownPeer();
+    const { maxConnections, maxUnidentifiedConnections } = this.host.options;
+    if (!this.topts.tls && compareAddresses(remote, local) > 0) {
+      // A plain poke holds nothing: answered (or refused) and reset at once. A stranger's poke
+      // makes a connection record and has us dial, so it meets the limits like a connection.
+      if (!known && (this.unidentified >= maxUnidentifiedConnections || this.carriers >= maxConnections)) {
+        this.host.counters.add(RDS_CTR.conn_refused_limit);
+        refuse(raw);
+        return;
+      }
+      refuse(raw);
+      this.pokeReceived(local, remote);
+      return;
+    }
+    const peerSlots = known ? this.knownUnidentified.get(remote) ?? 0 : 0;
+    if (this.carriers >= maxConnections
+      || (known ? peerSlots >= KNOWN_PEER_UNIDENTIFIED && this.unidentified >= maxUnidentifiedConnections
+        : this.unidentified >= maxUnidentifiedConnections)) {
+      this.host.counters.add(RDS_CTR.conn_refused_limit);
+      refuse(raw);
+      return;
+    }
+    const slot = this.takeSlot(known && peerSlots < KNOWN_PEER_UNIDENTIFIED ? remote : null);
+    if (this.topts.tls) {
+      this.handshaking.set(raw, { slot, local, remote });
+      raw.once('close', () => this.freeSlot(slot));
+      this.tlsHandshaker().emit('connection', raw);
+      return;
+    }
+    this.admit(raw, local, remote, slot);
+  }
+
+  /** A TLS handshake the limits let start has finished, with a certificate from our CA. */
+  private acceptSecure(sock: tls.TLSSocket): void {
+    sock.on('error', () => {});
+    const raw = (sock as unknown as { _parent?: unknown })._parent;
+    const pending = raw instanceof Socket ? this.handshaking.get(raw) : undefined;
+    if (pending === undefined || this.closed || !pending.slot.open) {
+      refuse(sock);
+      return;
+    }
+    this.handshaking.delete(raw as Socket);
+    // The carrier is the TLS socket from now on (close() ends it, not the TCP socket under it).
+    this.sockets.delete(raw as Socket);
+    this.track(sock);
+    sock.once('close', () => this.freeSlot(pending.slot));
+    if (compareAddresses(pending.remote, pending.local) > 0) {
+      // An authenticated poke: close it for the peer (its client side waits for that) and connect.
+      this.freeSlot(pending.slot);
+      refuse(sock);
+      this.pokeReceived(pending.local, pending.remote);
+      return;
+    }
+    this.admit(sock, pending.local, pending.remote, pending.slot);
+  }
+
+  /**
+   * The peer (larger address) has something for us and we are the one who must connect: at once,
+   * whatever backoff was running, so its messages (and ours for it) need not wait.
+   */
+  private pokeReceived(local: string, remote: string): void {
+    this.host.counters.add(RDS_CTR.conn_poke_received);
+    this.host.connFor(local, remote, this).paths[0]!.connectNow();
+  }
+
+  private takeSlot(knownPeer: string | null): AdmissionSlot {
+    this.carriers++;
+    this.unidentified++;
+    if (knownPeer !== null) this.knownUnidentified.set(knownPeer, (this.knownUnidentified.get(knownPeer) ?? 0) + 1);
+    return { open: true, identified: false, knownPeer };
+  }
+
+  /** The connection sent its first complete frame: it no longer holds an unidentified slot. */
+  private identifySlot(slot: AdmissionSlot): void {
+    if (slot.identified) return;
+    slot.identified = true;
+    this.unidentified--;
+    const p = slot.knownPeer;
+    if (p !== null) {
+      const n = (this.knownUnidentified.get(p) ?? 1) - 1;
+      if (n > 0) this.knownUnidentified.set(p, n);
+      else this.knownUnidentified.delete(p);
+    }
+  }
+
+  /** Idempotent: the connection is gone. */
+  private freeSlot(slot: AdmissionSlot): void {
+    if (!slot.open) return;
+    this.identifySlot(slot);
+    slot.open = false;
+    this.carriers--;
+  }
+
+  /** An admitted connection from a smaller address: it becomes a path's carrier. */
+  private admit(sock: Socket, local: string, remote: string, slot: AdmissionSlot): void {
     const conn = this.host.connFor(local, remote, this);
-    if (compareAddresses(remote, local) > 0) {
-      // A poke: the peer has something for us and we are the one who must connect.
-      this.host.counters.add(RDS_CTR.conn_poke_received);
-      sock.resetAndDestroy();
-      conn.paths[0]!.connectIfDown();
-      return;
-    }
     const cp = this.pathForAccepted(conn, sock.remotePort ?? 0);
     if (cp === null) {
       this.host.counters.add(RDS_CTR.tcp_accept_no_free_path);
-      sock.resetAndDestroy();
+      this.freeSlot(slot);
+      refuse(sock);
       return;
     }
     const tp = tcpPath(cp);
@@ -411,9 +565,9 @@ export class TcpTransport implements RdsTransport {
     const slabSock = this.topts.tls ? null : withSlabReads(sock, reader, (n) => received(n));
     if (slabSock !== null) {
       this.track(slabSock);
-      received = this.attachCarrier(cp, slabSock, reader, true);
+      received = this.attachCarrier(cp, slabSock, reader, true, slot);
     } else {
-      this.attachCarrier(cp, sock, reader, false);
+      this.attachCarrier(cp, sock, reader, false, slot);
       if (!cp.readPaused) sock.resume();
     }
     cp.connectComplete();
@@ -447,7 +601,7 @@ export class TcpTransport implements RdsTransport {
    * Makes `sock` the path's carrier. Bytes arrive as 'data' chunks, or (slab) as counts of bytes
    * read into `reader`'s memory, which the returned function takes.
    */
-  private attachCarrier(cp: RdsConnPath, sock: Socket, reader: FrameReader, slab: boolean): (n: number) => void {
+  private attachCarrier(cp: RdsConnPath, sock: Socket, reader: FrameReader, slab: boolean, accepted?: AdmissionSlot): (n: number) => void {
     const tp = tcpPath(cp);
     tp.sock = sock;
     tp.run = null;
@@ -456,10 +610,11 @@ export class TcpTransport implements RdsTransport {
     tp.flushed = 0;
     tp.provenAt = -1;
     tp.track.drain();
-    this.carriers++;
-    // An accepted carrier counts as unidentified until its first complete frame.
-    let identified = cp.conn.isInitiator;
-    if (!identified) this.unidentified++;
+    // An accepted carrier counts as unidentified until its first complete frame (its slot was
+    // taken when it was admitted); one we initiated is identified from the start.
+    const slot = accepted ?? this.takeSlot(null);
+    if (accepted === undefined) this.identifySlot(slot);
+    let identified = slot.identified;
     tp.reader = reader;
     tp.waiting = false;
     // A new carrier reads unless the core still holds the path (its queue is still over the limit).
@@ -496,7 +651,7 @@ export class TcpTransport implements RdsTransport {
         }
         this.host.counters.add(RDS_CTR.recv_drop_frame_timeout);
         this.host.reportProtocolError(cp, new Error(`frame payload not complete within ${frameTimeoutMs} ms`));
-        sock.resetAndDestroy();
+        refuse(sock);
         cp.drop('frame timeout');
       }, ms);
       frameTimer.unref();
@@ -542,13 +697,13 @@ export class TcpTransport implements RdsTransport {
     const identifyTimer = identified ? null : setTimeout(() => {
       if (identified || tp.sock !== sock) return;
       this.host.counters.add(RDS_CTR.recv_drop_header_timeout);
-      sock.resetAndDestroy();
+      refuse(sock);
       cp.drop('no frame from a new connection');
     }, headerTimeoutMs);
     identifyTimer?.unref();
     sock.once('close', () => {
-      this.carriers--;
-      if (!identified) this.unidentified--;
+      if (reader.frames > 0) cp.conn.heardAt = Date.now();
+      this.freeSlot(slot);
       if (headerTimer) clearTimeout(headerTimer);
       if (identifyTimer) clearTimeout(identifyTimer);
       if (frameTimer) clearTimeout(frameTimer);
@@ -565,7 +720,7 @@ export class TcpTransport implements RdsTransport {
             if (tp.sock !== sock || !reader.partialHeader || cp.readPaused) return;
             this.host.counters.add(RDS_CTR.recv_drop_header_timeout);
             this.host.reportProtocolError(cp, new Error(`no complete header within ${headerTimeoutMs} ms`));
-            sock.resetAndDestroy();
+            refuse(sock);
             cp.drop('header timeout');
           }, headerTimeoutMs);
           headerTimer.unref();
@@ -584,7 +739,8 @@ export class TcpTransport implements RdsTransport {
         else reader.push(input);
         if (!identified && reader.frames > 0) {
           identified = true;
-          this.unidentified--;
+          this.identifySlot(slot);
+          cp.conn.heardAt = Date.now();
         }
         if (tp.sock !== sock) return; // a frame made the core drop the path
         if (tp.provenAt < 0 && reader.frames > 0) this.carrierProven(cp, tp);
@@ -593,7 +749,7 @@ export class TcpTransport implements RdsTransport {
       } catch (e) {
         if (tp.sock !== sock) return;
         this.host.reportProtocolError(cp, e instanceof Error ? e : new Error(String(e)));
-        sock.resetAndDestroy();
+        refuse(sock);
         cp.drop('protocol error');
       }
     };

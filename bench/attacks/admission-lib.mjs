@@ -1,0 +1,167 @@
+// Shared pieces of the admission attacks (tls-refusal-crash, tls-idle-flood, slot-flood-known-peer,
+// stranger-churn): a victim node in a child process, a good peer doing round trips against it,
+// TLS material, and the figures every attack reports. Loopback only: 127.106-109.x.y.
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { LoopTransport, RdsSocket, RdsStack, TcpTransport } from '../../dist/index.js';
+
+const VICTIM = fileURLToPath(new URL('./admission-victim.mjs', import.meta.url));
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A CA and certificates it signed for `names` (openssl), in a temporary directory. */
+export function tlsMaterial(names) {
+  const dir = mkdtempSync(join(tmpdir(), 'rds-attack-'));
+  const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'ignore' });
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=rds-ca', '-keyout', 'ca.key', '-out', 'ca.pem');
+  for (const n of names) {
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
+    ssl('x509', '-req', '-in', `${n}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-out', `${n}.pem`);
+  }
+  const files = (n) => ({ key: join(dir, `${n}.key`), cert: join(dir, `${n}.pem`), ca: join(dir, 'ca.pem') });
+  const buffers = (n) => Object.fromEntries(Object.entries(files(n)).map(([k, f]) => [k, readFileSync(f)]));
+  return { dir, files, buffers, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/**
+ * Starts the victim: { address, tcpPort, stack, tls? (file paths) }. Resolves once it is bound.
+ * peakRssMiB() reads VmHWM (the kernel's peak RSS) while the process lives, else the highest sample.
+ */
+export async function startVictim(cfg) {
+  const proc = spawn(process.execPath, [VICTIM, JSON.stringify(cfg)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let exited = null;
+  let stderr = '';
+  let last = null;
+  let maxRss = 0;
+  let buf = '';
+  let ready;
+  const readyP = new Promise((res, rej) => {
+    ready = res;
+    setTimeout(() => rej(new Error(`victim not ready in 10 s: ${stderr}`)), 10000).unref();
+  });
+  proc.stderr.setEncoding('utf8').on('data', (d) => { stderr = (stderr + d).slice(-4000); });
+  proc.stdout.setEncoding('utf8').on('data', (d) => {
+    buf += d;
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      if (line === 'ready') ready();
+      else {
+        try {
+          last = JSON.parse(line);
+          maxRss = Math.max(maxRss, last.rssMiB);
+        } catch { /* partial or foreign line */ }
+      }
+    }
+  });
+  proc.on('exit', (code, signal) => { exited = { code, signal }; });
+  await readyP;
+  const hwm = () => {
+    try {
+      const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'));
+      if (m) maxRss = Math.max(maxRss, Number(m[1]) / 1024);
+    } catch { /* gone, or not Linux */ }
+    return +maxRss.toFixed(1);
+  };
+  return {
+    pid: proc.pid,
+    alive: () => exited === null,
+    exit: () => exited,
+    stderr: () => stderr,
+    /** The victim's latest figures line ({ rssMiB, conns, dials, counters }). */
+    stats: () => last,
+    peakRssMiB: hwm,
+    async stop() {
+      hwm();
+      if (exited === null) {
+        proc.kill('SIGKILL');
+        await new Promise((r) => proc.once('exit', r));
+      }
+    },
+  };
+}
+
+/** Waits for the victim's next figures line (at most `ms`). */
+export async function nextStats(victim, ms = 1000) {
+  const first = victim.stats();
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline && victim.stats() === first) await sleep(20);
+  return victim.stats();
+}
+
+/**
+ * A good peer at `address` (TLS with `tls` buffers, if given) doing one round trip at a time
+ * against the victim, each bounded by `timeoutMs` (a timed-out one counts as timeoutMs).
+ */
+export async function startGoodPeer({ address, victimAddress, tcpPort, tls, timeoutMs = 5000, stack: stackOpts = {} }) {
+  const make = async () => {
+    const transports = tls ? [new TcpTransport({ tls }), new LoopTransport()] : undefined;
+    const stack = new RdsStack({ tcpPort, reconnectMaxDelayMs: 100, ...stackOpts, ...(transports ? { transports } : {}) });
+    stack.on('error', () => {});
+    const sock = new RdsSocket({ stack });
+    await sock.bind({ address, port: 4000 });
+    return { stack, sock };
+  };
+  let node = await make();
+  const rtts = [];
+  let timeouts = 0;
+  let seq = 0;
+  /** One round trip: ms, or timeoutMs if no answer came. */
+  async function roundTrip() {
+    const tag = Buffer.alloc(8);
+    tag.writeDoubleBE(++seq);
+    const t0 = performance.now();
+    try {
+      node.sock.sendmsg(tag, { address: victimAddress, port: 4000 });
+      for (;;) {
+        const m = await node.sock.recv({ timeout: Math.max(1, Math.ceil(timeoutMs - (performance.now() - t0))) });
+        if (m.data.length === 8 && m.data.readDoubleBE(0) === seq) break; // late answers to earlier ones are skipped
+      }
+      const ms = performance.now() - t0;
+      rtts.push(ms);
+      return ms;
+    } catch (e) {
+      if (process.env.ATTACK_DEBUG) console.error(e);
+      timeouts++;
+      rtts.push(timeoutMs);
+      return timeoutMs;
+    }
+  }
+  let running = false;
+  let loop = null;
+  return {
+    roundTrip,
+    /** Round trips back to back until stop(). */
+    start() {
+      running = true;
+      loop = (async () => { while (running) { await roundTrip(); await sleep(5); } })();
+    },
+    async stop() {
+      running = false;
+      await loop;
+    },
+    /** The peer restarts (a new stack on the same address: its connections drop). */
+    async restart() {
+      await node.stack.close();
+      node = await make();
+    },
+    figures: () => ({ roundTrips: rtts.length, timeouts, p50Ms: percentile(rtts, 50), p99Ms: percentile(rtts, 99) }),
+    p99: () => percentile(rtts, 99),
+    close: () => node.stack.close(),
+  };
+}
+
+export function percentile(xs, p) {
+  if (xs.length === 0) return null;
+  const s = [...xs].sort((a, b) => a - b);
+  return +s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)].toFixed(2);
+}
+
+/** Runs `fn` until `ms` have passed (bounded attack loops). */
+export async function forMs(ms, fn) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) await fn(end);
+}
