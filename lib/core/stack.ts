@@ -177,6 +177,8 @@ export interface PathInfo {
   failedOverTo: number | null;
   /** Send-to-acknowledge times: bucket b counts messages acknowledged in [2^(b-1), 2^b) ms (b=0: < 1 ms). */
   latencyHistogram: number[];
+  /** Sum of the times counted in latencyHistogram, ms. */
+  latencySumMs: number;
   /** Transport details (TCP: local and peer ports, bytes, reassembly state). */
   transport: Record<string, unknown> | null;
 }
@@ -550,7 +552,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
           recvMessages: p.recvMessages, recvBytes: p.recvBytes, upCount: p.upCount,
           connectFailures: p.connectFailures, acksSent: p.acksSent, heartbeatsSent: p.heartbeatsSent,
           movedByFailover: p.movedByFailover, failedOverTo: p.failedOverTo?.index ?? null,
-          latencyHistogram: [...p.latencyHistogram],
+          latencyHistogram: [...p.latencyHistogram], latencySumMs: p.latencySumMs,
           transport: c.transport.pathInfo?.(p) ?? null,
         };
       }),
