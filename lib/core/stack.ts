@@ -227,34 +227,34 @@ const defaultTransportFactories: (() => RdsTransport)[] = [];
  * default one, so a process is one node unless it asks for more.
  */
 export class RdsStack extends EventEmitter<RdsStackEvents> {
-  private static defaultStack: RdsStack | null = null;
+  /** @internal */ private static defaultStack: RdsStack | null = null;
 
   readonly options: ResolvedStackOptions;
   /** Counters named as the kernel's (rds-info -c); cheap to read. */
   readonly counters = new RdsStats();
-  /** Memory for queued frames, shared by every path so bursts lie contiguous (see WireSlab). */
+  /** Memory for queued frames, shared by every path so bursts lie contiguous (see WireSlab). @internal */
   readonly wireSlab = new WireSlab();
-  /** rds_gen_num: random per stack instance, so peers can tell that we restarted. */
+  /** rds_gen_num: random per stack instance, so peers can tell that we restarted. @internal */
   readonly genNum: number = randomInt(1, 0xffffffff);
-  readonly maxPaths = RDS_MPATH_WORKERS;
-  readonly loopTransportType = RDS_TRANS_LOOP;
+  /** @internal */ readonly maxPaths = RDS_MPATH_WORKERS;
+  /** @internal */ readonly loopTransportType = RDS_TRANS_LOOP;
 
-  private readonly transports = new Map<string, RdsTransport>();
-  /** Bound sockets by address, then port: an address is here while any socket is bound to it. */
+  /** @internal */ private readonly transports = new Map<string, RdsTransport>();
+  /** Bound sockets by address, then port: an address is here while any socket is bound to it. @internal */
   private readonly bindTable = new Map<string, Map<number, BoundSocket>>();
-  private readonly conns = new Map<string, RdsConnection>();
-  private readonly congMaps = new Map<string, CongMap>();
-  /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). */
+  /** @internal */ private readonly conns = new Map<string, RdsConnection>();
+  /** @internal */ private readonly congMaps = new Map<string, CongMap>();
+  /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). @internal */
   private readonly congWaiters = new Set<() => void>();
-  private openSockets = 0;
-  /** Bumped on every received map: poll() reports POLLWRBAND once after each. */
+  /** @internal */ private openSockets = 0;
+  /** Bumped on every received map: poll() reports POLLWRBAND once after each. @internal */
   congGeneration = 0;
   closing = false;
   referenced = false;
   /** The allowlist (allowPeers); everyone by default. */
   peerAllowed: (address: string) => boolean = () => true;
 
-  /** Registers the transports every new stack gets; the package entry point supplies them. */
+  /** Registers the transports every new stack gets; the package entry point supplies them. @internal */
   static setDefaultTransports(factories: (() => RdsTransport)[]): void {
     defaultTransportFactories.splice(0, defaultTransportFactories.length, ...factories);
   }
@@ -305,33 +305,33 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
   }
 
-  registerTransport(t: RdsTransport): void {
+  /** @internal */ registerTransport(t: RdsTransport): void {
     if (this.transports.has(t.name)) throw new RdsError('EINVAL', `transport ${t.name} is already registered`);
     this.transports.set(t.name, t);
     t.attach(this);
   }
 
-  transport(name: string): RdsTransport | undefined {
+  /** @internal */ transport(name: string): RdsTransport | undefined {
     return this.transports.get(name);
   }
 
-  transportByType(type: number): RdsTransport | undefined {
+  /** @internal */ transportByType(type: number): RdsTransport | undefined {
     for (const t of this.transports.values()) if (t.transType === type) return t;
     return undefined;
   }
 
-  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). */
+  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). @internal */
   selectableTransports(): RdsTransport[] {
     return [...this.transports.values()].filter((t) => t.userSelectable).sort((a, b) => a.transType - b.transType);
   }
 
   // ---- bind table (bind.c) ----
 
-  isBound(address: string, port: number): boolean {
+  /** @internal */ isBound(address: string, port: number): boolean {
     return this.bindTable.get(address)?.has(port) === true;
   }
 
-  /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. */
+  /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. @internal */
   bindReserve(address: string, port: number, sock: BoundSocket): void {
     let ports = this.bindTable.get(address);
     if (ports?.has(port)) {
@@ -344,7 +344,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     ports.set(port, sock);
   }
 
-  /** Picks a free port the way the kernel does: random start >= 2, probing upward. */
+  /** Picks a free port the way the kernel does: random start >= 2, probing upward. @internal */
   ephemeralPort(address: string): number {
     const start = randomInt(2, 65536);
     for (let i = 0; i < 65534; i++) {
@@ -354,7 +354,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     throw new RdsError('EADDRINUSE', `no free RDS port left on ${address}`);
   }
 
-  unbind(address: string, port: number, sock: BoundSocket): void {
+  /** @internal */ unbind(address: string, port: number, sock: BoundSocket): void {
     const ports = this.bindTable.get(address);
     if (ports?.get(port) !== sock) return;
     ports.delete(port);
@@ -366,21 +366,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.bindTable.has(address);
   }
 
-  sockets(): BoundSocket[] {
+  /** @internal */ sockets(): BoundSocket[] {
     return [...this.bindTable.values()].flatMap((ports) => [...ports.values()]);
   }
 
   // ---- sockets keep the process alive, an idle stack does not ----
 
-  socketOpened(): void {
+  /** @internal */ socketOpened(): void {
     if (this.openSockets++ === 0) this.setRef(true);
   }
 
-  socketClosed(): void {
+  /** @internal */ socketClosed(): void {
     if (--this.openSockets === 0) this.setRef(false);
   }
 
-  private setRef(ref: boolean): void {
+  /** @internal */ private setRef(ref: boolean): void {
     this.referenced = ref;
     for (const t of this.transports.values()) t.setRef(ref);
     for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
@@ -399,7 +399,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return c;
   }
 
-  /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. */
+  /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
   connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
     if (this.isLocalAddress(faddr)) {
       const loop = this.transportByType(RDS_TRANS_LOOP);
@@ -408,7 +408,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.connFor(laddr, faddr, transport);
   }
 
-  /** rds-socket capabilities we advertise in handshakes. */
+  /** rds-socket capabilities we advertise in handshakes. @internal */
   localCaps(conn: RdsConnection): number {
     // We always answer heartbeats, even when we send none ourselves.
     const paths = conn.transport.mpathCapable ? this.options.npaths : 1;
@@ -420,6 +420,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /**
    * Extensions of our hello, probe and pong: the kernel's set (NPATHS, GEN_NUM, and SPORT_IDX when
    * we choose our source ports), then ours last, where kernel parsers stop.
+   * @internal
    */
   handshakeExtensions(conn: RdsConnection): RdsExtension[] {
     const exts = [npathsExtension(this.advertisedPaths(conn)), genNumExtension(this.genNum)];
@@ -433,6 +434,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * handshake extensions). An rds-socket peer learns from it, before any data on the carrier,
    * whether we restarted. A kernel either drops it as an old retransmission (seq 0 < next_rx_seq)
    * or, on a brand-new connection, takes it for a probe and answers: harmless either way.
+   * @internal
    */
   helloFrame(conn: RdsConnection): Buffer {
     const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -444,6 +446,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * A path came UP. On path 0 we send the multipath probe, as a 7.0 kernel does after every
    * reconnect: the answer tells us the path count, the peer's generation (did it restart?) and
    * whether it is rds-socket (acks, heartbeats). A peer that never answers is treated as a kernel.
+   * @internal
    */
   pathUp(cp: RdsConnPath): void {
     const conn = cp.conn;
@@ -461,7 +464,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
   }
 
-  /** What a handshake (or its absence) says about the peer; settles the path count. */
+  /** What a handshake (or its absence) says about the peer; settles the path count. @internal */
   handshakeReceived(conn: RdsConnection, caps: number, hs: { npaths?: number; sportIdx?: boolean } = {}): void {
     const changed = !conn.capsKnown || conn.peerCaps !== caps;
     conn.peerCaps = caps;
@@ -485,12 +488,13 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * accepted connections with paths in arrival order, so after reconnects its path j can meet our
    * path i and duplicate suppression breaks (spec §3.5); one path is always safe. rds-socket peers
    * learn our real path count from the capability extension.
+   * @internal
    */
   advertisedPaths(_conn: RdsConnection): number {
     return 1;
   }
 
-  private control: ControlEndpoint | null = null;
+  /** @internal */ private control: ControlEndpoint | null = null;
 
   /** Opens the rds-info control endpoint (see the `control` option); returns its path. */
   async openControl(path?: string): Promise<string> {
@@ -502,7 +506,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.control?.path ?? null;
   }
 
-  /** Everything rds-info can show, as plain data. */
+  /** Everything rds-info can show, as plain data. @internal */
   info(): {
     counters: Record<RdsCounterName, number>; sockets: SocketInfo[]; connections: ConnectionInfo[];
     sendQueue: MessageInfo[]; retransQueue: MessageInfo[]; recvQueue: MessageInfo[];
@@ -559,21 +563,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }));
   }
 
-  pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
+  /** @internal */ pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
     this.emit('state', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name,
       path: cp.index, from, to,
     });
   }
 
-  /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). */
+  /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
   pathDropped(cp: RdsConnPath, reason: string): void {
     this.emit('drop', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, reason,
     });
   }
 
-  /** A path's messages moved to a live one: a 'failover' event. */
+  /** A path's messages moved to a live one: a 'failover' event. @internal */
   pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
     this.emit('failover', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, to: to.index, moved,
@@ -591,6 +595,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * A restarted peer (new GEN_NUM): its sequence numbering starts over, so forget where it was.
    * Our unacknowledged messages are kept and resent: the new incarnation never saw them (the
    * kernel flushes them instead, losing them).
+   * @internal
    */
   peerRestarted(conn: RdsConnection): void {
     this.counters.add(RDS_CTR.peer_restarted);
@@ -608,7 +613,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     recvIncoming(this, cp, header, payload);
   }
 
-  /** Hands a message to the socket bound to (laddr, dport); false if there is none. */
+  /** Hands a message to the socket bound to (laddr, dport); false if there is none. @internal */
   deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null): boolean {
     const sock = this.bindTable.get(laddr)?.get(dport);
     if (sock === undefined) {
@@ -622,7 +627,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- congestion (cong.c) ----
 
-  /** The map of an address: ours if it is local, the peer's copy otherwise. */
+  /** The map of an address: ours if it is local, the peer's copy otherwise. @internal */
   congMap(address: string): CongMap {
     let m = this.congMaps.get(address);
     if (m === undefined) {
@@ -632,7 +637,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return m;
   }
 
-  /** A local port's bit flipped: every connection from that address sends the full map. */
+  /** A local port's bit flipped: every connection from that address sends the full map. @internal */
   localCongChanged(laddr: string): void {
     for (const c of this.conns.values()) {
       if (c.laddr !== laddr || c.isLoopback) continue;
@@ -642,7 +647,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.wakeCongWaiters();
   }
 
-  congMapReceived(conn: RdsConnection, cleared: bigint): void {
+  /** @internal */ congMapReceived(conn: RdsConnection, cleared: bigint): void {
     this.congGeneration++;
     // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
     const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
@@ -650,15 +655,15 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.wakeCongWaiters();
   }
 
-  addCongWaiter(fn: () => void): void {
+  /** @internal */ addCongWaiter(fn: () => void): void {
     this.congWaiters.add(fn);
   }
 
-  removeCongWaiter(fn: () => void): void {
+  /** @internal */ removeCongWaiter(fn: () => void): void {
     this.congWaiters.delete(fn);
   }
 
-  private wakeCongWaiters(): void {
+  /** @internal */ private wakeCongWaiters(): void {
     const fns = [...this.congWaiters];
     this.congWaiters.clear();
     for (const fn of fns) fn();
