@@ -63,6 +63,7 @@ export interface RdsSocketEvents {
   readable: () => void;
   writable: () => void;
   close: () => void;
+  /** @deprecated Never emitted: a socket reports failures by throwing or rejecting the call. Kept so existing listeners still type-check. */
   error: (err: Error) => void;
 }
 
@@ -580,7 +581,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     yield* this.messages();
   }
 
-  /** Like the async iterator, with an AbortSignal that ends the loop (by throwing its reason). */
+  /** Like the async iterator, with an AbortSignal that ends the loop by throwing ETIMEDOUT (AbortSignal.timeout) or ECANCELED, its reason as `cause`. */
   async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
     for (;;) {
       if (this.closed) return;

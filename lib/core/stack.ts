@@ -12,6 +12,7 @@ import { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { ControlEndpoint } from './control.js';
+import { checkStackOptions, controlFromEnv, warnUnhandledError } from './stack-options.js';
 import { parseCidr } from './address.js';
 import { RdsStats, type RdsCounterName, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
@@ -261,12 +262,17 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** The process-wide stack used by sockets made without one. */
   static default(): RdsStack {
-    if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) RdsStack.defaultStack = new RdsStack();
+    if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) {
+      // RDS_SOCKET_CONTROL=1 opens rds-info's endpoint on the default stack without code changes.
+      const control = controlFromEnv();
+      RdsStack.defaultStack = new RdsStack(control === false ? {} : { control });
+    }
     return RdsStack.defaultStack;
   }
 
   constructor(opts: RdsStackOptions = {}) {
     super();
+    checkStackOptions(opts);
     const tcpPort = opts.tcpPort ?? RDS_TCP_PORT;
     if (!Number.isInteger(tcpPort) || tcpPort < 1 || tcpPort > 65535) {
       throw new RdsError('EINVAL', `tcpPort must be an integer 1..65535, got ${String(opts.tcpPort)}`);
@@ -303,6 +309,15 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (opts.control) {
       this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) => this.emit('error', e as Error));
     }
+  }
+
+  /** Like Node's EventEmitter, an 'error' nobody listens for is not dropped (eventemitter3 would): it becomes a process warning. */
+  override emit<T extends EventEmitter.EventNames<RdsStackEvents>>(event: T, ...args: EventEmitter.EventArgs<RdsStackEvents, T>): boolean {
+    if (event === 'error' && this.listenerCount('error') === 0) {
+      warnUnhandledError(args[0]);
+      return false;
+    }
+    return super.emit(event, ...args);
   }
 
   /** @internal */ registerTransport(t: RdsTransport): void {
