@@ -65,6 +65,17 @@ describe('the packed tarball', () => {
     expect(pkg.peerDependenciesMeta['prom-client'].optional).toBe(true);
   });
 
+  it('carries the addon for linux-x64 and linux-arm64, each built for its machine and exporting the N-API entry', () => {
+    for (const [dir, machine] of [['linux-x64', 62], ['linux-arm64', 183]] as const) {
+      const f = readFileSync(join(app, 'node_modules', 'rds-socket', 'prebuilds', dir, 'node.napi.node'));
+      expect(f.subarray(0, 4).toString('latin1'), dir).toBe('\x7fELF');
+      expect(f[4], `${dir}: 64-bit`).toBe(2);
+      expect(f.readUInt16LE(16), `${dir}: a shared object`).toBe(3); // ET_DYN
+      expect(f.readUInt16LE(18), `${dir}: e_machine`).toBe(machine); // EM_X86_64, EM_AARCH64
+      expect(f.includes(Buffer.from('napi_register_module_v1\0')), `${dir}: N-API module`).toBe(true);
+    }
+  });
+
   it('require() and import both load it, as one copy (one default stack)', async () => {
     writeFileSync(join(app, 'both.js'), `
       const cjs = require('rds-socket');
