@@ -85,6 +85,8 @@ describe('rds-socket/rpc over TCP', () => {
       expect(client.inFlight).toBe(3);
       expect(client.queued).toBe(5);
       await expect(client.request(dest, Buffer.from('too many'))).rejects.toMatchObject({ code: 'EAGAIN' });
+      // The first three reach the server together; the others only as earlier ones are answered.
+      await until(() => release.length === 3, 'three handlers to run');
       let done = 0;
       while (done < 8) {
         await until(() => release.length > 0, 'a handler to start');
@@ -187,7 +189,8 @@ describe('rds-socket/rpc over TCP', () => {
     const runsAfterRestart = new Map<string, number>();
     const c = await node('127.140.4.1');
     const w1 = await worker('127.140.4.2', 'w1', runs, { delayMs: 1 });
-    let w2 = await worker('127.140.4.3', 'w2', runs, { delayMs: 1 });
+    // Slower than w1, so it is still mid-run when killed after 200 requests.
+    let w2 = await worker('127.140.4.3', 'w2', runs, { delayMs: 5 });
     // Every request in flight at once, so requests to the dead worker do not hold slots that the
     // live one's requests wait for (a request's timeout counts from request(), queueing included).
     const client = new RpcClient(c.sock, { maxInFlight: 2000, timeout: 1500 });
