@@ -57,8 +57,23 @@ export function native(): NativeBinding | null {
   } catch (e) {
     loadError = e as Error;
     cached = null;
+    warnWeaker(loadError);
   }
   return cached;
+}
+
+/**
+ * Says once per process, when the addon is first needed and cannot load, which guarantees are
+ * weaker without it (README, "Reliability"), so a deployment on an unsupported platform knows.
+ */
+function warnWeaker(err: Error): void {
+  process.emitWarning(
+    `rds-socket's native addon did not load on ${process.platform}-${process.arch} (${err.message.split('\n')[0]}). `
+    + 'Messages to Linux kernel peers now leave the retransmit queue once handed to the local TCP, not once TCP '
+    + 'acknowledged them (bytes in the local TCP buffer are lost with a reset connection); TCP keepalive uses '
+    + "Node's probe timings; InfiniBand is unavailable. Between rds-socket nodes delivery is unaffected (RDS acknowledgements).",
+    { type: 'RdsNativeWarning', code: 'RDS_SOCKET_NO_NATIVE' },
+  );
 }
 
 export function nativeLoadError(): Error | null {

@@ -3,9 +3,10 @@
  * rds-info for rds-socket nodes: reads a node's control endpoint (a stack opened with
  * { control: true }) and prints what rds-tools' rds-info prints for the kernel.
  *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]
+ * (-v, accepted before, did nothing and is refused now.)
  */
 import { connect } from 'node:net';
-import { listControlSockets } from '../core/control.js';
+import { controlDir, listControlSockets, removeStaleControlSockets } from '../core/control.js';
 import { l, parseFlags, r } from './format.js';
 
 interface Msg { localAddress: string; localPort: number; peerAddress: string; peerPort: number; seq: number; bytes: number }
@@ -18,6 +19,10 @@ interface Info {
   retransQueue: Msg[];
   recvQueue: Msg[];
 }
+
+const HOW_TO_OPEN = 'A node answers once its control endpoint is open: run it with RDS_SOCKET_CONTROL=1 in its environment '
+  + '(default stack), or make its stack with new RdsStack({ control: true }) or call stack.openControl(); '
+  + 'it must run as the same user (and XDG_RUNTIME_DIR), or give its socket with --socket PATH.';
 
 const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]';
 
@@ -81,7 +86,17 @@ function print(info: Info, want: Set<string>): void {
       }
     }
   }
-  if (want.has('-I')) out.push('\nRDMA Connections:', `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${r('SL', 3)} ${l('LocalDev', 32)} ${l('RemoteDev', 32)}`);
+  if (all || want.has('-I')) {
+    // InfiniBand connections (transport 'ib'), one line per connection: as rds-info -I, without
+    // the device GIDs and the QP details the kernel shows.
+    out.push('\nRDMA Connections:', `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${l('State', 13)} ${r('NextTX', 16)} ${r('NextRX', 16)}`);
+    for (const c of info.connections) {
+      if (c.transport !== 'ib') continue;
+      const p = c.paths[0];
+      if (p === undefined) continue;
+      out.push(`${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)}`);
+    }
+  }
   process.stdout.write(out.join('\n').replace(/^\n/, '') + '\n');
 }
 
@@ -89,7 +104,7 @@ async function main(): Promise<number> {
   let parsed;
   try {
     parsed = parseFlags(process.argv.slice(2), {
-      '-c': 'flag', '-k': 'flag', '-n': 'flag', '-r': 'flag', '-s': 'flag', '-t': 'flag', '-T': 'flag', '-I': 'flag', '-v': 'flag',
+      '-c': 'flag', '-k': 'flag', '-n': 'flag', '-r': 'flag', '-s': 'flag', '-t': 'flag', '-T': 'flag', '-I': 'flag',
       '--json': 'flag', '-p': 'value', '--socket': 'value', '-h': 'flag', '--help': 'flag',
     });
   } catch (e) {
@@ -101,10 +116,11 @@ async function main(): Promise<number> {
     console.log(USAGE);
     return 0;
   }
+  if (typeof opts['--socket'] !== 'string') removeStaleControlSockets();
   let paths = typeof opts['--socket'] === 'string' ? [opts['--socket']] : listControlSockets();
   if (typeof opts['-p'] === 'string') paths = paths.filter((p) => p.split('/').pop()!.startsWith(`${opts['-p']}.`));
   if (paths.length === 0) {
-    console.error('rds-info: no rds-socket node found (start one with new RdsStack({ control: true }), or give --socket PATH)');
+    console.error(`rds-info: no rds-socket node found in ${controlDir()}. ${HOW_TO_OPEN}`);
     return 1;
   }
   const want = new Set(Object.keys(opts).filter((k) => /^-[cknrstTI]$/.test(k)));
@@ -117,7 +133,7 @@ async function main(): Promise<number> {
     }
   }
   if (infos.length === 0) {
-    console.error('rds-info: no rds-socket node answered');
+    console.error(`rds-info: no rds-socket node answered (tried ${paths.join(', ')}). ${HOW_TO_OPEN}`);
     return 1;
   }
   if (opts['--json']) {

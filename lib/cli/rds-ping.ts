@@ -62,21 +62,31 @@ async function main(): Promise<number> {
     console.error(`rds-ping: ${(e as Error).message}`);
     return 2;
   }
-  const source = typeof opts['-I'] === 'string' ? opts['-I'] : await sourceFor(dest);
+  const given = typeof opts['-I'] === 'string' ? opts['-I'] : null;
+  let source = given ?? await sourceFor(dest);
   const tcpPort = typeof opts['--tcp-port'] === 'string' ? Number(opts['--tcp-port']) : constants.RDS_TCP_PORT;
-  const stack = new RdsStack({ tcpPort });
-  const socks: RdsSocket[] = [];
-  try {
-    for (let i = 0; i < 8; i++) {
-      const s = new RdsSocket({ stack });
-      await s.bind({ address: source, port: 0 });
-      socks.push(s);
+  let bound = await bindSockets(source, tcpPort);
+  if (bound instanceof RdsError && bound.code === 'EADDRINUSE' && given === null && isLoopback(source)) {
+    // The usual case: `rds-ping 127.0.0.1` on a host whose RDS node holds 127.0.0.1 (its TCP port
+    // is taken there). Any other loopback address reaches it: ping from the first free one.
+    for (const alt of loopbackCandidates(source, dest)) {
+      const b = await bindSockets(alt, tcpPort);
+      if (!(b instanceof Error)) {
+        console.error(`rds-ping: ${source} is held by an RDS node on this host; pinging from ${alt} (choose the source with -I)`);
+        source = alt;
+        bound = b;
+        break;
+      }
     }
-  } catch (e) {
-    console.error(`rds-ping: cannot bind to ${source}: ${(e as Error).message}`);
-    await stack.close();
+  }
+  if (bound instanceof Error) {
+    const held = bound instanceof RdsError && bound.code === 'EADDRINUSE';
+    console.error(held
+      ? `rds-ping: cannot use ${source} as the source: an RDS node on this host holds it (TCP port ${tcpPort} is taken there); give another local address with -I source`
+      : `rds-ping: cannot bind to ${source}: ${bound.message}`);
     return 1;
   }
+  const { stack, socks } = bound;
 
   // One outstanding ping per socket, as rds-ping: its sequence number and send time.
   const pending = new Map<RdsSocket, { seq: number; at: bigint; replied: boolean }>();
@@ -132,7 +142,43 @@ async function main(): Promise<number> {
   }
   process.removeListener('SIGINT', onSigint);
   await stack.close();
+  // A summary, so an unreachable destination does not end in silence (stderr: stdout keeps
+  // rds-tools' lines exactly).
+  const lost = sent === 0 ? 0 : Math.round(((sent - Math.min(replies, sent)) / sent) * 100);
+  console.error(`--- ${dest} rds-ping from ${source}: ${sent} sent, ${replies} answered, ${lost}% lost${replies === 0 && sent > 0 ? ' (no RDS node answered: unreachable, down, or pings disabled)' : ''} ---`);
   return replies > 0 ? 0 : 1;
+}
+
+/** Eight sockets bound to `source` in a stack of their own, or why not. */
+async function bindSockets(source: string, tcpPort: number): Promise<{ stack: RdsStack; socks: RdsSocket[] } | Error> {
+  const stack = new RdsStack({ tcpPort });
+  const socks: RdsSocket[] = [];
+  try {
+    for (let i = 0; i < 8; i++) {
+      const s = new RdsSocket({ stack });
+      await s.bind({ address: source, port: 0 });
+      socks.push(s);
+    }
+    return { stack, socks };
+  } catch (e) {
+    await stack.close();
+    return e as Error;
+  }
+}
+
+function isLoopback(a: string): boolean {
+  return a.startsWith('127.');
+}
+
+/** Other loopback sources to try: the next 32 addresses of the source's /24 (127.0.0.2, 127.0.0.3, ... for 127.0.0.1). */
+function loopbackCandidates(source: string, dest: string): string[] {
+  const parts = source.split('.').map(Number);
+  const out: string[] = [];
+  for (let k = 1; k <= 32; k++) {
+    const last = ((parts[3]! + k - 1) % 254) + 1; // 1..254
+    out.push(`${parts[0]}.${parts[1]}.${parts[2]}.${last}`);
+  }
+  return out.filter((a) => a !== source && a !== dest);
 }
 
 process.exitCode = await main();

@@ -17,6 +17,42 @@ export function listControlSockets(dir = controlDir()): string[] {
   }
 }
 
+/** True while process `pid` exists (EPERM: it does, under another user). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes the control sockets of processes that died without closing their stack (kill -9, a
+ * crash): their files stay behind otherwise, and rds-info would try each one every time. Files are
+ * named <pid>.<n>.sock; anything else is left alone. Returns the paths removed.
+ */
+export function removeStaleControlSockets(dir = controlDir()): string[] {
+  const removed: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return removed;
+  }
+  for (const f of names) {
+    const m = /^(\d+)\.\d+\.sock$/.exec(f);
+    if (m === null) continue;
+    const pid = Number(m[1]);
+    if (pid === process.pid || alive(pid)) continue;
+    try {
+      unlinkSync(join(dir, f));
+      removed.push(join(dir, f));
+    } catch { /* raced with another cleaner */ }
+  }
+  return removed;
+}
+
 let seq = 0;
 
 /**
@@ -32,6 +68,7 @@ export class ControlEndpoint {
     if (path === undefined) {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       chmodSync(dir, 0o700);
+      removeStaleControlSockets(dir);
     }
     try {
       unlinkSync(file);

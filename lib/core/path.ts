@@ -664,8 +664,11 @@ export class RdsConnPath {
 
   /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
   readonly latencyHistogram: number[] = new Array<number>(17).fill(0);
+  /** Sum of the send-to-acknowledge times counted in latencyHistogram, ms (a Prometheus histogram's _sum). */
+  latencySumMs = 0;
 
   private recordLatency(ms: number): void {
+    this.latencySumMs += ms;
     // Bucket b holds [2^(b-1), 2^b) ms: one past the position of the highest bit of floor(ms).
     const b = ms < 1 ? 0 : Math.min(16, 32 - Math.clz32(Math.floor(ms)));
     this.latencyHistogram[b]!++;

@@ -90,6 +90,7 @@ export interface RdsSocketEvents {
   readable: () => void;
   writable: () => void;
   close: () => void;
+  /** @deprecated Never emitted: a socket reports failures by throwing or rejecting the call. Kept so existing listeners still type-check. */
   error: (err: Error) => void;
   /**
    * A peer this socket has messages queued or unacknowledged to (or sends to later) has had no
@@ -109,42 +110,44 @@ type Waiter = { wake: () => void };
  * An RDS socket: socket(PF_RDS, SOCK_SEQPACKET, 0). One socket sends to and receives from every
  * peer; the connections underneath belong to the stack and are shared by all its sockets.
  */
-export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSocket, SendOwner {
+// Not `implements BoundSocket, SendOwner`: those are internal interfaces, left out of the
+// published declarations (stripInternal); the stack and paths check the shape where they take a socket.
+export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   readonly stack: RdsStack;
-  private transportType: number = RDS_TRANS_NONE;
-  private transport: RdsTransport | null = null;
-  private bound: RdsAddress | null = null;
-  private binding = false;
-  private closed = false;
-  private peer: RdsAddress | null = null;
+  /** @internal */ private transportType: number = RDS_TRANS_NONE;
+  /** @internal */ private transport: RdsTransport | null = null;
+  /** @internal */ private bound: RdsAddress | null = null;
+  /** @internal */ private binding = false;
+  /** @internal */ private closed = false;
+  /** @internal */ private peer: RdsAddress | null = null;
 
-  /** Budgets as the application set them (the kernel stores twice these and uses half). */
+  /** Budgets as the application set them (the kernel stores twice these and uses half). @internal */
   private sndbuf = WMEM_DEFAULT / 2;
-  private rcvbuf = RMEM_DEFAULT / 2;
-  private sndBytes = 0;
-  private rcvBytes = 0;
+  /** @internal */ private rcvbuf = RMEM_DEFAULT / 2;
+  /** @internal */ private sndBytes = 0;
+  /** @internal */ private rcvBytes = 0;
   /** What the unread messages cost against the hard receive limits (see RxLimiter). */
   private rxMem = 0;
-  private congested = false;
-  private timestamps = false;
-  private recvErr = false;
-  private congMonitor = false;
-  /** SO_ZEROCOPY: MSG_ZEROCOPY sends reference the caller's buffers instead of copying them. */
+  /** @internal */ private congested = false;
+  /** @internal */ private timestamps = false;
+  /** @internal */ private recvErr = false;
+  /** @internal */ private congMonitor = false;
+  /** SO_ZEROCOPY: MSG_ZEROCOPY sends reference the caller's buffers instead of copying them. @internal */
   private zerocopy = false;
-  /** Cookies of zero-copy messages whose buffers are free again, not yet reported by recvmsg. */
+  /** Cookies of zero-copy messages whose buffers are free again, not yet reported by recvmsg. @internal */
   private zcookies: number[] = [];
-  private congMask = 0n;
-  private congNotify = 0n;
-  private lastPollCongGen = 0;
+  /** @internal */ private congMask = 0n;
+  /** @internal */ private congNotify = 0n;
+  /** @internal */ private lastPollCongGen = 0;
 
-  private readonly rxQueue = new Fifo<Queued>();
-  private lastConn: RdsConnection | null = null;
-  /** The last destination address exactly as the caller gave it, and its canonical form. */
+  /** @internal */ private readonly rxQueue = new Fifo<Queued>();
+  /** @internal */ private lastConn: RdsConnection | null = null;
+  /** The last destination address exactly as the caller gave it, and its canonical form. @internal */
   private lastDestGiven: string | null = null;
-  private lastDestCanon = '';
-  /** An address already known to be of the bound address's family. */
+  /** @internal */ private lastDestCanon = '';
+  /** An address already known to be of the bound address's family. @internal */
   private sameFamilyAs = '';
-  private readonly pending = new RdsSendList();
+  /** @internal */ private readonly pending = new RdsSendList();
   /** SO_SNDTIMEO over `pending`. */
   private readonly sendTimeout = new SendTimeout(this.pending, (n) => this.stack.counters.add(RDS_CTR.send_cancelled, n));
   /** Reachability of lastConn's peer, read on every send (cheap) to report a peer already down. */
@@ -153,8 +156,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
   private downPeers: Set<string> | null = null;
   /** Messages whose send({ confirm }) is still waiting (some acknowledged as queued, not yet read). */
   private readonly confirming = new Set<RdsOutgoing>();
-  private readonly waiters = new Set<Waiter>();
-  private readableQueued = false;
+  /** @internal */ private readonly waiters = new Set<Waiter>();
+  /** @internal */ private readableQueued = false;
 
   constructor(opts: RdsSocketOptions = {}) {
     super();
@@ -171,18 +174,18 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.stack.socketOpened();
   }
 
-  get boundAddress(): string {
+  /** @internal */ get boundAddress(): string {
     return this.bound?.address ?? '';
   }
 
-  get boundPort(): number {
+  /** @internal */ get boundPort(): number {
     return this.bound?.port ?? 0;
   }
 
-  private static nextInode = 1;
-  private readonly inode = RdsSocket.nextInode++;
+  /** @internal */ private static nextInode = 1;
+  /** @internal */ private readonly inode = RdsSocket.nextInode++;
 
-  /** BoundSocket: what rds-info -k shows. */
+  /** BoundSocket: what rds-info -k shows. @internal */
   info(): SocketInfo {
     return {
       boundAddress: this.bound?.address ?? '0.0.0.0', boundPort: this.bound?.port ?? 0,
@@ -191,7 +194,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     };
   }
 
-  /** BoundSocket: what rds-info -r shows. */
+  /** BoundSocket: what rds-info -r shows. @internal */
   receiveQueue(): MessageInfo[] {
     const out: MessageInfo[] = [];
     for (const q of this.rxQueue) {
@@ -208,11 +211,11 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return this.closed;
   }
 
-  private checkOpen(what: string): void {
+  /** @internal */ private checkOpen(what: string): void {
     if (this.closed) throw new RdsError('EBADF', `${what} on a closed socket; make a new RdsSocket`);
   }
 
-  private setTransport(type: number): void {
+  /** @internal */ private setTransport(type: number): void {
     if (this.transport !== null || this.bound !== null || this.binding) {
       throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
     }
@@ -263,7 +266,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.bound = { address: ep.address, port };
   }
 
-  private async chooseTransport(address: string): Promise<RdsTransport> {
+  /** @internal */ private async chooseTransport(address: string): Promise<RdsTransport> {
     if (this.transport !== null) {
       try {
         await this.transport.laddrCheck(address);
@@ -324,7 +327,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return this.enqueue(data, dest, opts).len;
   }
 
-  private enqueue(data: RdsData, dest: { address: string; port: number } | undefined | null,
+  /** @internal */ private enqueue(data: RdsData, dest: { address: string; port: number } | undefined | null,
     opts: SendmsgOptions | undefined): RdsOutgoing {
     this.checkOpen('sendmsg()');
     const zcopy = opts === undefined || opts === null ? false : this.zeroCopyRequested(opts);
@@ -445,7 +448,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     if (told || this.hasTrafficTo(ev.address)) this.emit('peer-up', ev);
   }
 
-  /** sendmsg flags and the zero-copy cookie, checked as rds_sendmsg checks them; true for zero-copy. */
+  /** sendmsg flags and the zero-copy cookie, checked as rds_sendmsg checks them; true for zero-copy. @internal */
   private zeroCopyRequested(opts: SendmsgOptions): boolean {
     if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
     const flags = opts.flags ?? 0;
@@ -477,6 +480,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
    * The canonical form of a destination address, checked to be a unicast address. Senders repeat
    * the same destination: the last one given is remembered exactly as given, so the common case
    * is one string comparison.
+   * @internal
    */
   private destinationAddress(dest: unknown): string {
     const given = typeof dest === 'object' ? (dest as { address?: unknown }).address : undefined;
@@ -538,16 +542,16 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return len;
   }
 
-  /** SendOwner: ask the peer for an ack once half the send budget is in flight. */
+  /** SendOwner: ask the peer for an ack once half the send budget is in flight. @internal */
   wantsAck(): boolean {
     return this.sndBytes * 2 >= this.sndbuf;
   }
 
   /** SendOwner: a message was acknowledged or cancelled. */
-  /** The budget was exhausted (EAGAIN given or about to be): 'writable' follows at half. */
+  /** The budget was exhausted (EAGAIN given or about to be): 'writable' follows at half. @internal */
   private full = false;
 
-  /** SendOwner: a zero-copy message's buffers are no longer referenced. */
+  /** SendOwner: a zero-copy message's buffers are no longer referenced. @internal */
   zcopyReleased(cookie: number): void {
     if (this.closed) return;
     this.zcookies.push(cookie);
@@ -555,7 +559,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     this.announceReadable();
   }
 
-  messageDone(msg: RdsOutgoing): void {
+  /** @internal */ messageDone(msg: RdsOutgoing): void {
     if (this.sndBytes >= this.sndbuf) this.full = true;
     this.sndBytes -= msg.len;
     this.pending.delete(msg);
@@ -580,7 +584,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
   }
 
-  /** RDS_CANCEL_SENT_TO: drop every queued or unacknowledged message to (address, port). */
+  /** RDS_CANCEL_SENT_TO: drop every queued or unacknowledged message to (address, port). @internal */
   private cancelSentTo(value: unknown): void {
     if (this.bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
     const ep = parseEndpoint(value, 'RDS_CANCEL_SENT_TO value');
@@ -602,7 +606,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   // ---- receive ----
 
-  /** BoundSocket: the stack delivers a message; `receipt` is told when the application takes it. */
+  /** BoundSocket: the stack delivers a message; `receipt` is told when the application takes it. @internal */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean {
     if (this.closed) {
       this.stack.counters.add(RDS_CTR.recv_drop_dead_sock);
@@ -618,7 +622,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return true;
   }
 
-  /** BoundSocket: a congestion map from `conn` arrived; `mask` says which port groups cleared. */
+  /** BoundSocket: a congestion map from `conn` arrived; `mask` says which port groups cleared. @internal */
   congestionUpdated(_conn: RdsConnection, mask: bigint): void {
     if (this.congMonitor) {
       const hit = this.congMask & mask;
@@ -631,7 +635,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
   }
 
-  private announceReadable(): void {
+  /** @internal */ private announceReadable(): void {
     if (this.readableQueued) return;
     this.readableQueued = true;
     defer(() => {
@@ -640,7 +644,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     });
   }
 
-  /** rds_recv_rcvbuf_delta: set the port's congestion bit above SO_RCVBUF, clear it below half. */
+  /** rds_recv_rcvbuf_delta: set the port's congestion bit above SO_RCVBUF, clear it below half. @internal */
   private rcvDelta(delta: number): void {
     this.rcvBytes += delta;
     if (this.bound === null) return;
@@ -687,7 +691,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     return msg;
   }
 
-  /** Up to RDS_MAX_ZCOOKIES completions, oldest first. */
+  /** Up to RDS_MAX_ZCOOKIES completions, oldest first. @internal */
   private takeZcookies(): number[] {
     if (this.zcookies.length <= RDS_MAX_ZCOOKIES) {
       const all = this.zcookies;
@@ -716,7 +720,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     yield* this.messages();
   }
 
-  /** Like the async iterator, with an AbortSignal that ends the loop (by throwing its reason). */
+  /** Like the async iterator, with an AbortSignal that ends the loop by throwing ETIMEDOUT (AbortSignal.timeout) or ECANCELED, its reason as `cause`. */
   async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
     for (;;) {
       if (this.closed) return;
@@ -733,6 +737,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   // ---- waiting ----
 
+  /** @internal */
   private waitFor(what: 'data' | 'room' | 'cong' | 'flush', signal: AbortSignal | undefined, op: string,
     reasonOf: (signal: AbortSignal, op: string) => unknown = abortError): Promise<void> {
     return new Promise<void>((resolve, reject) => {
@@ -765,7 +770,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     });
   }
 
-  /** Waiters re-check their condition on waking, so waking all of them is always correct. */
+  /** Waiters re-check their condition on waking, so waking all of them is always correct. @internal */
   private wakeAll(): void {
     if (this.waiters.size === 0) return;
     const ws = [...this.waiters];
@@ -789,6 +794,16 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
 
   // ---- options ----
 
+  /** SO_SNDBUF, SO_RCVBUF (bytes), SO_TIMESTAMP, SO_TIMESTAMP_NEW, SO_ZEROCOPY (0/1 or a boolean). */
+  setsockopt(level: typeof SOL_SOCKET, optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY, value: number | boolean): void;
+  /** RDS_CANCEL_SENT_TO: drops every queued or unacknowledged message to this destination. */
+  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_CANCEL_SENT_TO, value: { address: string; port: number }): void;
+  /** RDS_RECVERR, RDS_CONG_MONITOR (0/1 or a boolean). */
+  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR, value: number | boolean): void;
+  /** SO_RDS_TRANSPORT before bind: RDS_TRANS_TCP or RDS_TRANS_IB. */
+  setsockopt(level: typeof SOL_RDS, optname: typeof SO_RDS_TRANSPORT, value: typeof RDS_TRANS_TCP | typeof RDS_TRANS_IB): void;
+  /** An option given by a computed number; checked at run time (ENOPROTOOPT, EINVAL). */
+  setsockopt(level: number, optname: number, value: number | boolean): void;
   setsockopt(level: number, optname: number, value: unknown): void {
     this.checkOpen('setsockopt()');
     if (level === SOL_SOCKET) {
@@ -854,7 +869,13 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> implements BoundSoc
     }
   }
 
-  getsockopt(level: number, optname: number): number | boolean {
+  /** SO_SNDBUF, SO_RCVBUF: twice the value set, as Linux reports; SO_TIMESTAMP, SO_ZEROCOPY: 0 or 1. */
+  getsockopt(level: typeof SOL_SOCKET, optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY): number;
+  /** RDS_RECVERR, RDS_CONG_MONITOR: 0 or 1; SO_RDS_TRANSPORT: RDS_TRANS_TCP, RDS_TRANS_IB or RDS_TRANS_NONE. */
+  getsockopt(level: typeof SOL_RDS, optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR | typeof SO_RDS_TRANSPORT): number;
+  /** An option given by a computed number; checked at run time (ENOPROTOOPT). */
+  getsockopt(level: number, optname: number): number;
+  getsockopt(level: number, optname: number): number {
     this.checkOpen('getsockopt()');
     if (level === SOL_SOCKET) {
       switch (optname) {

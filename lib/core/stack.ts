@@ -14,6 +14,7 @@ import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { defer } from './defer.js';
 import { ControlEndpoint } from './control.js';
+import { checkStackOptions, controlFromEnv, warnUnhandledError } from './stack-options.js';
 import { parseCidr } from './address.js';
 import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer-state.js';
 import { RdsStats, type RdsCounterName, RDS_CTR } from './stats.js';
@@ -259,6 +260,8 @@ export interface PathInfo {
   failedOverTo: number | null;
   /** Send-to-acknowledge times: bucket b counts messages acknowledged in [2^(b-1), 2^b) ms (b=0: < 1 ms). */
   latencyHistogram: number[];
+  /** Sum of the times counted in latencyHistogram, ms. */
+  latencySumMs: number;
   /** Transport details (TCP: local and peer ports, bytes, reassembly state). */
   transport: Record<string, unknown> | null;
 }
@@ -311,29 +314,29 @@ const defaultTransportFactories: (() => RdsTransport)[] = [];
  * default one, so a process is one node unless it asks for more.
  */
 export class RdsStack extends EventEmitter<RdsStackEvents> {
-  private static defaultStack: RdsStack | null = null;
+  /** @internal */ private static defaultStack: RdsStack | null = null;
 
   readonly options: ResolvedStackOptions;
   /** Counters named as the kernel's (rds-info -c); cheap to read. */
   readonly counters = new RdsStats();
-  /** Memory for queued frames, shared by every path so bursts lie contiguous (see WireSlab). */
+  /** Memory for queued frames, shared by every path so bursts lie contiguous (see WireSlab). @internal */
   readonly wireSlab = new WireSlab();
-  /** rds_gen_num: random per stack instance, so peers can tell that we restarted. */
+  /** rds_gen_num: random per stack instance, so peers can tell that we restarted. @internal */
   readonly genNum: number = randomInt(1, 0xffffffff);
-  readonly maxPaths = RDS_MPATH_WORKERS;
-  readonly loopTransportType = RDS_TRANS_LOOP;
-  /** Hard limits on unread received messages (recvHardLimitFactor, maxRecvQueueBytes). */
+  /** @internal */ readonly maxPaths = RDS_MPATH_WORKERS;
+  /** @internal */ readonly loopTransportType = RDS_TRANS_LOOP;
+  /** Hard limits on unread received messages (recvHardLimitFactor, maxRecvQueueBytes). @internal */
   readonly rxLimit: RxLimiter;
 
-  private readonly transports = new Map<string, RdsTransport>();
-  /** Bound sockets by address, then port: an address is here while any socket is bound to it. */
+  /** @internal */ private readonly transports = new Map<string, RdsTransport>();
+  /** Bound sockets by address, then port: an address is here while any socket is bound to it. @internal */
   private readonly bindTable = new Map<string, Map<number, BoundSocket>>();
-  private readonly conns = new Map<string, RdsConnection>();
-  private readonly congMaps = new Map<string, CongMap>();
-  /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). */
+  /** @internal */ private readonly conns = new Map<string, RdsConnection>();
+  /** @internal */ private readonly congMaps = new Map<string, CongMap>();
+  /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). @internal */
   private readonly congWaiters = new Set<() => void>();
-  private openSockets = 0;
-  /** Bumped on every received map: poll() reports POLLWRBAND once after each. */
+  /** @internal */ private openSockets = 0;
+  /** Bumped on every received map: poll() reports POLLWRBAND once after each. @internal */
   congGeneration = 0;
   closing = false;
   referenced = false;
@@ -342,19 +345,24 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** The allowlist (allowPeers); everyone by default. */
   peerAllowed: (address: string) => boolean = () => true;
 
-  /** Registers the transports every new stack gets; the package entry point supplies them. */
+  /** Registers the transports every new stack gets; the package entry point supplies them. @internal */
   static setDefaultTransports(factories: (() => RdsTransport)[]): void {
     defaultTransportFactories.splice(0, defaultTransportFactories.length, ...factories);
   }
 
   /** The process-wide stack used by sockets made without one. */
   static default(): RdsStack {
-    if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) RdsStack.defaultStack = new RdsStack();
+    if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) {
+      // RDS_SOCKET_CONTROL=1 opens rds-info's endpoint on the default stack without code changes.
+      const control = controlFromEnv();
+      RdsStack.defaultStack = new RdsStack(control === false ? {} : { control });
+    }
     return RdsStack.defaultStack;
   }
 
   constructor(opts: RdsStackOptions = {}) {
     super();
+    checkStackOptions(opts);
     const tcpPort = opts.tcpPort ?? RDS_TCP_PORT;
     if (!Number.isInteger(tcpPort) || tcpPort < 1 || tcpPort > 65535) {
       throw new RdsError('EINVAL', `tcpPort must be an integer 1..65535, got ${String(opts.tcpPort)}`);
@@ -409,33 +417,42 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
   }
 
-  registerTransport(t: RdsTransport): void {
+  /** Like Node's EventEmitter, an 'error' nobody listens for is not dropped (eventemitter3 would): it becomes a process warning. */
+  override emit<T extends EventEmitter.EventNames<RdsStackEvents>>(event: T, ...args: EventEmitter.EventArgs<RdsStackEvents, T>): boolean {
+    if (event === 'error' && this.listenerCount('error') === 0) {
+      warnUnhandledError(args[0]);
+      return false;
+    }
+    return super.emit(event, ...args);
+  }
+
+  /** @internal */ registerTransport(t: RdsTransport): void {
     if (this.transports.has(t.name)) throw new RdsError('EINVAL', `transport ${t.name} is already registered`);
     this.transports.set(t.name, t);
     t.attach(this);
   }
 
-  transport(name: string): RdsTransport | undefined {
+  /** @internal */ transport(name: string): RdsTransport | undefined {
     return this.transports.get(name);
   }
 
-  transportByType(type: number): RdsTransport | undefined {
+  /** @internal */ transportByType(type: number): RdsTransport | undefined {
     for (const t of this.transports.values()) if (t.transType === type) return t;
     return undefined;
   }
 
-  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). */
+  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). @internal */
   selectableTransports(): RdsTransport[] {
     return [...this.transports.values()].filter((t) => t.userSelectable).sort((a, b) => a.transType - b.transType);
   }
 
   // ---- bind table (bind.c) ----
 
-  isBound(address: string, port: number): boolean {
+  /** @internal */ isBound(address: string, port: number): boolean {
     return this.bindTable.get(address)?.has(port) === true;
   }
 
-  /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. */
+  /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. @internal */
   bindReserve(address: string, port: number, sock: BoundSocket): void {
     let ports = this.bindTable.get(address);
     if (ports?.has(port)) {
@@ -448,7 +465,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     ports.set(port, sock);
   }
 
-  /** Picks a free port the way the kernel does: random start >= 2, probing upward. */
+  /** Picks a free port the way the kernel does: random start >= 2, probing upward. @internal */
   ephemeralPort(address: string): number {
     const start = randomInt(2, 65536);
     for (let i = 0; i < 65534; i++) {
@@ -458,7 +475,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     throw new RdsError('EADDRINUSE', `no free RDS port left on ${address}`);
   }
 
-  unbind(address: string, port: number, sock: BoundSocket): void {
+  /** @internal */ unbind(address: string, port: number, sock: BoundSocket): void {
     const ports = this.bindTable.get(address);
     if (ports?.get(port) !== sock) return;
     ports.delete(port);
@@ -470,21 +487,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.bindTable.has(address);
   }
 
-  sockets(): BoundSocket[] {
+  /** @internal */ sockets(): BoundSocket[] {
     return [...this.bindTable.values()].flatMap((ports) => [...ports.values()]);
   }
 
   // ---- sockets keep the process alive, an idle stack does not ----
 
-  socketOpened(): void {
+  /** @internal */ socketOpened(): void {
     if (this.openSockets++ === 0) this.setRef(true);
   }
 
-  socketClosed(): void {
+  /** @internal */ socketClosed(): void {
     if (--this.openSockets === 0) this.setRef(false);
   }
 
-  private setRef(ref: boolean): void {
+  /** @internal */ private setRef(ref: boolean): void {
     this.referenced = ref;
     for (const t of this.transports.values()) t.setRef(ref);
     for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
@@ -504,12 +521,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return c;
   }
 
-  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks). */
+  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks). @internal */
   findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
     return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
   }
 
-  /** Forgets idle connections (see peerIdleTimeoutMs). */
+  /** Forgets idle connections (see peerIdleTimeoutMs). @internal */
   private readonly reclaimer: ConnReclaimer;
 
   /**
@@ -520,6 +537,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.reclaimer.sweep();
   }
 
+  /** @internal */
   private forgetConn(c: RdsConnection): void {
     this.conns.delete(c.key);
     this.counters.add(RDS_CTR.conn_reclaimed);
@@ -529,7 +547,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.congMaps.delete(c.faddr);
   }
 
-  /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. */
+  /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
   connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
     if (this.isLocalAddress(faddr)) {
       const loop = this.transportByType(RDS_TRANS_LOOP);
@@ -538,7 +556,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.connFor(laddr, faddr, transport);
   }
 
-  /** rds-socket capabilities we advertise in handshakes. */
+  /** rds-socket capabilities we advertise in handshakes. @internal */
   localCaps(conn: RdsConnection): number {
     // We always answer heartbeats, even when we send none ourselves.
     const paths = conn.transport.mpathCapable ? this.options.npaths : 1;
@@ -551,6 +569,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /**
    * Extensions of our hello, probe and pong: the kernel's set (NPATHS, GEN_NUM, and SPORT_IDX when
    * we choose our source ports), then ours last, where kernel parsers stop.
+   * @internal
    */
   handshakeExtensions(conn: RdsConnection): RdsExtension[] {
     const exts = [npathsExtension(this.advertisedPaths(conn)), genNumExtension(this.genNum)];
@@ -564,6 +583,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * starts a carrier of a lane > 0 (only rds-socket peers run lanes) and, on path 0, only a carrier
    * to an older rds-socket peer (no RDSSOCK_CAP_NO_HELLO), which acknowledges nothing before it.
    * A kernel never gets it: it would count it in recv_drop_old_seq.
+   * @internal
    */
   helloFrame(conn: RdsConnection): Buffer {
     const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -575,6 +595,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * A path came UP. On path 0 we send the multipath probe, as a 7.0 kernel does after every
    * reconnect: the answer tells us the path count, the peer's generation (did it restart?) and
    * whether it is rds-socket (acks, heartbeats). A peer that never answers is treated as a kernel.
+   * @internal
    */
   pathUp(cp: RdsConnPath): void {
     const conn = cp.conn;
@@ -597,6 +618,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * path 0 is its probe (queued ahead of the first message), so a peer learns our generation
    * before any of our data, on whichever carrier it first arrives, without a frame a kernel
    * would count (the kernel's hello-less way; see README "Reliability").
+   * @internal
    */
   queueProbe(cp: RdsConnPath): void {
     cp.probeQueued = true; // before queueControl(), which calls back into queue()
@@ -606,7 +628,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (cp.lastProbe !== null) this.counters.add(RDS_CTR.handshake_sent);
   }
 
-  /** What a handshake (or its absence) says about the peer; settles the path count. */
+  /** What a handshake (or its absence) says about the peer; settles the path count. @internal */
   handshakeReceived(conn: RdsConnection, caps: number, hs: { npaths?: number; sportIdx?: boolean } = {}): void {
     const changed = !conn.capsKnown || conn.peerCaps !== caps;
     conn.peerCaps = caps;
@@ -632,12 +654,13 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * accepted connections with paths in arrival order, so after reconnects its path j can meet our
    * path i and duplicate suppression breaks (spec §3.5); one path is always safe. rds-socket peers
    * learn our real path count from the capability extension.
+   * @internal
    */
   advertisedPaths(_conn: RdsConnection): number {
     return 1;
   }
 
-  private control: ControlEndpoint | null = null;
+  /** @internal */ private control: ControlEndpoint | null = null;
 
   /** Opens the rds-info control endpoint (see the `control` option); returns its path. */
   async openControl(path?: string): Promise<string> {
@@ -649,7 +672,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.control?.path ?? null;
   }
 
-  /** Everything rds-info can show, as plain data. */
+  /** Everything rds-info can show, as plain data. @internal */
   info(): {
     counters: Record<RdsCounterName, number>; sockets: SocketInfo[]; connections: ConnectionInfo[];
     sendQueue: MessageInfo[]; retransQueue: MessageInfo[]; recvQueue: MessageInfo[];
@@ -699,13 +722,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
           recvMessages: p.recvMessages, recvBytes: p.recvBytes, upCount: p.upCount,
           connectFailures: p.connectFailures, acksSent: p.acksSent, heartbeatsSent: p.heartbeatsSent,
           movedByFailover: p.movedByFailover, failedOverTo: p.failedOverTo?.index ?? null,
-          latencyHistogram: [...p.latencyHistogram],
+          latencyHistogram: [...p.latencyHistogram], latencySumMs: p.latencySumMs,
           transport: c.transport.pathInfo?.(p) ?? null,
         };
       }),
     }));
   }
 
+  /** @internal */
   pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
     const conn = cp.conn;
     conn.stateChangedAt = Date.now();
@@ -719,12 +743,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- peer reachability (peer-state.ts) ----
 
-  /** A socket is about to send to `address`: its reachability entry (made if new). */
+  /** A socket is about to send to `address`: its reachability entry (made if new). @internal */
   peerEntry(address: string): PeerState {
     return this.peerTable.entry(address);
   }
 
-  /** How long `address` has had no path UP (0 if it has one, or is unknown). */
+  /** How long `address` has had no path UP (0 if it has one, or is unknown). @internal */
   peerUnreachableMs(address: string): number {
     return this.peerTable.get(address)?.unreachableMs() ?? 0;
   }
@@ -771,14 +795,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     });
   }
 
-  /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). */
+  /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
   pathDropped(cp: RdsConnPath, reason: string): void {
     this.emit('drop', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, reason,
     });
   }
 
-  /** A path's messages moved to a live one: a 'failover' event. */
+  /** A path's messages moved to a live one: a 'failover' event. @internal */
   pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
     this.emit('failover', {
       localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, to: to.index, moved,
@@ -796,6 +820,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * A restarted peer (new GEN_NUM): its sequence numbering starts over, so forget where it was.
    * Our unacknowledged messages are kept and resent: the new incarnation never saw them (the
    * kernel flushes them instead, losing them).
+   * @internal
    */
   peerRestarted(conn: RdsConnection): void {
     this.counters.add(RDS_CTR.peer_restarted);
@@ -818,6 +843,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * Hands a message to the socket bound to (laddr, dport); false if there is none. `from`, the
    * path it came on, stops being read if the message took the socket or the stack over a hard
    * receive limit (see RxLimiter).
+   * @internal
    */
   deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null, from?: RdsConnPath): boolean {
     const sock = this.bindTable.get(laddr)?.get(dport);
@@ -834,7 +860,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- congestion (cong.c) ----
 
-  /** The map of an address: ours if it is local, the peer's copy otherwise. */
+  /** The map of an address: ours if it is local, the peer's copy otherwise. @internal */
   congMap(address: string): CongMap {
     let m = this.congMaps.get(address);
     if (m === undefined) {
@@ -844,7 +870,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return m;
   }
 
-  /** A local port's bit flipped: every connection from that address sends the full map. */
+  /** A local port's bit flipped: every connection from that address sends the full map. @internal */
   localCongChanged(laddr: string): void {
     for (const c of this.conns.values()) {
       if (c.laddr !== laddr || c.isLoopback) continue;
@@ -854,7 +880,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.wakeCongWaiters();
   }
 
-  congMapReceived(conn: RdsConnection, cleared: bigint): void {
+  /** @internal */ congMapReceived(conn: RdsConnection, cleared: bigint): void {
     this.congGeneration++;
     // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
     const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
@@ -862,15 +888,15 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.wakeCongWaiters();
   }
 
-  addCongWaiter(fn: () => void): void {
+  /** @internal */ addCongWaiter(fn: () => void): void {
     this.congWaiters.add(fn);
   }
 
-  removeCongWaiter(fn: () => void): void {
+  /** @internal */ removeCongWaiter(fn: () => void): void {
     this.congWaiters.delete(fn);
   }
 
-  private wakeCongWaiters(): void {
+  /** @internal */ private wakeCongWaiters(): void {
     const fns = [...this.congWaiters];
     this.congWaiters.clear();
     for (const fn of fns) fn();
