@@ -23,6 +23,7 @@ const PREAMBLE_DECLS: Record<string, string> = {
   reuse: 'declare function reuse(cookie: number): void;',
   handle: "declare function handle(m: import('rds-socket').RdsMessage): void;",
   markPeerUnreachable: 'declare function markPeerUnreachable(d: { address: string; port: number }): void;',
+  workerPorts: 'declare const workerPorts: number[];',
   key: 'declare const key: string;', cert: 'declare const cert: string;', ca: 'declare const ca: string;',
 };
 

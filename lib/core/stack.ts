@@ -448,7 +448,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- bind table (bind.c) ----
 
-  /** @internal */ isBound(address: string, port: number): boolean {
+  /** Whether (address, port) is bound in this stack (transports ask it; see RdsTransportHost). */
+  isBound(address: string, port: number): boolean {
     return this.bindTable.get(address)?.has(port) === true;
   }
 
@@ -521,7 +522,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return c;
   }
 
-  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks). @internal */
+  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks). (transports ask it; see RdsTransportHost) */
   findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
     return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
   }
