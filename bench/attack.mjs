@@ -46,7 +46,9 @@ for (const f of files) {
   const problems = [];
   if (!r.victimUp) problems.push('victim died');
   if (!(r.peakRssMiB <= bounds.peakRssMiB)) problems.push(`peak RSS over ${bounds.peakRssMiB} MiB`);
-  if (!(r.goodP99Ms <= bounds.goodP99Ms)) problems.push(`good peer p99 over ${bounds.goodP99Ms} ms`);
+  // A good peer that completed nothing has no p99: that is a failure, not a pass.
+  if (!(Number.isFinite(r.goodP99Ms) && r.goodP99Ms <= bounds.goodP99Ms)) problems.push(`good peer p99 over ${bounds.goodP99Ms} ms`);
+  if (r.goodRoundTrips === 0) problems.push('the good peer completed no round trip');
   if (r.goodTimeouts > 0) problems.push(`${r.goodTimeouts} good round trips timed out`);
   const ok = problems.length === 0;
   results.push({ name, ok, problems, seconds: (Date.now() - t0) / 1000, bounds, ...r });
@@ -54,7 +56,7 @@ for (const f of files) {
   console.log(`${ok ? 'ok  ' : 'FAIL'} ${name.padEnd(24)} peak RSS ${fmt(r.peakRssMiB).padStart(7)} MiB (<= ${bounds.peakRssMiB})`
     + `  good p99 ${fmt(r.goodP99Ms).padStart(7)} ms (<= ${bounds.goodP99Ms}, ${r.goodRoundTrips ?? 0} round trips)`
     + `  victim ${r.victimUp ? 'up' : 'DOWN'}${problems.length ? `  [${problems.join('; ')}]` : ''}`);
-  if (r.detail) console.log(`     ${r.detail}`);
+  if (r.detail) console.log(`     ${typeof r.detail === 'string' ? r.detail : JSON.stringify(r.detail)}`);
 }
 
 const passed = results.filter((r) => r.ok).length;

@@ -47,7 +47,7 @@ export async function run({ seconds = 3 } = {}) {
     flooding = false;
     const stats = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
       detail: {
         restarts: reconnects.length, reconnectMaxMs: +Math.max(...reconnects).toFixed(1),
         strangersOpened: opened, good: good.figures(), victim: stats?.counters,

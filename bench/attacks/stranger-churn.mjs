@@ -42,7 +42,7 @@ export async function run({ seconds = 3 } = {}) {
     await sleep(1000);
     const after = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
       detail: {
         strangers, connsAtEnd: atEnd?.conns, connsAfterIdle: after?.conns,
         dialsPerSecAfterIdle: after && before ? Math.round((after.dials - before.dials) * 1000 / (after.t - before.t)) : null,

@@ -41,7 +41,7 @@ export async function run({ seconds = 3 } = {}) {
     await good.stop();
     const stats = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
       detail: { opened, closedByVictim, stillOpen: open.size, good: good.figures(), victim: stats?.counters },
     };
   } finally {

@@ -51,7 +51,7 @@ export async function run({ seconds = 3 } = {}) {
     await good.stop();
     const stats = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
       detail: { ...outcome, good: good.figures(), victim: stats?.counters, victimExit: victim.exit(), victimStderr: victim.alive() ? undefined : victim.stderr().slice(-600) },
     };
   } finally {
