@@ -188,6 +188,10 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     const s = await bound(stack, LARGE, 5000);
     const rx = peer(`recv ${KERNEL} 4100 1 file`);
     await readyFile(4100);
+    // An earlier scenario may have left the kernel connected to this node (the kernel, the
+    // smaller address, keeps its connection up): then there is nothing to poke.
+    const upBefore = stack.connections().find((c) => c.peerAddress === KERNEL)?.paths[0]?.state === 'UP';
+    const pokesBefore = stack.counters.get('conn_poke_sent');
     s.sendmsg(Buffer.from('from the larger side'), { address: KERNEL, port: 4100 });
     const r = await rx;
     expect(r.code, r.out).toBe(0);
@@ -195,7 +199,7 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
     // We poked: either the poke reached ESTABLISHED here (conn_poke_sent), or the kernel's reset
     // of it arrived before our connect completed, which counts as a failed connect of path 0.
-    expect(stack.counters.get('conn_poke_sent') + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(1);
+    if (!upBefore) expect(stack.counters.get('conn_poke_sent') - pokesBefore + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(1);
     expect(c.initiator).toBe(false);
     expect(c.paths[0]!.state).toBe('UP');
   });
