@@ -46,7 +46,8 @@ for k in "${kernels[@]}"; do
   RDS_KERNEL_RELEASE=$(bash "$VM" exec 'uname -r' | tr -d '\n')
   extra=()
   [ -n "${INTEROP_JSON:-}" ] && extra=(--reporter=default --reporter=json --outputFile.json="${INTEROP_JSON%.json}-$k.json")
-  ip netns exec "${RDS_NETNS:-rdsint}" npx vitest run --config test/interop/vitest.config.ts "${extra[@]}" "${args[@]}"
+  # $INTEROP_VITEST replaces the vitest command line (for a checkout whose node_modules needs one).
+  ip netns exec "${RDS_NETNS:-rdsint}" ${INTEROP_VITEST:-npx vitest run --config test/interop/vitest.config.ts} "${extra[@]}" "${args[@]}"
   rc=$?
   bash "$VM" stop
   trap - EXIT
