@@ -7,6 +7,7 @@ import { KERNEL, KERNEL_GEN, SMALL, bound, guest, peer, reloadRds } from './kern
 let stack: RdsStack | null = null;
 afterAll(async () => {
   await stack?.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
 
 async function kernelSends(port: number, ports: number[], n: number): Promise<void> {

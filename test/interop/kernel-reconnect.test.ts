@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack, type RdsSocket } from '../../lib/index.js';
-import { KERNEL, KERNEL_GEN, LARGE, SMALL, bound, guest, peer, pattern, sha } from './kernel-lib.js';
+import { KERNEL, KERNEL_GEN, LARGE, SMALL, bound, guest, peer, pattern, reloadRds, sha } from './kernel-lib.js';
 
 // How long a path stays unusable after the guest kills its TCP connection (ss -K). A 7.x kernel
 // half-closes on shutdown and waits up to about 5 s for the peer's FIN and an empty receive
@@ -9,6 +9,7 @@ import { KERNEL, KERNEL_GEN, LARGE, SMALL, bound, guest, peer, pattern, sha } fr
 let stack: RdsStack | null = null;
 afterAll(async () => {
   await stack?.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
 async function freshStack(): Promise<RdsStack> {
   await stack?.close();
@@ -89,11 +90,12 @@ describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`,
     expect(first.data.toString()).toBe('ready');
     let dropAt = 0;
     const gaps: number[] = [];
-    stack.on('drop', () => {
+    const onDrop = (): void => {
       if (dropAt !== 0) return;
       dropAt = performance.now();
       s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
-    });
+    };
+    stack.on('drop', onDrop);
     const want: string[] = [];
     let shut: Promise<unknown> | null = null;
     const pongs = (async () => {
@@ -115,6 +117,8 @@ describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`,
     expect(r.code, r.out).toBe(0);
     expect(r.lines.map((l) => l.sha256)).toEqual(want);
     await pongs;
+    // (A listener left behind would throw on the closed socket when the stack closes its carriers.)
+    stack.off('drop', onDrop);
     console.log(`Linux ${KERNEL_GEN}, kernel-initiated shutdown: drop to pong ${gaps.map((t) => t.toFixed(0)).join(', ')} ms`);
     expect(gaps.length).toBe(3);
     expectQuick(gaps);
