@@ -12,8 +12,12 @@ ip link set lo up
 modprobe virtio_net
 for i in $(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.05; done
 ip addr add "$IP" dev eth0
-# nodad: usable at once (no duplicate address detection on a link with one host)
-[ -n "$IP6" ] && ip addr add "$IP6" dev eth0 nodad
+# nodad: usable at once (no duplicate address detection on a link with one host); kept when the
+# link flaps (tests take eth0 down and up; IPv6 would otherwise drop the address).
+if [ -n "$IP6" ]; then
+  sysctl -qw net.ipv6.conf.eth0.keep_addr_on_down=1
+  ip addr add "$IP6" dev eth0 nodad
+fi
 ip link set eth0 up
 modprobe rds_tcp
 # let kernel senders use 1 MiB messages (SO_SNDBUF is capped by wmem_max)
