@@ -5,16 +5,31 @@
 #   kernel-vm.sh start          boot the guest in the background inside netns $RDS_NETNS; returns when up
 #   kernel-vm.sh exec 'CMD'     run CMD (bash) in the guest, print its output, exit with its status
 #   kernel-vm.sh stop           power the guest off and remove the namespace
+#   kernel-vm.sh cache          print the cache directory of $RDS_KERNEL (instance files live under it)
+# $RDS_KERNEL picks the kernel: 6.1 (default: this machine's own Debian suite, bookworm), 6.12
+# (Debian trixie) or 7 (Debian sid, 7.x). The newer ones come from a private apt list under the
+# cache, so the machine's own apt sources are never touched. Each kernel has its own cache
+# ($RDS_KVM_CACHE overrides it).
 # The guest's root is this machine's root, read-only over 9p under a tmpfs overlay, so it has python3,
 # node and the project. Network: netns $RDS_NETNS holds tap $RDS_TAP with 10.77.0.1, .3 and .4 (/24)
-# (and 10.77.0.4 for tools that run as their own node); the guest is 10.77.0.2.
+# and fd77::1 and fd77::3 (/64); the guest is 10.77.0.2 and fd77::2.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${RDS_KVM_CACHE:-/var/tmp/rds-socket-kernel}"
+KERNEL="${RDS_KERNEL:-6.1}"
+case "$KERNEL" in
+  6.1) SUITE=""; DEFAULT_CACHE=/var/tmp/rds-socket-kernel; SMP=2 ;;
+  # One vCPU: with two, 7.2 under multi-threaded TCG was seen to die on a stale int3 left by
+  # kernel text patching ("Oops: int3" in ktime_get_real_ts64) about a minute after boot.
+  6.12) SUITE=trixie; DEFAULT_CACHE=/var/tmp/rds-socket-kernel-6.12; SMP=1 ;;
+  7) SUITE=sid; DEFAULT_CACHE=/var/tmp/rds-socket-kernel-7; SMP=1 ;;
+  *) echo "RDS_KERNEL must be 6.1, 6.12 or 7, got '$KERNEL'" >&2; exit 2 ;;
+esac
+CACHE="${RDS_KVM_CACHE:-$DEFAULT_CACHE}"
 NETNS="${RDS_NETNS:-rdsint}"
 TAP="${RDS_TAP:-rdstap0}"
-HOST_IPS=(10.77.0.1 10.77.0.3 10.77.0.4)
+HOST_IPS=(10.77.0.1/24 10.77.0.3/24 10.77.0.4/24 fd77::1/64 fd77::3/64)
 GUEST_IP=10.77.0.2
+GUEST_IP6=fd77::2
 INST="$CACHE/instance"
 kver() { ls "$CACHE/kernel/lib/modules" 2>/dev/null | head -n1; }
 
@@ -35,16 +50,7 @@ cmd_setup() {
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   fi
   mkdir -p "$CACHE/debs"
-  if [ -z "$(kver)" ]; then
-    (cd "$CACHE/debs"
-      apt-get update -qq || true
-      local pkg
-      pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
-      [ -n "$pkg" ] || { echo "cannot resolve linux-image-amd64" >&2; exit 1; }
-      ls "${pkg}"_*.deb >/dev/null 2>&1 || apt-get download "$pkg" 2>/dev/null
-      rm -rf "$CACHE/kernel"; mkdir -p "$CACHE/kernel"
-      dpkg-deb -x "${pkg}"_*.deb "$CACHE/kernel")
-  fi
+  [ -n "$(kver)" ] || fetch_kernel
   local v; v=$(kver)
   [ -f "$CACHE/kernel/lib/modules/$v/modules.dep" ] || depmod -b "$CACHE/kernel" "$v"
   if [ ! -f "$CACHE/initramfs.cpio.gz" ] || [ "$HERE/guest/initramfs-init" -nt "$CACHE/initramfs.cpio.gz" ]; then
@@ -53,12 +59,65 @@ cmd_setup() {
     cp /bin/busybox "$ir/bin/busybox"
     cp "$HERE/guest/initramfs-init" "$ir/init"; chmod +x "$ir/init"
     local m
+    # A module the kernel has built in (virtio_pci on 7.x) has no file to load: skip it.
     for m in virtio_pci 9pnet_virtio 9p overlay; do
-      modprobe -d "$CACHE/kernel" -S "$v" --show-depends "$m" | awk '$1=="insmod"{print $2}'
+      modprobe -d "$CACHE/kernel" -S "$v" --show-depends "$m" 2>/dev/null | awk '$1=="insmod"{print $2}' || true
     done | awk '!seen[$0]++' | while read -r ko; do cp "$ko" "$ir/mods/"; basename "$ko" >> "$ir/mods/order"; done
     (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) > "$CACHE/initramfs.cpio.gz"
   fi
   echo "kernel $v ready"
+}
+
+# apt-get with a private list for $SUITE (nothing of the machine's apt configuration changes).
+apt_suite() {
+  local d="$CACHE/apt" uri
+  if [ ! -f "$d/sources.list" ]; then
+    mkdir -p "$d/lists/partial" "$d/archives/partial"
+    uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [ -n "$uri" ] || uri=$(awk '$1=="deb"{for(i=2;i<=NF;i++) if($i ~ /^https?:/){print $i; exit}}' /etc/apt/sources.list 2>/dev/null || true)
+    [ -n "$uri" ] || uri=http://deb.debian.org/debian
+    printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' "$uri" "$SUITE" > "$d/sources.list"
+  fi
+  apt-get -o Dir::Etc::SourceList="$d/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+    -o Dir::State::Lists="$d/lists" -o Dir::Cache::Archives="$d/archives" "$@"
+}
+
+# Downloads and unpacks Debian's kernel for $KERNEL into $CACHE/kernel (lib/modules/<ver>, with
+# the kernel image found by boot_image). sid splits the package into linux-binary-* (the image,
+# under usr/lib/modules/<ver>/vmlinuz) and linux-modules-* (xz-compressed modules under
+# usr/lib/modules); both layouts end up as lib/modules/<ver> with plain .ko files, which busybox's
+# insmod in the initramfs can load.
+fetch_kernel() {
+  (cd "$CACHE/debs"
+    local apt=(apt-get) pkg deps p
+    if [ -n "$SUITE" ]; then apt=(apt_suite); "${apt[@]}" update -qq >/dev/null || { echo "apt update for $SUITE failed" >&2; exit 1; }
+    else apt-get update -qq || true; fi
+    local cache=(apt-cache)
+    [ -n "$SUITE" ] && cache=(apt-cache -o Dir::Etc::SourceList="$CACHE/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists="$CACHE/apt/lists")
+    pkg=$("${cache[@]}" depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+    [ -n "$pkg" ] || { echo "cannot resolve linux-image-amd64${SUITE:+ in $SUITE}" >&2; exit 1; }
+    deps=$("${cache[@]}" depends "$pkg" | awk '/Depends: linux-(binary|modules)-/{print $2}' | sort -u)
+    rm -f ./*.deb
+    for p in "$pkg" $deps; do
+      "${apt[@]}" download -qq "$p" >/dev/null 2>&1 || { echo "cannot download $p" >&2; exit 1; }
+    done
+    rm -rf "$CACHE/kernel"; mkdir -p "$CACHE/kernel"
+    for p in ./*.deb; do dpkg-deb -x "$p" "$CACHE/kernel"; done)
+  local k="$CACHE/kernel"
+  if [ -d "$k/usr/lib/modules" ]; then
+    mkdir -p "$k/lib/modules"
+    mv "$k/usr/lib/modules/"* "$k/lib/modules/"
+    rm -rf "$k/usr/lib/modules"
+  fi
+  find "$k/lib/modules" -name '*.ko.xz' -exec unxz -q {} +
+  find "$k/lib/modules" -name '*.ko.zst' -exec sh -c 'for f; do zstd -qd --rm "$f"; done' sh {} +
+  rm -f "$k/lib/modules/$(kver)/modules.dep"
+}
+
+# The kernel image: boot/vmlinuz-<ver> (bookworm, trixie) or lib/modules/<ver>/vmlinuz (sid).
+boot_image() {
+  local v; v=$(kver)
+  if [ -f "$CACHE/kernel/boot/vmlinuz-$v" ]; then echo "$CACHE/kernel/boot/vmlinuz-$v"; else echo "$CACHE/kernel/lib/modules/$v/vmlinuz"; fi
 }
 
 netns_up() {
@@ -67,7 +126,8 @@ netns_up() {
   ip -n "$NETNS" link show "$TAP" >/dev/null 2>&1 || ip -n "$NETNS" tuntap add dev "$TAP" mode tap
   local a
   for a in "${HOST_IPS[@]}"; do
-    ip -n "$NETNS" addr show dev "$TAP" | grep -q "inet $a/" || ip -n "$NETNS" addr add "$a/24" dev "$TAP"
+    # nodad: IPv6 addresses are usable at once, not after duplicate address detection.
+    ip -n "$NETNS" addr show dev "$TAP" | grep -q "inet6\\? $a " || ip -n "$NETNS" addr add "$a" dev "$TAP" $([[ $a == *:* ]] && echo nodad)
   done
   ip -n "$NETNS" link set "$TAP" up
 }
@@ -78,10 +138,10 @@ cmd_start() {
   netns_up
   rm -rf "$INST"; mkdir -p "$INST/queue"
   local accel=(-accel tcg,thread=multi,tb-size=512 -cpu max)
-  setsid ip netns exec "$NETNS" qemu-system-x86_64 "${accel[@]}" -M q35 -m "${RDS_KVM_MEM:-1536}" -smp 2 \
+  setsid ip netns exec "$NETNS" qemu-system-x86_64 "${accel[@]}" -M q35 -m "${RDS_KVM_MEM:-1536}" -smp "${RDS_KVM_SMP:-$SMP}" \
     -nodefaults -no-user-config -display none -no-reboot \
-    -kernel "$CACHE/kernel/boot/vmlinuz-$(kver)" -initrd "$CACHE/initramfs.cpio.gz" \
-    -append "console=ttyS0 quiet loglevel=3 panic=-1 rds.kroot=$CACHE/kernel rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24" \
+    -kernel "$(boot_image)" -initrd "$CACHE/initramfs.cpio.gz" \
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 rds.kroot=$CACHE/kernel rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64" \
     -serial "file:$INST/console.log" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$INST,mount_tag=rdsinst,security_model=none" \
@@ -131,5 +191,6 @@ case "${1:-}" in
   start) cmd_start ;;
   exec) shift; cmd_exec "$@" ;;
   stop) cmd_stop ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  cache) echo "$CACHE" ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -20,8 +20,10 @@
         pattern(index, size, SEED + sender port). Once every socket is bound, creates
         /rdsinst/ready.mesh; senders keep their sockets open (closing one drops what it has not
         delivered) until /rdsinst/mesh.done appears. One JSON line per pair: got, dups, gaps, bad.
+Addresses may be IPv6 (recv, send, ping): python's socket module only takes IPv4 addresses for
+AF_RDS, so those calls go to libc with a sockaddr_in6.
 """
-import ctypes, hashlib, json, os, socket, struct, sys, threading, time
+import ctypes, hashlib, json, os, select, socket, struct, sys, threading, time
 
 AF_RDS, SOL_RDS, RDS_INFO_COUNTERS = 21, 276, 10000
 
@@ -119,11 +121,54 @@ def mesh(addr, n, maxsize, seed, pairs):
         s.close()
 
 
+class Rds6:
+    """An AF_RDS socket on IPv6 addresses: bind, sendto and recvfrom through libc."""
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def __init__(self, s):
+        self.s, self.timeout = s, None
+
+    @staticmethod
+    def sa(addr, port):
+        return ctypes.create_string_buffer(struct.pack('=HHI16sI', socket.AF_INET6, socket.htons(port), 0,
+                                                       socket.inet_pton(socket.AF_INET6, addr), 0), 28)
+
+    def check(self, r, what):
+        if r < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, '%s: %s' % (what, __import__('os').strerror(e)))
+        return r
+
+    def bind(self, ap):
+        b = self.sa(*ap)
+        self.check(self.libc.bind(self.s.fileno(), b, 28), 'bind')
+
+    def settimeout(self, t):
+        self.timeout = t
+
+    def sendto(self, data, ap):
+        b = self.sa(*ap)
+        self.check(self.libc.sendto(self.s.fileno(), data, len(data), 0, b, 28), 'sendto')
+
+    def recvfrom(self, n):
+        if self.timeout is not None and not select.select([self.s], [], [], self.timeout)[0]:
+            raise socket.timeout('timed out')
+        buf = ctypes.create_string_buffer(n)
+        sa = ctypes.create_string_buffer(28)
+        ln = ctypes.c_uint32(28)
+        r = self.check(self.libc.recvfrom(self.s.fileno(), buf, n, 0, sa, ctypes.byref(ln)), 'recvfrom')
+        fam, port, _, a, _ = struct.unpack('=HHI16sI', sa.raw)
+        return buf.raw[:r], (socket.inet_ntop(socket.AF_INET6, a), socket.ntohs(port))
+
+
 def sock(addr, port, sndbuf=8 << 20, rcvbuf=None):
     s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
     if rcvbuf is not None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    if ':' in addr:
+        s = Rds6(s)
     s.bind((addr, port))
     return s
 

@@ -1,0 +1,95 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'vitest';
+import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
+
+// Helpers for the interop files that came after kernel.test.ts (which keeps its own copies).
+// Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3
+// (fd77::1 and fd77::3), the guest kernel is 10.77.0.2 (fd77::2) with rds_tcp loaded.
+export const VM = fileURLToPath(new URL('./kernel-vm.sh', import.meta.url));
+export const PEER = fileURLToPath(new URL('./guest/rdspeer.py', import.meta.url));
+export const KERNEL = '10.77.0.2';
+export const SMALL = '10.77.0.1';
+export const LARGE = '10.77.0.3';
+export const KERNEL6 = 'fd77::2';
+export const SMALL6 = 'fd77::1';
+export const LARGE6 = 'fd77::3';
+
+/** The kernel generation under test (run.sh --kernel): '6.1', '6.12' or '7'. */
+export const KERNEL_GEN = process.env.RDS_KERNEL ?? '6.1';
+/** Kernels 7.0 and later: SPORT_IDX, several extensions per header, half-close on shutdown. */
+export const IS_7X = Number.parseInt(KERNEL_GEN, 10) >= 7;
+
+export interface GuestRun { code: number; out: string; lines: Record<string, unknown>[] }
+
+/** Runs a command in the guest; resolves with its output once it exits. */
+export function guest(cmd: string): Promise<GuestRun> {
+  return new Promise((resolve) => {
+    const p = spawn('bash', [VM, 'exec', cmd], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (out += d));
+    p.on('exit', (code) => {
+      const lines = out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+      resolve({ code: code ?? 1, out, lines });
+    });
+  });
+}
+
+/** rdspeer.py in the guest, killed after `limitS` seconds. */
+export const peer = (args: string, limitS = 150): Promise<GuestRun> => guest(`timeout ${limitS} python3 ${PEER} ${args}`);
+export const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
+
+/** Same pattern as rdspeer.py: byte k of message i is (i*131 + k*7 + seed) & 0xff. */
+export function pattern(i: number, size: number, seed = 0): Buffer {
+  const tile = Buffer.alloc(256);
+  for (let k = 0; k < 256; k++) tile[k] = (i * 131 + k * 7 + seed) & 0xff;
+  return size === 0 ? Buffer.alloc(0) : Buffer.alloc(size, tile);
+}
+
+/** Waits for the guest program's b'ready' (sent over RDS once it has bound). */
+export async function ready(s: RdsSocket, from = KERNEL): Promise<void> {
+  const m = await s.recv({ signal: AbortSignal.timeout(60_000) });
+  expect(m.address).toBe(from);
+  expect(m.data.toString()).toBe('ready');
+}
+
+/** Waits (bounded) for a guest program's ready file in the shared instance directory. */
+export async function readyFile(port: number): Promise<void> {
+  const f = `${process.env.RDS_KVM_CACHE ?? '/var/tmp/rds-socket-kernel'}/instance/ready.${port}`;
+  for (let i = 0; i < 3000 && !existsSync(f); i++) await new Promise((r) => setTimeout(r, 20));
+  expect(existsSync(f), 'guest program never became ready').toBe(true);
+}
+
+export async function bound(stack: RdsStack, address: string, port: number): Promise<RdsSocket> {
+  const s = new RdsSocket({ stack });
+  await s.bind({ address, port });
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 8 << 20);
+  return s;
+}
+
+/** Kernel counters (RDS_INFO_COUNTERS through getsockopt in the guest). */
+export async function kernelCounters(): Promise<Record<string, number>> {
+  const r = await peer('counters');
+  expect(r.code, r.out).toBe(0);
+  return r.lines[0] as Record<string, number>;
+}
+
+/** Unloads and reloads the kernel's RDS modules: the kernel forgets every connection. */
+export async function reloadRds(): Promise<void> {
+  const r = await guest('rmmod rds_tcp && rmmod rds && modprobe rds_tcp && echo reloaded');
+  expect(r.out).toContain('reloaded');
+}
+
+/** Polls `cond` every 10 ms until it holds or `ms` pass; returns whether it held. */
+export async function until(cond: () => boolean, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) return false;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return true;
+}

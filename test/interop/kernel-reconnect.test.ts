@@ -1,0 +1,127 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { RdsStack, type RdsSocket } from '../../lib/index.js';
+import { KERNEL, KERNEL_GEN, LARGE, SMALL, bound, guest, peer, pattern, reloadRds, sha } from './kernel-lib.js';
+
+// How long a path stays unusable after the guest kills its TCP connection (ss -K). A 7.x kernel
+// half-closes on shutdown and waits up to about 5 s for the peer's FIN and an empty receive
+// queue before it reconnects or takes a new connection; rds-socket must never make it wait.
+// One node at a time owns the RDS/TCP port of an address: each test closes its stack.
+let stack: RdsStack | null = null;
+afterAll(async () => {
+  await stack?.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
+});
+async function freshStack(): Promise<RdsStack> {
+  await stack?.close();
+  stack = new RdsStack();
+  return stack;
+}
+
+/**
+ * Under software emulation a round trip after a reconnect takes 100-600 ms against any kernel;
+ * a kernel waiting out its shutdown timer would add about 5 s. The median must stay under a
+ * second and no reconnect may come near the timer.
+ */
+function expectQuick(times: number[]): void {
+  const sorted = [...times].sort((a, b) => a - b);
+  expect(sorted[Math.floor(sorted.length / 2)]!).toBeLessThan(1000);
+  expect(sorted[sorted.length - 1]!).toBeLessThan(2500);
+}
+
+async function pingRoundTrip(s: RdsSocket, ms: number): Promise<void> {
+  s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
+  const pong = await s.recv({ signal: AbortSignal.timeout(ms) });
+  expect(pong).toMatchObject({ address: KERNEL, port: 0 });
+}
+
+/**
+ * Kills the guest's connections to `addr` `times` times; returns, for each, the ms from the drop
+ * we saw to the pong of a ping sent at that moment (it can only travel on the next connection).
+ */
+async function killAndTime(stack: RdsStack, s: RdsSocket, addr: string, times: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < times; i++) {
+    let dropAt = 0;
+    const onDrop = (): void => {
+      if (dropAt !== 0) return;
+      dropAt = performance.now();
+      s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
+    };
+    stack.on('drop', onDrop);
+    const k = await guest(`modprobe tcp_diag; ss -K -t dst ${addr} >/dev/null; echo killed`);
+    expect(k.out).toContain('killed');
+    const pong = await s.recv({ signal: AbortSignal.timeout(20_000) });
+    const at = performance.now();
+    stack.off('drop', onDrop);
+    expect(pong).toMatchObject({ address: KERNEL, port: 0 });
+    expect(dropAt, 'the kill was never seen').toBeGreaterThan(0);
+    out.push(at - dropAt);
+  }
+  return out;
+}
+
+describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`, () => {
+  it('rds-socket on the smaller address: traffic resumes well under a second after each kill', async () => {
+    const stack = await freshStack();
+    const s = await bound(stack, SMALL, 5400);
+    await pingRoundTrip(s, 30_000);
+    const times = await killAndTime(stack, s, SMALL, 4);
+    console.log(`Linux ${KERNEL_GEN}, rds-socket smaller: drop to pong ${times.map((t) => t.toFixed(0)).join(', ')} ms`);
+    expectQuick(times);
+  });
+
+  it('rds-socket on the larger address: traffic resumes well under a second after each kill', async () => {
+    const stack = await freshStack();
+    const s = await bound(stack, LARGE, 5401);
+    await pingRoundTrip(s, 30_000);
+    const times = await killAndTime(stack, s, LARGE, 4);
+    console.log(`Linux ${KERNEL_GEN}, rds-socket larger: drop to pong ${times.map((t) => t.toFixed(0)).join(', ')} ms`);
+    expectQuick(times);
+  });
+
+  it('the kernel shutting its connections down itself while we stream to it: traffic resumes well under a second', async () => {
+    // Writing net.rds.tcp.rds_tcp_rcvbuf makes the kernel shut every RDS/TCP connection down to
+    // apply it: on 7.x a half-close that waits for our FIN and its receive queue to empty.
+    const stack = await freshStack();
+    const s = await bound(stack, SMALL, 5402);
+    const N = 120;
+    const rx = peer(`recv ${KERNEL} 4402 ${N} ${SMALL} 5402`);
+    const first = await s.recv({ signal: AbortSignal.timeout(60_000) });
+    expect(first.data.toString()).toBe('ready');
+    let dropAt = 0;
+    const gaps: number[] = [];
+    const onDrop = (): void => {
+      if (dropAt !== 0) return;
+      dropAt = performance.now();
+      s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
+    };
+    stack.on('drop', onDrop);
+    const want: string[] = [];
+    let shut: Promise<unknown> | null = null;
+    const pongs = (async () => {
+      for (let i = 0; i < 3; i++) {
+        const m = await s.recv({ signal: AbortSignal.timeout(60_000) });
+        expect(m).toMatchObject({ address: KERNEL, port: 0 });
+        if (dropAt !== 0) gaps.push(performance.now() - dropAt);
+        dropAt = 0;
+      }
+    })();
+    for (let i = 0; i < N; i++) {
+      const d = pattern(i, 100_000, 3);
+      want.push(sha(d));
+      await s.send(d, { address: KERNEL, port: 4402 }, { timeout: 60_000 });
+      if (i % 40 === 20) shut = guest(`sysctl -qw net.rds.tcp.rds_tcp_rcvbuf=${(1 << 20) + i}; echo done`);
+      if (i % 40 === 39) await shut;
+    }
+    const r = await rx;
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines.map((l) => l.sha256)).toEqual(want);
+    await pongs;
+    // (A listener left behind would throw on the closed socket when the stack closes its carriers.)
+    stack.off('drop', onDrop);
+    console.log(`Linux ${KERNEL_GEN}, kernel-initiated shutdown: drop to pong ${gaps.map((t) => t.toFixed(0)).join(', ')} ms`);
+    expect(gaps.length).toBe(3);
+    expectQuick(gaps);
+    await guest('sysctl -qw net.rds.tcp.rds_tcp_rcvbuf=0');
+  });
+});
