@@ -109,12 +109,12 @@ export class RdsConnection {
   }
 
   /**
-   * Lanes > 0 open on demand (both sides are rds-socket with RDSSOCK_CAP_LAZY_LANES): a lane
+   * Lanes > 0 open on demand (both sides advertise RDSSOCK_CAP_LAZY_LANES): a lane
    * connects when a socket that uses it has something to send, or (initiator) when the peer pokes
    * for it. Otherwise the initiator opens every lane once the path count is settled.
    */
   get lazyLanes(): boolean {
-    return (this.peerCaps & RDSSOCK_CAP_LAZY_LANES) !== 0 && this.transport.mpathCapable && !this.isLoopback;
+    return (this.peerCaps & RDSSOCK_CAP_LAZY_LANES) !== 0 && (this.stack.localCaps(this) & RDSSOCK_CAP_LAZY_LANES) !== 0;
   }
 
     get heartbeatMode(): boolean {
