@@ -165,3 +165,25 @@ describe('lanes open on demand', () => {
     expect(A.counters.get('conn_poke_received')).toBe(0);
   });
 });
+
+describe('read memory of an idle carrier', () => {
+  it('after an exchange, neither side keeps a 64 KiB read slab for the quiet connection', async () => {
+    const { A, B, a, b, base } = await pair();
+    await handshake(A, a, b, B);
+    for (let i = 0; i < 20; i++) {
+      a.sendmsg(payload(i, 3000), b.address());
+      expect((await b.recv({ timeout: 5000 })).data.readUInt32BE(0)).toBe(i);
+      b.sendmsg(payload(i, 10), a.address());
+      expect((await a.recv({ timeout: 5000 })).data.readUInt32BE(0)).toBe(i);
+    }
+    await a.flush({ timeout: 5000 });
+    await b.flush({ timeout: 5000 });
+    const reader = (st: RdsStack, from: string, to: string) => {
+      const td = st.connFor(`${base}.${from}`, `${base}.${to}`, st.transport('tcp')!).paths[0]!.tdata as { reader: { slabBytes: number; idle: boolean } };
+      return td.reader;
+    };
+    // The acks and read reports that end the exchange arrive last; then both readers are quiet.
+    await until(() => reader(A, '1', '2').slabBytes <= 2048 && reader(B, '2', '1').slabBytes <= 2048, 'small read slabs');
+    expect(reader(A, '1', '2').idle).toBe(true);
+  });
+});
