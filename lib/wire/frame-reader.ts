@@ -24,9 +24,9 @@ const MIN_READ = 16 * 1024;
 const READ_MAX = 64 * 1024;
 /**
  * A quiet connection (its last read took less than it was offered, and ended between frames)
- * reads into a small slab (one slice of Node's shared buffer pool) instead of keeping a 64 KiB
- * one: an idle carrier holds no read memory of its own. A read that fills what it was offered
- * means more is waiting, and the next slab is a full one again.
+ * reads into a 2 KiB slab instead of keeping a 64 KiB one: an idle carrier holds almost no read
+ * memory. A read that fills what it was offered means more is waiting, and the next slab is a
+ * full one again.
  */
 const QUIET_SLAB = 2048;
 /** A quiet slab with less room than this left is replaced (a small frame or header still fits). */
@@ -130,7 +130,8 @@ export class FrameReader {
       // Between messages on a quiet connection: let a big slab go (the frames handed up keep
       // what they still reference), read into a small one.
       if (slab === null || slab.length > QUIET_SLAB || slab.length - this.slabFill < QUIET_MIN) {
-        this.slab = slab = Buffer.allocUnsafe(QUIET_SLAB);
+        // Memory of its own: a slice of Node's shared pool would keep a whole 8 KiB pool alive.
+        this.slab = slab = Buffer.allocUnsafeSlow(QUIET_SLAB);
         this.slabParse = this.slabFill = 0;
       }
       this.offered = slab.length - this.slabFill;
