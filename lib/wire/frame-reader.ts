@@ -31,6 +31,8 @@ const READ_MAX = 64 * 1024;
 const QUIET_SLAB = 2048;
 /** A quiet slab with less room than this left is replaced (a small frame or header still fits). */
 const QUIET_MIN = 256;
+/** A quiet connection keeps reading into its current slab up to this size (one grown for a frame). */
+const QUIET_KEEP = 8192;
 
 /**
  * Reassembles `[48-byte header][h_len bytes]` records from a TCP byte stream (spec §2.3), in one
@@ -61,6 +63,10 @@ export class FrameReader {
   /** Bytes the last readBuffer() offered, and whether the read that followed took fewer (see QUIET_SLAB). */
   private offered = 0;
   private quiet = false;
+  /** Reads in a row that took all they were offered (a stream, or a frame straddling a small slab). */
+  private streak = 0;
+  /** Bytes the last read took. */
+  private lastRead = 0;
 
   /**
    * Set while the transport has stopped reading: readBuffer() then hands out what is left of the
@@ -129,7 +135,9 @@ export class FrameReader {
     if (quiet && have === 0) {
       // Between messages on a quiet connection: let a big slab go (the frames handed up keep
       // what they still reference), read into a small one.
-      if (slab === null || slab.length > QUIET_SLAB || slab.length - this.slabFill < QUIET_MIN) {
+      // Room for at least what the last read brought, so request/response traffic takes one read
+      // per message, not two around a slab's end.
+      if (slab === null || slab.length > QUIET_KEEP || slab.length - this.slabFill < Math.max(QUIET_MIN, this.lastRead)) {
         // Memory of its own: a slice of Node's shared pool would keep a whole 8 KiB pool alive.
         this.slab = slab = Buffer.allocUnsafeSlow(QUIET_SLAB);
         this.slabParse = this.slabFill = 0;
@@ -144,11 +152,17 @@ export class FrameReader {
     if (slab === null || slab.length - this.slabParse < need || slab.length - this.slabFill < (quiet ? QUIET_MIN : MIN_READ)) {
       // The first slab is one read's worth: a connection that only ever carries a few messages
       // holds no more than Node's own read buffer would; one that streams moves to full slabs.
-      // A quiet one that is partway through a frame gets room for that frame.
+      // A quiet one partway through a frame gets room for that frame and a little more (so a read
+      // that ends with it comes short: still quiet), and so does one whose first
+      // read after quiet took all its small slab offered (a frame straddling it, as in
+      // request/response): a 64 KiB slab per message there would cost more than it saves. A
+      // second full read in a row is a stream.
+      const small = slab !== null && slab.length <= QUIET_SLAB;
       const size = this.holdGrowth ? need
-        : quiet ? Math.max(QUIET_SLAB, need)
-          : Math.max(slab === null || slab.length <= QUIET_SLAB ? READ_MAX : READ_SLAB_SIZE, need);
-      const next = Buffer.allocUnsafe(size);
+        : quiet || (small && this.streak <= 1) ? Math.max(QUIET_SLAB, need + QUIET_MIN)
+          : Math.max(slab === null || small ? READ_MAX : READ_SLAB_SIZE, need);
+      // A small slab may be what a quiet connection keeps: memory of its own (see above).
+      const next = size <= QUIET_KEEP ? Buffer.allocUnsafeSlow(size) : Buffer.allocUnsafe(size);
       if (have > 0) slab!.copy(next, 0, this.slabParse, this.slabFill);
       this.slab = slab = next;
       this.slabParse = 0;
@@ -168,7 +182,14 @@ export class FrameReader {
   filled(n: number): void {
     if (this.failed) throw new RdsProtocolError('stream already failed');
     const slab = this.slab!;
-    this.quiet = n < this.offered;
+    this.lastRead = n;
+    if (n < this.offered) {
+      this.quiet = true;
+      this.streak = 0;
+    } else {
+      this.quiet = false;
+      this.streak++;
+    }
     const end = (this.slabFill += n);
     let off = this.slabParse;
     while (end - off >= RDS_HEADER_SIZE) {

@@ -151,7 +151,8 @@ describe('read memory of a quiet connection', () => {
       while (off < f.length) off += read(r, f.subarray(off));
       expect(r.idle).toBe(true);
       r.readBuffer();
-      expect(r.slabBytes).toBeLessThanOrEqual(2048);
+      // A slab grown for a frame is kept while it is small; a bigger one is let go.
+      expect(r.slabBytes).toBeLessThanOrEqual(8192);
     }
     expect(got.map((p) => [p.length, p[0]])).toEqual([[100, 1], [5000, 2], [1, 3], [70000, 4]]);
     // A stream (every read takes all it is offered) goes back to full slabs.
