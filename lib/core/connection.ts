@@ -117,7 +117,7 @@ export class RdsConnection {
     return (this.peerCaps & RDSSOCK_CAP_LAZY_LANES) !== 0 && (this.stack.localCaps(this) & RDSSOCK_CAP_LAZY_LANES) !== 0;
   }
 
-    get heartbeatMode(): boolean {
+  get heartbeatMode(): boolean {
     return (this.peerCaps & RDSSOCK_CAP_HEARTBEAT) !== 0 && !this.isLoopback;
   }
 

@@ -58,7 +58,7 @@ export class RdsConnPath {
    * then on it opens with the others (RdsConnection.openLanes) and reconnects like path 0.
    */
   laneWanted = false;
-    /** The last multipath probe queued on this path (path 0), to queue none while one waits unsent. */
+  /** The last multipath probe queued on this path (path 0), to queue none while one waits unsent. */
   lastProbe: RdsOutgoing | null = null;
   /** This incarnation has queued a probe on this path: the first one went ahead of any data. */
   probeQueued = false;
@@ -268,7 +268,8 @@ export class RdsConnPath {
    * then with random exponential backoff, while the connection is worth it (conn.wantsPeer: data
    * for the peer, or a path up within peerIdleTimeoutMs; the kernel retries forever, which makes
    * every stranger a target for good). A side that waits to be connected still pokes the peer
-   * (path 0 only) while it has application messages for it, spaced by the same backoff.
+   * (path 0, and a lane when lanes open on demand) while it has application messages for it,
+   * spaced by the same backoff.
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
