@@ -38,15 +38,23 @@ for (let a = 0; a < 3; a++) for (let b = a + 1; b < 3; b++) {
 }
 
 const procs = new Map();
+// Nodes stay up until every node is done, so none takes away read reports another still waits for.
+const done = new Set();
+function nodeDone(key) {
+  done.add(key);
+  if (['0.0', '1.0', '2.1'].every((k) => done.has(k))) for (const [, { p }] of procs) p.stdin.write('exit\n');
+}
 const summaries = [];
 const held = new Map();
 function start(i, epoch) {
   const p = spawn(process.execPath, [NODE, String(i), String(epoch), String(COUNT), dir, nodes.join(','), dial.join(','), String(TCP_PORT)], { stdio: ['pipe', 'pipe', 'inherit'] });
   let out = '';
+  p.stdin.on('error', () => {}); // a node killed or gone: nothing more to tell it
   p.stdout.on('data', (d) => {
     out += d;
     const m = /\{"ev":"held","unread":(\d+)\}/.exec(out.slice(out.lastIndexOf('{"ev":"held"')));
     if (m && !held.has(`${i}.${epoch}`)) held.set(`${i}.${epoch}`, Number(m[1]));
+    if (!done.has(`${i}.${epoch}`) && out.includes('{"ev":"done"')) nodeDone(`${i}.${epoch}`);
   });
   const exited = new Promise((res) => p.on('exit', (code, sig) => res({ code, sig, out })));
   procs.set(i, { p, epoch, exited });
@@ -105,7 +113,21 @@ for (const [i, { p }] of procs) {
 const rebinder = 1;
 await new Promise((r) => setTimeout(r, short ? 300 : 3000));
 const rebindUnread = await holdBacklog(rebinder, 'rebind');
-const results = await Promise.all([exits[0], exits[1], restarted]);
+// A soak that hangs says what it waits for: past the deadline every live node dumps its
+// per-pair progress and path states, then all are killed and the soak fails.
+const DEADLINE_MS = arg('--deadline-ms', short ? 60_000 : 3_600_000);
+let deadline;
+const timedOut = new Promise((res) => { deadline = setTimeout(res, Math.max(1000, DEADLINE_MS - (Date.now() - t0)), 'timeout'); });
+const results = await Promise.race([Promise.all([exits[0], exits[1], restarted]), timedOut]);
+if (results === 'timeout') {
+  console.error(`soak: not finished after ${DEADLINE_MS} ms; what each node waits for:`);
+  for (const [, { p }] of procs) if (p.exitCode === null) p.stdin.write('dump\n');
+  await new Promise((r) => setTimeout(r, 1000));
+  for (const [, { p }] of procs) if (p.exitCode === null) p.kill('SIGKILL');
+  console.log('soak FAILED: timed out');
+  process.exit(1);
+}
+clearTimeout(deadline);
 resetting = false;
 await faults;
 await laneCuts;
