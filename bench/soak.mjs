@@ -11,7 +11,8 @@
 // confirmed but never delivered (to any application), lost (sender alive to the end, neither
 // confirmed nor rejected, never delivered) and duplicated (delivered twice to the same
 // application instance). Exits non-zero unless confirmed-but-never-delivered = lost = duplicated
-// = 0 and order held.
+// = 0 and order held. Nodes exit together once all are done; past --deadline-ms (60 s short, 1 h
+// long) every live node prints what it waits for and the soak fails rather than hang.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
