@@ -55,6 +55,18 @@ async function backlogAged() {
   console.log(JSON.stringify({ ev: 'held', unread: rsock.receiveQueue().length }));
 }
 
+/**
+ * Senders stop at a third of their messages until "phase1" (or "go"), and at two thirds until
+ * "phase2". The soak sends "phase1" once node 2 holds its reading and "phase2" once node 1 does
+ * (after "go", after node 2's last incarnation started), so both have a backlog whatever the
+ * machine's speed, and no end marker can be read by an incarnation that is about to die (a fast
+ * sender used to finish before the kill: its marker went to the old life and the new one waited
+ * for it forever).
+ */
+let phase1Reached = () => {}, phase2Reached = () => {};
+const phase1 = new Promise((r) => { phase1Reached = r; });
+const phase2 = new Promise((r) => { phase2Reached = r; });
+let sendPhase = 0;
 let finished = false; // see check()
 let exitAsked = false;
 const finalEpoch = new Map(peers.map((p) => [p.i, 0]));
@@ -63,7 +75,12 @@ let finalKnown = false;
 createInterface({ input: process.stdin }).on('line', (l) => {
   const [w, p, e] = l.split(' ');
   if (w === 'final') finalEpoch.set(Number(p), Number(e));
-  if (w === 'go') finalKnown = true;
+  if (w === 'go') {
+    finalKnown = true;
+    phase1Reached();
+  }
+  if (w === 'phase1') phase1Reached();
+  if (w === 'phase2') phase2Reached();
   if (w === 'dump') dump();
   if (w === 'exit') exitAsked = true;
   if (w === 'hold') {
@@ -152,12 +169,14 @@ function dump() {
     peer: c.peerAddress, transport: c.transport, npaths: c.npaths, initiator: c.initiator,
     paths: c.paths.map((x) => ({ i: x.index, state: x.state, tx: x.nextTxSeq, rx: x.nextRxSeq, sq: x.sendQueue, rq: x.retransQueue, up: x.upCount, failedOverTo: x.failedOverTo })),
   }));
-  process.stderr.write(`DUMP node ${id}.${ep} ${JSON.stringify({ sendingDone, finalKnown, gate: !!gate, unread: rsock.receiveQueue().length, waiting, conns, counters: stack.counters.snapshot() })}\n`);
+  process.stderr.write(`DUMP node ${id}.${ep} ${JSON.stringify({ sendingDone, finalKnown, sendPhase, gate: !!gate, unread: rsock.receiveQueue().length, waiting, conns, counters: stack.counters.snapshot() })}\n`);
 }
 
 async function sendTo(p) {
   const inflight = new Set();
   for (let i = 0; i <= N; i++) {
+    if (i === Math.floor(N / 3)) { sendPhase = 1; await phase1; }
+    if (i === Math.floor((2 * N) / 3)) { sendPhase = 2; await phase2; }
     pending.get(p.i).set(i, true);
     progress.get(p.i).queued++;
     const pr = sendOne(i, p)

@@ -43,8 +43,11 @@ const procs = new Map();
 const done = new Set();
 function nodeDone(key) {
   done.add(key);
-  if (['0.0', '1.0', '2.1'].every((k) => done.has(k))) for (const [, { p }] of procs) p.stdin.write('exit\n');
+  if (!rebound || !['0.0', '1.0', '2.1'].every((k) => done.has(k))) return;
+  for (const [, { p }] of procs) p.stdin.write('exit\n');
 }
+/** Set once node 1 has closed and rebound its receiving socket: no node leaves before that. */
+let rebound = false;
 const summaries = [];
 const held = new Map();
 function start(i, epoch) {
@@ -62,9 +65,11 @@ function start(i, epoch) {
   return exited;
 }
 /** Sends a command to a node and waits until it reports its backlog aged past ackDelayMaxMs. */
-async function holdBacklog(i, cmd) {
+async function holdBacklog(i, cmd, phase) {
   const { p, epoch } = procs.get(i);
   p.stdin.write(`${cmd}\n`);
+  // Only now do the senders go on (they wait at a third and at two thirds): the backlog builds.
+  for (const [, { p: q }] of procs) q.stdin.write(`${phase}\n`);
   for (let t = 0; t < 500 && !held.has(`${i}.${epoch}`); t++) await new Promise((r) => setTimeout(r, 20));
   return held.get(`${i}.${epoch}`) ?? -1;
 }
@@ -102,7 +107,7 @@ const laneCuts = (async () => {
 // restart it as epoch 1.
 const victim = 2;
 await new Promise((r) => setTimeout(r, short ? 700 : 3000));
-const victimUnread = await holdBacklog(victim, 'hold');
+const victimUnread = await holdBacklog(victim, 'hold', 'phase1');
 procs.get(victim).p.kill('SIGKILL');
 await exits[victim];
 const restarted = start(victim, 1);
@@ -113,7 +118,9 @@ for (const [i, { p }] of procs) {
 // Node 1 closes its receiving socket with an unread backlog and binds a new one, mid-stream.
 const rebinder = 1;
 await new Promise((r) => setTimeout(r, short ? 300 : 3000));
-const rebindUnread = await holdBacklog(rebinder, 'rebind');
+const rebindUnread = await holdBacklog(rebinder, 'rebind', 'phase2');
+rebound = true;
+nodeDone('rebound');
 // A soak that hangs says what it waits for: past the deadline every live node dumps its
 // per-pair progress and path states, then all are killed and the soak fails.
 const DEADLINE_MS = arg('--deadline-ms', short ? 60_000 : 3_600_000);
