@@ -7,7 +7,9 @@
 // Messages carry (sender id, sender epoch, index). On stdin: "final <peer> <epoch>" tells which
 // epoch of a peer is the last one; the node prints {"ev":"done"} once it has that epoch's end marker
 // from every peer and all its own messages are confirmed or rejected, and exits after that when
-// told "exit" (the soak says so once every node is done; "dump" prints what it still waits for). "hold" stops reading until killed,
+// told "exit" (the soak says so once every node is done; "dump" prints what it still waits for).
+// Senders pause at a third of their messages until "phase1" (or "go") and at two thirds until
+// "phase2" (see below). "hold" stops reading until killed,
 // "rebind" stops reading, then closes the receiving socket with its backlog unread and binds a
 // new one 300 ms later; both print {"ev":"held","unread":n} once the backlog has waited longer
 // than ackDelayMaxMs (acknowledged as queued, not read).

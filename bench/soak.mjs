@@ -11,7 +11,9 @@
 // confirmed but never delivered (to any application), lost (sender alive to the end, neither
 // confirmed nor rejected, never delivered) and duplicated (delivered twice to the same
 // application instance). Exits non-zero unless confirmed-but-never-delivered = lost = duplicated
-// = 0 and order held. Nodes exit together once all are done; past --deadline-ms (60 s short, 1 h
+// = 0 and order held. Senders pause at a third until node 2 holds its reading and at two thirds
+// until node 1 does, so both backlogs build and every end marker reaches node 2's last
+// incarnation. Nodes exit together once all are done; past --deadline-ms (60 s short, 1 h
 // long) every live node prints what it waits for and the soak fails rather than hang.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
