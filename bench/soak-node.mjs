@@ -5,8 +5,11 @@
 //   <dir>/rejected.<me>.<epoch>   one line "peer index code" per confirmation that rejected
 //   <dir>/delivered.<me>.<epoch>  one line "sender epoch index" per message the application took
 // Messages carry (sender id, sender epoch, index). On stdin: "final <peer> <epoch>" tells which
-// epoch of a peer is the last one; the node exits once it has that epoch's end marker from every
-// peer and all its own messages are confirmed or rejected. "hold" stops reading until killed,
+// epoch of a peer is the last one; the node prints {"ev":"done"} once it has that epoch's end marker
+// from every peer and all its own messages are confirmed or rejected, and exits after that when
+// told "exit" (the soak says so once every node is done; "dump" prints what it still waits for).
+// Senders pause at a third of their messages until "phase1" (or "go") and at two thirds until
+// "phase2" (see below). "hold" stops reading until killed,
 // "rebind" stops reading, then closes the receiving socket with its backlog unread and binds a
 // new one 300 ms later; both print {"ev":"held","unread":n} once the backlog has waited longer
 // than ackDelayMaxMs (acknowledged as queued, not read).
@@ -54,13 +57,34 @@ async function backlogAged() {
   console.log(JSON.stringify({ ev: 'held', unread: rsock.receiveQueue().length }));
 }
 
+/**
+ * Senders stop at a third of their messages until "phase1" (or "go"), and at two thirds until
+ * "phase2". The soak sends "phase1" once node 2 holds its reading and "phase2" once node 1 does
+ * (after "go", after node 2's last incarnation started), so both have a backlog whatever the
+ * machine's speed, and no end marker can be read by an incarnation that is about to die (a fast
+ * sender used to finish before the kill: its marker went to the old life and the new one waited
+ * for it forever).
+ */
+let phase1Reached = () => {}, phase2Reached = () => {};
+const phase1 = new Promise((r) => { phase1Reached = r; });
+const phase2 = new Promise((r) => { phase2Reached = r; });
+let sendPhase = 0;
+let finished = false; // see check()
+let exitAsked = false;
 const finalEpoch = new Map(peers.map((p) => [p.i, 0]));
 const ended = new Set();
 let finalKnown = false;
 createInterface({ input: process.stdin }).on('line', (l) => {
   const [w, p, e] = l.split(' ');
   if (w === 'final') finalEpoch.set(Number(p), Number(e));
-  if (w === 'go') finalKnown = true;
+  if (w === 'go') {
+    finalKnown = true;
+    phase1Reached();
+  }
+  if (w === 'phase1') phase1Reached();
+  if (w === 'phase2') phase2Reached();
+  if (w === 'dump') dump();
+  if (w === 'exit') exitAsked = true;
   if (w === 'hold') {
     holdReading();
     backlogAged();
@@ -105,7 +129,9 @@ const stats = { orderViolations: 0, violations: {} };
     writeSync(delivFd, `${s} ${e} ${i}\n`);
     const k = `${s}.${e}`;
     const prev = lastIdx.get(k);
-    if (prev !== undefined && i <= prev) {
+    // The end marker comes again after a rejection that said it may not have been read.
+    const markerAgain = end === 1 && prev === i;
+    if (prev !== undefined && i <= prev && !markerAgain) {
       stats.orderViolations++;
       stats.violations[k] = (stats.violations[k] ?? 0) + 1;
       if (stats.orderViolations <= 3) process.stderr.write(`node ${id}: from ${k} got ${i} after ${prev}\n`);
@@ -133,11 +159,32 @@ async function sendOne(i, p) {
   }
 }
 
+/** Per peer: messages still waiting for their confirmation (index -> attempts), for dump(). */
+const pending = new Map(peers.map((p) => [p.i, new Map()]));
+const progress = new Map(peers.map((p) => [p.i, { queued: 0, settled: 0 }]));
+/** What this node still waits for, printed (stderr) when the soak's deadline passes. */
+function dump() {
+  const waiting = peers.map((p) => ({
+    peer: p.i, queued: progress.get(p.i).queued, settled: progress.get(p.i).settled,
+    unconfirmed: [...pending.get(p.i).keys()].slice(0, 10), unconfirmedCount: pending.get(p.i).size,
+    endMarkerFrom: `${p.i}.${finalEpoch.get(p.i)}`, endMarkerSeen: ended.has(`${p.i}.${finalEpoch.get(p.i)}`),
+  }));
+  const conns = stack.connections().map((c) => ({
+    peer: c.peerAddress, transport: c.transport, npaths: c.npaths, initiator: c.initiator,
+    paths: c.paths.map((x) => ({ i: x.index, state: x.state, tx: x.nextTxSeq, rx: x.nextRxSeq, sq: x.sendQueue, rq: x.retransQueue, up: x.upCount, failedOverTo: x.failedOverTo })),
+  }));
+  process.stderr.write(`DUMP node ${id}.${ep} ${JSON.stringify({ sendingDone, finalKnown, sendPhase, gate: !!gate, unread: rsock.receiveQueue().length, waiting, conns, counters: stack.counters.snapshot() })}\n`);
+}
+
 async function sendTo(p) {
   const inflight = new Set();
   for (let i = 0; i <= N; i++) {
+    if (i === Math.floor(N / 3)) { sendPhase = 1; await phase1; }
+    if (i === Math.floor((2 * N) / 3)) { sendPhase = 2; await phase2; }
+    pending.get(p.i).set(i, true);
+    progress.get(p.i).queued++;
     const pr = sendOne(i, p)
-      .finally(() => inflight.delete(pr));
+      .finally(() => { inflight.delete(pr); pending.get(p.i).delete(i); progress.get(p.i).settled++; });
     inflight.add(pr);
     if (inflight.size >= WINDOW) await Promise.race(inflight);
   }
@@ -147,9 +194,21 @@ await Promise.all(peers.map(sendTo));
 sendingDone = true;
 check();
 
+/**
+ * Done (every own message confirmed or rejected, every peer's end marker read): says so, but keeps
+ * the stack running until the soak says "exit" (all nodes done). Leaving at once would take away
+ * the read reports a peer still waits for: if this node's carrier was being reset at that moment,
+ * the peer's confirmations of messages this node did read would never resolve (a receiver that
+ * died for good), and the peer would wait for them forever.
+ */
 function check() {
-  if (!sendingDone || !finalKnown) return;
-  for (const p of peers) if (!ended.has(`${p.i}.${finalEpoch.get(p.i)}`)) return;
+  if (!finished) {
+    if (!sendingDone || !finalKnown) return;
+    for (const p of peers) if (!ended.has(`${p.i}.${finalEpoch.get(p.i)}`)) return;
+    finished = true;
+    console.log(JSON.stringify({ ev: 'done', node: id, epoch: ep }));
+  }
+  if (!exitAsked) return;
   console.log(JSON.stringify({ node: id, epoch: ep, ...stats, counters: stack.counters.snapshot() }));
   Promise.all([sock.close(), rsock.close()]).then(() => stack.close()).then(() => process.exit(0));
 }

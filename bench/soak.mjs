@@ -11,7 +11,10 @@
 // confirmed but never delivered (to any application), lost (sender alive to the end, neither
 // confirmed nor rejected, never delivered) and duplicated (delivered twice to the same
 // application instance). Exits non-zero unless confirmed-but-never-delivered = lost = duplicated
-// = 0 and order held.
+// = 0 and order held. Senders pause at a third until node 2 holds its reading and at two thirds
+// until node 1 does, so both backlogs build and every end marker reaches node 2's last
+// incarnation. Nodes exit together once all are done; past --deadline-ms (60 s short, 1 h
+// long) every live node prints what it waits for and the soak fails rather than hang.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,24 +41,37 @@ for (let a = 0; a < 3; a++) for (let b = a + 1; b < 3; b++) {
 }
 
 const procs = new Map();
+// Nodes stay up until every node is done, so none takes away read reports another still waits for.
+const done = new Set();
+function nodeDone(key) {
+  done.add(key);
+  if (!rebound || !['0.0', '1.0', '2.1'].every((k) => done.has(k))) return;
+  for (const [, { p }] of procs) p.stdin.write('exit\n');
+}
+/** Set once node 1 has closed and rebound its receiving socket: no node leaves before that. */
+let rebound = false;
 const summaries = [];
 const held = new Map();
 function start(i, epoch) {
   const p = spawn(process.execPath, [NODE, String(i), String(epoch), String(COUNT), dir, nodes.join(','), dial.join(','), String(TCP_PORT)], { stdio: ['pipe', 'pipe', 'inherit'] });
   let out = '';
+  p.stdin.on('error', () => {}); // a node killed or gone: nothing more to tell it
   p.stdout.on('data', (d) => {
     out += d;
     const m = /\{"ev":"held","unread":(\d+)\}/.exec(out.slice(out.lastIndexOf('{"ev":"held"')));
     if (m && !held.has(`${i}.${epoch}`)) held.set(`${i}.${epoch}`, Number(m[1]));
+    if (!done.has(`${i}.${epoch}`) && out.includes('{"ev":"done"')) nodeDone(`${i}.${epoch}`);
   });
   const exited = new Promise((res) => p.on('exit', (code, sig) => res({ code, sig, out })));
   procs.set(i, { p, epoch, exited });
   return exited;
 }
 /** Sends a command to a node and waits until it reports its backlog aged past ackDelayMaxMs. */
-async function holdBacklog(i, cmd) {
+async function holdBacklog(i, cmd, phase) {
   const { p, epoch } = procs.get(i);
   p.stdin.write(`${cmd}\n`);
+  // Only now do the senders go on (they wait at a third and at two thirds): the backlog builds.
+  for (const [, { p: q }] of procs) q.stdin.write(`${phase}\n`);
   for (let t = 0; t < 500 && !held.has(`${i}.${epoch}`); t++) await new Promise((r) => setTimeout(r, 20));
   return held.get(`${i}.${epoch}`) ?? -1;
 }
@@ -93,7 +109,7 @@ const laneCuts = (async () => {
 // restart it as epoch 1.
 const victim = 2;
 await new Promise((r) => setTimeout(r, short ? 700 : 3000));
-const victimUnread = await holdBacklog(victim, 'hold');
+const victimUnread = await holdBacklog(victim, 'hold', 'phase1');
 procs.get(victim).p.kill('SIGKILL');
 await exits[victim];
 const restarted = start(victim, 1);
@@ -104,8 +120,24 @@ for (const [i, { p }] of procs) {
 // Node 1 closes its receiving socket with an unread backlog and binds a new one, mid-stream.
 const rebinder = 1;
 await new Promise((r) => setTimeout(r, short ? 300 : 3000));
-const rebindUnread = await holdBacklog(rebinder, 'rebind');
-const results = await Promise.all([exits[0], exits[1], restarted]);
+const rebindUnread = await holdBacklog(rebinder, 'rebind', 'phase2');
+rebound = true;
+nodeDone('rebound');
+// A soak that hangs says what it waits for: past the deadline every live node dumps its
+// per-pair progress and path states, then all are killed and the soak fails.
+const DEADLINE_MS = arg('--deadline-ms', short ? 60_000 : 3_600_000);
+let deadline;
+const timedOut = new Promise((res) => { deadline = setTimeout(res, Math.max(1000, DEADLINE_MS - (Date.now() - t0)), 'timeout'); });
+const results = await Promise.race([Promise.all([exits[0], exits[1], restarted]), timedOut]);
+if (results === 'timeout') {
+  console.error(`soak: not finished after ${DEADLINE_MS} ms; what each node waits for:`);
+  for (const [, { p }] of procs) if (p.exitCode === null) p.stdin.write('dump\n');
+  await new Promise((r) => setTimeout(r, 1000));
+  for (const [, { p }] of procs) if (p.exitCode === null) p.kill('SIGKILL');
+  console.log('soak FAILED: timed out');
+  process.exit(1);
+}
+clearTimeout(deadline);
 resetting = false;
 await faults;
 await laneCuts;
@@ -134,7 +166,9 @@ for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3;
     const seen = new Set();
     for (const [ss, e, i] of read(join(dir, `delivered.${r}.${re}`))) {
       if (ss !== s || e !== se) continue;
-      if (seen.has(i)) dups++;
+      // The end marker is sent again after each rejection (which says "may not have been read"):
+      // a second copy is a second message then, not a duplicate.
+      if (seen.has(i)) { if (!(i === COUNT && rejected.has(i))) dups++; }
       else if (deliveredAll.has(i)) redelivered++;
       seen.add(i);
       deliveredAll.add(i);

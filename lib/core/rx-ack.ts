@@ -43,6 +43,13 @@ export interface RxRefusal {
 
 /** Refusals kept to report again on a new carrier (the one that carried them may have died first). */
 const RECENT_REFUSALS = 64;
+/**
+ * Refused and discarded messages whose fate a failover duplicate may still ask for (fateOf). A
+ * socket closed with a large backlog discards more than RECENT_REFUSALS at once; a duplicate of
+ * one of those must not be taken for read. Older ones are forgotten, and a duplicate that asks
+ * about a forgotten range is answered "discarded" (its confirmation rejects, never lies).
+ */
+const FATE_MEMORY = 8192;
 /** Refusals waiting to be reported (a peer that never takes reports must not make this grow). */
 const MAX_UNREPORTED = 4096;
 
@@ -79,6 +86,10 @@ export class RxAckTracker {
   /** Refusals not reported yet, oldest first. */
   toReport: RxRefusal[] = [];
   private recent: RxRefusal[] = [];
+  /** Refused and discarded messages by sequence number, oldest first (at most FATE_MEMORY). */
+  private refusedFates = new Map<number, RxOutcome>();
+  /** Highest sequence number whose refusal fell out of refusedFates: fates at or below it are unknown. */
+  private fatesForgottenThrough = 0;
   epoch = 0;
 
   constructor(private readonly maxDelayMs: number) {}
@@ -102,6 +113,12 @@ export class RxAckTracker {
       this.toReport.push(r);
       this.recent.push(r);
       if (this.recent.length > RECENT_REFUSALS) this.recent.shift();
+      this.refusedFates.set(e.seq, outcome);
+      if (this.refusedFates.size > FATE_MEMORY) {
+        const oldest = this.refusedFates.keys().next().value as number;
+        this.refusedFates.delete(oldest);
+        this.fatesForgottenThrough = Math.max(this.fatesForgottenThrough, oldest);
+      }
     }
     if (e.followers !== null) for (const f of e.followers) f.owner.consumed(f, outcome);
     return true;
@@ -109,12 +126,15 @@ export class RxAckTracker {
 
   /**
    * A failover duplicate of the message numbered `seq` on this path arrived elsewhere: the
-   * pending entry it should follow, or the fate already known (RX_READ when nothing says otherwise).
+   * pending entry it should follow, or the fate already known (RX_READ when nothing says otherwise;
+   * RX_DISCARDED when the refusals remembered no longer reach back that far).
    */
   fateOf(seq: number): RxEntry | RxOutcome {
     for (const e of this.log) if (e.seq === seq) return e.state === RX_PENDING ? e : (e.state as RxOutcome);
-    for (const r of this.recent) if (r.seq === seq) return r.reason as RxOutcome;
-    return RX_READ;
+    const refused = this.refusedFates.get(seq);
+    if (refused !== undefined) return refused;
+    // Past the read cursor and not refused: read, unless its record may have been forgotten.
+    return seq <= this.fatesForgottenThrough ? RX_DISCARDED : RX_READ;
   }
 
   force(): void {
@@ -194,6 +214,8 @@ export class RxAckTracker {
     this.refusedThroughRead = 0;
     this.toReport = [];
     this.recent = [];
+    this.refusedFates.clear();
+    this.fatesForgottenThrough = 0;
     this.forced = false;
   }
 
