@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
 
-// Helpers for the interop files that came after kernel.test.ts (which keeps its own copies).
+// Helpers shared by the interop test files.
 // Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3
 // (fd77::1 and fd77::3), the guest kernel is 10.77.0.2 (fd77::2) with rds_tcp loaded.
 export const VM = fileURLToPath(new URL('./kernel-vm.sh', import.meta.url));

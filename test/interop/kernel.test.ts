@@ -1,57 +1,13 @@
 import { spawn } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
-import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
+import { KERNEL, LARGE, PEER, SMALL, bound, guest, kernelCounters, pattern, peer, ready, readyFile, sha, type GuestRun } from './kernel-lib.js';
 
 // Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3, the
-// guest kernel is 10.77.0.2 with rds_tcp loaded. Guest programs are python AF_RDS sockets.
-const VM = fileURLToPath(new URL('./kernel-vm.sh', import.meta.url));
-const PEER = fileURLToPath(new URL('./guest/rdspeer.py', import.meta.url));
-const KERNEL = '10.77.0.2';
-const SMALL = '10.77.0.1';
-const LARGE = '10.77.0.3';
-
-interface GuestRun { code: number; out: string; lines: Record<string, unknown>[] }
-
-/** Runs a command in the guest; resolves with its output once it exits. */
-function guest(cmd: string): Promise<GuestRun> {
-  return new Promise((resolve) => {
-    const p = spawn('bash', [VM, 'exec', cmd], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (out += d));
-    p.on('exit', (code) => {
-      const lines = out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
-      resolve({ code: code ?? 1, out, lines });
-    });
-  });
-}
-
-const peer = (args: string): Promise<GuestRun> => guest(`timeout 150 python3 ${PEER} ${args}`);
-const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
-
-/** Same pattern as rdspeer.py: byte k of message i is (i*131 + k*7 + seed) & 0xff. */
-function pattern(i: number, size: number, seed = 0): Buffer {
-  const tile = Buffer.alloc(256);
-  for (let k = 0; k < 256; k++) tile[k] = (i * 131 + k * 7 + seed) & 0xff;
-  return size === 0 ? Buffer.alloc(0) : Buffer.alloc(size, tile);
-}
-
-/** Waits for the guest program's b'ready' (sent over RDS once it has bound). */
-async function ready(s: RdsSocket): Promise<void> {
-  const m = await s.recv({ signal: AbortSignal.timeout(60_000) });
-  expect(m.address).toBe(KERNEL);
-  expect(m.data.toString()).toBe('ready');
-}
-
-/** Waits (bounded) for a guest program's ready file in the shared instance directory. */
-async function readyFile(port: number): Promise<void> {
-  const f = `${process.env.RDS_KVM_CACHE ?? '/var/tmp/rds-socket-kernel'}/instance/ready.${port}`;
-  for (let i = 0; i < 3000 && !existsSync(f); i++) await new Promise((r) => setTimeout(r, 20));
-  expect(existsSync(f), 'guest program never became ready').toBe(true);
-}
+// guest kernel is 10.77.0.2 with rds_tcp loaded. Guest programs are python AF_RDS sockets; the
+// helpers they share with the other interop files are in kernel-lib.ts.
 
 const SIZES = [0, 1, 47, 48, 4096, 4097, 65535, 106_496, 300_000, 1 << 20, 7, 0];
 
@@ -68,14 +24,6 @@ afterAll(async () => {
 // One node per host-side address, as in a real deployment: a node owns its RDS/TCP port.
 const smallNode = node();
 const largeNode = node();
-
-async function bound(stack: RdsStack, address: string, port: number): Promise<RdsSocket> {
-  const s = new RdsSocket({ stack });
-  await s.bind({ address, port });
-  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
-  s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 8 << 20);
-  return s;
-}
 
 describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () => {
   const stack = smallNode;
@@ -230,12 +178,6 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
   });
 });
 
-/** Kernel counters (RDS_INFO_COUNTERS through getsockopt in the guest). */
-async function kernelCounters(): Promise<Record<string, number>> {
-  const r = await peer('counters');
-  expect(r.code, r.out).toBe(0);
-  return r.lines[0] as Record<string, number>;
-}
 
 /** Kills the guest's TCP connections to `addr` a few times while traffic flows (tcp_diag's SOCK_DESTROY). */
 const killLoop = (addr: string, times: number): Promise<GuestRun> =>
