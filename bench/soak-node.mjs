@@ -74,6 +74,9 @@ let exitAsked = false;
 const finalEpoch = new Map(peers.map((p) => [p.i, 0]));
 const ended = new Set();
 let finalKnown = false;
+// The soak speaks to a node only through stdin: when it is gone (killed, or its test timed out)
+// the pipe closes, and a node left running would hold its address and port for the next run.
+process.stdin.on('end', () => process.exit(3));
 createInterface({ input: process.stdin }).on('line', (l) => {
   const [w, p, e] = l.split(' ');
   if (w === 'final') finalEpoch.set(Number(p), Number(e));
