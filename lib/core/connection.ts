@@ -1,6 +1,5 @@
 import {
-  RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_LAZY_LANES,
-  RDSSOCK_CAP_NO_HELLO,
+  RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_NO_HELLO,
 } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
@@ -108,15 +107,6 @@ export class RdsConnection {
     return this.capsKnown && this.peerCaps !== 0 && (this.peerCaps & RDSSOCK_CAP_NO_HELLO) === 0 && !this.isLoopback;
   }
 
-  /**
-   * Lanes > 0 open on demand (both sides advertise RDSSOCK_CAP_LAZY_LANES): a lane
-   * connects when a socket that uses it has something to send, or (initiator) when the peer pokes
-   * for it. Otherwise the initiator opens every lane once the path count is settled.
-   */
-  get lazyLanes(): boolean {
-    return (this.peerCaps & RDSSOCK_CAP_LAZY_LANES) !== 0 && (this.stack.localCaps(this) & RDSSOCK_CAP_LAZY_LANES) !== 0;
-  }
-
   get heartbeatMode(): boolean {
     return (this.peerCaps & RDSSOCK_CAP_HEARTBEAT) !== 0 && !this.isLoopback;
   }
@@ -187,19 +177,9 @@ export class RdsConnection {
     return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen;
   }
 
-  /**
-   * Opens the lanes that may open now. With lazyLanes only those wanted (see RdsConnPath.laneWanted)
-   * or with messages queued: an idle peer costs one carrier, not npaths. The larger side connects
-   * nothing itself: it pokes for the lanes it has messages for (RdsConnPath.connectIfDown).
-   */
   openLanes(): void {
-    if (!this.lanesMayConnect()) return;
-    const lazy = this.lazyLanes;
-    if (!lazy && !this.transport.initiates(this.paths[0]!)) return;
-    for (let i = 1; i < this.npaths; i++) {
-      const p = this.paths[i]!;
-      if (!lazy || p.laneWanted || p.sendQueue.length > 0) p.connectIfDown();
-    }
+    if (!this.lanesMayConnect() || !this.transport.initiates(this.paths[0]!)) return;
+    for (let i = 1; i < this.npaths; i++) this.paths[i]!.connectIfDown();
   }
 
   /** `cp` freed messages: paths holding behind it may be free to go. */

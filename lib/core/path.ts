@@ -53,11 +53,6 @@ export class RdsConnPath {
    * peer that restarted must learn nothing numbered in its previous life's sequence space.
    */
   peerHelloSeen = false;
-  /**
-   * Lane > 0: something wanted this lane (a message queued on it, or the peer poked for it); from
-   * then on it opens with the others (RdsConnection.openLanes) and reconnects like path 0.
-   */
-  laneWanted = false;
   /** The last multipath probe queued on this path (path 0), to queue none while one waits unsent. */
   lastProbe: RdsOutgoing | null = null;
   /** This incarnation has queued a probe on this path: the first one went ahead of any data. */
@@ -180,13 +175,8 @@ export class RdsConnPath {
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
     if (this.state !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing) return;
-    // Lanes > 0: only once path 0 has settled the path count; the initiator connects them, and the
-    // larger side pokes for one only when lanes open on demand (it has messages for this one).
-    if (this.index > 0) {
-      if (!this.conn.lanesMayConnect() || this.index >= this.conn.npaths) return;
-      if (!this.conn.transport.initiates(this) && !(this.conn.lazyLanes && this.hasPendingData())) return;
-      this.laneWanted = true;
-    }
+    // Lanes > 0: only the initiator opens them, and only once path 0 has settled the path count.
+    if (this.index > 0 && (!this.conn.transport.initiates(this) || !this.conn.lanesMayConnect() || this.index >= this.conn.npaths)) return;
     this.setState(RDS_CONN_CONNECTING);
     this.conn.transport.connPathConnect(this);
   }
@@ -268,8 +258,7 @@ export class RdsConnPath {
    * then with random exponential backoff, while the connection is worth it (conn.wantsPeer: data
    * for the peer, or a path up within peerIdleTimeoutMs; the kernel retries forever, which makes
    * every stranger a target for good). A side that waits to be connected still pokes the peer
-   * (path 0, and a lane when lanes open on demand) while it has application messages for it,
-   * spaced by the same backoff.
+   * (path 0 only) while it has application messages for it, spaced by the same backoff.
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
@@ -280,8 +269,7 @@ export class RdsConnPath {
   private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing) return;
     const initiates = this.conn.transport.initiates(this);
-    const pokes = this.index === 0 || this.conn.lazyLanes;
-    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(pokes && this.hasPendingData())) return;
+    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(this.index === 0 && this.hasPendingData())) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {

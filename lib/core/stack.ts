@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
   RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
-  RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_LAZY_LANES, RDSSOCK_CAP_NO_HELLO, RDS_CONN_UP,
+  RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_NO_HELLO, RDS_CONN_UP,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -564,9 +564,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     // Failover needs acks (to know what the peer has) and paths to move between.
     const failover = this.options.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
     const acks = this.options.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
-    // Lanes open on demand (RdsConnection.lazyLanes) wherever there are lanes.
-    const lazy = paths > 1 ? RDSSOCK_CAP_LAZY_LANES : 0;
-    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | lazy | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
   }
 
   /**

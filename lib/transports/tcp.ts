@@ -343,13 +343,12 @@ export class TcpTransport implements RdsTransport {
     const tp = tcpPath(cp);
     if (!conn.isInitiator) {
       // The larger address never keeps a connection it opened: it only pokes the smaller side,
-      // which answers by connecting to us (spec §2.2). Lanes > 0 are poked only when lanes open on
-      // demand; the poke's source port says which (port % 8, as SPORT_IDX), 0 for path 0.
-      if (cp.index !== 0 && !conn.lazyLanes) {
+      // which answers by connecting to us (spec §2.2). Paths > 0 are never poked.
+      if (cp.index !== 0) {
         cp.connectFailed();
         return;
       }
-      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr, this.pokePort(cp.index));
+      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr);
       this.track(poke);
       tp.poke = poke;
       let delivered = false;
@@ -384,13 +383,6 @@ export class TcpTransport implements RdsTransport {
       return;
     }
     this.connectFrom(cp, 0);
-  }
-
-  /** A source port for a poke for path `index`: port % 8 == index, from a rotating group. */
-  private pokePort(index: number): number {
-    const [lo, hi] = localPortRange();
-    const groups = Math.max(1, Math.floor((hi - lo + 1) / 8));
-    return lo + 8 * (this.portGroup++ % groups) + index;
   }
 
   /**
@@ -462,9 +454,8 @@ export class TcpTransport implements RdsTransport {
         refuse(raw);
         return;
       }
-      const port = raw.remotePort ?? 0;
       refuse(raw);
-      this.pokeReceived(local, remote, port);
+      this.pokeReceived(local, remote);
       return;
     }
     const peerSlots = known ? this.knownUnidentified.get(remote) ?? 0 : 0;
@@ -501,10 +492,9 @@ export class TcpTransport implements RdsTransport {
     sock.once('close', () => this.freeSlot(pending.slot));
     if (compareAddresses(pending.remote, pending.local) > 0) {
       // An authenticated poke: close it for the peer (its client side waits for that) and connect.
-      const port = (raw as Socket).remotePort ?? 0;
       this.freeSlot(pending.slot);
       refuse(sock);
-      this.pokeReceived(pending.local, pending.remote, port);
+      this.pokeReceived(pending.local, pending.remote);
       return;
     }
     this.admit(sock, pending.local, pending.remote, pending.slot);
@@ -514,17 +504,9 @@ export class TcpTransport implements RdsTransport {
    * The peer (larger address) has something for us and we are the one who must connect: at once,
    * whatever backoff was running, so its messages (and ours for it) need not wait.
    */
-  private pokeReceived(local: string, remote: string, port: number): void {
+  private pokeReceived(local: string, remote: string): void {
     this.host.counters.add(RDS_CTR.conn_poke_received);
-    const conn = this.host.connFor(local, remote, this);
-    conn.paths[0]!.connectNow();
-    // A peer whose lanes open on demand pokes for lane port % 8 when it has messages for it.
-    const i = port % 8;
-    if (i > 0 && conn.lazyLanes && i < conn.npaths) {
-      const lane = conn.paths[i]!;
-      lane.laneWanted = true;
-      lane.connectNow();
-    }
+    this.host.connFor(local, remote, this).paths[0]!.connectNow();
   }
 
   private takeSlot(knownPeer: string | null): AdmissionSlot {
