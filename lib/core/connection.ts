@@ -26,6 +26,8 @@ export class RdsConnection {
   capsKnown = false;
   /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
   peerSportIdx = false;
+  /** We raised NPATHS for a kernel that pairs by source port; lanes wait for the next pong. */
+  awaitingPathsPong = false;
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;
   /** True when this side has the numerically smaller address (it initiates TCP). */
@@ -184,7 +186,7 @@ export class RdsConnection {
    */
   lanesMayConnect(): boolean {
     const p0 = this.paths[0]!;
-    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen;
+    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen && !this.awaitingPathsPong;
   }
 
   /**

@@ -112,7 +112,10 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
     cp.recordReceived(seq, true, ackRequired);
+    // A pong after we raised a kernel's NPATHS answers that probe (the kernel answers in order).
+    const raised = conn.awaitingPathsPong;
     processHandshake(stack, cp, header);
+    if (raised) conn.awaitingPathsPong = false;
     cp.pongReceived();
     return;
   }

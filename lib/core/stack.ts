@@ -636,13 +636,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     const changed = !conn.capsKnown || conn.peerCaps !== caps;
     conn.peerCaps = caps;
     conn.capsKnown = true;
+    const learnedSportIdx = hs.sportIdx === true && !conn.peerSportIdx;
     if (hs.sportIdx) conn.peerSportIdx = true;
     // rds-socket peers say how many paths they run in their capabilities; a kernel's NPATHS is
-    // answered with our NPATHS of 1 (see advertisedPaths), so kernels always run one path.
+    // answered with ours (see advertisedPaths): 1 unless the kernel pairs by source port.
     const peerPaths = (caps >>> RDSSOCK_CAP_PATHS_SHIFT) & 0xf;
     const n = peerPaths > 0 && conn.transport.mpathCapable
       ? Math.min(this.options.npaths, peerPaths, conn.paths.length)
       : Math.max(1, Math.min(this.advertisedPaths(conn), hs.npaths ?? 1));
+    // A kernel that just told us it pairs by source port has so far seen NPATHS = 1 from us: a
+    // new probe tells it our real count (7.x accepts the increase), and lanes wait for its pong,
+    // so the kernel never pairs a lane connection while it still runs one path.
+    if (learnedSportIdx && caps === 0 && this.advertisedPaths(conn) > 1) {
+      conn.awaitingPathsPong = true;
+      if (!conn.isLoopback && conn.paths[0]!.state === RDS_CONN_UP) this.queueProbe(conn.paths[0]!);
+    }
     conn.setPathCount(n);
     // A kernel is never acknowledged: drop what was tracked while we did not know.
     if (!conn.tracksReceipts) for (const p of conn.paths) p.rx.reset();
@@ -653,14 +661,17 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /**
-   * NPATHS we advertise in the kernel-visible extension: always 1. A kernel up to 6.19 pairs
-   * accepted connections with paths in arrival order, so after reconnects its path j can meet our
-   * path i and duplicate suppression breaks (spec §3.5); one path is always safe. rds-socket peers
-   * learn our real path count from the capability extension.
+   * NPATHS we advertise in the kernel-visible extension. 1, except to a kernel that has sent
+   * SPORT_IDX (7.0+): it pairs accepted connections by source port (spec §3.6), so it gets our
+   * real path count. A kernel up to 6.19 pairs accepted connections with paths in arrival order,
+   * so after reconnects its path j can meet our path i and duplicate suppression breaks
+   * (spec §3.5); one path is always safe. rds-socket peers learn our real path count from the
+   * capability extension, and are always told 1 here.
    * @internal
    */
-  advertisedPaths(_conn: RdsConnection): number {
-    return 1;
+  advertisedPaths(conn: RdsConnection): number {
+    const kernelWithSportIdx = conn.peerSportIdx && conn.capsKnown && conn.peerCaps === 0;
+    return kernelWithSportIdx && conn.transport.mpathCapable ? Math.min(this.options.npaths, conn.paths.length) : 1;
   }
 
   /** @internal */ private control: ControlEndpoint | null = null;
