@@ -218,9 +218,10 @@ export class RdsConnPath {
       this.failedOverTo = null;
       this.holdBehind(t, t.nextTxSeq - 1);
     }
-    // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
-    // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
-    if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
+    // Lanes > 0 get a hello except with a kernel (7.x runs lanes too: it would count the hello in
+    // recv_drop_old_seq); on path 0 only older rds-socket peers get one (the probe serves).
+    const kernel = this.conn.capsKnown && this.conn.peerCaps === 0;
+    if ((this.index > 0 && !kernel) || this.conn.wantsLegacyHello) this.sendLegacyHello();
     this.stack.pathUp(this);
     this.startHeartbeat();
     this.schedulePump();
