@@ -630,7 +630,7 @@ export class TcpTransport implements RdsTransport {
     // A kernel that pairs by source port (SPORT_IDX, 7.0+) never resets a lane connection (one it
     // cannot place yet it keeps until it can) and may send nothing on a lane: there TCP's
     // acknowledgement is enough from the first byte.
-    if (cp.index > 0 && cp.conn.peerSportIdx) tp.provenAt = 0;
+    if (cp.index > 0 && cp.conn.peerSportIdx && cp.conn.capsKnown && cp.conn.peerCaps === 0) tp.provenAt = 0;
     tp.track.drain();
     // An accepted carrier counts as unidentified until its first complete frame (its slot was
     // taken when it was admitted); one we initiated is identified from the start.
