@@ -108,6 +108,9 @@ describe('kernel peers: a connection our TCP has acknowledged data on is never r
     c0.send({ sequence: 1, sport: 5000, dport: 4000 }, Buffer.from([0]));
     expect((await sock.recv({ timeout: 10_000 })).data).toEqual(Buffer.from([0]));
     expect(stack.connections()[0]!.paths[0]!.state).toBe('UP');
+    const drops: { path: number; reason: string }[] = [];
+    stack.on('drop', (e) => drops.push({ path: e.path, reason: e.reason }));
+    const resets = stack.counters.get('conn_reset');
     // The kernel gave up c0 (we never heard), connected again and sent at once: our TCP
     // acknowledges these bytes whatever we do next, and the kernel then releases the messages.
     const c1 = await rawConnect('127.217.4.1', '127.217.4.2', P);
@@ -120,6 +123,10 @@ describe('kernel peers: a connection our TCP has acknowledged data on is never r
     await c0.waitClosed();
     expect(c1.closed).toBe(false);
     expect(stack.counters.get('tcp_accept_no_free_path')).toBe(0);
+    // The old carrier is gone: operators (and applications that ping on 'drop') hear of it once,
+    // as of any other loss of a connection, and it counts as a reset as in the kernel.
+    expect(drops).toEqual([{ path: 0, reason: expect.stringContaining('replaced') }]);
+    expect(stack.counters.get('conn_reset')).toBe(resets + 1);
   });
 });
 

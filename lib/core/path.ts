@@ -185,7 +185,11 @@ export class RdsConnPath {
   connectComplete(): void {
     if (this.state === RDS_CONN_UP) {
       // A new carrier replaced a live one (a connect duel or a restarted peer): resend what the
-      // old one may have lost.
+      // old one may have lost. The old connection is gone as surely as if its RST had come
+      // first (often it is just behind): count and report it as any other drop, or a listener
+      // that acts on 'drop' (a ping to learn when traffic resumes) never hears of it.
+      this.stack.counters.add(RDS_CTR.conn_reset);
+      this.stack.pathDropped(this, 'replaced by a new connection from the peer');
       this.setState(RDS_CONN_RESETTING);
       this.resetSendState();
     }
