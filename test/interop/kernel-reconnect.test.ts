@@ -20,12 +20,13 @@ async function freshStack(): Promise<RdsStack> {
 /**
  * Under software emulation a round trip after a reconnect takes 100-600 ms against any kernel;
  * a kernel waiting out its shutdown timer would add about 5 s. The median must stay under a
- * second and no reconnect may come near the timer.
+ * second and no reconnect may come near the timer (4 s, against its 5 s).
  */
 function expectQuick(times: number[]): void {
   const sorted = [...times].sort((a, b) => a - b);
   expect(sorted[Math.floor(sorted.length / 2)]!).toBeLessThan(1000);
-  expect(sorted[sorted.length - 1]!).toBeLessThan(2500);
+  // A busy host (one emulated guest CPU) has been seen to take 3 s once; the timer is 5 s.
+  expect(sorted[sorted.length - 1]!).toBeLessThan(4000);
 }
 
 async function pingRoundTrip(s: RdsSocket, ms: number): Promise<void> {
