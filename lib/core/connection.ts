@@ -16,7 +16,7 @@ export class RdsConnection {
   readonly paths: RdsConnPath[];
   /** 0 until a handshake says otherwise (spec §3.2); then the agreed number of paths. */
   npaths = 0;
-  /** The negotiator: hello, probe and pong, and all that is known about the peer from them. */
+  /** The negotiator: hello, probe and pong, and all that is known about the peer from them. @internal */
   readonly handshake: Handshake = new Handshake(this);
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;

@@ -1,9 +1,10 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
-import { RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TRANS_LOOP } from '../constants.js';
+import { RDS_MPATH_WORKERS, RDS_TRANS_LOOP } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { BindTable } from './bind.js';
-import { CongMap } from './cong-map.js';
+import { CongTable } from './cong.js';
+import type { CongMap } from './cong-map.js';
 import { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
@@ -27,9 +28,8 @@ import type { RdsCounterName } from './stats.js';
 // transport registry, the congestion maps and the events. Types users see live in types.ts and
 // are re-exported here, where they were first published.
 export type { RdsStackOptions, ResolvedStackOptions } from './options.js';
-export type {
-  RdsMessage, Receipt, MessageInfo, SocketInfo, BoundSocket, PathInfo, ConnectionInfo, PathStateEvent, RdsStackEvents,
-} from './types.js';
+export type { RdsMessage, MessageInfo, SocketInfo, PathInfo, ConnectionInfo, PathStateEvent, RdsStackEvents } from './types.js';
+/** @internal */ export type { Receipt, BoundSocket } from './types.js';
 export type { RdsTransportHost } from './transport.js';
 
 const defaultTransportFactories: (() => RdsTransport)[] = [];
@@ -42,6 +42,7 @@ const defaultTransportFactories: (() => RdsTransport)[] = [];
 export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** @internal */ private static defaultStack: RdsStack | null = null;
 
+  /** The options in force: what the constructor was given, defaults for the rest (read-only). */
   readonly options: ResolvedStackOptions;
   /** Counters named as the kernel's (rds-info -c); cheap to read. */
   readonly counters = new RdsStats();
@@ -60,17 +61,16 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Which socket holds each (address, port). @internal */
   private readonly bindTable = new BindTable();
   /** @internal */ private readonly conns = new Map<string, RdsConnection>();
-  /** @internal */ private readonly congMaps = new Map<string, CongMap>();
-  /** Sockets waiting for a congestion map (send() blocked on ENOBUFS). @internal */
-  private readonly congWaiters = new Set<() => void>();
+  /** The congestion maps and the senders waiting on them. @internal */
+  private readonly cong = new CongTable();
   /** @internal */ private openSockets = 0;
-  /** Bumped on every received map: poll() reports POLLWRBAND once after each. @internal */
-  congGeneration = 0;
+  /** close() has begun. @internal */
   closing = false;
+  /** Some socket is open: the stack holds the event loop. @internal */
   referenced = false;
-  /** Reachability per peer address, fed by pathStateChanged (see peer-state.ts). */
+  /** Reachability per peer address, fed by pathStateChanged (see peer-state.ts). @internal */
   private readonly peerTable: PeerTable;
-  /** The allowlist (allowPeers); everyone by default. */
+  /** The allowlist (allowPeers); everyone by default. @internal */
   peerAllowed: (address: string) => boolean = () => true;
 
   /** Registers the transports every new stack gets; the package entry point supplies them. @internal */
@@ -138,7 +138,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- bind table (bind.ts) ----
 
-  /** Whether (address, port) is bound in this stack (transports ask it; see TransportHost). */
+  /** Whether (address, port) is bound in this stack (transports ask it; see TransportHost). @internal */
   isBound(address: string, port: number): boolean {
     return this.bindTable.isBound(address, port);
   }
@@ -157,7 +157,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.bindTable.unbind(address, port, sock);
   }
 
-  /** An address some socket of this stack is bound to: traffic to it uses the loopback transport. */
+  /** An address some socket of this stack is bound to: traffic to it uses the loopback transport. @internal */
   isLocalAddress(address: string): boolean {
     return this.bindTable.hasAddress(address);
   }
@@ -184,7 +184,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- connections (connection.c) ----
 
-  /** The connection (laddr, faddr, transport), made on first use. */
+  /** The connection (laddr, faddr, transport), made on first use. @internal */
   connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
     const key = RdsConnection.key(laddr, faddr, transport.name);
     let c = this.conns.get(key);
@@ -196,7 +196,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return c;
   }
 
-  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks). (transports ask it; see RdsTransportHost) */
+  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks; see TransportHost). @internal */
   findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
     return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
   }
@@ -219,7 +219,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     // The peer's map goes with its last connection (ours stay while anything is bound to them).
     if (this.isLocalAddress(c.faddr)) return;
     for (const o of this.conns.values()) if (o.faddr === c.faddr || o.laddr === c.faddr) return;
-    this.congMaps.delete(c.faddr);
+    this.cong.forget(c.faddr);
   }
 
   /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
@@ -290,7 +290,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return peersInfo(this.conns.values(), this.peerTable);
   }
 
-  private peerWentDown(ev: PeerEvent): void {
+  /** @internal */ private peerWentDown(ev: PeerEvent): void {
     this.emit('peer-down', ev);
     for (const s of this.sockets()) s.peerDown?.(ev);
     // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
@@ -299,7 +299,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (!referenced) this.peerTable.forget(ev.address);
   }
 
-  private peerCameUp(ev: PeerEvent): void {
+  /** @internal */ private peerCameUp(ev: PeerEvent): void {
     // Reported after the transition that caused it has finished (it happens inside a path's
     // state change): listeners may send, close or reconnect without re-entering it.
     defer(() => {
@@ -323,6 +323,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     });
   }
 
+  /** The peer broke the protocol on `cp`: counted, and a 'protocol-error' event. @internal */
   reportProtocolError(cp: RdsConnPath, error: Error): void {
     this.counters.add(RDS_CTR.recv_drop_protocol_error);
     this.emit('protocol-error', {
@@ -349,6 +350,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   // ---- receive side ----
 
+  /** rds_recv_incoming (recv.ts). @internal */
   recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer): void {
     recvIncoming(this, cp, header, payload);
   }
@@ -372,48 +374,33 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return true;
   }
 
-  // ---- congestion (cong.c) ----
+  // ---- congestion (cong.ts) ----
+
+  /** Bumped on every received map: poll() reports POLLWRBAND once after each. @internal */
+  get congGeneration(): number {
+    return this.cong.generation;
+  }
 
   /** The map of an address: ours if it is local, the peer's copy otherwise. @internal */
   congMap(address: string): CongMap {
-    let m = this.congMaps.get(address);
-    if (m === undefined) {
-      m = new CongMap();
-      this.congMaps.set(address, m);
-    }
-    return m;
+    return this.cong.map(address);
   }
 
   /** A local port's bit flipped: every connection from that address sends the full map. @internal */
   localCongChanged(laddr: string): void {
-    for (const c of this.conns.values()) {
-      if (c.laddr !== laddr || c.isLoopback) continue;
-      c.paths[0]!.queueCongUpdate();
-    }
-    // Loopback senders read this map directly; wake any that wait on it.
-    this.wakeCongWaiters();
+    this.cong.localChanged(laddr, this.conns.values());
   }
 
   /** @internal */ congMapReceived(conn: RdsConnection, cleared: bigint): void {
-    this.congGeneration++;
-    // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
-    const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
-    for (const s of this.bindTable.at(conn.laddr)) s.congestionUpdated(conn, mask);
-    this.wakeCongWaiters();
+    this.cong.received(conn, cleared, this.bindTable.at(conn.laddr));
   }
 
   /** @internal */ addCongWaiter(fn: () => void): void {
-    this.congWaiters.add(fn);
+    this.cong.addWaiter(fn);
   }
 
   /** @internal */ removeCongWaiter(fn: () => void): void {
-    this.congWaiters.delete(fn);
-  }
-
-  /** @internal */ private wakeCongWaiters(): void {
-    const fns = [...this.congWaiters];
-    this.congWaiters.clear();
-    for (const fn of fns) fn();
+    this.cong.removeWaiter(fn);
   }
 
   /** Closes every socket and connection and stops listening. The stack cannot be used afterwards. */

@@ -23,7 +23,7 @@ export interface RdsMessage {
   zcopyCompletions?: number[];
 }
 
-/** Tells the path that delivered a message when the application has taken it (for acks). */
+/** Tells the path that delivered a message when the application has taken it (for acks). @internal */
 export type Receipt = RxEntry;
 
 /** A queued message as rds-info lists it (send, retransmit and receive queues). */
@@ -48,7 +48,7 @@ export interface SocketInfo {
   transport: string;
 }
 
-/** What the stack needs of a socket bound in it. */
+/** What the stack needs of a socket bound in it. @internal */
 export interface BoundSocket {
   info(): SocketInfo;
   /** Messages waiting to be read. */
