@@ -1,13 +1,26 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDSSOCK_CAP_ACK, RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_FAILOVER,
-  RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_NO_HELLO, RDSSOCK_CAP_PATHS_SHIFT,
+  RDS_FLAG_PROBE_PORT,
+  RDS_FLAG_RETRANSMITTED,
+  RDS_HEADER_SIZE,
+  RDSSOCK_CAP_ACK,
+  RDSSOCK_CAP_CONFIRM,
+  RDSSOCK_CAP_FAILOVER,
+  RDSSOCK_CAP_HEARTBEAT,
+  RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_PATHS_SHIFT,
 } from '../lib/constants.js';
 import { RdsStack } from '../lib/core/stack.js';
 import type { RdsConnection } from '../lib/core/connection.js';
 import type { RdsTransport } from '../lib/core/transport.js';
 import {
-  decodeHandshake, genNumExtension, npathsExtension, packExtensions, parseExtensions, rdsCapsExtension, sportIdxExtension,
+  decodeHandshake,
+  genNumExtension,
+  npathsExtension,
+  packExtensions,
+  parseExtensions,
+  rdsCapsExtension,
+  sportIdxExtension,
   type RdsExtension,
 } from '../lib/wire/extensions.js';
 import { encodeHeader, OFF_EXTHDR } from '../lib/wire/header.js';
@@ -21,10 +34,23 @@ import { until } from './helpers.js';
 /** A multipath-capable transport that never connects or sends: the frames come from the test. */
 function fakeTransport(): RdsTransport & { capsChanged: number } {
   return {
-    name: 'fake', transType: 77, mpathCapable: true, userSelectable: false, capsChanged: 0,
-    attach() {}, async laddrCheck() {}, initiates: () => false, connPathConnect() {}, connPathShutdown() {},
-    xmit: () => false, xmitCong: () => false, setRef() {}, async close() {},
-    capabilitiesChanged() { this.capsChanged++; },
+    name: 'fake',
+    transType: 77,
+    mpathCapable: true,
+    userSelectable: false,
+    capsChanged: 0,
+    attach() {},
+    async laddrCheck() {},
+    initiates: () => false,
+    connPathConnect() {},
+    connPathShutdown() {},
+    xmit: () => false,
+    xmitCong: () => false,
+    setRef() {},
+    async close() {},
+    capabilitiesChanged() {
+      this.capsChanged++;
+    },
   };
 }
 
@@ -32,11 +58,17 @@ function fakeTransport(): RdsTransport & { capsChanged: number } {
 function frame(kind: 'hello' | 'probe' | 'pong', seq: number, exts: RdsExtension[]): Buffer {
   const h = Buffer.alloc(RDS_HEADER_SIZE);
   const ports = kind === 'pong' ? { sport: 0, dport: RDS_FLAG_PROBE_PORT } : { sport: RDS_FLAG_PROBE_PORT, dport: 0 };
-  encodeHeader(h, 0, { sequence: kind === 'hello' ? 0 : seq, ...ports, flags: kind === 'hello' ? RDS_FLAG_RETRANSMITTED : 0, exthdr: packExtensions(exts) });
+  encodeHeader(h, 0, {
+    sequence: kind === 'hello' ? 0 : seq,
+    ...ports,
+    flags: kind === 'hello' ? RDS_FLAG_RETRANSMITTED : 0,
+    exthdr: packExtensions(exts),
+  });
   return h;
 }
 
-const RDS_SOCKET_CAPS = RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | RDSSOCK_CAP_FAILOVER;
+const RDS_SOCKET_CAPS =
+  RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | RDSSOCK_CAP_FAILOVER;
 
 const stacks: RdsStack[] = [];
 afterEach(async () => {
@@ -100,7 +132,9 @@ describe('handshake negotiator', () => {
 
   it('an older rds-socket node (no RDSSOCK_CAP_NO_HELLO) in a hello still wants our hello; one without acks gets none', () => {
     const { conn, recv } = setup({ npaths: 2 });
-    recv(frame('hello', 0, [genNumExtension(9), rdsCapsExtension(RDSSOCK_CAP_HEARTBEAT | (8 << RDSSOCK_CAP_PATHS_SHIFT))]));
+    recv(
+      frame('hello', 0, [genNumExtension(9), rdsCapsExtension(RDSSOCK_CAP_HEARTBEAT | (8 << RDSSOCK_CAP_PATHS_SHIFT))]),
+    );
     expect(conn.handshake.peer).toBe('rds-socket');
     expect(conn.handshake.wantsLegacyHello).toBe(true);
     expect(conn.handshake.ackMode).toBe(false);

@@ -32,7 +32,13 @@ describe('stack options', () => {
   });
 
   it('given values are kept, Infinity where it means never', () => {
-    const r = resolveStackOptions({ heartbeatIntervalMs: 0, peerDownMs: Infinity, failoverGraceMs: Infinity, npaths: 2, tcpPort: 1 });
+    const r = resolveStackOptions({
+      heartbeatIntervalMs: 0,
+      peerDownMs: Infinity,
+      failoverGraceMs: Infinity,
+      npaths: 2,
+      tcpPort: 1,
+    });
     expect(r.heartbeatIntervalMs).toBe(0);
     expect(r.peerDownMs).toBe(Infinity);
     expect(r.failoverGraceMs).toBe(Infinity);
@@ -49,9 +55,15 @@ describe('stack options', () => {
       [{ ackDelayMaxMs: Number.NaN }, /ackDelayMaxMs must be an integer >= 0 or Infinity, got NaN/],
       [{ handshakeTimeoutMs: Infinity }, /handshakeTimeoutMs must be an integer >= 1, got Infinity/],
       [{ peerDownMs: 2 ** 31 }, /peerDownMs must be an integer 0\.\.2147483647 or Infinity \(a timer's limit\)/],
-      [{ maxPartialFrameBytes: 1000 }, /maxPartialFrameBytes must be an integer >= 1048576 \(one frame of the largest message must always fit\)/],
+      [
+        { maxPartialFrameBytes: 1000 },
+        /maxPartialFrameBytes must be an integer >= 1048576 \(one frame of the largest message must always fit\)/,
+      ],
       [{ maxConnections: '10' }, /maxConnections must be an integer >= 1, got 10/],
-      [{ reconnectMinDelayMs: 50, reconnectMaxDelayMs: 10 }, /need 1 <= reconnectMinDelayMs <= reconnectMaxDelayMs, got 50 and 10/],
+      [
+        { reconnectMinDelayMs: 50, reconnectMaxDelayMs: 10 },
+        /need 1 <= reconnectMinDelayMs <= reconnectMaxDelayMs, got 50 and 10/,
+      ],
       [{ npaths: 3 }, /npaths must be 1, 2, 4 or 8/],
       [{ allowPeers: '10.0.0.0/8' }, /allowPeers must be an array/],
       [{ heartbeatInterval: 5 }, /unknown RdsStack option "heartbeatInterval"; did you mean heartbeatIntervalMs\?/],
@@ -70,16 +82,24 @@ describe('TCP knobs on the TCP transport', () => {
     const e = refusal(() => new TcpTransport({ tcpPort: 0 }));
     expect(e.code).toBe('EINVAL');
     expect(e.message).toMatch(/TcpTransport option tcpPort must be an integer 1\.\.65535, got 0/);
-    expect(refusal(() => new TcpTransport({ headerTimeoutMs: -1 })).message).toMatch(/TcpTransport option headerTimeoutMs/);
-    expect(refusal(() => new TcpTransport({ maxConnections: 0 })).message).toMatch(/TcpTransport option maxConnections/);
+    expect(refusal(() => new TcpTransport({ headerTimeoutMs: -1 })).message).toMatch(
+      /TcpTransport option headerTimeoutMs/,
+    );
+    expect(refusal(() => new TcpTransport({ maxConnections: 0 })).message).toMatch(
+      /TcpTransport option maxConnections/,
+    );
   });
 
   it("the transport's tcpPort wins over the stack's, which is still taken when the transport gives none", async () => {
-    const reach = (host: string, port: number) => new Promise<boolean>((resolve) => {
-      const s = connect({ host, port });
-      s.once('connect', () => { s.destroy(); resolve(true); });
-      s.once('error', () => resolve(false));
-    });
+    const reach = (host: string, port: number) =>
+      new Promise<boolean>((resolve) => {
+        const s = connect({ host, port });
+        s.once('connect', () => {
+          s.destroy();
+          resolve(true);
+        });
+        s.once('error', () => resolve(false));
+      });
     const own = new RdsStack({ tcpPort: 26391, transports: [new TcpTransport({ tcpPort: 26392 })] });
     const legacy = new RdsStack({ tcpPort: 26393, transports: [new TcpTransport()] });
     stacks.push(own, legacy);

@@ -28,7 +28,10 @@ export class BindTable {
   reserve(address: string, port: number, sock: BoundSocket): void {
     let ports = this.byAddress.get(address);
     if (ports?.has(port)) {
-      throw new RdsError('EADDRINUSE', `${address}:${port} is already bound by another RDS socket in this stack; choose another port or 0 for an ephemeral one`);
+      throw new RdsError(
+        'EADDRINUSE',
+        `${address}:${port} is already bound by another RDS socket in this stack; choose another port or 0 for an ephemeral one`,
+      );
     }
     if (ports === undefined) {
       ports = new Map();

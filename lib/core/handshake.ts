@@ -1,10 +1,25 @@
 import {
-  RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDSSOCK_CAP_ACK, RDSSOCK_CAP_CONFIRM,
-  RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_NO_HELLO, RDSSOCK_CAP_PATHS_SHIFT,
+  RDS_CONN_UP,
+  RDS_FLAG_PROBE_PORT,
+  RDS_FLAG_RETRANSMITTED,
+  RDS_HEADER_SIZE,
+  RDSSOCK_CAP_ACK,
+  RDSSOCK_CAP_CONFIRM,
+  RDSSOCK_CAP_FAILOVER,
+  RDSSOCK_CAP_HEARTBEAT,
+  RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_PATHS_SHIFT,
 } from '../constants.js';
 import {
-  decodeHandshake, genNumExtension, npathsExtension, packExtensions, parseExtensions, rdsCapsExtension, sportIdxExtension,
-  type HandshakeExtensions, type RdsExtension,
+  decodeHandshake,
+  genNumExtension,
+  npathsExtension,
+  packExtensions,
+  parseExtensions,
+  rdsCapsExtension,
+  sportIdxExtension,
+  type HandshakeExtensions,
+  type RdsExtension,
 } from '../wire/extensions.js';
 import { encodeHeader, OFF_EXTHDR } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
@@ -96,7 +111,12 @@ export class Handshake {
    */
   helloFrame(): Buffer {
     const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
-    encodeHeader(h, 0, { sport: RDS_FLAG_PROBE_PORT, dport: 0, flags: RDS_FLAG_RETRANSMITTED, exthdr: packExtensions(this.extensions()) });
+    encodeHeader(h, 0, {
+      sport: RDS_FLAG_PROBE_PORT,
+      dport: 0,
+      flags: RDS_FLAG_RETRANSMITTED,
+      exthdr: packExtensions(this.extensions()),
+    });
     return h;
   }
 
@@ -180,9 +200,10 @@ export class Handshake {
     // rds-socket peers say how many paths they run in their capabilities; a kernel's NPATHS is
     // answered with our NPATHS of 1 (see advertisedPaths), so kernels always run one path.
     const peerPaths = (caps >>> RDSSOCK_CAP_PATHS_SHIFT) & 0xf;
-    const n = peerPaths > 0 && conn.transport.mpathCapable
-      ? Math.min(conn.stack.options.npaths, peerPaths, conn.paths.length)
-      : Math.max(1, Math.min(this.advertisedPaths(), hs.npaths ?? 1));
+    const n =
+      peerPaths > 0 && conn.transport.mpathCapable
+        ? Math.min(conn.stack.options.npaths, peerPaths, conn.paths.length)
+        : Math.max(1, Math.min(this.advertisedPaths(), hs.npaths ?? 1));
     conn.setPathCount(n);
     // A kernel is never acknowledged: drop what was tracked while we did not know.
     if (!this.tracksReceipts) for (const p of conn.paths) p.rx.reset();
@@ -198,7 +219,9 @@ export class Handshake {
   get ackMode(): boolean {
     const conn = this.conn;
     if (conn.isLoopback) return false;
-    return conn.transport.alwaysAcks === true || ((this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && conn.stack.options.rdsAcks);
+    return (
+      conn.transport.alwaysAcks === true || ((this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && conn.stack.options.rdsAcks)
+    );
   }
 
   /** A kernel on a transport where acks are part of the wire: it sends no hello, yet must be acked. */
@@ -243,8 +266,12 @@ export class Handshake {
    */
   get failoverAllowed(): boolean {
     const conn = this.conn;
-    return this.ackMode && (this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 && conn.npaths > 1
-      && Number.isFinite(conn.stack.options.failoverGraceMs);
+    return (
+      this.ackMode &&
+      (this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 &&
+      conn.npaths > 1 &&
+      Number.isFinite(conn.stack.options.failoverGraceMs)
+    );
   }
 
   /** Whether a transport-level acknowledgement (TCP's) may release messages: kernel peers only. */

@@ -23,9 +23,20 @@ export function stackInfo(conns: Iterable<RdsConnection>, counters: RdsStats, so
   const retransQueue: MessageInfo[] = [];
   for (const c of all) {
     for (const p of c.paths) {
-      const list = (q: Iterable<{ done: boolean; sport: number; dport: number; seq: number; len: number }>, out: MessageInfo[]): void => {
+      const list = (
+        q: Iterable<{ done: boolean; sport: number; dport: number; seq: number; len: number }>,
+        out: MessageInfo[],
+      ): void => {
         for (const m of q) {
-          if (!m.done) out.push({ localAddress: c.laddr, localPort: m.sport, peerAddress: c.faddr, peerPort: m.dport, seq: m.seq, bytes: m.len });
+          if (!m.done)
+            out.push({
+              localAddress: c.laddr,
+              localPort: m.sport,
+              peerAddress: c.faddr,
+              peerPort: m.dport,
+              seq: m.seq,
+              bytes: m.len,
+            });
         }
       };
       list(p.sendQueue, sendQueue);
@@ -36,7 +47,8 @@ export function stackInfo(conns: Iterable<RdsConnection>, counters: RdsStats, so
     counters: counters.snapshot(),
     sockets: sockets.map((s) => s.info()),
     connections: connectionsInfo(all),
-    sendQueue, retransQueue,
+    sendQueue,
+    retransQueue,
     recvQueue: sockets.flatMap((s) => s.receiveQueue()),
   };
 }
@@ -52,12 +64,24 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
       const q = p.pendingCount();
       return {
-        index: p.index, state: p.stateName, nextTxSeq: p.nextTxSeq, nextRxSeq: p.nextRxSeq,
-        sendQueue: q.send, retransQueue: q.retrans, sentMessages: p.sentMessages, sentBytes: p.sentBytes,
-        recvMessages: p.recvMessages, recvBytes: p.recvBytes, upCount: p.upCount,
-        connectFailures: p.connectFailures, acksSent: p.acksSent, heartbeatsSent: p.heartbeatsSent,
-        movedByFailover: p.movedByFailover, failedOverTo: p.failedOverTo?.index ?? null,
-        latencyHistogram: [...p.latencyHistogram], latencySumMs: p.latencySumMs,
+        index: p.index,
+        state: p.stateName,
+        nextTxSeq: p.nextTxSeq,
+        nextRxSeq: p.nextRxSeq,
+        sendQueue: q.send,
+        retransQueue: q.retrans,
+        sentMessages: p.sentMessages,
+        sentBytes: p.sentBytes,
+        recvMessages: p.recvMessages,
+        recvBytes: p.recvBytes,
+        upCount: p.upCount,
+        connectFailures: p.connectFailures,
+        acksSent: p.acksSent,
+        heartbeatsSent: p.heartbeatsSent,
+        movedByFailover: p.movedByFailover,
+        failedOverTo: p.failedOverTo?.index ?? null,
+        latencyHistogram: [...p.latencyHistogram],
+        latencySumMs: p.latencySumMs,
         transport: c.transport.pathInfo?.(p) ?? null,
       };
     }),
@@ -69,7 +93,10 @@ export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): Pee
   const queued = new Map<string, { messages: number; bytes: number }>();
   for (const c of conns) {
     let q = queued.get(c.faddr);
-    if (q === undefined) queued.set(c.faddr, (q = { messages: 0, bytes: 0 }));
+    if (q === undefined) {
+      q = { messages: 0, bytes: 0 };
+      queued.set(c.faddr, q);
+    }
     for (const p of c.paths) {
       for (const list of [p.sendQueue, p.retrans]) {
         for (const m of list) {
@@ -81,8 +108,16 @@ export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): Pee
     }
   }
   const now = Date.now();
-  return table.list().map((p) => ({
-    address: p.address, state: p.state, since: p.since, unreachableMs: p.unreachableMs(now), pathsUp: p.pathsUp,
-    queuedMessages: queued.get(p.address)?.messages ?? 0, queuedBytes: queued.get(p.address)?.bytes ?? 0,
-  })).sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+  return table
+    .list()
+    .map((p) => ({
+      address: p.address,
+      state: p.state,
+      since: p.since,
+      unreachableMs: p.unreachableMs(now),
+      pathsUp: p.pathsUp,
+      queuedMessages: queued.get(p.address)?.messages ?? 0,
+      queuedBytes: queued.get(p.address)?.bytes ?? 0,
+    }))
+    .sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
 }

@@ -219,11 +219,19 @@ export function checkOption<K extends Tunable>(name: K, value: unknown, owner = 
   const rule = RULES[name];
   if (rule === 'boolean') return value as ResolvedStackOptions[K];
   if (rule.infinity && value === Infinity) return value as ResolvedStackOptions[K];
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < rule.min || (rule.max !== undefined && value > rule.max)) {
+  if (
+    typeof value !== 'number' ||
+    !Number.isInteger(value) ||
+    value < rule.min ||
+    (rule.max !== undefined && value > rule.max)
+  ) {
     const range = rule.max === undefined ? `>= ${rule.min}` : `${rule.min}..${rule.max}`;
     const inf = rule.infinity ? ' or Infinity' : '';
     const why = rule.why ? ` (${rule.why})` : '';
-    throw new RdsError('EINVAL', `${owner} option ${name} must be an integer ${range}${inf}${why}, got ${String(value)}`);
+    throw new RdsError(
+      'EINVAL',
+      `${owner} option ${name} must be an integer ${range}${inf}${why}, got ${String(value)}`,
+    );
   }
   return value as ResolvedStackOptions[K];
 }
@@ -240,18 +248,29 @@ export function resolveStackOptions(opts: unknown): ResolvedStackOptions {
   for (const name of Object.keys(opts)) {
     if (STACK_OPTION_NAMES.includes(name)) continue;
     const lower = name.toLowerCase();
-    const near = STACK_OPTION_NAMES.find((k) => k.toLowerCase() === lower || k.toLowerCase().startsWith(lower) || lower.startsWith(k.toLowerCase()));
-    throw new RdsError('EINVAL', `unknown RdsStack option ${JSON.stringify(name)}${near ? `; did you mean ${near}?` : ''} (known: ${STACK_OPTION_NAMES.join(', ')})`);
+    const near = STACK_OPTION_NAMES.find(
+      (k) => k.toLowerCase() === lower || k.toLowerCase().startsWith(lower) || lower.startsWith(k.toLowerCase()),
+    );
+    throw new RdsError(
+      'EINVAL',
+      `unknown RdsStack option ${JSON.stringify(name)}${near ? `; did you mean ${near}?` : ''} (known: ${STACK_OPTION_NAMES.join(', ')})`,
+    );
   }
   const given = opts as Record<string, unknown>;
   const out: Record<string, unknown> = {};
   for (const name of Object.keys(DEFAULTS) as Tunable[]) out[name] = checkOption(name, given[name]);
   const r = out as ResolvedStackOptions;
   if (r.reconnectMaxDelayMs < r.reconnectMinDelayMs) {
-    throw new RdsError('EINVAL', `need 1 <= reconnectMinDelayMs <= reconnectMaxDelayMs, got ${r.reconnectMinDelayMs} and ${r.reconnectMaxDelayMs}`);
+    throw new RdsError(
+      'EINVAL',
+      `need 1 <= reconnectMinDelayMs <= reconnectMaxDelayMs, got ${r.reconnectMinDelayMs} and ${r.reconnectMaxDelayMs}`,
+    );
   }
   if (![1, 2, 4, 8].includes(r.npaths)) {
-    throw new RdsError('EINVAL', `npaths must be 1, 2, 4 or 8 (paths pair by source port modulo npaths), got ${r.npaths}`);
+    throw new RdsError(
+      'EINVAL',
+      `npaths must be 1, 2, 4 or 8 (paths pair by source port modulo npaths), got ${r.npaths}`,
+    );
   }
   if (given.allowPeers !== undefined && !Array.isArray(given.allowPeers)) {
     throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');
@@ -281,6 +300,8 @@ export function warnUnhandledError(err: unknown): void {
   const text = err instanceof Error ? err.message : String(err);
   if (warned.has(text)) return;
   warned.add(text);
-  process.emitWarning(`unhandled 'error' event on an RdsStack: ${text} (listen with stack.on('error', ...) to handle it)`,
-    { type: 'RdsStackWarning', code: 'RDS_SOCKET_UNHANDLED_ERROR' });
+  process.emitWarning(
+    `unhandled 'error' event on an RdsStack: ${text} (listen with stack.on('error', ...) to handle it)`,
+    { type: 'RdsStackWarning', code: 'RDS_SOCKET_UNHANDLED_ERROR' },
+  );
 }

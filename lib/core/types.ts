@@ -118,9 +118,22 @@ export interface RdsStackEvents {
   /** A path was dropped, and why (peer closed, protocol error, heartbeat, ...). */
   drop: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; reason: string }) => void;
   /** A path stayed down past failoverGraceMs: `moved` messages went to path `to`. */
-  failover: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; to: number; moved: number }) => void;
+  failover: (ev: {
+    localAddress: string;
+    peerAddress: string;
+    transport: string;
+    path: number;
+    to: number;
+    moved: number;
+  }) => void;
   /** A connection was dropped because the peer broke the protocol (already counted). */
-  'protocol-error': (ev: { localAddress: string; peerAddress: string; transport: string; path: number; error: Error }) => void;
+  'protocol-error': (ev: {
+    localAddress: string;
+    peerAddress: string;
+    transport: string;
+    path: number;
+    error: Error;
+  }) => void;
   /** No path to a peer has been UP for peerDownMs: `unreachableMs` says for how long. */
   'peer-down': (ev: PeerEvent) => void;
   /** A path to a peer that was down is UP again; `unreachableMs`: how long it was unreachable. */
