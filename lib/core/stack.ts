@@ -430,7 +430,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 function transportHostOf(stack: RdsStack): TransportHost {
   return {
     get options() { return stack.options; },
-    get counters() { return stack.counters; },
+    // Read on every frame: a plain value (made after the counters, before the constructor runs).
+    counters: stack.counters,
     get closing() { return stack.closing; },
     get referenced() { return stack.referenced; },
     peerAllowed: (address) => stack.peerAllowed(address),
