@@ -15,7 +15,7 @@ export type { RdsSocketOptions, RdsData, WaitOptions, SendOptions, SendmsgOption
 export type {
   RdsStackOptions, RdsMessage, ConnectionInfo, PathInfo, PathStateEvent, RdsStackEvents, RdsTransportHost,
 } from './core/stack.js';
-export type { RdsTransport } from './core/transport.js';
+export type { RdsTransport, TransportHost } from './core/transport.js';
 export type { RdsAddress } from './core/address.js';
 export type { ConnState } from './core/path.js';
 export type { PeerEvent, PeerInfo, PeerStateName } from './core/peer-state.js';

@@ -1,8 +1,7 @@
-import {
-  RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_NO_HELLO,
-} from '../constants.js';
+import { RDS_CONN_UP } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
+import { Handshake } from './handshake.js';
 import { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import type { RdsTransport } from './transport.js';
@@ -17,14 +16,8 @@ export class RdsConnection {
   readonly paths: RdsConnPath[];
   /** 0 until a handshake says otherwise (spec §3.2); then the agreed number of paths. */
   npaths = 0;
-  /** Peer generation from GEN_NUM (0 = unknown). */
-  peerGenNum = 0;
-  /** rds-socket capabilities the peer advertised (RDSSOCK_CAP_*); 0 for a kernel. */
-  peerCaps = 0;
-  /** A handshake (or its timeout) told us what the peer is. Until then, keep every message. */
-  capsKnown = false;
-  /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
-  peerSportIdx = false;
+  /** The negotiator: hello, probe and pong, and all that is known about the peer from them. @internal */
+  readonly handshake: Handshake = new Handshake(this);
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;
   /** True when this side has the numerically smaller address (it initiates TCP). */
@@ -80,60 +73,33 @@ export class RdsConnection {
     return this.hasPendingData();
   }
 
-  /** RDS-level acks: both sides are rds-socket and the stack allows it, or the transport needs them. */
-  get ackMode(): boolean {
-    if (this.isLoopback) return false;
-    return this.transport.alwaysAcks === true || ((this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && this.stack.options.rdsAcks);
-  }
+  // What the handshake says about the peer, read where it is needed (the negotiator owns it; these
+  // read-only views keep the paths', receive's and transports' call sites as they were).
 
-  /** A kernel on a transport where acks are part of the wire: it sends no hello, yet must be acked. */
-  get acksWithoutHello(): boolean {
-    return this.transport.alwaysAcks === true && this.capsKnown && this.peerCaps === 0;
-  }
-
-  /**
-   * Confirmations wait for the peer's read cursor (RDSSOCK_EXTHDR_READ), not its h_ack: an
-   * rds-socket peer that advertised RDSSOCK_CAP_CONFIRM, with acks on.
-   */
-  get confirmsReads(): boolean {
-    return (this.peerCaps & RDSSOCK_CAP_CONFIRM) !== 0 && this.ackMode;
-  }
-
-  /**
-   * An older rds-socket peer (no RDSSOCK_CAP_NO_HELLO): it acknowledges nothing on a carrier
-   * until our unsequenced hello arrived there, so it still gets one. Never a kernel.
-   */
-  get wantsLegacyHello(): boolean {
-    return this.capsKnown && this.peerCaps !== 0 && (this.peerCaps & RDSSOCK_CAP_NO_HELLO) === 0 && !this.isLoopback;
-  }
-
-  get heartbeatMode(): boolean {
-    return (this.peerCaps & RDSSOCK_CAP_HEARTBEAT) !== 0 && !this.isLoopback;
-  }
-
-  /**
-   * Whether received messages are tracked for acknowledgement: only while we may send RDS acks
-   * (an rds-socket peer, or one whose handshake has not arrived yet). Never over loopback, never
-   * for a kernel, so the tracker cannot grow with traffic nobody acknowledges.
-   */
-  get tracksReceipts(): boolean {
-    return !this.isLoopback && (!this.capsKnown || this.ackMode);
-  }
-
-  /**
-   * Whether a dead path's messages may move to a live one: only between rds-socket peers that
-   * acknowledge messages (so we know what the peer has) and suppress duplicates across paths.
-   * Never with a kernel, whose per-path sequence rules forbid it.
-   */
-  get failoverAllowed(): boolean {
-    return this.ackMode && (this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 && this.npaths > 1
-      && Number.isFinite(this.stack.options.failoverGraceMs);
-  }
-
-  /** Whether a transport-level acknowledgement (TCP's) may release messages: kernel peers only. */
-  get releaseOnTransportAck(): boolean {
-    return this.capsKnown && !this.ackMode;
-  }
+  /** Peer generation from GEN_NUM (0 = unknown). */
+  get peerGenNum(): number { return this.handshake.peerGenNum; }
+  /** rds-socket capabilities the peer advertised (RDSSOCK_CAP_*); 0 for a kernel or while unknown. */
+  get peerCaps(): number { return this.handshake.caps; }
+  /** A handshake (or its timeout) told us what the peer is. Until then, keep every message. */
+  get capsKnown(): boolean { return this.handshake.peer !== 'unknown'; }
+  /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
+  get peerSportIdx(): boolean { return this.handshake.sportIdx; }
+  /** See Handshake.ackMode. */
+  get ackMode(): boolean { return this.handshake.ackMode; }
+  /** See Handshake.acksWithoutHello. */
+  get acksWithoutHello(): boolean { return this.handshake.acksWithoutHello; }
+  /** See Handshake.confirmsReads. */
+  get confirmsReads(): boolean { return this.handshake.confirmsReads; }
+  /** See Handshake.wantsLegacyHello. */
+  get wantsLegacyHello(): boolean { return this.handshake.wantsLegacyHello; }
+  /** See Handshake.heartbeatMode. */
+  get heartbeatMode(): boolean { return this.handshake.heartbeatMode; }
+  /** See Handshake.tracksReceipts. */
+  get tracksReceipts(): boolean { return this.handshake.tracksReceipts; }
+  /** See Handshake.failoverAllowed. */
+  get failoverAllowed(): boolean { return this.handshake.failoverAllowed; }
+  /** See Handshake.releaseOnTransportAck. */
+  get releaseOnTransportAck(): boolean { return this.handshake.releaseOnTransportAck; }
 
   get key(): string {
     return RdsConnection.key(this.laddr, this.faddr, this.transport.name);

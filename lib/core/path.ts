@@ -215,7 +215,7 @@ export class RdsConnPath {
     // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
     // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
     if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
-    this.stack.pathUp(this);
+    this.conn.handshake.pathUp(this);
     this.startHeartbeat();
     this.schedulePump();
     this.conn.retryFailovers();
@@ -419,7 +419,7 @@ export class RdsConnPath {
   /** Encodes and queues a message; the caller has done every check. */
   queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
     owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
-    if (!this.probeQueued && this.index === 0 && !this.conn.isLoopback) this.stack.queueProbe(this);
+    if (!this.probeQueued && this.index === 0 && !this.conn.isLoopback) this.conn.handshake.queueProbe(this);
     const slab = this.stack.wireSlab;
     const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
     const seq = this.nextTxSeq++;
@@ -445,7 +445,7 @@ export class RdsConnPath {
    */
   queueZeroCopy(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
     owner: SendOwner, cookie: number): RdsOutgoing {
-    if (!this.probeQueued && this.index === 0 && !this.conn.isLoopback) this.stack.queueProbe(this);
+    if (!this.probeQueued && this.index === 0 && !this.conn.isLoopback) this.conn.handshake.queueProbe(this);
     const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE);
     const seq = this.nextTxSeq++;
     encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
@@ -801,7 +801,7 @@ export class RdsConnPath {
 
   /** The unsequenced hello an older rds-socket peer waits for before acknowledging on this carrier. */
   sendLegacyHello(): void {
-    this.sendControl(this.stack.helloFrame(this.conn));
+    this.sendControl(this.conn.handshake.helloFrame());
   }
 
   /** The peer's answer to our probe arrived on this carrier. */

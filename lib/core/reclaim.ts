@@ -38,7 +38,7 @@ export class ConnReclaimer {
     const t = this.tombstones.get(conn.key);
     if (t !== undefined) {
       this.tombstones.delete(conn.key);
-      conn.peerGenNum = t.genNum;
+      conn.handshake.restoreGeneration(t.genNum);
       conn.paths.forEach((p, i) => {
         p.nextRxSeq = t.seqs[3 * i] ?? 0;
         p.movedFloor = t.seqs[3 * i + 1] ?? 0;

@@ -3,7 +3,7 @@ import {
   RDSSOCK_EXTHDR_MOVED,
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
-import { decodeHandshake, decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
+import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
 import { RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
@@ -55,7 +55,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
   // rds-socket's hello (seq 0, sport 1 -> dport 0): the handshake, before any data on this carrier.
   if (seq === 0 && sport === RDS_FLAG_PROBE_PORT && dport === 0 && payload.length === 0) {
-    processHandshake(stack, cp, header);
+    conn.handshake.frameReceived(header);
     cp.helloReceived();
     return;
   }
@@ -64,7 +64,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   // restarted peer's first frames are not taken for old retransmissions (they may come again,
   // RETRANSMITTED, on a later carrier, still numbered in the new life).
   const handshake = payload.length === 0 && ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
-  if (handshake) checkGeneration(stack, cp, header);
+  if (handshake) conn.handshake.generationReceived(cp, header);
 
   if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
@@ -101,8 +101,8 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     stack.counters.add(RDS_CTR.recv_ping);
     if (sport === RDS_FLAG_PROBE_PORT) {
       // Multipath probe: answer with our own handshake so kernel senders stop waiting (spec §3.4).
-      processHandshake(stack, cp, header);
-      answerPing(stack, cp, RDS_FLAG_PROBE_PORT, stack.handshakeExtensions(conn));
+      conn.handshake.frameReceived(header);
+      answerPing(stack, cp, RDS_FLAG_PROBE_PORT, conn.handshake.extensions());
       return;
     }
     // A pong is not sent to a pinger whose port is congested.
@@ -112,7 +112,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
     cp.recordReceived(seq, true, ackRequired);
-    processHandshake(stack, cp, header);
+    conn.handshake.frameReceived(header);
     cp.pongReceived();
     return;
   }
@@ -125,18 +125,6 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
 function answerPing(stack: RdsStack, cp: RdsConnPath, dport: number, exts?: RdsExtension[]): void {
   if (cp.queueControl(0, dport, exts) !== null) stack.counters.add(RDS_CTR.send_pong);
   else stack.counters.add(RDS_CTR.recv_drop_ping_budget);
-}
-
-/** Only the generation of a probe or pong (the rest is processed once it is accepted). */
-function checkGeneration(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
-  const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
-  const conn = cp.conn;
-  if (hs.genNum !== undefined && hs.genNum !== 0) {
-    if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
-    conn.peerGenNum = hs.genNum;
-  }
-  // Acks on this carrier now name only sequence numbers of the peer's current life.
-  cp.helloReceived();
 }
 
 /**
@@ -157,15 +145,4 @@ function movedDuplicate(cp: RdsConnPath, header: Buffer, seq: number): boolean {
     return false;
   }
   return seq < cp.movedFloor;
-}
-
-function processHandshake(stack: RdsStack, cp: RdsConnPath, header: Buffer): void {
-  const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
-  const conn = cp.conn;
-  stack.counters.add(RDS_CTR.handshake_received);
-  if (hs.genNum !== undefined && hs.genNum !== 0) {
-    if (conn.peerGenNum !== 0 && conn.peerGenNum !== hs.genNum) stack.peerRestarted(conn);
-    conn.peerGenNum = hs.genNum;
-  }
-  stack.handshakeReceived(conn, hs.rdsCaps ?? 0, hs);
 }

@@ -434,14 +434,14 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     return false;
   }
 
-  /** BoundSocket: the stack declared a peer down. */
+  /** BoundSocket: the stack declared a peer down. @internal */
   peerDown(ev: PeerEvent): void {
     if (this.closed || this.downPeers?.has(ev.address) || !this.hasTrafficTo(ev.address)) return;
     (this.downPeers ??= new Set()).add(ev.address);
     this.emit('peer-down', ev);
   }
 
-  /** BoundSocket: a peer that was down has a path UP again. */
+  /** BoundSocket: a peer that was down has a path UP again. @internal */
   peerUp(ev: PeerEvent): void {
     if (this.closed) return;
     const told = this.downPeers?.delete(ev.address) === true;
@@ -662,7 +662,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     this.stack.rxLimit.charge(delta);
   }
 
-  /** BoundSocket: unread messages past `factor` x SO_RCVBUF (see RxLimiter). */
+  /** BoundSocket: unread messages past `factor` x SO_RCVBUF (see RxLimiter). @internal */
   rxOverLimit(factor: number): boolean {
     return this.rxMem > this.rcvbuf * factor;
   }

@@ -1,7 +1,44 @@
 import type { RdsConnPath } from './path.js';
 import type { RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
-import type { RdsTransportHost } from './stack.js';
+import type { EventEmitter } from 'eventemitter3';
+import type { ResolvedStackOptions } from './options.js';
+import type { RdsStackEvents } from './types.js';
+import type { RdsStats } from './stats.js';
+
+/**
+ * What a transport may ask of the stack it is registered with, and nothing more: the options in
+ * force, the counters, admission (allowlist, local addresses, the bind table), the connection
+ * table, the receive entry point and error reporting. The stack hands each transport one of
+ * these in attach(); a transport never sees the stack itself.
+ */
+export interface TransportHost {
+  readonly options: ResolvedStackOptions;
+  readonly counters: RdsStats;
+  /** The stack is closing: no new carriers. */
+  readonly closing: boolean;
+  /** The stack holds the event loop (some socket is open). */
+  readonly referenced: boolean;
+  /** The allowlist (allowPeers). */
+  peerAllowed(address: string): boolean;
+  /** An address some socket of the stack is bound to (its traffic uses the loopback transport). */
+  isLocalAddress(address: string): boolean;
+  /** Whether (address, port) is bound in the stack. */
+  isBound(address: string, port: number): boolean;
+  /** The connection (laddr, faddr, transport), made on first use. */
+  connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection;
+  /** The connection if there is one; never makes one (admission checks). */
+  findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined;
+  /** rds_recv_incoming: one complete frame from a path's carrier. */
+  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer): void;
+  /** The peer broke the protocol on `cp`: counted and reported ('protocol-error'). */
+  reportProtocolError(cp: RdsConnPath, error: Error): void;
+  /** Emits a stack event; transports emit 'error' for an asynchronous failure no call waits for (a listener died). */
+  emit<T extends EventEmitter.EventNames<RdsStackEvents>>(event: T, ...args: EventEmitter.EventArgs<RdsStackEvents, T>): boolean;
+}
+
+/** The name this interface was first published under (a Pick of RdsStack); the same interface. */
+export type RdsTransportHost = TransportHost;
 
 /**
  * What a transport provides, modelled on the kernel's struct rds_transport. The core calls these;
@@ -25,7 +62,7 @@ export interface RdsTransport {
   readonly userSelectable: boolean;
 
   /** Called once when the transport is registered with a stack. */
-  attach(host: RdsTransportHost): void;
+  attach(host: TransportHost): void;
 
   /**
    * bind(): make `laddr` reachable through this transport (the TCP transport starts listening).
@@ -74,7 +111,7 @@ export interface RdsTransport {
   rxPause?(cp: RdsConnPath): void;
   rxResume?(cp: RdsConnPath): void;
 
-    /** Keep (true) or stop keeping (false) the Node event loop alive. */
+  /** Keep (true) or stop keeping (false) the Node event loop alive. */
   setRef(ref: boolean): void;
 
   /** Close every carrier gracefully and stop listening. */

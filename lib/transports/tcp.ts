@@ -17,6 +17,7 @@ import type { RdsConnection } from '../core/connection.js';
 import { native } from '../native.js';
 import { RDS_CTR } from '../core/stats.js';
 import { PartialFrameBudget } from './partial-frames.js';
+import { checkOption } from '../core/options.js';
 
 /** Per-path state: the carrier socket and its reassembly. */
 interface TcpPath {
@@ -169,7 +170,19 @@ export interface TcpTransportOptions {
    * route a connection through a fault-injecting proxy.
    */
   dial?: (laddr: string, faddr: string, port: number) => { host: string; port: number };
+  /**
+   * TCP's own knobs: the port listened on and connected to (default 16385), the cap on TCP
+   * connections (default 4096) and the deadline for each header and each step of a new
+   * connection (default 10000 ms); see RdsStackOptions for what each does. Given here they win
+   * over the stack's spelling of them (still accepted: `new RdsStack({ tcpPort })`).
+   */
+  tcpPort?: number;
+  maxConnections?: number;
+  headerTimeoutMs?: number;
 }
+
+/** The knobs TcpTransportOptions shares with RdsStackOptions (checked by the stack's rules). */
+const TCP_KNOBS = ['tcpPort', 'maxConnections', 'headerTimeoutMs'] as const;
 
 export class TcpTransport implements RdsTransport {
   readonly name = 'tcp';
@@ -195,7 +208,9 @@ export class TcpTransport implements RdsTransport {
   /** Admitted connections whose TLS handshake is under way, by their TCP socket. */
   private readonly handshaking = new WeakMap<Socket, { slot: AdmissionSlot; local: string; remote: string }>();
 
-  constructor(private readonly topts: TcpTransportOptions = {}) {}
+  constructor(private readonly topts: TcpTransportOptions = {}) {
+    for (const k of TCP_KNOBS) checkOption(k, topts[k], 'TcpTransport');
+  }
 
   /**
    * Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. A plain carrier
@@ -221,7 +236,9 @@ export class TcpTransport implements RdsTransport {
   }
 
   attach(host: RdsTransportHost): void {
-    this.host = host;
+    // The transport's own knobs over the stack's: the host it reads options from says so.
+    const own = Object.fromEntries(TCP_KNOBS.filter((k) => this.topts[k] !== undefined).map((k) => [k, this.topts[k]]));
+    this.host = Object.create(host, { options: { value: Object.freeze({ ...host.options, ...own }) } }) as RdsTransportHost;
     this.partial = new PartialFrameBudget(host.options.maxPartialFrameBytes);
   }
 

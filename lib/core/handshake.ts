@@ -1,0 +1,281 @@
+import {
+  RDS_CONN_UP,
+  RDS_FLAG_PROBE_PORT,
+  RDS_FLAG_RETRANSMITTED,
+  RDS_HEADER_SIZE,
+  RDSSOCK_CAP_ACK,
+  RDSSOCK_CAP_CONFIRM,
+  RDSSOCK_CAP_FAILOVER,
+  RDSSOCK_CAP_HEARTBEAT,
+  RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_PATHS_SHIFT,
+} from '../constants.js';
+import {
+  decodeHandshake,
+  genNumExtension,
+  npathsExtension,
+  packExtensions,
+  parseExtensions,
+  rdsCapsExtension,
+  sportIdxExtension,
+  type HandshakeExtensions,
+  type RdsExtension,
+} from '../wire/extensions.js';
+import { encodeHeader, OFF_EXTHDR } from '../wire/header.js';
+import type { RdsConnection } from './connection.js';
+import type { RdsConnPath } from './path.js';
+import { RDS_CTR } from './stats.js';
+
+/**
+ * What the other end of a connection is: not known until its handshake arrives (or the wait for
+ * it times out), then a kernel (no rds-socket capabilities) or an rds-socket node.
+ */
+export type PeerKind = 'unknown' | 'kernel' | 'rds-socket';
+
+/**
+ * The negotiator of one connection: the kernel's multipath probe and pong (rds_send_probe,
+ * rds_recv_hs_exthdrs) and rds-socket's hello, what they say about the peer (its kind, its
+ * capability word, SPORT_IDX, its generation and a restart) and the path count they settle. It
+ * alone writes what is known about the peer; the rest of the core reads `peer`, `caps` and the
+ * policies derived from them below.
+ */
+export class Handshake {
+  private peerCaps = 0;
+  private capsKnown = false;
+  private peerSportIdx = false;
+  private genNum = 0;
+
+  constructor(private readonly conn: RdsConnection) {}
+
+  /** 'unknown' until a handshake (or its timeout) told us; then 'kernel' or 'rds-socket'. */
+  get peer(): PeerKind {
+    if (!this.capsKnown) return 'unknown';
+    return this.peerCaps === 0 ? 'kernel' : 'rds-socket';
+  }
+
+  /** The capability word (RDSSOCK_CAP_*) the peer advertised; 0 for a kernel or while unknown. */
+  get caps(): number {
+    return this.peerCaps;
+  }
+
+  /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
+  get sportIdx(): boolean {
+    return this.peerSportIdx;
+  }
+
+  /** The peer's generation from GEN_NUM; 0 while unknown. */
+  get peerGenNum(): number {
+    return this.genNum;
+  }
+
+  // ---- what we say ----
+
+  /** rds-socket capabilities we advertise. */
+  localCaps(): number {
+    const opts = this.conn.stack.options;
+    // We always answer heartbeats, even when we send none ourselves.
+    const paths = this.conn.transport.mpathCapable ? opts.npaths : 1;
+    // Failover needs acks (to know what the peer has) and paths to move between.
+    const failover = opts.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
+    const acks = opts.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
+    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+  }
+
+  /**
+   * NPATHS we advertise in the kernel-visible extension: always 1. A kernel up to 6.19 pairs
+   * accepted connections with paths in arrival order, so after reconnects its path j can meet our
+   * path i and duplicate suppression breaks (spec §3.5); one path is always safe. rds-socket peers
+   * learn our real path count from the capability extension.
+   */
+  advertisedPaths(): number {
+    return 1;
+  }
+
+  /**
+   * Extensions of our hello, probe and pong: the kernel's set (NPATHS, GEN_NUM, and SPORT_IDX when
+   * we choose our source ports), then ours last, where kernel parsers stop.
+   */
+  extensions(): RdsExtension[] {
+    const conn = this.conn;
+    const exts = [npathsExtension(this.advertisedPaths()), genNumExtension(conn.stack.genNum)];
+    if (conn.isInitiator && conn.transport.mpathCapable) exts.push(sportIdxExtension());
+    exts.push(rdsCapsExtension(this.localCaps()));
+    return exts;
+  }
+
+  /**
+   * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions) that
+   * starts a carrier of a lane > 0 (only rds-socket peers run lanes) and, on path 0, only a carrier
+   * to an older rds-socket peer (no RDSSOCK_CAP_NO_HELLO), which acknowledges nothing before it.
+   * A kernel never gets it: it would count it in recv_drop_old_seq.
+   */
+  helloFrame(): Buffer {
+    const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
+    encodeHeader(h, 0, {
+      sport: RDS_FLAG_PROBE_PORT,
+      dport: 0,
+      flags: RDS_FLAG_RETRANSMITTED,
+      exthdr: packExtensions(this.extensions()),
+    });
+    return h;
+  }
+
+  /**
+   * A path came UP. On path 0 we send the multipath probe, as a 7.0 kernel does after every
+   * reconnect: the answer tells us the path count, the peer's generation (did it restart?) and
+   * whether it is rds-socket (acks, heartbeats). A peer that never answers is treated as a kernel.
+   */
+  pathUp(cp: RdsConnPath): void {
+    const conn = this.conn;
+    if (conn.isLoopback || cp.index !== 0) return;
+    // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
+    if (cp.lastProbe === null || cp.lastProbe.sentAt !== 0 || cp.lastProbe.done) this.queueProbe(cp);
+    if (!this.capsKnown) {
+      const t = setTimeout(() => {
+        if (!this.capsKnown) {
+          conn.stack.counters.add(RDS_CTR.handshake_timeout);
+          this.settle(0);
+        }
+      }, conn.stack.options.handshakeTimeoutMs);
+      t.unref();
+    }
+  }
+
+  /**
+   * Queues the multipath probe on path 0. The first sequenced frame an incarnation sends on a
+   * path 0 is its probe (queued ahead of the first message), so a peer learns our generation
+   * before any of our data, on whichever carrier it first arrives, without a frame a kernel
+   * would count (the kernel's hello-less way; see README "Reliability").
+   */
+  queueProbe(cp: RdsConnPath): void {
+    cp.probeQueued = true; // before queueControl(), which calls back into queue()
+    // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
+    // handshake then times out and the peer is treated as a kernel.
+    cp.lastProbe = cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.extensions());
+    if (cp.lastProbe !== null) this.conn.stack.counters.add(RDS_CTR.handshake_sent);
+  }
+
+  // ---- what the peer says ----
+
+  /** A hello, probe or pong arrived (accepted, not a duplicate): everything it says. */
+  frameReceived(header: Buffer): void {
+    const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
+    this.conn.stack.counters.add(RDS_CTR.handshake_received);
+    this.generation(hs.genNum);
+    this.settle(hs.rdsCaps ?? 0, hs);
+  }
+
+  /**
+   * A probe or pong before its duplicate check: only its generation (the rest is processed once it
+   * is accepted), so a restarted peer's first frames are not taken for old retransmissions.
+   */
+  generationReceived(cp: RdsConnPath, header: Buffer): void {
+    this.generation(decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR))).genNum);
+    // Acks on this carrier now name only sequence numbers of the peer's current life.
+    cp.helloReceived();
+  }
+
+  /** GEN_NUM: a new one after a known one means the peer restarted (its sequences start over). */
+  private generation(genNum: number | undefined): void {
+    if (genNum === undefined || genNum === 0) return;
+    if (this.genNum !== 0 && this.genNum !== genNum) this.conn.stack.peerRestarted(this.conn);
+    this.genNum = genNum;
+  }
+
+  /** A forgotten connection made again: the generation its tombstone kept (see reclaim.ts). */
+  restoreGeneration(genNum: number): void {
+    this.genNum = genNum;
+  }
+
+  /**
+   * What a handshake (or its absence: caps 0 after the timeout) says about the peer; settles the
+   * path count and tells the paths and the transport when the capabilities changed.
+   */
+  settle(caps: number, hs: Pick<HandshakeExtensions, 'npaths' | 'sportIdx'> = {}): void {
+    const conn = this.conn;
+    const changed = !this.capsKnown || this.peerCaps !== caps;
+    this.peerCaps = caps;
+    this.capsKnown = true;
+    if (hs.sportIdx) this.peerSportIdx = true;
+    // rds-socket peers say how many paths they run in their capabilities; a kernel's NPATHS is
+    // answered with our NPATHS of 1 (see advertisedPaths), so kernels always run one path.
+    const peerPaths = (caps >>> RDSSOCK_CAP_PATHS_SHIFT) & 0xf;
+    const n =
+      peerPaths > 0 && conn.transport.mpathCapable
+        ? Math.min(conn.stack.options.npaths, peerPaths, conn.paths.length)
+        : Math.max(1, Math.min(this.advertisedPaths(), hs.npaths ?? 1));
+    conn.setPathCount(n);
+    // A kernel is never acknowledged: drop what was tracked while we did not know.
+    if (!this.tracksReceipts) for (const p of conn.paths) p.rx.reset();
+    if (changed) for (const p of conn.paths) p.capabilitiesChanged();
+    // An older rds-socket peer acknowledges nothing on a carrier before our hello.
+    if (changed && this.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();
+    conn.transport.capabilitiesChanged?.(conn);
+  }
+
+  // ---- what follows from it (read by paths, receive and transports) ----
+
+  /** RDS-level acks: both sides are rds-socket and the stack allows it, or the transport needs them. */
+  get ackMode(): boolean {
+    const conn = this.conn;
+    if (conn.isLoopback) return false;
+    return (
+      conn.transport.alwaysAcks === true || ((this.peerCaps & RDSSOCK_CAP_ACK) !== 0 && conn.stack.options.rdsAcks)
+    );
+  }
+
+  /** A kernel on a transport where acks are part of the wire: it sends no hello, yet must be acked. */
+  get acksWithoutHello(): boolean {
+    return this.conn.transport.alwaysAcks === true && this.peer === 'kernel';
+  }
+
+  /**
+   * Confirmations wait for the peer's read cursor (RDSSOCK_EXTHDR_READ), not its h_ack: an
+   * rds-socket peer that advertised RDSSOCK_CAP_CONFIRM, with acks on.
+   */
+  get confirmsReads(): boolean {
+    return (this.peerCaps & RDSSOCK_CAP_CONFIRM) !== 0 && this.ackMode;
+  }
+
+  /**
+   * An older rds-socket peer (no RDSSOCK_CAP_NO_HELLO): it acknowledges nothing on a carrier
+   * until our unsequenced hello arrived there, so it still gets one. Never a kernel.
+   */
+  get wantsLegacyHello(): boolean {
+    return this.peer === 'rds-socket' && (this.peerCaps & RDSSOCK_CAP_NO_HELLO) === 0 && !this.conn.isLoopback;
+  }
+
+  /** The peer answers heartbeats. */
+  get heartbeatMode(): boolean {
+    return (this.peerCaps & RDSSOCK_CAP_HEARTBEAT) !== 0 && !this.conn.isLoopback;
+  }
+
+  /**
+   * Whether received messages are tracked for acknowledgement: only while we may send RDS acks
+   * (an rds-socket peer, or one whose handshake has not arrived yet). Never over loopback, never
+   * for a kernel, so the tracker cannot grow with traffic nobody acknowledges.
+   */
+  get tracksReceipts(): boolean {
+    return !this.conn.isLoopback && (this.peer === 'unknown' || this.ackMode);
+  }
+
+  /**
+   * Whether a dead path's messages may move to a live one: only between rds-socket peers that
+   * acknowledge messages (so we know what the peer has) and suppress duplicates across paths.
+   * Never with a kernel, whose per-path sequence rules forbid it.
+   */
+  get failoverAllowed(): boolean {
+    const conn = this.conn;
+    return (
+      this.ackMode &&
+      (this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 &&
+      conn.npaths > 1 &&
+      Number.isFinite(conn.stack.options.failoverGraceMs)
+    );
+  }
+
+  /** Whether a transport-level acknowledgement (TCP's) may release messages: kernel peers only. */
+  get releaseOnTransportAck(): boolean {
+    return this.peer !== 'unknown' && !this.ackMode;
+  }
+}

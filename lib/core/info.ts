@@ -1,0 +1,123 @@
+import type { RdsConnection } from './connection.js';
+import type { PeerInfo, PeerTable } from './peer-state.js';
+import type { RdsCounterName, RdsStats } from './stats.js';
+import type { BoundSocket, ConnectionInfo, MessageInfo, SocketInfo } from './types.js';
+
+// What rds-info and the stack's listing calls show (the kernel's info.c and stats.c): plain data
+// read from the connections, sockets, counters and peer table, never changing them.
+
+/** Everything rds-info can show (the control endpoint serves it). */
+export interface StackInfo {
+  counters: Record<RdsCounterName, number>;
+  sockets: SocketInfo[];
+  connections: ConnectionInfo[];
+  sendQueue: MessageInfo[];
+  retransQueue: MessageInfo[];
+  recvQueue: MessageInfo[];
+}
+
+/** rds-info's whole view: counters, sockets, connections and the three message queues. */
+export function stackInfo(conns: Iterable<RdsConnection>, counters: RdsStats, sockets: BoundSocket[]): StackInfo {
+  const all = [...conns];
+  const sendQueue: MessageInfo[] = [];
+  const retransQueue: MessageInfo[] = [];
+  for (const c of all) {
+    for (const p of c.paths) {
+      const list = (
+        q: Iterable<{ done: boolean; sport: number; dport: number; seq: number; len: number }>,
+        out: MessageInfo[],
+      ): void => {
+        for (const m of q) {
+          if (!m.done)
+            out.push({
+              localAddress: c.laddr,
+              localPort: m.sport,
+              peerAddress: c.faddr,
+              peerPort: m.dport,
+              seq: m.seq,
+              bytes: m.len,
+            });
+        }
+      };
+      list(p.sendQueue, sendQueue);
+      list(p.retrans, retransQueue);
+    }
+  }
+  return {
+    counters: counters.snapshot(),
+    sockets: sockets.map((s) => s.info()),
+    connections: connectionsInfo(all),
+    sendQueue,
+    retransQueue,
+    recvQueue: sockets.flatMap((s) => s.receiveQueue()),
+  };
+}
+
+/** Every connection and its paths in use: state, sequence numbers, queues, figures. */
+export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[] {
+  return [...conns].map((c) => ({
+    localAddress: c.laddr,
+    peerAddress: c.faddr,
+    transport: c.transport.name,
+    npaths: c.npaths,
+    initiator: c.isInitiator,
+    paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
+      const q = p.pendingCount();
+      return {
+        index: p.index,
+        state: p.stateName,
+        nextTxSeq: p.nextTxSeq,
+        nextRxSeq: p.nextRxSeq,
+        sendQueue: q.send,
+        retransQueue: q.retrans,
+        sentMessages: p.sentMessages,
+        sentBytes: p.sentBytes,
+        recvMessages: p.recvMessages,
+        recvBytes: p.recvBytes,
+        upCount: p.upCount,
+        connectFailures: p.connectFailures,
+        acksSent: p.acksSent,
+        heartbeatsSent: p.heartbeatsSent,
+        movedByFailover: p.movedByFailover,
+        failedOverTo: p.failedOverTo?.index ?? null,
+        latencyHistogram: [...p.latencyHistogram],
+        latencySumMs: p.latencySumMs,
+        transport: c.transport.pathInfo?.(p) ?? null,
+      };
+    }),
+  }));
+}
+
+/** Every peer of the table with its reachability and the application messages queued for it. */
+export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): PeerInfo[] {
+  const queued = new Map<string, { messages: number; bytes: number }>();
+  for (const c of conns) {
+    let q = queued.get(c.faddr);
+    if (q === undefined) {
+      q = { messages: 0, bytes: 0 };
+      queued.set(c.faddr, q);
+    }
+    for (const p of c.paths) {
+      for (const list of [p.sendQueue, p.retrans]) {
+        for (const m of list) {
+          if (m.done || !m.fromSocket) continue;
+          q.messages++;
+          q.bytes += m.len;
+        }
+      }
+    }
+  }
+  const now = Date.now();
+  return table
+    .list()
+    .map((p) => ({
+      address: p.address,
+      state: p.state,
+      since: p.since,
+      unreachableMs: p.unreachableMs(now),
+      pathsUp: p.pathsUp,
+      queuedMessages: queued.get(p.address)?.messages ?? 0,
+      queuedBytes: queued.get(p.address)?.bytes ?? 0,
+    }))
+    .sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+}

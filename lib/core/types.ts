@@ -1,0 +1,143 @@
+import type { ConnState } from './path.js';
+import type { PeerEvent } from './peer-state.js';
+import type { RxEntry } from './rx-ack.js';
+import type { RdsConnection } from './connection.js';
+
+// The types a stack's users and its sockets see: messages, rds-info's listings, events.
+
+/** A message as recvmsg() returns it. */
+export interface RdsMessage {
+  data: Buffer;
+  /** Sender's address and bound port (port 0 for a pong). */
+  address: string;
+  port: number;
+  /** With SO_TIMESTAMP: when the message was queued to the socket, ms since the epoch. */
+  timestamp?: number;
+  /** With RDS_CONG_MONITOR: ports (bit p % 64) that became uncongested; data is empty. */
+  congestionUpdate?: bigint;
+  /**
+   * RDS_CMSG_ZCOPY_COMPLETION: cookies of MSG_ZEROCOPY sends whose buffers the caller may reuse
+   * (acknowledged or cancelled), at most 8 per call. Alone (address '', data empty) when no
+   * message is waiting, otherwise carried by the next message.
+   */
+  zcopyCompletions?: number[];
+}
+
+/** Tells the path that delivered a message when the application has taken it (for acks). @internal */
+export type Receipt = RxEntry;
+
+/** A queued message as rds-info lists it (send, retransmit and receive queues). */
+export interface MessageInfo {
+  localAddress: string;
+  localPort: number;
+  peerAddress: string;
+  peerPort: number;
+  seq: number;
+  bytes: number;
+}
+
+export interface SocketInfo {
+  boundAddress: string;
+  boundPort: number;
+  connectedAddress: string;
+  connectedPort: number;
+  sndbuf: number;
+  rcvbuf: number;
+  /** A stable number per socket (the kernel shows the inode). */
+  inode: number;
+  transport: string;
+}
+
+/** What the stack needs of a socket bound in it. @internal */
+export interface BoundSocket {
+  info(): SocketInfo;
+  /** Messages waiting to be read. */
+  receiveQueue(): MessageInfo[];
+  readonly boundAddress: string;
+  readonly boundPort: number;
+  /** Queue a message; false if the socket is gone (the message is dropped). */
+  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
+  /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over `factor` x SO_RCVBUF. */
+  rxOverLimit?(factor: number): boolean;
+  congestionUpdated(conn: RdsConnection, mask: bigint): void;
+  /** A peer was declared down or came back (the socket decides whether it has traffic for it). */
+  peerDown?(ev: PeerEvent): void;
+  peerUp?(ev: PeerEvent): void;
+  close(): Promise<void>;
+}
+
+export interface PathInfo {
+  index: number;
+  state: ConnState;
+  nextTxSeq: number;
+  nextRxSeq: number;
+  sendQueue: number;
+  retransQueue: number;
+  sentMessages: number;
+  sentBytes: number;
+  recvMessages: number;
+  recvBytes: number;
+  upCount: number;
+  /** Connect attempts that failed. */
+  connectFailures: number;
+  acksSent: number;
+  heartbeatsSent: number;
+  /** Messages this path handed to a live path while it was down (failover). */
+  movedByFailover: number;
+  /** While failed over: the index of the path its sockets use meanwhile; otherwise null. */
+  failedOverTo: number | null;
+  /** Send-to-acknowledge times: bucket b counts messages acknowledged in [2^(b-1), 2^b) ms (b=0: < 1 ms). */
+  latencyHistogram: number[];
+  /** Sum of the times counted in latencyHistogram, ms. */
+  latencySumMs: number;
+  /** Transport details (TCP: local and peer ports, bytes, reassembly state). */
+  transport: Record<string, unknown> | null;
+}
+
+export interface ConnectionInfo {
+  localAddress: string;
+  peerAddress: string;
+  transport: string;
+  npaths: number;
+  initiator: boolean;
+  paths: PathInfo[];
+}
+
+export interface PathStateEvent {
+  localAddress: string;
+  peerAddress: string;
+  transport: string;
+  path: number;
+  from: ConnState;
+  to: ConnState;
+}
+
+export interface RdsStackEvents {
+  /** A path changed state. */
+  state: (ev: PathStateEvent) => void;
+  /** A path was dropped, and why (peer closed, protocol error, heartbeat, ...). */
+  drop: (ev: { localAddress: string; peerAddress: string; transport: string; path: number; reason: string }) => void;
+  /** A path stayed down past failoverGraceMs: `moved` messages went to path `to`. */
+  failover: (ev: {
+    localAddress: string;
+    peerAddress: string;
+    transport: string;
+    path: number;
+    to: number;
+    moved: number;
+  }) => void;
+  /** A connection was dropped because the peer broke the protocol (already counted). */
+  'protocol-error': (ev: {
+    localAddress: string;
+    peerAddress: string;
+    transport: string;
+    path: number;
+    error: Error;
+  }) => void;
+  /** No path to a peer has been UP for peerDownMs: `unreachableMs` says for how long. */
+  'peer-down': (ev: PeerEvent) => void;
+  /** A path to a peer that was down is UP again; `unreachableMs`: how long it was unreachable. */
+  'peer-up': (ev: PeerEvent) => void;
+  /** An asynchronous failure with no call to report it to (a listener died, ...). */
+  error: (err: Error) => void;
+}
