@@ -36,8 +36,8 @@ if (role === 'rx') {
     const s = await sock(stack, RX, p);
     s.on('readable', () => { for (let m = s.recvmsg(); m; m = s.recvmsg()) bytes += m.data.length; });
   }
-  setInterval(() => process.stdout.write(JSON.stringify({ bytes }) + '\n'), 200);
-  process.stdout.write(JSON.stringify({ ready: true }) + '\n');
+  setInterval(() => process.stdout.write(`${JSON.stringify({ bytes })}\n`), 200);
+  process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
 } else if (role === 'tx') {
   const stack = new RdsStack({ tcpPort: TCP_PORT, npaths });
   const ping = await sock(stack, TX, PING);
@@ -67,7 +67,7 @@ if (role === 'rx') {
     await new Promise((r) => setTimeout(r, SECONDS * 1000));
   }
   stop = true;
-  process.stdout.write(JSON.stringify({ rtts }) + '\n');
+  process.stdout.write(`${JSON.stringify({ rtts })}\n`);
   process.exit(0);
   void streams;
 } else {

@@ -5,7 +5,7 @@ import { connect, createServer } from 'node:net';
 
 const [contender, role, optsText] = process.argv.slice(2);
 const o = JSON.parse(optsText);
-const out = (x) => process.stdout.write(JSON.stringify(x) + '\n');
+const out = (x) => process.stdout.write(`${JSON.stringify(x)}\n`);
 const payload = Buffer.alloc(o.size ?? 1024, 0x5a);
 // o.stay: report but keep running (a node that also echoes pings another process still sends).
 function finishAfter(ms, fn) { setTimeout(() => { fn(); if (!o.stay) process.exit(0); }, ms); }

@@ -42,7 +42,7 @@ let block = 0;
 function proc(contender, role, opts) {
   const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], { stdio: ['pipe', 'pipe', 'inherit'] });
   const lines = [];
-  let waiters = [];
+  const waiters = [];
   let buf = '';
   p.stdin.on('error', () => {}); // a peer that already exited
   p.stdout.setEncoding('utf8');

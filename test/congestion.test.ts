@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsError, constants } from '../lib/index.js';
+import { type RdsError, constants } from '../lib/index.js';
 import { makePair, payload, until, type Pair } from './helpers.js';
 
 const { SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_SNDBUF, RDS_CONG_MONITOR, POLLIN, POLLRDNORM, POLLOUT, POLLWRBAND } = constants;

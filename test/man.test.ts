@@ -21,6 +21,7 @@ describe.skipIf(!hasGroff)('man pages', () => {
     expect(r.status).toBe(0);
     // Plain text: drop SGR sequences and overstrike bold/underline.
     const text = execFileSync('groff', ['-man', '-Tutf8', `${MAN}${page}`], { encoding: 'utf8' })
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: ESC and backspace are what groff writes.
       .replace(/\x1b\[[0-9;]*m/g, '').replace(/.\x08/g, '');
     expect(text).toMatch(/NAME/);
     expect(text).toMatch(/SEE ALSO/);

@@ -28,7 +28,7 @@ const PREAMBLE_DECLS: Record<string, string> = {
 };
 
 /** One module per README block; `require` lines go to a CommonJS (.cts) module of their own. */
-export function readmeModules(readme: string): { name: string; text: string }[] {
+function readmeModules(readme: string): { name: string; text: string }[] {
   const out: { name: string; text: string }[] = [];
   let n = 0;
   for (const m of readme.matchAll(/```(js|ts)\n([\s\S]*?)```/g)) {

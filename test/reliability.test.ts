@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { LoopTransport, RdsError, RdsSocket, RdsStack, TcpTransport, constants, type PathStateEvent } from '../lib/index.js';
 import { FaultProxy, type CutKind, type Direction } from '../lib/testing/index.js';
-import { TEST_TCP_PORT, payload, timeout, until } from './helpers.js';
+import { TEST_TCP_PORT, payload, until } from './helpers.js';
 
 // Two nodes whose only TCP path runs through a fault-injecting proxy. A (…1) is the smaller
 // address and connects; the proxy dials B (…2) from A's address, so B sees A as its peer.
@@ -161,7 +161,7 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     await b.recv({ timeout: 5000 });
     await a.flush({ timeout: 5000 });
     a.sendmsg(Buffer.from('unread'), b.address());
-    await until(() => b.poll() & constants.POLLIN ? true : false, 'delivery');
+    await until(() => !!(b.poll() & constants.POLLIN ), 'delivery');
     // Delivered to B's socket but not read: still unacknowledged at A.
     await new Promise((r) => setTimeout(r, 100));
     const inFlight = (): number => A.connections()[0]!.paths.reduce((n, p) => n + p.retransQueue, 0);

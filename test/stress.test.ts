@@ -128,7 +128,7 @@ describe('rds-stress against an rds-tools peer', () => {
       const s = connect({ host: '127.150.5.2', port: 4840 });
       const ok = await new Promise<boolean>((res) => s.once('connect', () => res(true)).once('error', () => res(false)));
       if (ok) {
-        s.end('{"params":{"req":1024}}\n' + 'x'.repeat(40));
+        s.end(`{"params":{"req":1024}}\n${'x'.repeat(40)}`);
         break;
       }
       s.destroy();

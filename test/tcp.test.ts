@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
-import { RawConn, RawListener, rawConnect } from './raw-peer.js';
+import { RawListener, rawConnect } from './raw-peer.js';
 import { TEST_TCP_PORT, timeout, until } from './helpers.js';
 
 // Wire behaviour of the TCP transport, checked byte by byte against a raw peer that plays the
@@ -262,4 +262,3 @@ function wire_npaths(n: number): Uint8Array {
   return Uint8Array.of(constants.RDS_EXTHDR_NPATHS, 0, n);
 }
 
-export type { RawConn };

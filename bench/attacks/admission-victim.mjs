@@ -26,7 +26,7 @@ export async function victim(cfg) {
   setInterval(() => {
     const c = stack.counters.snapshot();
     const counters = Object.fromEntries(COUNTERS.filter((n) => n in c).map((n) => [n, c[n]]));
-    process.stdout.write(JSON.stringify({ t: Date.now(), rssMiB: +(process.memoryUsage().rss / 2 ** 20).toFixed(1), conns: stack.connections().length, dials, counters }) + '\n');
+    process.stdout.write(`${JSON.stringify({ t: Date.now(), rssMiB: +(process.memoryUsage().rss / 2 ** 20).toFixed(1), conns: stack.connections().length, dials, counters })}\n`);
   }, 200);
   process.stdout.write('ready\n');
   for (;;) {

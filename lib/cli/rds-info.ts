@@ -97,11 +97,11 @@ function print(info: Info, want: Set<string>): void {
       out.push(`${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)}`);
     }
   }
-  process.stdout.write(out.join('\n').replace(/^\n/, '') + '\n');
+  process.stdout.write(`${out.join('\n').replace(/^\n/, '')}\n`);
 }
 
 async function main(): Promise<number> {
-  let parsed;
+  let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(process.argv.slice(2), {
       '-c': 'flag', '-k': 'flag', '-n': 'flag', '-r': 'flag', '-s': 'flag', '-t': 'flag', '-T': 'flag', '-I': 'flag',

@@ -37,7 +37,7 @@ function sourceFor(dest: string): Promise<string> {
 }
 
 async function main(): Promise<number> {
-  let parsed;
+  let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(process.argv.slice(2), { '-c': 'value', '-i': 'value', '-I': 'value', '--tcp-port': 'value', '-h': 'flag', '--help': 'flag' });
   } catch (e) {

@@ -68,7 +68,7 @@ class ControlReader {
   private ended: string | null = null;
   private wake: (() => void) | null = null;
 
-  constructor(private readonly sock: Socket) {
+  constructor(readonly sock: Socket) {
     sock.on('data', (d: Buffer) => {
       this.buf = Buffer.concat([this.buf, d]);
       this.wake?.();

@@ -60,7 +60,7 @@ function v6Groups(a: string): number[] {
  * v4-mapped form, so string comparison orders addresses exactly as the kernel's rds_addr_cmp.
  */
 export function addressKey(a: string): string {
-  if (isIPv4(a)) return '00000000000000000000ffff' + v4ToU32(a).toString(16).padStart(8, '0');
+  if (isIPv4(a)) return `00000000000000000000ffff${v4ToU32(a).toString(16).padStart(8, '0')}`;
   return v6Groups(a).map((g) => g.toString(16).padStart(4, '0')).join('');
 }
 

@@ -83,7 +83,7 @@ export class ControlEndpoint {
         if (nl < 0) return;
         const req = buf.slice(0, nl).trim();
         const body = req === 'info' ? { pid: process.pid, ...(info() as object) } : { error: `unknown request ${JSON.stringify(req)}` };
-        c.end(JSON.stringify(body) + '\n');
+        c.end(`${JSON.stringify(body)}\n`);
       });
       c.on('error', () => {});
     });

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
-import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
+import { RdsSocket, type RdsStack, constants } from '../../lib/index.js';
 
 // Helpers shared by the interop test files.
 // Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3
