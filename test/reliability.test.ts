@@ -155,6 +155,17 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     expect(A.counters.get('recv_ack_frames') + A.counters.get('handshake_received')).toBeGreaterThan(0);
   });
 
+  it('a node with rdsAcks: false still answers the heartbeats it advertises (no idle reconnect loop)', async () => {
+    const { a, b, A, B } = await net({ a: { heartbeatIntervalMs: 50, heartbeatMissedLimit: 3 }, b: { rdsAcks: false } });
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    // Idle: A asks every 50 ms of silence and gives up after 150 ms without an answer.
+    const sent = A.counters.get('heartbeat_sent');
+    await until(() => A.counters.get('heartbeat_sent') >= sent + 12, 'heartbeats sent', 10_000);
+    expect(A.counters.get('heartbeat_timeout')).toBe(0);
+    expect(A.counters.get('conn_reset') + B.counters.get('conn_reset')).toBe(0);
+  });
+
   it('keeps a message until the peer application has taken it', async () => {
     const { a, b, A } = await net({ b: { ackDelayMaxMs: 60000 } });
     a.sendmsg(Buffer.from('first'), b.address());

@@ -719,7 +719,14 @@ export class RdsConnPath {
   }
 
   private flushAck(): void {
-    if (this.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
+    if (this.state !== RDS_CONN_UP) return;
+    if (!this.conn.ackMode || !this.acksAllowed) {
+      // No RDS-level acks on this path (rdsAcks: false, or not yet allowed), but we advertise
+      // heartbeats: answer one with a bare frame that acknowledges nothing, or the peer takes
+      // our silence for a dead link and drops the carrier every few intervals.
+      if (!this.ackInFlight && this.rx.takeForced()) this.sendAckFrame(0);
+      return;
+    }
     const wait = this.rx.advance(Date.now());
     if (wait >= 0 && Number.isFinite(wait) && this.ackTimer === null) {
       // An unread message holds the ack; acknowledge it as queued once it has waited long enough.

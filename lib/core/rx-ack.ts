@@ -187,6 +187,13 @@ export class RxAckTracker {
     return this.readPos > this.readSentPos;
   }
 
+  /** Whether a heartbeat asked for an answer since the last ack; clears the request. */
+  takeForced(): boolean {
+    const f = this.forced;
+    this.forced = false;
+    return f;
+  }
+
   markSent(): void {
     this.sentPos = this.ackPos;
     this.forced = false;
