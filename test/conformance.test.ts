@@ -9,7 +9,7 @@ const NET = 21;
 
 describe.each(KINDS)('conformance over %s', (kind) => {
   let pair: Pair | null = null;
-  let host = kind === 'tcp' ? 0 : 128;
+  let host = kind === 'tcp' ? 0 : kind === 'attached' ? 64 : 128;
   const open = async (): Promise<Pair> => (pair = await makePair(kind, NET, ++host));
   afterEach(async () => {
     await pair?.close();

@@ -12,7 +12,8 @@ export interface Pair {
   close(): Promise<void>;
 }
 
-export type TransportKind = 'tcp' | 'loopback' | 'ib';
+/** 'attached': TCP between two host nodes served in this process, each socket attached to its node over the control socket. */
+export type TransportKind = 'tcp' | 'loopback' | 'ib' | 'attached';
 
 /**
  * Two addresses of an RDMA device for IB pairs (test/ib/run.sh sets them inside the Soft-RoCE
@@ -20,8 +21,8 @@ export type TransportKind = 'tcp' | 'loopback' | 'ib';
  */
 export const IB_ADDRS = (process.env.RDS_IB_ADDRS ?? '').split(',').filter(Boolean);
 
-/** Transports the conformance suite runs over: RDS_CONFORMANCE_KINDS, default TCP and loopback. */
-export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback').split(',') as TransportKind[];
+/** Transports the conformance suite runs over: RDS_CONFORMANCE_KINDS, default TCP, loopback and attached (sockets in a host node). */
+export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback,attached').split(',') as TransportKind[];
 
 /**
  * Two bound sockets that talk over the given transport: for TCP and IB each lives in its own
@@ -29,6 +30,7 @@ export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loop
  * `net` is a per-test-file octet so files running in parallel never share an address.
  */
 export async function makePair(kind: TransportKind, net: number, host: number): Promise<Pair> {
+  if (kind === 'attached') return makeAttachedPair(net, host);
   // IB: one pair at a time on the device's two addresses (each test closes its stacks).
   const addrA = kind === 'ib' ? IB_ADDRS[0]! : `127.${net}.${host}.1`;
   const addrB = kind === 'ib' ? IB_ADDRS[1]! : `127.${net}.${host}.2`;
@@ -44,6 +46,41 @@ export async function makePair(kind: TransportKind, net: number, host: number): 
     async close() {
       await stackA.close();
       if (stackB !== stackA) await stackB.close();
+    },
+  };
+}
+
+let attachedSeq = 0;
+
+/**
+ * Like a TCP pair, but each socket lives in a host node (served by a stack of this process) and
+ * is attached to it over its control socket. stackA/stackB are the attached stacks (sockets made
+ * on them are attached too); their counters are their nodes' (an attached stack counts nothing).
+ */
+async function makeAttachedPair(net: number, host: number): Promise<Pair> {
+  const { mkdtempSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), `rds-attached-${process.pid}-${attachedSeq++}-`));
+  const nodeA = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  const nodeB = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  await nodeA.serve({ path: join(dir, 'a.sock') });
+  await nodeB.serve({ path: join(dir, 'b.sock') });
+  const stackA = await RdsStack.attach(join(dir, 'a.sock'));
+  const stackB = await RdsStack.attach(join(dir, 'b.sock'));
+  Object.defineProperty(stackA, 'counters', { value: nodeA.counters });
+  Object.defineProperty(stackB, 'counters', { value: nodeB.counters });
+  const a = new RdsSocket({ stack: stackA });
+  const b = new RdsSocket({ stack: stackB });
+  await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
+  await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
+  return {
+    a, b, stackA, stackB,
+    async close() {
+      await stackA.close();
+      await stackB.close();
+      await nodeA.close();
+      await nodeB.close();
     },
   };
 }

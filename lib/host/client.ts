@@ -200,7 +200,7 @@ const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_
  * socket. Synchronous calls (sendmsg, recvmsg, poll, getsockopt, setsockopt) answer from state
  * kept here: arguments are checked here with the same errors, the send budget (SO_SNDBUF)
  * counts bytes not yet handed to the node's socket, received messages wait here once the node
- * has read them from its socket (at most 2 MiB per socket; the rest stays queued in the node,
+ * has read them from its socket (at most SO_RCVBUF bytes per socket; the rest stays queued in the node,
  * where it counts against SO_RCVBUF and sets congestion as usual).
  */
 export class AttachedSocket extends RdsSocket {

@@ -1,7 +1,7 @@
 import { chmodSync, chownSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
-import { RDS_MAX_MSG_SIZE, SO_RDS_TRANSPORT, SO_SNDBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
+import { RDS_MAX_MSG_SIZE, SO_RDS_TRANSPORT, SO_RCVBUF, SO_SNDBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
 import { RdsError } from '../errors.js';
 import type { HostNodeHandle, ServeOptions } from '../core/host-hooks.js';
 import { RdsSocket } from '../core/socket.js';
@@ -16,8 +16,14 @@ import { defaultNodePath, pidFileOf } from './paths.js';
 export const MAX_SOCKETS_PER_CLIENT = 4096;
 /** Calls one client may have waiting for an answer (confirmations, flushes, binds). */
 export const MAX_OUTSTANDING_PER_CLIENT = 65536;
-/** Received bytes the node hands a client's socket before the client says it has read them. */
-export const RECV_WINDOW = 2 << 20;
+/**
+ * Received bytes the node hands a client's socket before the client says it has read them: the
+ * socket's SO_RCVBUF (as set), so unread messages beyond it stay queued in the node, where they
+ * make the port congested as the kernel would.
+ */
+function recvWindow(s: NodeSock): number {
+  return s.real.getsockopt(SOL_SOCKET, SO_RCVBUF) / 2;
+}
 /** A client not reading its control socket is dropped once this much is waiting to be written to it. */
 export const MAX_CLIENT_WRITE_BACKLOG = 256 << 20;
 
@@ -247,6 +253,7 @@ class Client {
           } else {
             if (typeof value !== 'number' && typeof value !== 'boolean') throw new ProtocolError('option value must be a number, boolean or address');
             s.real.setsockopt(level, name, value);
+            if (level === SOL_SOCKET && name === SO_RCVBUF) this.pump(s);
           }
           this.answer(f.id, null);
           return;
@@ -387,7 +394,8 @@ class Client {
   /** Moves received messages to the client while its window has room. */
   private pump(s: NodeSock): void {
     if (s.closed) return;
-    while (s.inflight < RECV_WINDOW) {
+    const window = recvWindow(s);
+    while (s.inflight < window) {
       const m = s.real.recvmsg();
       if (m === null) return;
       const meta: Record<string, unknown> = { a: m.address, p: m.port };
