@@ -694,9 +694,19 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     this.stack.counters.add(RDS_CTR.copy_to_user);
     this.rcvDelta(-msg.data.length);
     this.rxCharge(-(msg.data.length + RX_MSG_OVERHEAD));
-    if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
+    if (q.receipt !== null) {
+      if (this.holdReceipt !== null) this.holdReceipt(q.receipt);
+      else q.receipt.owner.consumed(q.receipt);
+    }
     return msg;
   }
+
+  /**
+   * Host node seam (lib/host): when set, recvmsg() hands each message's receipt here instead of
+   * telling the sender it was read; the host node does that once the attached application has.
+   * @internal
+   */
+  holdReceipt: ((r: Receipt) => void) | null = null;
 
   /** Up to RDS_MAX_ZCOOKIES completions, oldest first. @internal */
   private takeZcookies(): number[] {

@@ -214,6 +214,7 @@ export class AttachedSocket extends RdsSocket {
   readonly #rx = new Fifo<RdsMessage>();
   #credit = 0;
   #creditQueued = false;
+  #creditMsgs = 0;
   #sndBytes = 0;
   #unhanded = 0;
   #full = false;
@@ -471,17 +472,20 @@ export class AttachedSocket extends RdsSocket {
   }
 
   #giveCredit(n: number): void {
-    if (this.#dead !== null || n === 0) return;
+    if (this.#dead !== null) return;
     if (!this.#creditQueued) {
       this.#creditQueued = true;
       this.#link.writer.beforeFlush(() => {
         this.#creditQueued = false;
         const c = this.#credit;
+        const k = this.#creditMsgs;
         this.#credit = 0;
-        if (!this.#closed) this.#link.write(encodeFrame(C_CREDIT, this.#sid, 0, { n: c }));
+        this.#creditMsgs = 0;
+        if (!this.#closed) this.#link.write(encodeFrame(C_CREDIT, this.#sid, 0, { n: c, k }));
       });
     }
     this.#credit += n;
+    this.#creditMsgs++;
   }
 
   override async recv(opts: WaitOptions = {}): Promise<RdsMessage> {

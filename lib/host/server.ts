@@ -5,7 +5,9 @@ import { RDS_MAX_MSG_SIZE, SO_RDS_TRANSPORT, SO_RCVBUF, SO_SNDBUF, SOL_RDS, SOL_
 import { RdsError } from '../errors.js';
 import type { HostNodeHandle, ServeOptions } from '../core/host-hooks.js';
 import { RdsSocket } from '../core/socket.js';
-import type { RdsStack } from '../core/stack.js';
+import type { RdsStack, Receipt } from '../core/stack.js';
+import { Fifo } from '../core/fifo.js';
+import { RX_DISCARDED } from '../core/rx-ack.js';
 import {
   C_ABORT, C_CREDIT, C_HELLO, C_REQ, C_SEND, encodeFrame, type Frame, FrameParser, FrameWriter, N_EVENT, N_MSG, N_RESP,
   N_SENT, N_WELCOME, num, PROTOCOL_VERSION, ProtocolError, str,
@@ -51,6 +53,10 @@ interface NodeSock {
   sentAcc: number;
   /** Messages handed since the last SENT frame. */
   sentMsgs: number;
+  /** Receipts of messages handed to the client, oldest first: the sender hears they were read once the client says so. */
+  held: Fifo<Receipt | null>;
+  /** The receipt of the message recvmsg() just returned, if it had one. */
+  takeReceipt: () => Receipt | null;
   bound: string;
 }
 
@@ -133,6 +139,8 @@ class Client {
 
   private closeSock(s: NodeSock): void {
     s.closed = true;
+    // Handed to the client but not read: discarded, as close() discards unread messages.
+    for (const r of s.held.drain()) if (r) r.owner.consumed(r, RX_DISCARDED);
     for (const it of s.backlog) it.ac?.abort();
     s.backlog = [];
     s.backlogBytes = 0;
@@ -181,8 +189,14 @@ class Client {
         const s = this.sockets.get(f.sock);
         if (s === undefined) return; // closed meanwhile
         const n = num(f.meta.n, 'n');
-        if (n < 0 || n > s.inflight) throw new ProtocolError('credit for more than was delivered');
+        const k = num(f.meta.k, 'k');
+        if (n < 0 || n > s.inflight || k < 0 || k > s.held.length) throw new ProtocolError('credit for more than was delivered');
         s.inflight -= n;
+        // The application has read these: now the senders may hear so (send({ confirm })).
+        for (let i = 0; i < k; i++) {
+          const r = s.held.shift();
+          if (r) r.owner.consumed(r);
+        }
         this.pump(s);
         return;
       }
@@ -217,9 +231,16 @@ class Client {
           if (this.sockets.size >= MAX_SOCKETS_PER_CLIENT) throw new RdsError('ENOBUFS', `at most ${MAX_SOCKETS_PER_CLIENT} sockets per attached process`);
           const real = new RdsSocket({ stack: this.node.stack });
           const s: NodeSock = {
-            id: f.sock, real, backlog: [], backlogBytes: 0, running: false, closed: false, inflight: 0, sentAcc: 0, sentMsgs: 0, bound: '',
+            id: f.sock, real, backlog: [], backlogBytes: 0, running: false, closed: false, inflight: 0, sentAcc: 0, sentMsgs: 0, held: new Fifo(), takeReceipt: () => null, bound: '',
           };
           this.sockets.set(f.sock, s);
+          let last: Receipt | null = null;
+          real.holdReceipt = (r) => (last = r);
+          s.takeReceipt = () => {
+            const r = last;
+            last = null;
+            return r;
+          };
           real.on('readable', () => this.pump(s));
           real.on('peer-down', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-down', ...ev }));
           real.on('peer-up', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-up', ...ev }));
@@ -403,6 +424,7 @@ class Client {
       if (m.zcopyCompletions !== undefined) meta.zc = m.zcopyCompletions;
       if (m.congestionUpdate !== undefined) meta.cu = m.congestionUpdate.toString();
       s.inflight += m.data.length;
+      s.held.push(s.takeReceipt());
       this.send(N_MSG, s.id, 0, meta, m.data);
     }
   }
