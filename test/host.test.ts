@@ -158,6 +158,25 @@ describe('host node', () => {
     await c.close();
   });
 
+  it('send({ confirm }) to an attached socket resolves once the application has read it, not when the node has; unread at close is ECONNRESET', async () => {
+    const { path } = await serve();
+    const attached = await RdsStack.attach(path);
+    const b = new RdsSocket({ stack: attached });
+    await b.bind({ address: '127.150.7.2', port: 5000 });
+    const a = await peerSocket('127.150.7.1');
+    // Not read: the node has it (handed to the client), the application has not.
+    await expect(a.send(Buffer.from('one'), b.address(), { confirm: true, timeout: 500 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    const two = a.send(Buffer.from('two'), b.address(), { confirm: true, timeout: 5000 });
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('one');
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('two');
+    await two;
+    const three = a.send(Buffer.from('three'), b.address(), { confirm: true, timeout: 5000 });
+    await until(() => b.poll() !== constants.POLLOUT + constants.POLLWRNORM, 'three to reach the client');
+    await b.close();
+    await expect(three).rejects.toMatchObject({ code: 'ECONNRESET' });
+    await attached.close();
+  });
+
   it('rds-socketd killed and started again: traffic resumes, no message confirmed to the sender is lost', async () => {
     const path = tmpPath();
     const startDaemon = async (): Promise<ChildProcess> => {
