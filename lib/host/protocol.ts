@@ -96,23 +96,24 @@ export class FrameParser {
 
   private peekLength(): number {
     if (this.chunks[0]!.length >= 4) return this.chunks[0]!.readUInt32BE(0);
-    const b = Buffer.concat(this.chunks);
-    this.chunks = [b];
-    return b.readUInt32BE(0);
+    return this.gather(4).readUInt32BE(0);
+  }
+
+  /** Joins just enough leading chunks that the first holds `n` bytes (never the whole backlog). */
+  private gather(n: number): Buffer {
+    let len = 0;
+    let k = 0;
+    while (len < n) len += this.chunks[k++]!.length;
+    const joined = Buffer.concat(this.chunks.slice(0, k), len);
+    this.chunks.splice(0, k, joined);
+    return joined;
   }
 
   private take(n: number): Buffer {
-    let b: Buffer;
-    if (this.chunks[0]!.length >= n) {
-      b = this.chunks[0]!.subarray(0, n);
-      const rest = this.chunks[0]!.subarray(n);
-      if (rest.length === 0) this.chunks.shift();
-      else this.chunks[0] = rest;
-    } else {
-      const all = Buffer.concat(this.chunks);
-      b = all.subarray(0, n);
-      this.chunks = all.length > n ? [all.subarray(n)] : [];
-    }
+    const first = this.chunks[0]!.length >= n ? this.chunks[0]! : this.gather(n);
+    const b = first.subarray(0, n);
+    if (first.length === n) this.chunks.shift();
+    else this.chunks[0] = first.subarray(n);
     this.buffered -= n;
     return b;
   }
@@ -144,6 +145,11 @@ export class FrameWriter {
 
   constructor(private readonly sink: (parts: Buffer[]) => void) {}
 
+  private readonly tick = (): void => {
+    this.scheduled = false;
+    this.flush();
+  };
+
   get pendingBytes(): number {
     return this.bytes;
   }
@@ -155,7 +161,7 @@ export class FrameWriter {
     }
     if (!this.scheduled) {
       this.scheduled = true;
-      setImmediate(() => this.flush());
+      setImmediate(this.tick);
     }
   }
 
@@ -164,12 +170,11 @@ export class FrameWriter {
     this.onFlush.push(fn);
     if (!this.scheduled) {
       this.scheduled = true;
-      setImmediate(() => this.flush());
+      setImmediate(this.tick);
     }
   }
 
   flush(): void {
-    this.scheduled = false;
     if (this.onFlush.length > 0) {
       const fns = this.onFlush;
       this.onFlush = [];
