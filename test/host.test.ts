@@ -8,11 +8,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { AttachedSocket } from '../lib/host/index.js';
 import { C_HELLO, C_REQ, C_SEND, encodeFrame, FrameParser, N_MSG, N_RESP, PROTOCOL_VERSION } from '../lib/host/protocol.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { runNode, TEST_TCP_PORT, until } from './helpers.js';
 
 // The host node (issue 21). Addresses 127.150.2-9.x.
 const WORKER = fileURLToPath(new URL('./fixtures/host-worker.mjs', import.meta.url));
 const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
+const RDS_INFO = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
 
 const cleanup: (() => unknown)[] = [];
 afterEach(async () => {
@@ -97,6 +98,10 @@ describe('host node', () => {
     await expect(new RdsSocket({ stack }).bind({ address: '127.150.2.1', port: 7000 })).rejects.toMatchObject({ code: 'EADDRINUSE' });
     await echoes(peer, { address: '127.150.2.1', port: 7000 }, 1000);
     expect(node.clients().some((c) => c.pid === w.child.pid && c.sockets.some((s) => s.bound === '127.150.2.1:7000'))).toBe(true);
+    // rds-info asks the host node like any node, and sees every process's sockets with their pid.
+    const info = await runNode([RDS_INFO, '--socket', path, '-k'], 20000);
+    expect(info.code).toBe(0);
+    expect(info.out).toMatch(new RegExp(`127\\.150\\.2\\.1\\s+7000 .* ${w.child.pid}\\s*$`, 'm'));
     w.child.kill('SIGKILL');
     await until(() => !node.clients().some((c) => c.pid === w.child.pid), 'the node to notice the client died');
     await mine.bind({ address: '127.150.2.1', port: 7000 });

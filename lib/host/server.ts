@@ -80,6 +80,7 @@ class Client {
   readonly sockets = new Map<number, NodeSock>();
   private outstanding = 0;
   private gone = false;
+  private infoAsked = false;
 
   constructor(private readonly node: HostNode, private readonly conn: Socket) {
     this.writer = new FrameWriter((parts) => {
@@ -94,6 +95,14 @@ class Client {
     });
     conn.on('data', (chunk: Buffer) => {
       if (this.gone) return;
+      // rds-info speaks its line protocol to every control socket it finds, this one included.
+      if (!this.hello && !this.infoAsked && chunk.length >= 5 && chunk.toString('latin1', 0, 5) === 'info\n') {
+        this.infoAsked = true;
+        this.gone = true;
+        this.node.forget(this);
+        conn.end(`${JSON.stringify(this.node.info())}\n`);
+        return;
+      }
       try {
         for (const f of this.parser.push(chunk)) {
           this.frame(f);
@@ -114,6 +123,11 @@ class Client {
 
   sockCount(): { id: number; bound: string }[] {
     return [...this.sockets.values()].map((s) => ({ id: s.id, bound: s.bound }));
+  }
+
+  /** The node-side sockets of this client (for rds-info's pid column). */
+  realSockets(): RdsSocket[] {
+    return [...this.sockets.values()].map((s) => s.real);
   }
 
   /** Ends this client: its sockets close at once (ports released, unacknowledged messages discarded). */
@@ -483,6 +497,19 @@ export class HostNode implements HostNodeHandle {
 
   clients(): { id: number; pid: number; sockets: { id: number; bound: string }[] }[] {
     return [...this.clientSet].map((c) => ({ id: c.id, pid: c.pid, sockets: c.sockCount() }));
+  }
+
+  /** What rds-info shows: the stack's info, each socket with the pid of the process it belongs to. */
+  info(): unknown {
+    const pidOf = new Map<number, number>();
+    for (const c of this.clientSet) for (const r of c.realSockets()) pidOf.set(r.info().inode, c.pid);
+    const info = this.stack.info();
+    return {
+      pid: process.pid,
+      ...info,
+      sockets: info.sockets.map((s) => ({ ...s, pid: pidOf.get(s.inode) ?? process.pid })),
+      hostNode: { path: this.path, clients: this.clients(), counters: this.counters },
+    };
   }
 
   async close(): Promise<void> {
