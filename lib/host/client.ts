@@ -12,7 +12,7 @@ import { RdsSocket, type RdsData, type RdsSocketOptions, type SendmsgOptions, ty
 import { RdsStack, type RdsMessage } from '../core/stack.js';
 import {
   C_ABORT, C_CREDIT, C_HELLO, C_REQ, C_SEND, encodeFrame, type Frame, FrameParser, FrameWriter, N_EVENT, N_MSG, N_RESP, N_SENT,
-  N_WELCOME, PROTOCOL_VERSION, ProtocolError,
+  N_WELCOME, writeBatch, PROTOCOL_VERSION, ProtocolError,
 } from './protocol.js';
 import { defaultNodePath } from './paths.js';
 
@@ -48,9 +48,7 @@ class NodeLink {
     this.conn = connect(path);
     this.writer = new FrameWriter((parts) => {
       if (this.downError !== null) return;
-      this.conn.cork();
-      for (const p of parts) this.conn.write(p);
-      this.conn.uncork();
+      writeBatch(this.conn, parts);
     });
     this.writer.write(encodeFrame(C_HELLO, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid }));
     this.writer.flush();

@@ -188,6 +188,23 @@ export class FrameWriter {
   }
 }
 
+/**
+ * Writes one turn's frames. Small frames (headers, metas, small payloads) are joined into one
+ * buffer: one copy is cheaper than a writev of thousands of tiny buffers; large payloads are
+ * written as they are.
+ */
+export function writeBatch(conn: { write(b: Buffer): boolean; cork(): void; uncork(): void }, parts: Buffer[]): void {
+  let total = 0;
+  for (const p of parts) total += p.length;
+  if (total <= 1 << 20 && parts.length > 1) {
+    conn.write(Buffer.concat(parts, total));
+    return;
+  }
+  conn.cork();
+  for (const p of parts) conn.write(p);
+  conn.uncork();
+}
+
 /** An error as carried in meta. */
 export interface WireError {
   code: string;

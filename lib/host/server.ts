@@ -10,7 +10,7 @@ import { Fifo } from '../core/fifo.js';
 import { RX_DISCARDED } from '../core/rx-ack.js';
 import {
   C_ABORT, C_CREDIT, C_HELLO, C_REQ, C_SEND, encodeFrame, type Frame, FrameParser, FrameWriter, N_EVENT, N_MSG, N_RESP,
-  N_SENT, N_WELCOME, num, PROTOCOL_VERSION, ProtocolError, str,
+  N_SENT, N_WELCOME, writeBatch, num, PROTOCOL_VERSION, ProtocolError, str,
 } from './protocol.js';
 import { defaultNodePath, pidFileOf } from './paths.js';
 
@@ -89,9 +89,7 @@ class Client {
         this.drop('it does not read its control socket');
         return;
       }
-      conn.cork();
-      for (const p of parts) conn.write(p);
-      conn.uncork();
+      writeBatch(conn, parts);
     });
     conn.on('data', (chunk: Buffer) => {
       if (this.gone) return;
