@@ -5,8 +5,8 @@
 // 127.150.200.1 / .2; "in-process": each process its own embedded node on those addresses.
 // 1 KiB and 64 KiB one-way throughput, 64 B round trip p50/p99; prints ratios and one
 // met / not met line per target of the issue.
-import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -34,8 +34,9 @@ async function open(cfg, address, port) {
 
 async function peer(r, cfg) {
   const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
-  const s = await open(cfg, r === 'sender' ? A : B, r === 'sender' ? 4000 : 5000);
-  const to = { address: r === 'sender' ? B : A, port: r === 'sender' ? 5000 : 4000 };
+  const idx = cfg.idx ?? 0;
+  const s = await open(cfg, r === 'sender' ? A : B, (r === 'sender' ? 4000 : 5000) + idx);
+  const to = { address: r === 'sender' ? B : A, port: (r === 'sender' ? 5000 : 4000) + idx };
   if (cfg.test === 'rtt') {
     if (r === 'receiver') {
       out({ ready: true });
@@ -132,6 +133,47 @@ async function once(mode, test, size, ms) {
   return r;
 }
 
+/** CPU seconds a process has used (utime + stime from /proc). */
+function cpuOf(pid) {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** 8 sender processes on A to 8 receiver processes on B, attached to a host node each. */
+async function fanout(ms) {
+  const dir = mkdtempSync(join(tmpdir(), 'rds-bench-fanout-'));
+  const nodes = ['a', 'b'].map((n) => join(dir, `${n}.sock`));
+  const daemons = nodes.map((path) => run([DAEMON, '--path', path, '--tcp-port', String(TCP_PORT), '--quiet']));
+  for (let i = 0; i < 200; i++) {
+    try { await (await RdsStack.attach(nodes[0])).close(); await (await RdsStack.attach(nodes[1])).close(); break; } catch { await new Promise((r) => setTimeout(r, 25)); }
+  }
+  const procs = [...daemons];
+  const rxs = [];
+  for (let i = 0; i < 8; i++) {
+    const rx = run([SELF, 'receiver', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[1] })]);
+    procs.push(rx);
+    rxs.push(rx);
+  }
+  for (const rx of rxs) await rx.next((l) => l.ready);
+  const cpu0 = daemons.map((d) => cpuOf(d.p.pid));
+  const t0 = performance.now();
+  for (let i = 0; i < 8; i++) procs.push(run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[0] })]));
+  const rates = await Promise.all(rxs.map((rx) => rx.next((l) => l.mibPerSec !== undefined)));
+  const secs = (performance.now() - t0) / 1000;
+  const cpu = daemons.map((d, i) => (cpuOf(d.p.pid) - cpu0[i]) / secs);
+  let tcp = NaN;
+  try {
+    const out = execFileSync('ss', ['-tn', 'state', 'established'], { encoding: 'utf8' });
+    tcp = out.split('\n').filter((l) => l.includes(`${A}:`) && l.includes(`${B}:`) && l.includes(`:${TCP_PORT}`)).length / 2;
+  } catch { /* no ss */ }
+  for (const p of procs) p.kill();
+  return { mibPerSec: rates.reduce((a, r) => a + r.mibPerSec, 0), cpu, tcp };
+}
+
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
@@ -147,6 +189,8 @@ async function main() {
       for (const mode of ['in-process', 'attached']) res[`${name} ${mode}`].push(await once(mode, test, size, ms));
     }
   }
+  const fan = [];
+  for (let i = 0; i < runs; i++) fan.push(await fanout(ms));
   const tput = (k) => median(res[k].map((r) => r.mibPerSec));
   const lat = (k, q) => median(res[k].map((r) => r[q]));
   console.log(`attached vs in-process, ${runs} run(s) each, medians`);
@@ -164,6 +208,12 @@ async function main() {
     ['round trip p50 attached <= in-process + 30 us', rows[2][2] - rows[2][1], '<= +30 us', rows[2][2] <= rows[2][1] + 30],
     ['round trip p99 attached <= 1.5x in-process', rows[3][2] / rows[3][1], '<= 1.5x', rows[3][2] <= 1.5 * rows[3][1]],
   ];
+  const fanMib = median(fan.map((f) => f.mibPerSec));
+  const onePair = rows[0][1];
+  const f0 = fan[fan.length - 1];
+  console.log(`\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}`);
+  targets.push(['8+8 processes total >= 0.6x one in-process pair', fanMib / onePair, '>= 0.6x', fanMib >= 0.6 * onePair]);
+  targets.push(['8+8 processes: npaths (8) TCP connections', f0.tcp, '== 8', f0.tcp === 8]);
   console.log('\ntargets');
   for (const [n, f, t, met] of targets) console.log(`${n.padEnd(50)}${f.toFixed(2).padEnd(10)}target ${t.padEnd(10)}${met ? 'met' : 'not met'}`);
   process.exit(0);
