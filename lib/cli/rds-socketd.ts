@@ -23,16 +23,14 @@ const USAGE = `usage: rds-socketd [options]
   -h, --help         this text`;
 
 async function main(): Promise<number> {
-  let values;
+  const options = {
+    path: { type: 'string' }, group: { type: 'string' }, mode: { type: 'string' },
+    address: { type: 'string', multiple: true }, 'tcp-port': { type: 'string' }, npaths: { type: 'string' },
+    'allow-peers': { type: 'string' }, quiet: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+  } as const;
+  let values: ReturnType<typeof parseArgs<{ options: typeof options; strict: true }>>['values'];
   try {
-    ({ values } = parseArgs({
-      options: {
-        path: { type: 'string' }, group: { type: 'string' }, mode: { type: 'string' },
-        address: { type: 'string', multiple: true }, 'tcp-port': { type: 'string' }, npaths: { type: 'string' },
-        'allow-peers': { type: 'string' }, quiet: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-    }));
+    ({ values } = parseArgs({ options, strict: true }));
   } catch (e) {
     console.error(`rds-socketd: ${(e as Error).message}\n${USAGE}`);
     return 2;
