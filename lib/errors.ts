@@ -4,7 +4,7 @@ export type RdsErrorCode =
   | 'EINVAL' | 'ENOTCONN' | 'EMSGSIZE' | 'EAGAIN' | 'ENOBUFS' | 'EADDRINUSE' | 'EADDRNOTAVAIL'
   | 'EDESTADDRREQ' | 'ENOPROTOOPT' | 'EOPNOTSUPP' | 'EBADF' | 'ETIMEDOUT' | 'ECANCELED'
   | 'EAFNOSUPPORT' | 'EPROTO' | 'ECONNRESET' | 'ENOSPC' | 'EPERM' | 'ENODEV' | 'EHOSTUNREACH'
-  | 'ECONNREFUSED';
+  | 'ECONNREFUSED' | 'ENETDOWN';
 
 const errnos = osConstants.errno as Record<string, number>;
 

@@ -3,6 +3,7 @@ import { RdsStack } from './core/stack.js';
 import { LoopTransport } from './transports/loop.js';
 import { TcpTransport } from './transports/tcp.js';
 import { IbTransport } from './transports/ib.js';
+import './host/index.js';
 
 // The core never imports a transport; the package entry point decides which ones a stack gets.
 // TCP comes first, so sockets use it unless they ask for InfiniBand (SO_RDS_TRANSPORT / transport: 'ib');
@@ -25,3 +26,5 @@ export { TcpTransport, type TcpTransportOptions } from './transports/tcp.js';
 export { LoopTransport } from './transports/loop.js';
 export { IbTransport, type IbTransportOptions } from './transports/ib.js';
 export * as wire from './wire/index.js';
+export type { ServeOptions, HostNodeHandle } from './core/host-hooks.js';
+export { defaultNodePath } from './host/paths.js';

@@ -12,7 +12,11 @@ export interface Pair {
   close(): Promise<void>;
 }
 
-export type TransportKind = 'tcp' | 'loopback' | 'ib';
+/**
+ * 'attached': TCP between two host nodes served in this process, each socket attached to its node
+ * over the control socket. 'attached-process': the same with each node an rds-socketd process.
+ */
+export type TransportKind = 'tcp' | 'loopback' | 'ib' | 'attached' | 'attached-process';
 
 /**
  * Two addresses of an RDMA device for IB pairs (test/ib/run.sh sets them inside the Soft-RoCE
@@ -20,8 +24,8 @@ export type TransportKind = 'tcp' | 'loopback' | 'ib';
  */
 export const IB_ADDRS = (process.env.RDS_IB_ADDRS ?? '').split(',').filter(Boolean);
 
-/** Transports the conformance suite runs over: RDS_CONFORMANCE_KINDS, default TCP and loopback. */
-export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback').split(',') as TransportKind[];
+/** Transports the conformance suite runs over: RDS_CONFORMANCE_KINDS, default TCP, loopback, attached (sockets in a host node of this process) and attached-process (in rds-socketd processes). */
+export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback,attached,attached-process').split(',') as TransportKind[];
 
 /**
  * Two bound sockets that talk over the given transport: for TCP and IB each lives in its own
@@ -29,6 +33,8 @@ export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loop
  * `net` is a per-test-file octet so files running in parallel never share an address.
  */
 export async function makePair(kind: TransportKind, net: number, host: number): Promise<Pair> {
+  if (kind === 'attached') return makeAttachedPair(net, host);
+  if (kind === 'attached-process') return makeDaemonPair(net, host);
   // IB: one pair at a time on the device's two addresses (each test closes its stacks).
   const addrA = kind === 'ib' ? IB_ADDRS[0]! : `127.${net}.${host}.1`;
   const addrB = kind === 'ib' ? IB_ADDRS[1]! : `127.${net}.${host}.2`;
@@ -44,6 +50,93 @@ export async function makePair(kind: TransportKind, net: number, host: number): 
     async close() {
       await stackA.close();
       if (stackB !== stackA) await stackB.close();
+    },
+  };
+}
+
+let attachedSeq = 0;
+
+/**
+ * Like a TCP pair, but each socket lives in a host node (served by a stack of this process) and
+ * is attached to it over its control socket. stackA/stackB are the attached stacks (sockets made
+ * on them are attached too); their counters are their nodes' (an attached stack counts nothing).
+ */
+async function makeAttachedPair(net: number, host: number): Promise<Pair> {
+  const { mkdtempSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), `rds-attached-${process.pid}-${attachedSeq++}-`));
+  const nodeA = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  const nodeB = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  await nodeA.serve({ path: join(dir, 'a.sock') });
+  await nodeB.serve({ path: join(dir, 'b.sock') });
+  const stackA = await RdsStack.attach(join(dir, 'a.sock'));
+  const stackB = await RdsStack.attach(join(dir, 'b.sock'));
+  Object.defineProperty(stackA, 'counters', { value: nodeA.counters });
+  Object.defineProperty(stackB, 'counters', { value: nodeB.counters });
+  const a = new RdsSocket({ stack: stackA });
+  const b = new RdsSocket({ stack: stackB });
+  await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
+  await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
+  return {
+    a, b, stackA, stackB,
+    async close() {
+      await stackA.close();
+      await stackB.close();
+      await nodeA.close();
+      await nodeB.close();
+    },
+  };
+}
+
+/**
+ * Two rds-socketd processes (the compiled bin), each socket of the pair attached to one. Counters
+ * are read from the daemon synchronously with rds-info --json, so the suite's counter checks run
+ * unchanged.
+ */
+async function makeDaemonPair(net: number, host: number): Promise<Pair> {
+  const { existsSync, mkdtempSync, readFileSync } = await import('node:fs');
+  const { execFileSync } = await import('node:child_process');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { fileURLToPath } = await import('node:url');
+  const daemon = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
+  const rdsInfo = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
+  const dir = mkdtempSync(join(tmpdir(), `rds-attached-proc-${process.pid}-${attachedSeq++}-`));
+  const procs = ['a', 'b'].map((n) => spawn(process.execPath, [daemon, '--path', join(dir, `${n}.sock`), '--tcp-port', String(TEST_TCP_PORT), '--quiet'], { stdio: 'ignore' }));
+  const serving = (n: string, pid: number | undefined): boolean => {
+    try {
+      return existsSync(join(dir, `${n}.sock`)) && readFileSync(join(dir, `${n}.sock.pid`), 'utf8').trim() === String(pid);
+    } catch {
+      return false;
+    }
+  };
+  await until(() => serving('a', procs[0]!.pid) && serving('b', procs[1]!.pid), 'rds-socketd to serve');
+  const stackA = await RdsStack.attach(join(dir, 'a.sock'));
+  const stackB = await RdsStack.attach(join(dir, 'b.sock'));
+  for (const [st, n] of [[stackA, 'a'], [stackB, 'b']] as const) {
+    const counters = {
+      get: (name: string): number => {
+        const out = execFileSync(process.execPath, [rdsInfo, '--socket', join(dir, `${n}.sock`), '--json', '-c'], { encoding: 'utf8' });
+        return (JSON.parse(out) as { counters: Record<string, number> }).counters[name] ?? 0;
+      },
+    };
+    Object.defineProperty(st, 'counters', { value: counters });
+  }
+  const a = new RdsSocket({ stack: stackA });
+  const b = new RdsSocket({ stack: stackB });
+  await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
+  await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
+  return {
+    a, b, stackA, stackB,
+    async close() {
+      await stackA.close();
+      await stackB.close();
+      for (const p of procs) {
+        const gone = new Promise((r) => p.once('exit', r));
+        p.kill('SIGTERM');
+        await gone;
+      }
     },
   };
 }

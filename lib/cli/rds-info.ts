@@ -7,6 +7,7 @@
  */
 import { connect } from 'node:net';
 import { controlDir, listControlSockets, removeStaleControlSockets } from '../core/control.js';
+import { defaultNodePath, nodeSeemsAlive } from '../host/paths.js';
 import { l, parseFlags, r } from './format.js';
 
 interface Msg { localAddress: string; localPort: number; peerAddress: string; peerPort: number; seq: number; bytes: number }
@@ -54,9 +55,12 @@ function print(info: Info, want: Set<string>): void {
     for (const [k, v] of Object.entries(info.counters)) out.push(`${r(k, 25)} ${r(v, 16)}`);
   }
   if (all || want.has('-k')) {
-    out.push('\nRDS Sockets:', `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}`);
+    // A host node's sockets belong to the processes attached to it: it names each one's pid.
+    const pids = info.sockets.some((s) => (s as { pid?: number }).pid !== undefined);
+    out.push('\nRDS Sockets:', `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}${pids ? ` ${r('Pid', 8)}` : ''}`);
     for (const s of info.sockets) {
-      out.push(`${r(s.boundAddress, 15)} ${r(s.boundPort, 5)} ${r(s.connectedAddress, 15)} ${r(s.connectedPort, 5)} ${r(s.sndbuf, 10)} ${r(s.rcvbuf, 10)} ${r(s.inode, 8)}`);
+      const pid = pids ? ` ${r((s as { pid?: number }).pid ?? '', 8)}` : '';
+      out.push(`${r(s.boundAddress, 15)} ${r(s.boundPort, 5)} ${r(s.connectedAddress, 15)} ${r(s.connectedPort, 5)} ${r(s.sndbuf, 10)} ${r(s.rcvbuf, 10)} ${r(s.inode, 8)}${pid}`);
     }
   }
   if (all || want.has('-n')) {
@@ -118,6 +122,9 @@ async function main(): Promise<number> {
   }
   if (typeof opts['--socket'] !== 'string') removeStaleControlSockets();
   let paths = typeof opts['--socket'] === 'string' ? [opts['--socket']] : listControlSockets();
+  // The host node (rds-socketd) may live outside the control directory (/run/rds-socket for root).
+  const hostNode = defaultNodePath();
+  if (typeof opts['--socket'] !== 'string' && !paths.includes(hostNode) && nodeSeemsAlive(hostNode)) paths.push(hostNode);
   if (typeof opts['-p'] === 'string') paths = paths.filter((p) => p.split('/').pop()!.startsWith(`${opts['-p']}.`));
   if (paths.length === 0) {
     console.error(`rds-info: no rds-socket node found in ${controlDir()}. ${HOW_TO_OPEN}`);

@@ -22,6 +22,7 @@ import type { PeerEvent, PeerState } from './peer-state.js';
 import { SendTimeout } from './send-timeout.js';
 import { budgetReport } from './send-report.js';
 import { RX_DISCARDED } from './rx-ack.js';
+import { hostHooks } from './host-hooks.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -113,7 +114,7 @@ type Waiter = { wake: () => void };
 // Not `implements BoundSocket, SendOwner`: those are internal interfaces, left out of the
 // published declarations (stripInternal); the stack and paths check the shape where they take a socket.
 export class RdsSocket extends EventEmitter<RdsSocketEvents> {
-  readonly stack: RdsStack;
+  readonly stack!: RdsStack;
   /** @internal */ private transportType: number = RDS_TRANS_NONE;
   /** @internal */ private transport: RdsTransport | null = null;
   /** @internal */ private bound: RdsAddress | null = null;
@@ -162,6 +163,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   constructor(opts: RdsSocketOptions = {}) {
     super();
     if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'options must be an object');
+    // Host node seam (lib/host): a socket of an attached stack, or of the default stack while a
+    // host node answers, is an AttachedSocket (a subclass) talking to that node.
+    if (new.target === RdsSocket && hostHooks.socket !== null) {
+      const attached = hostHooks.socket(opts);
+      if (attached !== null) return attached;
+    }
     this.stack = opts.stack ?? RdsStack.default();
     if (!(this.stack instanceof RdsStack)) throw new RdsError('EINVAL', 'options.stack must be an RdsStack');
     if (opts.transport !== undefined) {
@@ -687,9 +694,19 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     this.stack.counters.add(RDS_CTR.copy_to_user);
     this.rcvDelta(-msg.data.length);
     this.rxCharge(-(msg.data.length + RX_MSG_OVERHEAD));
-    if (q.receipt !== null) q.receipt.owner.consumed(q.receipt);
+    if (q.receipt !== null) {
+      if (this.holdReceipt !== null) this.holdReceipt(q.receipt);
+      else q.receipt.owner.consumed(q.receipt);
+    }
     return msg;
   }
+
+  /**
+   * Host node seam (lib/host): when set, recvmsg() hands each message's receipt here instead of
+   * telling the sender it was read; the host node does that once the attached application has.
+   * @internal
+   */
+  holdReceipt: ((r: Receipt) => void) | null = null;
 
   /** Up to RDS_MAX_ZCOOKIES completions, oldest first. @internal */
   private takeZcookies(): number[] {

@@ -1,4 +1,5 @@
 import { randomInt } from 'node:crypto';
+import { hostHooks, type HostNodeHandle, type ServeOptions } from './host-hooks.js';
 import { EventEmitter } from 'eventemitter3';
 import { RDS_MPATH_WORKERS, RDS_TRANS_LOOP } from '../constants.js';
 import { RdsError } from '../errors.js';
@@ -87,6 +88,24 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
     return RdsStack.defaultStack;
   }
+
+  /**
+   * Hosts this stack as the node for every process and thread of the host: they attach through a
+   * Unix socket (see README, "Processes, threads and the host node").
+   */
+  serve(opts: ServeOptions = {}): Promise<HostNodeHandle> {
+    if (hostHooks.serve === null) throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
+    return hostHooks.serve(this, opts);
+  }
+
+  /** A stack whose sockets live in the host node at `path` (default: $RDS_SOCKET_NODE or the default node path). */
+  static attach(path?: string): Promise<RdsStack> {
+    if (hostHooks.attach === null) throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
+    return hostHooks.attach(path);
+  }
+
+  /** The node being served by serve(), closed with the stack. @internal */
+  hostNode: HostNodeHandle | null = null;
 
   constructor(opts: RdsStackOptions = {}) {
     super();
@@ -407,6 +426,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    await this.hostNode?.close();
     this.peerTable.close();
     await Promise.all(this.sockets().map((s) => s.close()));
     this.rxLimit.clear();

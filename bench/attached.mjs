@@ -1,0 +1,220 @@
+#!/usr/bin/env node
+// npm run bench:attached [-- --seconds S --runs N]
+// Attached sockets (issue 21) against in-process ones, in the same run: sender and receiver each
+// in its own process; "attached": each attached to its own host node (rds-socketd) on
+// 127.150.200.1 / .2; "in-process": each process its own embedded node on those addresses.
+// 1 KiB and 64 KiB one-way throughput, 64 B round trip p50/p99; prints ratios and one
+// met / not met line per target of the issue.
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { RdsSocket, RdsStack } from '../dist/index.js';
+
+const SELF = fileURLToPath(import.meta.url);
+const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
+const TCP_PORT = 26777;
+const A = '127.150.200.1';
+const B = '127.150.200.2';
+const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? Number(process.argv[i + 1]) : d; };
+
+const role = process.argv[2];
+if (role === 'sender' || role === 'receiver') await peer(role, JSON.parse(process.argv[3]));
+else await main();
+
+async function open(cfg, address, port) {
+  const stack = cfg.node ? await RdsStack.attach(cfg.node) : new RdsStack({ tcpPort: TCP_PORT });
+  const s = new RdsSocket({ stack });
+  await s.bind({ address, port });
+  s.setsockopt(1, 7, 8 << 20);
+  s.setsockopt(1, 8, 8 << 20);
+  return s;
+}
+
+async function peer(r, cfg) {
+  const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
+  const idx = cfg.idx ?? 0;
+  const s = await open(cfg, r === 'sender' ? A : B, (r === 'sender' ? 4000 : 5000) + idx);
+  const to = { address: r === 'sender' ? B : A, port: (r === 'sender' ? 5000 : 4000) + idx };
+  if (cfg.test === 'rtt') {
+    if (r === 'receiver') {
+      out({ ready: true });
+      for await (const m of s) s.sendmsg(m.data, { address: m.address, port: m.port });
+    } else {
+      const d = Buffer.alloc(64);
+      const lat = [];
+      for (let i = 0; i < cfg.pings + 500; i++) {
+        const t = process.hrtime.bigint();
+        await s.send(d, to);
+        await s.recv();
+        if (i >= 500) lat.push(Number(process.hrtime.bigint() - t) / 1000);
+      }
+      lat.sort((x, y) => x - y);
+      out({ p50: lat[Math.floor(lat.length / 2)], p99: lat[Math.floor(lat.length * 0.99)] });
+      process.exit(0);
+    }
+    return;
+  }
+  if (r === 'receiver') {
+    let bytes = 0;
+    let t0 = 0;
+    out({ ready: true });
+    for await (const m of s) {
+      if (m.data.length === 1 && m.data[0] === 0xff) {
+        out({ mibPerSec: bytes / (1 << 20) / ((performance.now() - t0) / 1000) });
+        process.exit(0);
+      }
+      if (t0 === 0) t0 = performance.now();
+      else bytes += m.data.length;
+    }
+    return;
+  }
+  const d = Buffer.alloc(cfg.size, 7);
+  const end = performance.now() + cfg.ms;
+  while (performance.now() < end) {
+    for (let k = 0; k < 64; k++) await s.send(d, to);
+  }
+  await s.send(Buffer.from([0xff]), to);
+  await s.flush();
+  out({ done: true });
+  await new Promise((r) => setTimeout(r, 100000));
+}
+
+function run(args) {
+  const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = [];
+  let wake = null;
+  let buf = '';
+  p.stdout.setEncoding('utf8');
+  p.stdout.on('data', (d) => {
+    buf += d;
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+      const l = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      try { lines.push(JSON.parse(l)); } catch { lines.push({ text: l }); }
+      wake?.();
+    }
+  });
+  const next = async (pred) => {
+    const deadline = Date.now() + 120000;
+    for (;;) {
+      const l = lines.find(pred);
+      if (l) return l;
+      if (Date.now() > deadline) throw new Error(`${args.join(' ')}: no answer`);
+      await new Promise((r) => { wake = r; setTimeout(r, 200); });
+    }
+  };
+  return { p, next, kill: () => p.kill('SIGKILL') };
+}
+
+async function once(mode, test, size, ms) {
+  const procs = [];
+  const cfgA = { test, size, ms, pings: arg('--pings', 3000) };
+  const cfgB = { ...cfgA };
+  if (mode === 'attached') {
+    const dir = mkdtempSync(join(tmpdir(), 'rds-bench-attached-'));
+    for (const [cfg, addr] of [[cfgA, 'a'], [cfgB, 'b']]) {
+      cfg.node = join(dir, `${addr}.sock`);
+      const d = run([DAEMON, '--path', cfg.node, '--tcp-port', String(TCP_PORT), '--quiet']);
+      procs.push(d);
+    }
+    for (let i = 0; i < 200; i++) {
+      try { await (await RdsStack.attach(cfgA.node)).close(); await (await RdsStack.attach(cfgB.node)).close(); break; } catch { await new Promise((r) => setTimeout(r, 25)); }
+    }
+  }
+  const rx = run([SELF, 'receiver', JSON.stringify(cfgB)]);
+  procs.push(rx);
+  await rx.next((l) => l.ready);
+  const tx = run([SELF, 'sender', JSON.stringify(cfgA)]);
+  procs.push(tx);
+  const r = test === 'rtt' ? await tx.next((l) => l.p50 !== undefined) : await rx.next((l) => l.mibPerSec !== undefined);
+  for (const p of procs) p.kill();
+  return r;
+}
+
+/** CPU seconds a process has used (utime + stime from /proc). */
+function cpuOf(pid) {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** 8 sender processes on A to 8 receiver processes on B, attached to a host node each. */
+async function fanout(ms) {
+  const dir = mkdtempSync(join(tmpdir(), 'rds-bench-fanout-'));
+  const nodes = ['a', 'b'].map((n) => join(dir, `${n}.sock`));
+  const daemons = nodes.map((path) => run([DAEMON, '--path', path, '--tcp-port', String(TCP_PORT), '--quiet']));
+  for (let i = 0; i < 200; i++) {
+    try { await (await RdsStack.attach(nodes[0])).close(); await (await RdsStack.attach(nodes[1])).close(); break; } catch { await new Promise((r) => setTimeout(r, 25)); }
+  }
+  const procs = [...daemons];
+  const rxs = [];
+  for (let i = 0; i < 8; i++) {
+    const rx = run([SELF, 'receiver', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[1] })]);
+    procs.push(rx);
+    rxs.push(rx);
+  }
+  for (const rx of rxs) await rx.next((l) => l.ready);
+  const cpu0 = daemons.map((d) => cpuOf(d.p.pid));
+  const t0 = performance.now();
+  for (let i = 0; i < 8; i++) procs.push(run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[0] })]));
+  const rates = await Promise.all(rxs.map((rx) => rx.next((l) => l.mibPerSec !== undefined)));
+  const secs = (performance.now() - t0) / 1000;
+  const cpu = daemons.map((d, i) => (cpuOf(d.p.pid) - cpu0[i]) / secs);
+  let tcp = NaN;
+  try {
+    const out = execFileSync('ss', ['-tn', 'state', 'established'], { encoding: 'utf8' });
+    tcp = out.split('\n').filter((l) => l.includes(`${A}:`) && l.includes(`${B}:`) && l.includes(`:${TCP_PORT}`)).length / 2;
+  } catch { /* no ss */ }
+  for (const p of procs) p.kill();
+  return { mibPerSec: rates.reduce((a, r) => a + r.mibPerSec, 0), cpu, tcp };
+}
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+async function main() {
+  const runs = arg('--runs', 3);
+  const ms = arg('--seconds', 2) * 1000;
+  const res = {};
+  for (const [name, test, size] of [['1 KiB', 'tput', 1024], ['64 KiB', 'tput', 65536], ['rtt', 'rtt', 64]]) {
+    for (const mode of ['in-process', 'attached']) res[`${name} ${mode}`] = [];
+    for (let i = 0; i < runs; i++) {
+      for (const mode of ['in-process', 'attached']) res[`${name} ${mode}`].push(await once(mode, test, size, ms));
+    }
+  }
+  const fan = [];
+  for (let i = 0; i < runs; i++) fan.push(await fanout(ms));
+  const tput = (k) => median(res[k].map((r) => r.mibPerSec));
+  const lat = (k, q) => median(res[k].map((r) => r[q]));
+  console.log(`attached vs in-process, ${runs} run(s) each, medians`);
+  const rows = [
+    ['1 KiB throughput MiB/s', tput('1 KiB in-process'), tput('1 KiB attached')],
+    ['64 KiB throughput MiB/s', tput('64 KiB in-process'), tput('64 KiB attached')],
+    ['round trip p50 us', lat('rtt in-process', 'p50'), lat('rtt attached', 'p50')],
+    ['round trip p99 us', lat('rtt in-process', 'p99'), lat('rtt attached', 'p99')],
+  ];
+  console.log(`${'metric'.padEnd(28)}${'in-process'.padEnd(14)}${'attached'.padEnd(14)}attached/in-process`);
+  for (const [m, a, b] of rows) console.log(`${m.padEnd(28)}${a.toFixed(1).padEnd(14)}${b.toFixed(1).padEnd(14)}${(b / a).toFixed(2)}x`);
+  const targets = [
+    ['1 KiB throughput attached >= 0.7x in-process', rows[0][2] / rows[0][1], '>= 0.7x', rows[0][2] >= 0.7 * rows[0][1]],
+    ['64 KiB throughput attached >= 0.8x in-process', rows[1][2] / rows[1][1], '>= 0.8x', rows[1][2] >= 0.8 * rows[1][1]],
+    ['round trip p50 attached <= in-process + 30 us', rows[2][2] - rows[2][1], '<= +30 us', rows[2][2] <= rows[2][1] + 30],
+    ['round trip p99 attached <= 1.5x in-process', rows[3][2] / rows[3][1], '<= 1.5x', rows[3][2] <= 1.5 * rows[3][1]],
+  ];
+  const fanMib = median(fan.map((f) => f.mibPerSec));
+  const onePair = rows[0][1];
+  const f0 = fan[fan.length - 1];
+  console.log(`\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}`);
+  targets.push(['8+8 processes total >= 0.6x one in-process pair', fanMib / onePair, '>= 0.6x', fanMib >= 0.6 * onePair]);
+  targets.push(['8+8 processes: npaths (8) TCP connections', f0.tcp, '== 8', f0.tcp === 8]);
+  console.log('\ntargets');
+  for (const [n, f, t, met] of targets) console.log(`${n.padEnd(50)}${f.toFixed(2).padEnd(10)}target ${t.padEnd(10)}${met ? 'met' : 'not met'}`);
+  process.exit(0);
+}

@@ -1,0 +1,37 @@
+import type { RdsSocket, RdsSocketOptions } from './socket.js';
+import type { RdsStack } from './stack.js';
+
+/** What RdsStack.serve() takes. */
+export interface ServeOptions {
+  /** The control socket's path; default $RDS_SOCKET_NODE, else the default node path (see README). */
+  path?: string;
+  /** Group (name or gid) given the control socket, so its members may attach; default the process's. */
+  group?: string | number;
+  /** The control socket's mode; default 0o660. */
+  mode?: number;
+  /** Called on state changes (a client attached / detached / dropped), one line each. */
+  log?: (line: string) => void;
+}
+
+/** A node being served: what serve() resolves to. */
+export interface HostNodeHandle {
+  readonly path: string;
+  /** Attached processes, their pid (as claimed in their hello, not verified) and sockets. */
+  clients(): { id: number; pid: number; sockets: { id: number; bound: string }[] }[];
+  /** Counters: attached, detached, dropped (protocol errors / limits), malformed frames. */
+  readonly counters: Record<string, number>;
+  /** Stops serving: attached sockets see ENETDOWN; the stack goes on. */
+  close(): Promise<void>;
+}
+
+/**
+ * Where lib/host plugs into the core without the core importing it: the stack's serve()/attach()
+ * and the RdsSocket constructor's choice of an attached socket go through these.
+ * @internal
+ */
+export const hostHooks: {
+  serve: ((stack: RdsStack, opts: ServeOptions) => Promise<HostNodeHandle>) | null;
+  attach: ((path: string | undefined) => Promise<RdsStack>) | null;
+  /** An attached socket for these options, or null for an ordinary (embedded) one. */
+  socket: ((opts: RdsSocketOptions) => RdsSocket | null) | null;
+} = { serve: null, attach: null, socket: null };

@@ -1,0 +1,222 @@
+import { RDS_MAX_MSG_SIZE } from '../constants.js';
+
+/**
+ * The control protocol between a host node and the processes attached to it, over a Unix stream
+ * socket. Every frame is length-prefixed and binary:
+ *
+ *   u32 length (of what follows) | u8 type | u32 sock | u32 id | u32 metaLength | meta | data
+ *
+ * `meta` is a small UTF-8 JSON object (call arguments, message addresses, errors); `data` is a
+ * message payload, carried as raw bytes. Frames written in one event-loop turn go out in one
+ * write (FrameWriter). A frame that breaks any rule here is a protocol error: the node drops
+ * that client (and counts it), the client treats its node as gone.
+ */
+export const PROTOCOL_VERSION = 1;
+
+/** Client to node. */
+export const C_HELLO = 1;
+export const C_OPEN = 2;
+export const C_REQ = 3;
+export const C_SEND = 4;
+export const C_CREDIT = 5;
+export const C_ABORT = 6;
+/** Node to client. */
+export const N_WELCOME = 16;
+export const N_RESP = 17;
+export const N_MSG = 18;
+export const N_EVENT = 19;
+export const N_SENT = 20;
+
+export const HEADER_BYTES = 4 + 1 + 4 + 4 + 4;
+/** The largest meta object either side accepts. */
+export const MAX_META_BYTES = 16 * 1024;
+/** The largest frame: one RDS message of the largest size, plus its meta. */
+export const MAX_FRAME_BYTES = HEADER_BYTES + MAX_META_BYTES + RDS_MAX_MSG_SIZE;
+
+export interface Frame {
+  type: number;
+  sock: number;
+  id: number;
+  meta: Record<string, unknown>;
+  data: Buffer;
+}
+
+export class ProtocolError extends Error {}
+
+const EMPTY = Buffer.alloc(0);
+const EMPTY_META = Buffer.from('{}');
+
+/** One frame as the list of buffers to write (the payload is not copied here). */
+export function encodeFrame(type: number, sock: number, id: number, meta: object | null, data?: Uint8Array | readonly Uint8Array[]): Buffer[] {
+  const m = meta === null ? EMPTY_META : Buffer.from(JSON.stringify(meta));
+  let dlen = 0;
+  const parts: Uint8Array[] = data === undefined ? [] : data instanceof Uint8Array ? [data] : (data as Uint8Array[]);
+  for (const p of parts) dlen += p.length;
+  const h = Buffer.allocUnsafe(HEADER_BYTES);
+  h.writeUInt32BE(HEADER_BYTES - 4 + m.length + dlen, 0);
+  h.writeUInt8(type, 4);
+  h.writeUInt32BE(sock >>> 0, 5);
+  h.writeUInt32BE(id >>> 0, 9);
+  h.writeUInt32BE(m.length, 13);
+  const out: Buffer[] = [h, m];
+  for (const p of parts) out.push(Buffer.isBuffer(p) ? p : Buffer.from(p.buffer, p.byteOffset, p.length));
+  return out;
+}
+
+/**
+ * Reassembles frames from a byte stream. Throws ProtocolError on a length out of bounds, a meta
+ * that is not a JSON object, or more than `maxBuffered` bytes of an unfinished frame.
+ */
+export class FrameParser {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  private need = -1;
+
+  constructor(private readonly maxFrame = MAX_FRAME_BYTES) {}
+
+  /** Feeds bytes; returns the frames now complete. */
+  push(chunk: Buffer): Frame[] {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    const out: Frame[] = [];
+    for (;;) {
+      if (this.need < 0) {
+        if (this.buffered < 4) break;
+        const len = this.peekLength();
+        if (len < HEADER_BYTES - 4 || len + 4 > this.maxFrame) throw new ProtocolError(`frame length ${len} out of bounds`);
+        this.need = len + 4;
+      }
+      if (this.buffered < this.need) break;
+      const buf = this.take(this.need);
+      this.need = -1;
+      out.push(decodeFrame(buf));
+    }
+    return out;
+  }
+
+  private peekLength(): number {
+    if (this.chunks[0]!.length >= 4) return this.chunks[0]!.readUInt32BE(0);
+    return this.gather(4).readUInt32BE(0);
+  }
+
+  /** Joins just enough leading chunks that the first holds `n` bytes (never the whole backlog). */
+  private gather(n: number): Buffer {
+    let len = 0;
+    let k = 0;
+    while (len < n) len += this.chunks[k++]!.length;
+    const joined = Buffer.concat(this.chunks.slice(0, k), len);
+    this.chunks.splice(0, k, joined);
+    return joined;
+  }
+
+  private take(n: number): Buffer {
+    const first = this.chunks[0]!.length >= n ? this.chunks[0]! : this.gather(n);
+    const b = first.subarray(0, n);
+    if (first.length === n) this.chunks.shift();
+    else this.chunks[0] = first.subarray(n);
+    this.buffered -= n;
+    return b;
+  }
+}
+
+function decodeFrame(b: Buffer): Frame {
+  const type = b.readUInt8(4);
+  const sock = b.readUInt32BE(5);
+  const id = b.readUInt32BE(9);
+  const mlen = b.readUInt32BE(13);
+  if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > b.length) throw new ProtocolError(`meta length ${mlen} out of bounds`);
+  let meta: unknown;
+  try {
+    meta = mlen === 0 ? {} : JSON.parse(b.toString('utf8', HEADER_BYTES, HEADER_BYTES + mlen));
+  } catch {
+    throw new ProtocolError('meta is not JSON');
+  }
+  if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) throw new ProtocolError('meta is not a JSON object');
+  const data = b.length > HEADER_BYTES + mlen ? b.subarray(HEADER_BYTES + mlen) : EMPTY;
+  return { type, sock, id, meta: meta as Record<string, unknown>, data };
+}
+
+/** Collects frames and writes them in one batch per event-loop turn. */
+export class FrameWriter {
+  private parts: Buffer[] = [];
+  private bytes = 0;
+  private scheduled = false;
+  private onFlush: (() => void)[] = [];
+
+  constructor(private readonly sink: (parts: Buffer[]) => void) {}
+
+  private readonly tick = (): void => {
+    this.scheduled = false;
+    this.flush();
+  };
+
+  get pendingBytes(): number {
+    return this.bytes;
+  }
+
+  write(frame: Buffer[]): void {
+    for (const p of frame) {
+      this.parts.push(p);
+      this.bytes += p.length;
+    }
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.tick);
+    }
+  }
+
+  /** Runs `fn` just before the next batch is written (to add a frame summing up the turn). */
+  beforeFlush(fn: () => void): void {
+    this.onFlush.push(fn);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.tick);
+    }
+  }
+
+  flush(): void {
+    if (this.onFlush.length > 0) {
+      const fns = this.onFlush;
+      this.onFlush = [];
+      for (const f of fns) f();
+    }
+    if (this.parts.length === 0) return;
+    const parts = this.parts;
+    this.parts = [];
+    this.bytes = 0;
+    this.sink(parts);
+  }
+}
+
+/**
+ * Writes one turn's frames. Small frames (headers, metas, small payloads) are joined into one
+ * buffer: one copy is cheaper than a writev of thousands of tiny buffers; large payloads are
+ * written as they are.
+ */
+export function writeBatch(conn: { write(b: Buffer): boolean; cork(): void; uncork(): void }, parts: Buffer[]): void {
+  let total = 0;
+  for (const p of parts) total += p.length;
+  if (total <= 1 << 20 && parts.length > 1) {
+    conn.write(Buffer.concat(parts, total));
+    return;
+  }
+  conn.cork();
+  for (const p of parts) conn.write(p);
+  conn.uncork();
+}
+
+/** An error as carried in meta. */
+export interface WireError {
+  code: string;
+  message: string;
+}
+
+export function str(v: unknown, what: string): string {
+  if (typeof v !== 'string' || v.length > 256) throw new ProtocolError(`${what} must be a short string`);
+  return v;
+}
+
+export function num(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw new ProtocolError(`${what} must be a number`);
+  return v;
+}
