@@ -29,6 +29,7 @@ function recvWindow(s: NodeSock): number {
 /** A client not reading its control socket is dropped once this much is waiting to be written to it. */
 export const MAX_CLIENT_WRITE_BACKLOG = 256 << 20;
 
+/** @internal */
 interface Item {
   data: Buffer;
   dest: { address: string; port: number };
@@ -40,6 +41,7 @@ interface Item {
   ac: AbortController | null;
 }
 
+/** @internal */
 interface NodeSock {
   id: number;
   real: RdsSocket;
@@ -70,7 +72,7 @@ function wireError(e: unknown): { code: string; message: string } {
 
 let nextClientId = 1;
 
-/** A client connection: one attached process (or thread). */
+/** A client connection: one attached process (or thread). @internal */
 class Client {
   readonly id = nextClientId++;
   pid = 0;
@@ -489,6 +491,7 @@ export class HostNode implements HostNodeHandle {
     this.clientSet.add(client);
   }
 
+  /** A client is gone: stop serving it. @internal */
   forget(c: Client): void {
     this.clientSet.delete(c);
   }
