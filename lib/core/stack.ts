@@ -622,11 +622,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * @internal
    */
   queueProbe(cp: RdsConnPath): void {
-    cp.probeQueued = true; // before queueControl(), which calls back into queue()
     // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
     // handshake then times out and the peer is treated as a kernel.
-    cp.lastProbe = cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.handshakeExtensions(cp.conn));
-    if (cp.lastProbe !== null) this.counters.add(RDS_CTR.handshake_sent);
+    if (cp.tx.queueProbe(this.handshakeExtensions(cp.conn)) !== null) this.counters.add(RDS_CTR.handshake_sent);
   }
 
   /** What a handshake (or its absence) says about the peer; settles the path count. @internal */
@@ -826,9 +824,6 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   peerRestarted(conn: RdsConnection): void {
     this.counters.add(RDS_CTR.peer_restarted);
     for (const p of conn.paths) {
-      p.nextRxSeq = 0;
-      p.movedFloor = 0;
-      p.nativeRxSeq = 0;
       p.rx.reset();
       p.peerRestarted();
     }

@@ -1,4 +1,5 @@
 import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_PORT, RDS_TRANS_IB } from '../constants.js';
+import { CarrierKind, CarrierSlot } from '../core/carrier.js';
 import { CreditLedger } from '../core/credits.js';
 import { defer } from '../core/defer.js';
 import type { RdsOutgoing } from '../core/message.js';
@@ -72,8 +73,11 @@ interface IbPath {
   version: number;
 }
 
+/** The IB transport's carrier object of a path: the slot of its current cm id's state. */
+const IB_CARRIER = new CarrierKind<CarrierSlot<IbPath>>('infiniband', (cp) => new CarrierSlot<IbPath>(cp));
+
 function ibPath(cp: RdsConnPath): IbPath | null {
-  return cp.tdata as IbPath | null;
+  return cp.carrier(IB_CARRIER).current;
 }
 
 /**
@@ -183,7 +187,7 @@ export class IbTransport implements RdsTransport {
       current: null, controls: [], lastAck: 0, rxHeader: null, rxPayload: null, rxFilled: 0, blocked: false, coreWaiting: false,
       version: 0,
     };
-    cp.tdata = tp;
+    cp.carrier(IB_CARRIER).set(tp);
     this.byId.set(id, cp);
     return tp;
   }
@@ -355,7 +359,8 @@ export class IbTransport implements RdsTransport {
   /** Forget the path's carrier: destroy the QP and id; nothing from it reaches the core again. */
   private release(cp: RdsConnPath, tp: IbPath): void {
     this.byId.delete(tp.id);
-    if (cp.tdata === tp) cp.tdata = null;
+    const slot = cp.carrier(IB_CARRIER);
+    if (slot.is(tp)) slot.clear();
     const done = tp.ackDone;
     tp.ackDone = null;
     for (const c of tp.controls.splice(0)) c.done();

@@ -13,6 +13,7 @@ import type { RdsTransport } from '../core/transport.js';
 import { encodeCongUpdate } from '../wire/header.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { Fifo } from '../core/fifo.js';
+import { CarrierKind } from '../core/carrier.js';
 import type { RdsConnection } from '../core/connection.js';
 import { native } from '../native.js';
 import { RDS_CTR } from '../core/stats.js';
@@ -63,11 +64,14 @@ const KEEPALIVE_MS = 5000;
 /** How long a graceful close waits for the peer's FIN before resetting. */
 const CLOSE_LINGER_MS = 2000;
 
+/** The TCP transport's carrier object of a path. */
+const TCP_CARRIER = new CarrierKind<TcpPath>('tcp', () => ({
+  sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), provenAt: -1, outqTimer: null,
+  outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false, held: false, waiting: false, onResume: null,
+}));
+
 function tcpPath(cp: RdsConnPath): TcpPath {
-  if (cp.tdata === null) {
-    cp.tdata = { sock: null, reader: null, poke: null, portTries: 0, wrote: 0, flushed: 0, track: new Fifo(), provenAt: -1, outqTimer: null, outqDelay: 1, run: null, runEnd: 0, inBatch: false, corked: false, held: false, waiting: false, onResume: null } satisfies TcpPath;
-  }
-  return cp.tdata as TcpPath;
+  return cp.carrier(TCP_CARRIER);
 }
 
 /** net.ipv4.ip_local_port_range, with the low end rounded up to a multiple of 8. */
@@ -249,7 +253,7 @@ export class TcpTransport implements RdsTransport {
   private syncPause(cp: RdsConnPath, tp: TcpPath): void {
     const want = tp.held || tp.waiting;
     if (want === cp.readPaused) return;
-    cp.readPaused = want;
+    cp.setReadPaused(want);
     if (tp.reader !== null) tp.reader.holdGrowth = want;
     const sock = tp.sock;
     if (sock === null) return;
@@ -618,7 +622,7 @@ export class TcpTransport implements RdsTransport {
     tp.reader = reader;
     tp.waiting = false;
     // A new carrier reads unless the core still holds the path (its queue is still over the limit).
-    cp.readPaused = false;
+    cp.setReadPaused(false);
     this.syncPause(cp, tp);
     let headerTimer: NodeJS.Timeout | null = null;
     const { headerTimeoutMs, frameTimeoutMs } = this.host.options;
@@ -927,7 +931,7 @@ export class TcpTransport implements RdsTransport {
 
   capabilitiesChanged(conn: RdsConnection): void {
     for (const cp of conn.paths) {
-      const tp = cp.tdata as TcpPath | null;
+      const tp = cp.carrierIf(TCP_CARRIER);
       if (tp === null) continue;
       if (conn.ackMode) tp.track.drain();
       else this.releaseAcked(cp);
@@ -1001,7 +1005,7 @@ export class TcpTransport implements RdsTransport {
   }
 
   pathInfo(cp: RdsConnPath): Record<string, unknown> | null {
-    const tp = cp.tdata as TcpPath | null;
+    const tp = cp.carrierIf(TCP_CARRIER);
     const sock = tp?.sock;
     if (!sock) return null;
     const [hdrRem, dataRem] = tp!.reader?.remaining ?? [0, 0];
