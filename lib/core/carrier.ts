@@ -1,3 +1,4 @@
+import { RDS_CONN_CONNECTING, RDS_CONN_DOWN } from '../constants.js';
 import type { RdsConnPath } from './path.js';
 
 /**
@@ -45,12 +46,18 @@ export class CarrierSlot<H> {
   }
 
   /**
-   * `h` failed or closed. If it is still current it is forgotten and the path learns it lost its
-   * carrier (a failed connect, or a drop: RdsConnPath.carrierLost decides). True if it was current.
+   * `h` failed or closed: the one decision every transport shares. Ignored unless `h` is still
+   * current. A carrier that never came up (the path is CONNECTING, or DOWN) is forgotten and
+   * `release` frees what it held; then the path learns it (RdsConnPath.carrierLost: a failed
+   * connect, or a drop, whose connPathShutdown releases a live carrier). True if `h` was current.
    */
-  lost(h: H, reason: string): boolean {
+  lost(h: H, reason: string, release?: (h: H) => void): boolean {
     if (this.cur !== h) return false;
-    this.cur = null;
+    const st = this.cp.state;
+    if (st === RDS_CONN_CONNECTING || st === RDS_CONN_DOWN) {
+      this.cur = null;
+      release?.(h);
+    }
     this.cp.carrierLost(reason);
     return true;
   }

@@ -131,7 +131,7 @@ export class ConnFailover {
     }
     s.behind = null;
     this.conn.stack.pathFailedOver(from, target, moved);
-    target.schedulePump();
+    target.tx.schedulePump();
   }
 
   /** `p` sends nothing until `behind` has had everything up to `seq` acknowledged. */
@@ -152,7 +152,7 @@ export class ConnFailover {
     const s = this.st.get(p);
     const h = s?.behind;
     if (h === null || h === undefined) return false;
-    const oldest = h.oldestUnacked();
+    const oldest = h.tx.oldestUnacked();
     if (oldest !== undefined && oldest <= s!.seq) return true;
     s!.behind = null;
     return false;

@@ -371,10 +371,6 @@ export class RdsConnPath {
     this.tx.kick();
   }
 
-  schedulePump(): void {
-    this.tx.schedulePump();
-  }
-
   ackThrough(seq: number): void {
     this.tx.ackThrough(seq);
   }
@@ -385,10 +381,6 @@ export class RdsConnPath {
 
   refusedByPeer(seq: number, reason: number): void {
     this.tx.refusedByPeer(seq, reason);
-  }
-
-  oldestUnacked(): number | undefined {
-    return this.tx.oldestUnacked();
   }
 
   hasPendingData(): boolean {
@@ -409,10 +401,6 @@ export class RdsConnPath {
 
   forceAck(): void {
     this.acks.forceAck();
-  }
-
-  requestAck(): void {
-    this.acks.requestAck();
   }
 
   finalAck(): void {

@@ -66,9 +66,9 @@ describe('PathSend: the send queue and pump (send.c)', () => {
     await turn();
     cp.ackThrough(msgs[1]!.seq);
     expect(o.done).toBe(2);
-    expect(cp.oldestUnacked()).toBe(msgs[2]!.seq);
+    expect(cp.tx.oldestUnacked()).toBe(msgs[2]!.seq);
     cp.ackThrough(msgs[2]!.seq);
-    expect(cp.oldestUnacked()).toBeUndefined();
+    expect(cp.tx.oldestUnacked()).toBeUndefined();
     expect(cp.hasPendingData()).toBe(false);
     expect(cp.latencyHistogram.reduce((a, b) => a + b, 0) - acked).toBe(3);
   });
