@@ -51,7 +51,7 @@ export class RdsConnection {
   ) {
     this.peerCong = stack.congMap(faddr);
     this.isInitiator = compareAddresses(laddr, faddr) < 0;
-    this.isLoopback = transport.transType === stack.loopTransportType;
+    this.isLoopback = transport.local === true;
     this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
   }
 

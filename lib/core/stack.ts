@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { EventEmitter } from 'eventemitter3';
 import {
-  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_MPATH_WORKERS, RDS_TRANS_IB, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
+  RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_MPATH_WORKERS, RDS_TCP_PORT, RDS_TRANS_LOOP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_PATHS_SHIFT,
   RDSSOCK_CAP_CONFIRM, RDSSOCK_CAP_NO_HELLO, RDS_CONN_UP,
 } from '../constants.js';
 import { genNumExtension, npathsExtension, packExtensions, rdsCapsExtension, sportIdxExtension, type RdsExtension } from '../wire/extensions.js';
@@ -879,7 +879,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** @internal */ congMapReceived(conn: RdsConnection, cleared: bigint): void {
     this.congGeneration++;
     // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
-    const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
+    const mask = conn.transport.exactCongMask === true ? cleared : 0xffffffffffffffffn;
     for (const s of this.bindTable.get(conn.laddr)?.values() ?? []) s.congestionUpdated(conn, mask);
     this.wakeCongWaiters();
   }

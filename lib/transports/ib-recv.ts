@@ -3,7 +3,7 @@ import type { RdsConnPath } from '../core/path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { RdsProtocolError } from '../wire/frame-reader.js';
 import { OFF_ACK, OFF_CREDIT, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum } from '../wire/header.js';
-import { ibPath, MAX_H_LEN, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
+import { IB_CARRIER, ibPath, MAX_H_LEN, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
 import type { IbSender } from './ib-send.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -52,7 +52,7 @@ export class IbReceiver {
           }
           throw e;
         }
-        if (ibPath(cp) !== tp) return; // the core dropped the path while handling the message
+        if (!cp.carrier(IB_CARRIER).is(tp)) return; // the core dropped the path while handling the message
         reposts.push(slot);
       }
     }

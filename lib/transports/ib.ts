@@ -42,6 +42,8 @@ export class IbTransport implements RdsTransport {
   readonly userSelectable = true;
   /** IB peers, kernels included, free messages only on RDS acks (spec §7.4). */
   readonly alwaysAcks = true;
+  /** Monitors learn exactly which ports a map update cleared. */
+  readonly exactCongMask = true;
   private host!: RdsTransportHost;
   private ep: IbEndpointBinding | null = null;
   private readonly shared: IbShared;

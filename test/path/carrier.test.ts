@@ -67,3 +67,21 @@ describe('typed carriers and their life cycle', () => {
     expect(f.stack.counters.get('conn_reset')).toBe(1);
   });
 });
+
+describe('transport capabilities, not transport identity', () => {
+  it('a transport that declares itself local gets a loopback connection: no probe, nothing tracked for acks', async () => {
+    const { FakeTransport } = await import('./fake-transport.js');
+    const { RdsStack } = await import('../../lib/core/stack.js');
+    const t = Object.assign(new FakeTransport(), { local: true });
+    stack = new RdsStack({ transports: [t] });
+    const conn = stack.connFor('127.140.1.1', '127.140.1.2', t);
+    expect(conn.isLoopback).toBe(true);
+    const cp = conn.paths[0]!;
+    cp.connectIfDown();
+    cp.connectComplete();
+    cp.queue(Buffer.from('x'), 1, 4000, 4001, { messageDone() {} });
+    await new Promise((r) => setImmediate(r));
+    expect(t.sent.length).toBe(1); // the message alone: no probe ahead of it
+    expect(cp.recordReceived(1, false, true)).toBeNull();
+  });
+});
