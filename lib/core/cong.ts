@@ -1,4 +1,3 @@
-import { RDS_TRANS_IB } from '../constants.js';
 import { CongMap } from './cong-map.js';
 import type { RdsConnection } from './connection.js';
 import type { BoundSocket } from './types.js';
@@ -43,7 +42,7 @@ export class CongTable {
   received(conn: RdsConnection, cleared: bigint, sockets: Iterable<BoundSocket>): void {
     this.generation++;
     // TCP notifies monitors with every port (the kernel passes an all-ones mask for TCP).
-    const mask = conn.transport.transType === RDS_TRANS_IB ? cleared : 0xffffffffffffffffn;
+    const mask = conn.transport.exactCongMask === true ? cleared : 0xffffffffffffffffn;
     for (const s of sockets) s.congestionUpdated(conn, mask);
     this.wake();
   }

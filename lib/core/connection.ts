@@ -1,6 +1,7 @@
 import { RDS_CONN_UP } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
+import { ConnFailover } from './failover.js';
 import { Handshake } from './handshake.js';
 import { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
@@ -31,6 +32,8 @@ export class RdsConnection {
   heardAt = 0;
   /** The stack forgot this connection (idle, nothing queued): holders must look it up again. */
   reclaimed = false;
+  /** Failover between this connection's paths (rds-socket peers only). */
+  readonly failover = new ConnFailover(this);
 
   constructor(
     readonly stack: RdsStack,
@@ -41,7 +44,7 @@ export class RdsConnection {
   ) {
     this.peerCong = stack.congMap(faddr);
     this.isInitiator = compareAddresses(laddr, faddr) < 0;
-    this.isLoopback = transport.transType === stack.loopTransportType;
+    this.isLoopback = transport.local === true;
     this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
   }
 
@@ -116,7 +119,7 @@ export class RdsConnection {
   pathFor(sport: number): RdsConnPath {
     if (this.npaths <= 1) return this.paths[0]!;
     const p = this.paths[portHash(sport) % this.npaths]!;
-    return p.failedOverTo ?? p;
+    return this.failover.redirect(p);
   }
 
   /** A handshake settled the path count. Going from one path to several starts multipath. */
@@ -127,7 +130,7 @@ export class RdsConnection {
       // Lanes wait until lane 0 has delivered what was queued before the fan-out, so no socket's
       // message on its new lane overtakes one still on lane 0 (spec §3.3).
       const p0 = this.paths[0]!;
-      for (let i = 1; i < n; i++) this.paths[i]!.holdBehind(p0, p0.nextTxSeq - 1);
+      for (let i = 1; i < n; i++) this.failover.holdBehind(this.paths[i]!, p0, p0.nextTxSeq - 1);
       this.stack.counters.add(RDS_CTR.mprds_fanout);
     }
     this.openLanes();
@@ -146,36 +149,6 @@ export class RdsConnection {
   openLanes(): void {
     if (!this.lanesMayConnect() || !this.transport.initiates(this.paths[0]!)) return;
     for (let i = 1; i < this.npaths; i++) this.paths[i]!.connectIfDown();
-  }
-
-  /** `cp` freed messages: paths holding behind it may be free to go. */
-  releaseHolds(cp: RdsConnPath): void {
-    for (let i = 0; i < this.npaths; i++) {
-      const p = this.paths[i]!;
-      if (p.holdingBehind === cp) p.kick();
-    }
-  }
-
-  /**
-   * The live path a dead one's messages go to: the one it is already holding behind if that is
-   * up (moving elsewhere could let them overtake what waits there), else the lowest UP path.
-   */
-  failoverTarget(from: RdsConnPath): RdsConnPath | null {
-    const hold = from.currentHold();
-    if (hold !== null) return hold.state === RDS_CONN_UP ? hold : null;
-    for (let i = 0; i < this.npaths; i++) {
-      const p = this.paths[i]!;
-      if (p !== from && p.state === RDS_CONN_UP) return p;
-    }
-    return null;
-  }
-
-  /** A path came up: paths whose grace period ran out while nothing was up can move now. */
-  retryFailovers(): void {
-    for (let i = 0; i < this.npaths; i++) {
-      const p = this.paths[i]!;
-      if (p.failoverDue && p.state !== RDS_CONN_UP) p.failOver();
-    }
   }
 }
 

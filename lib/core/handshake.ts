@@ -148,11 +148,9 @@ export class Handshake {
    * would count (the kernel's hello-less way; see README "Reliability").
    */
   queueProbe(cp: RdsConnPath): void {
-    cp.probeQueued = true; // before queueControl(), which calls back into queue()
     // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
     // handshake then times out and the peer is treated as a kernel.
-    cp.lastProbe = cp.queueControl(RDS_FLAG_PROBE_PORT, 0, this.extensions());
-    if (cp.lastProbe !== null) this.conn.stack.counters.add(RDS_CTR.handshake_sent);
+    if (cp.tx.queueProbe(this.extensions()) !== null) this.conn.stack.counters.add(RDS_CTR.handshake_sent);
   }
 
   // ---- what the peer says ----

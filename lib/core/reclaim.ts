@@ -39,11 +39,7 @@ export class ConnReclaimer {
     if (t !== undefined) {
       this.tombstones.delete(conn.key);
       conn.handshake.restoreGeneration(t.genNum);
-      conn.paths.forEach((p, i) => {
-        p.nextRxSeq = t.seqs[3 * i] ?? 0;
-        p.movedFloor = t.seqs[3 * i + 1] ?? 0;
-        p.nativeRxSeq = t.seqs[3 * i + 2] ?? 0;
-      });
+      conn.paths.forEach((p, i) => p.rxSeq.restore(t.seqs[3 * i] ?? 0, t.seqs[3 * i + 1] ?? 0, t.seqs[3 * i + 2] ?? 0));
     }
     if (this.timer !== null || !Number.isFinite(this.idleMs)) return;
     // Sweeping at half the idle time forgets a connection between 1x and 1.5x of it.

@@ -66,7 +66,14 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   const handshake = payload.length === 0 && ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
   if (handshake) conn.handshake.generationReceived(cp, header);
 
-  if (seq < cp.nextRxSeq && (flags & RDS_FLAG_RETRANSMITTED)) {
+  // Failover between rds-socket peers: a message moved from a dead path carries that path's index
+  // and its sequence there (its original number). Kernels never send the record.
+  const moved = header[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED;
+  const verdict = moved
+    ? cp.rxSeq.accept(seq, (flags & RDS_FLAG_RETRANSMITTED) !== 0, payload.length, true,
+      conn.paths[header[OFF_EXTHDR + 1]!]?.rxSeq, readU64(header, OFF_EXTHDR + 2))
+    : cp.rxSeq.accept(seq, (flags & RDS_FLAG_RETRANSMITTED) !== 0, payload.length);
+  if (verdict === 'old') {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
     // The sender resends only what it has no ack for: make sure it gets one.
     if (conn.ackMode) cp.forceAck();
@@ -74,9 +81,8 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
   const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;
   if (ackRequired) stack.counters.add(RDS_CTR.recv_ack_required);
-  if (movedDuplicate(cp, header, seq)) {
+  if (verdict === 'dup') {
     stack.counters.add(RDS_CTR.recv_drop_moved_dup);
-    cp.nextRxSeq = Math.max(cp.nextRxSeq, seq + 1);
     // It shares the fate of the copy that came first on its original path.
     const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
     const fate = origin?.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
@@ -89,11 +95,6 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     }
     return;
   }
-  // Accepted even if it went backwards: a restarted peer starts again at 1 without the flag.
-  cp.nextRxSeq = seq + 1;
-  if (header[OFF_EXTHDR] !== RDSSOCK_EXTHDR_MOVED) cp.nativeRxSeq = seq + 1;
-  cp.recvMessages++;
-  cp.recvBytes += payload.length;
 
   if (dport === 0) {
     cp.recordReceived(seq, true, ackRequired);
@@ -125,24 +126,4 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
 function answerPing(stack: RdsStack, cp: RdsConnPath, dport: number, exts?: RdsExtension[]): void {
   if (cp.queueControl(0, dport, exts) !== null) stack.counters.add(RDS_CTR.send_pong);
   else stack.counters.add(RDS_CTR.recv_drop_ping_budget);
-}
-
-/**
- * Failover between rds-socket peers: a message moved from a dead path carries that path's index
- * and its sequence there (its original number). The sender keeps each path's messages in
- * original order across moves, so a message is a duplicate if a message with the same or a later
- * original number of that path was already accepted, natively on the path or moved. A message
- * arriving late on a path whose later messages already came moved is one too. Kernels never send
- * the record, and their paths never get a floor, so none of this applies to them.
- */
-function movedDuplicate(cp: RdsConnPath, header: Buffer, seq: number): boolean {
-  if (header[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED) {
-    const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
-    if (origin === undefined) return false; // no such path: nothing to compare with, deliver
-    const originSeq = readU64(header, OFF_EXTHDR + 2);
-    if (originSeq < origin.nativeRxSeq || originSeq < origin.movedFloor) return true;
-    origin.movedFloor = originSeq + 1;
-    return false;
-  }
-  return seq < cp.movedFloor;
 }

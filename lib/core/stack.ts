@@ -359,9 +359,6 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   peerRestarted(conn: RdsConnection): void {
     this.counters.add(RDS_CTR.peer_restarted);
     for (const p of conn.paths) {
-      p.nextRxSeq = 0;
-      p.movedFloor = 0;
-      p.nativeRxSeq = 0;
       p.rx.reset();
       p.peerRestarted();
     }

@@ -83,6 +83,8 @@ export const RDS_COUNTER_NAMES = [
   // confirmations rejected because the peer restarted, or its report of what it read was lost
   'send_confirm_reset',
   'conn_reclaimed',
+  // a path was asked to move from a state it was not in (RdsConnPath.transition): refused
+  'conn_transition_refused',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

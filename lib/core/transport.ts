@@ -60,6 +60,17 @@ export interface RdsTransport {
   readonly alwaysAcks?: boolean;
   /** Whether sockets may choose it (the loopback transport is only ever picked by the core). */
   readonly userSelectable: boolean;
+  /**
+   * Messages never leave this host (the loopback transport, the kernel's rds_loop_transport): no
+   * handshake, acknowledgements, heartbeats or congestion updates on a wire. The core asks this,
+   * never which transport it has.
+   */
+  readonly local?: boolean;
+  /**
+   * A received congestion map tells RDS_CONG_MONITOR sockets exactly which ports were cleared (IB,
+   * as the kernel's rds_ib passes the mask); without it every port is reported (the kernel's TCP).
+   */
+  readonly exactCongMask?: boolean;
 
   /** Called once when the transport is registered with a stack. */
   attach(host: TransportHost): void;

@@ -1,22 +1,19 @@
-import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE, RDS_PORT, RDS_TRANS_IB } from '../constants.js';
+import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_PORT, RDS_TRANS_IB } from '../constants.js';
 import { CreditLedger } from '../core/credits.js';
-import { defer } from '../core/defer.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
 import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
 import { RdsError } from '../errors.js';
 import { native, nativeLoadError, type IbEndpointBinding } from '../native.js';
-import { encodeCongUpdate, headerChecksum, OFF_ACK, OFF_CREDIT, OFF_CSUM, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum, writeU64 } from '../wire/header.js';
-import { RdsProtocolError } from '../wire/frame-reader.js';
 import { decodeIbPrivateData, encodeIbPrivateData, negotiateIbVersion, RDS_PROTOCOL_3_1, type IbPrivateData } from '../wire/ib-private-data.js';
 import { RDS_CTR } from '../core/stats.js';
 
-/** RDS_FRAG_SIZE: every SEND carries a header copy and at most this much payload (spec §7.2). */
-export const RDS_IB_FRAG_SIZE = 4096;
-const SLOT_SIZE = RDS_HEADER_SIZE + RDS_IB_FRAG_SIZE;
-/** The biggest h_len a peer may announce: a message or a congestion map. */
-const MAX_H_LEN = RDS_MAX_MSG_SIZE;
+import { IB_CARRIER, ibPath, IbShared, SLOT_SIZE, type IbPath } from './ib-path.js';
+import { IbReceiver } from './ib-recv.js';
+import { IbSender } from './ib-send.js';
+
+export { RDS_IB_FRAG_SIZE } from './ib-path.js';
 
 export interface IbTransportOptions {
   /** rdma_cm port (RDS_PORT, 18634, for the kernel's rds_rdma). */
@@ -29,51 +26,6 @@ export interface IbTransportOptions {
   recvSlots?: number;
   /** Address resolution timeout in ms (the kernel's 5000); route resolution always uses 5000, as the kernel. */
   resolveTimeoutMs?: number;
-}
-
-/** A frame waiting for the send ring: one fragment source (message or map) or a header-only control frame. */
-interface Fragmenting {
-  wire: Buffer;
-  len: number;
-  off: number;
-  /** The message whose frame this is, held (xmitHold) until its last fragment is in the ring. */
-  msg: RdsOutgoing | null;
-}
-
-interface Control {
-  header: Buffer;
-  done: () => void;
-  ackOnly: boolean;
-}
-
-/** The transport's state for the path (its cm id, ring and reassembly), kept in cp.tdata. */
-interface IbPath {
-  id: number;
-  established: boolean;
-  /** We accepted this id (passive side). */
-  passive: boolean;
-  ring: Buffer | null;
-  freeSend: number[];
-  ackSlotBusy: boolean;
-  ackDone: (() => void) | null;
-  flowControl: boolean;
-  ledger: CreditLedger;
-  current: Fragmenting | null;
-  controls: Control[];
-  /** The highest h_ack this side has put on the wire (for credit-update frames). */
-  lastAck: number;
-  /** Reassembly of a multi-fragment message. */
-  rxHeader: Buffer | null;
-  rxPayload: Buffer | null;
-  rxFilled: number;
-  blocked: boolean;
-  /** xmit told the core "no more for now": kick it once the ring moves again. */
-  coreWaiting: boolean;
-  version: number;
-}
-
-function ibPath(cp: RdsConnPath): IbPath | null {
-  return cp.tdata as IbPath | null;
 }
 
 /**
@@ -90,8 +42,13 @@ export class IbTransport implements RdsTransport {
   readonly userSelectable = true;
   /** IB peers, kernels included, free messages only on RDS acks (spec §7.4). */
   readonly alwaysAcks = true;
+  /** Monitors learn exactly which ports a map update cleared. */
+  readonly exactCongMask = true;
   private host!: RdsTransportHost;
   private ep: IbEndpointBinding | null = null;
+  private readonly shared: IbShared;
+  private readonly sender: IbSender;
+  private readonly receiver: IbReceiver;
   private readonly listeners = new Map<string, number>();
   /** cm id -> the path it carries (or, for listeners, nothing). */
   private readonly byId = new Map<number, RdsConnPath>();
@@ -113,10 +70,14 @@ export class IbTransport implements RdsTransport {
     if (!(this.sendSlots >= 4 && this.sendSlots <= 4096) || !(this.recvSlots >= 16 && this.recvSlots <= 4096)) {
       throw new RdsError('EINVAL', 'IB ring sizes: sendSlots 4..4096, recvSlots 16..4096');
     }
+    this.shared = new IbShared(this.sendSlots);
+    this.sender = new IbSender(this.shared);
+    this.receiver = new IbReceiver(this.shared, this.sender);
   }
 
   attach(host: RdsTransportHost): void {
     this.host = host;
+    this.shared.attach(host);
   }
 
   /**
@@ -137,8 +98,12 @@ export class IbTransport implements RdsTransport {
     try {
       this.ep = new n.IbEndpoint(
         (id, event, status, pdata, info) => this.guard(() => this.onCmEvent(id, event, status, pdata, info)),
-        (id, batch) => this.guard(() => this.onCompletions(id, batch)),
+        (id, batch) => this.guard(() => {
+          const cp = this.byId.get(id);
+          if (cp !== undefined) this.receiver.onCompletions(cp, id, batch);
+        }),
       );
+      this.shared.setEndpoint(this.ep);
     } catch (e) {
       throw new RdsError('ENOPROTOOPT', `no RDMA device is usable (rdma_cm: ${(e as Error).message}); check ibv_devices, or add a Soft-RoCE device: rdma link add rxe0 type rxe netdev <if>`, { cause: e });
     }
@@ -179,11 +144,11 @@ export class IbTransport implements RdsTransport {
   private newPath(id: number, passive: boolean, cp: RdsConnPath): IbPath {
     const tp: IbPath = {
       id, established: false, passive, ring: null, freeSend: [], ackSlotBusy: false, ackDone: null,
-      flowControl: false, ledger: new CreditLedger(() => this.resume(cp), () => this.creditUpdate(cp)),
+      flowControl: false, ledger: new CreditLedger(() => this.sender.resume(cp), () => this.sender.creditUpdate(cp)),
       current: null, controls: [], lastAck: 0, rxHeader: null, rxPayload: null, rxFilled: 0, blocked: false, coreWaiting: false,
       version: 0,
     };
-    cp.tdata = tp;
+    cp.carrier(IB_CARRIER).set(tp);
     this.byId.set(id, cp);
     return tp;
   }
@@ -240,8 +205,7 @@ export class IbTransport implements RdsTransport {
           this.ep!.rdmaConnect(id, this.privateData(cp, tp, RDS_PROTOCOL_3_1, this.flowControl));
         } catch (e) {
           this.host.emit('error', e as Error);
-          this.release(cp, tp);
-          cp.connectFailed();
+          this.lost(cp, tp, 'queue pair setup failed');
         }
         return;
       case 'RDMA_CM_EVENT_ESTABLISHED':
@@ -249,8 +213,7 @@ export class IbTransport implements RdsTransport {
           const peer = pdata !== undefined ? decodeIbPrivateData(pdata) : null;
           const version = peer === null ? 0 : (peer.major << 8) | peer.minor;
           if (version < 0x0301) {
-            this.release(cp, tp);
-            cp.connectFailed();
+            this.lost(cp, tp, `peer speaks RDS/IB ${version >> 8}.${version & 0xff}`);
             return;
           }
           tp.version = version;
@@ -264,21 +227,12 @@ export class IbTransport implements RdsTransport {
       case 'RDMA_CM_EVENT_CONNECT_ERROR':
       case 'RDMA_CM_EVENT_ADDR_ERROR':
       case 'RDMA_CM_EVENT_ROUTE_ERROR':
-        if (tp.established) {
-          cp.drop(`rdma_cm: ${event} (${status})`);
-        } else {
-          this.release(cp, tp);
-          cp.connectFailed();
-        }
+        this.lost(cp, tp, `rdma_cm: ${event} (${status})`);
         return;
       case 'RDMA_CM_EVENT_DISCONNECTED':
       case 'RDMA_CM_EVENT_DEVICE_REMOVAL':
       case 'RDMA_CM_EVENT_ADDR_CHANGE':
-        if (tp.established) cp.drop(`rdma_cm: ${event}`);
-        else {
-          this.release(cp, tp);
-          cp.connectFailed();
-        }
+        this.lost(cp, tp, `rdma_cm: ${event}`);
         return;
       default:
         return; // TIMEWAIT_EXIT and the like
@@ -347,15 +301,23 @@ export class IbTransport implements RdsTransport {
       ep.accept(id, this.privateData(cp, tp, version, tp.flowControl));
     } catch (e) {
       this.host.emit('error', e as Error);
-      this.release(cp, tp);
-      cp.connectFailed();
+      this.lost(cp, tp, 'accept failed');
     }
+  }
+
+  /**
+   * The carrier `tp` failed (CarrierSlot.lost): one that never came up is released here and its
+   * connect failed; a live one is dropped, and connPathShutdown releases it.
+   */
+  private lost(cp: RdsConnPath, tp: IbPath, reason: string): void {
+    cp.carrier(IB_CARRIER).lost(tp, reason, (t) => this.release(cp, t));
   }
 
   /** Forget the path's carrier: destroy the QP and id; nothing from it reaches the core again. */
   private release(cp: RdsConnPath, tp: IbPath): void {
     this.byId.delete(tp.id);
-    if (cp.tdata === tp) cp.tdata = null;
+    const slot = cp.carrier(IB_CARRIER);
+    if (slot.is(tp)) slot.clear();
     const done = tp.ackDone;
     tp.ackDone = null;
     for (const c of tp.controls.splice(0)) c.done();
@@ -377,222 +339,15 @@ export class IbTransport implements RdsTransport {
   // ---- sending ----
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
-    const tp = ibPath(cp);
-    if (tp === null || !tp.established) return false;
-    msg.xmitHold();
-    tp.current = { wire: msg.wire, len: msg.len, off: 0, msg };
-    return this.take(cp, tp);
+    return this.sender.xmit(cp, msg);
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
-    const tp = ibPath(cp);
-    if (tp === null || !tp.established) return false;
-    tp.current = { wire: encodeCongUpdate(map), len: map.length, off: 0, msg: null };
-    return this.take(cp, tp);
-  }
-
-  /** Starts the frame just made current; false (and a kick later) if the ring cannot take more now. */
-  private take(cp: RdsConnPath, tp: IbPath): boolean {
-    this.push(cp, tp);
-    const more = tp.current === null && !tp.blocked;
-    if (!more) tp.coreWaiting = true;
-    return more;
+    return this.sender.xmitCong(cp, map);
   }
 
   xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
-    const tp = ibPath(cp);
-    if (tp === null || !tp.established) {
-      done();
-      return;
-    }
-    // Ack-only frames may go between the fragments of a message (the kernel handles them before
-    // reassembly); anything else (the hello) waits for a message boundary.
-    const ackOnly = header.readUInt16BE(OFF_SPORT) === 0 && header.readUInt16BE(OFF_DPORT) === 0 && header.readUInt32BE(OFF_LEN) === 0;
-    tp.controls.push({ header, done, ackOnly });
-    this.push(cp, tp);
-  }
-
-  /** A header-only credit update when 16 buffers are owed and nothing else is going out. */
-  private creditUpdate(cp: RdsConnPath): void {
-    const tp = ibPath(cp);
-    if (tp === null || !tp.established || tp.controls.length > 0 || tp.ackSlotBusy) return;
-    const h = Buffer.alloc(RDS_HEADER_SIZE);
-    writeU64(h, OFF_ACK, tp.lastAck);
-    tp.controls.push({ header: h, done: () => {}, ackOnly: true });
-    defer(() => this.push(cp, tp));
-  }
-
-  private resume(cp: RdsConnPath): void {
-    const tp = ibPath(cp);
-    if (tp !== null) this.push(cp, tp);
-  }
-
-  /** Fills one send slot with a header copy (credits, checksum) and `len` payload bytes from src. */
-  private fill(tp: IbPath, slot: number, header: Buffer, src: Buffer | null, srcOff: number, len: number): void {
-    const ring = tp.ring!;
-    const base = slot * SLOT_SIZE;
-    header.copy(ring, base, 0, RDS_HEADER_SIZE);
-    ring[base + OFF_CREDIT] = tp.ledger.advertise();
-    const ack = readU64(ring, base + OFF_ACK);
-    if (ack > tp.lastAck) tp.lastAck = ack;
-    ring.writeUInt16BE(0, base + OFF_CSUM);
-    ring.writeUInt16BE(headerChecksum(ring, base), base + OFF_CSUM);
-    if (src !== null && len > 0) src.copy(ring, base + RDS_HEADER_SIZE, srcOff, srcOff + len);
-  }
-
-  /**
-   * Moves work to the send ring while slots and credits last: control frames first (the ack slot),
-   * then fragments of the current message. Posts the batch with one call.
-   */
-  private push(cp: RdsConnPath, tp: IbPath): void {
-    if (!tp.established || tp.ring === null) return;
-    const posts: number[] = [];
-    // Control frames use the dedicated slot, one at a time (one ack in flight, spec §7.4).
-    if (!tp.ackSlotBusy && tp.controls.length > 0) {
-      const c = tp.controls[0]!;
-      const atBoundary = tp.current === null || tp.current.off === 0;
-      if ((c.ackOnly || atBoundary) && (!tp.flowControl || tp.ledger.tryConsumeForUpdate())) {
-        tp.controls.shift();
-        const slot = this.sendSlots;
-        this.fill(tp, slot, c.header, null, 0, 0);
-        tp.ackSlotBusy = true;
-        tp.ackDone = c.done;
-        posts.push(slot, RDS_HEADER_SIZE, 1);
-      }
-    }
-    const cur = tp.current;
-    if (cur !== null && (tp.controls.length === 0 || tp.controls[0]!.ackOnly)) {
-      while (tp.freeSend.length > 0) {
-        if (tp.flowControl && !tp.ledger.tryConsume(1)) break;
-        const slot = tp.freeSend.pop()!;
-        const n = Math.min(RDS_IB_FRAG_SIZE, cur.len - cur.off);
-        this.fill(tp, slot, cur.wire, cur.wire, RDS_HEADER_SIZE + cur.off, n);
-        cur.off += n;
-        const last = cur.off >= cur.len;
-        posts.push(slot, RDS_HEADER_SIZE + n, last ? 1 : 0);
-        if (last) {
-          tp.current = null;
-          cur.msg?.xmitDone();
-          break;
-        }
-      }
-    }
-    tp.blocked = tp.current !== null || tp.freeSend.length === 0;
-    if (tp.coreWaiting && !tp.blocked) {
-      tp.coreWaiting = false;
-      cp.kick();
-    }
-    if (posts.length === 0) return;
-    const rc = this.ep!.postSend(tp.id, Int32Array.from(posts));
-    if (rc !== 0) cp.drop(`ibv_post_send failed (${rc})`);
-  }
-
-  // ---- completions ----
-
-  private onCompletions(id: number, batch: Int32Array): void {
-    const cp = this.byId.get(id);
-    if (cp === undefined) return;
-    const tp = ibPath(cp);
-    if (tp === null || tp.id !== id || tp.ring === null) return;
-    cp.noteRxActivity();
-    const reposts: number[] = [];
-    let sendFreed = false;
-    for (let i = 0; i < batch.length; i += 3) {
-      const slot = batch[i]!;
-      const status = batch[i + 1]!;
-      const len = batch[i + 2]!;
-      if (status !== 0) {
-        // Flushes after an error, or the error itself: the connection is gone.
-        if (tp.established) cp.drop(`work request failed (ibv_wc_status ${status})`);
-        return;
-      }
-      if (slot < this.sendSlots) {
-        tp.freeSend.push(slot);
-        sendFreed = true;
-      } else if (slot === this.sendSlots) {
-        tp.ackSlotBusy = false;
-        const done = tp.ackDone;
-        tp.ackDone = null;
-        done?.();
-        sendFreed = true;
-      } else {
-        try {
-          this.receive(cp, tp, slot, len);
-        } catch (e) {
-          if (e instanceof RdsProtocolError) {
-            this.host.reportProtocolError(cp, e);
-            cp.drop(`protocol error: ${e.message}`);
-            return;
-          }
-          throw e;
-        }
-        if (ibPath(cp) !== tp) return; // the core dropped the path while handling the message
-        reposts.push(slot);
-      }
-    }
-    if (reposts.length > 0 && tp.ring !== null) {
-      const rc = this.ep!.postRecv(tp.id, Int32Array.from(reposts));
-      if (rc !== 0) {
-        cp.drop(`ibv_post_recv failed (${rc})`);
-        return;
-      }
-      tp.ledger.posted(reposts.length);
-    }
-    if (sendFreed || tp.controls.length > 0) this.push(cp, tp);
-  }
-
-  /** One received fragment (rds_ib_process_recv). */
-  private receive(cp: RdsConnPath, tp: IbPath, slot: number, byteLen: number): void {
-    const ring = tp.ring!;
-    const base = slot * SLOT_SIZE;
-    if (byteLen < RDS_HEADER_SIZE || byteLen > SLOT_SIZE) throw new RdsProtocolError(`IB fragment of ${byteLen} bytes`);
-    if (!verifyHeaderChecksum(ring, base)) {
-      this.host.counters.add(RDS_CTR.recv_drop_bad_checksum);
-      throw new RdsProtocolError('header checksum mismatch');
-    }
-    const credit = ring[base + OFF_CREDIT]!;
-    if (credit > 0 && tp.flowControl) tp.ledger.grant(credit);
-    const dataLen = byteLen - RDS_HEADER_SIZE;
-    const hLen = ring.readUInt32BE(base + OFF_LEN);
-    const sport = ring.readUInt16BE(base + OFF_SPORT);
-    const dport = ring.readUInt16BE(base + OFF_DPORT);
-    if (sport === 0 && dport === 0 && dataLen === 0 && hLen === 0 && readU64(ring, base) === 0) {
-      // Ack-only frame: may arrive between fragments; never part of reassembly.
-      this.host.recvIncoming(cp, Buffer.from(ring.subarray(base, base + RDS_HEADER_SIZE)), EMPTY);
-      return;
-    }
-    if (tp.rxHeader === null) {
-      if (hLen > MAX_H_LEN) throw new RdsProtocolError(`h_len ${hLen} exceeds ${MAX_H_LEN}`);
-      if (dataLen !== Math.min(hLen, RDS_IB_FRAG_SIZE)) throw new RdsProtocolError(`first fragment carries ${dataLen} of ${hLen} bytes`);
-      const header = Buffer.from(ring.subarray(base, base + RDS_HEADER_SIZE));
-      const payload = Buffer.from(ring.subarray(base + RDS_HEADER_SIZE, base + byteLen));
-      if (hLen <= RDS_IB_FRAG_SIZE) {
-        this.host.recvIncoming(cp, header, payload);
-        return;
-      }
-      tp.rxHeader = header;
-      tp.rxPayload = Buffer.allocUnsafe(hLen);
-      payload.copy(tp.rxPayload, 0);
-      tp.rxFilled = dataLen;
-      return;
-    }
-    // A later fragment: same sequence, length and ports (h_ack, h_credit, h_csum may differ).
-    const h = tp.rxHeader;
-    if (ring.compare(h, 0, 8, base, base + 8) !== 0 || ring.compare(h, OFF_LEN, OFF_LEN + 8, base + OFF_LEN, base + OFF_LEN + 8) !== 0) {
-      throw new RdsProtocolError('fragment header mismatch');
-    }
-    const want = Math.min(RDS_IB_FRAG_SIZE, hLen - tp.rxFilled);
-    if (dataLen !== want) throw new RdsProtocolError(`fragment carries ${dataLen} bytes, expected ${want}`);
-    const ack = readU64(ring, base + OFF_ACK);
-    if (ack !== 0) cp.ackThrough(ack);
-    ring.copy(tp.rxPayload!, tp.rxFilled, base + RDS_HEADER_SIZE, base + byteLen);
-    tp.rxFilled += dataLen;
-    if (tp.rxFilled < hLen) return;
-    const payload = tp.rxPayload!;
-    tp.rxHeader = null;
-    tp.rxPayload = null;
-    tp.rxFilled = 0;
-    this.host.recvIncoming(cp, h, payload);
+    this.sender.xmitControl(cp, header, done);
   }
 
   setRef(ref: boolean): void {
@@ -610,6 +365,7 @@ export class IbTransport implements RdsTransport {
     this.listeners.clear();
     this.ep?.close();
     this.ep = null;
+    this.shared.setEndpoint(null);
   }
 
   pathInfo(cp: RdsConnPath): Record<string, unknown> | null {
@@ -622,8 +378,6 @@ export class IbTransport implements RdsTransport {
     };
   }
 }
-
-const EMPTY = Buffer.alloc(0);
 
 /** The kernel's RDS_RDMA_REJ_INCOMPAT: a 4-byte host-order (little-endian here) int 1. */
 function rejectIncompatible(): Buffer {

@@ -16,6 +16,7 @@ export class LoopTransport implements RdsTransport {
   readonly transType = RDS_TRANS_LOOP;
   readonly mpathCapable = false;
   readonly userSelectable = false;
+  readonly local = true;
   private host!: RdsTransportHost;
 
   attach(host: RdsTransportHost): void {

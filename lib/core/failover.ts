@@ -1,0 +1,196 @@
+import { RDS_CONN_UP } from '../constants.js';
+import type { RdsConnection } from './connection.js';
+import type { RdsOutgoing } from './message.js';
+import type { RdsConnPath } from './path.js';
+import { RDS_CTR } from './stats.js';
+
+/** One path's part in the relation. */
+interface PathFailover {
+  /** While the path is down past its grace period, its sockets' messages go to this live path. */
+  to: RdsConnPath | null;
+  /** The grace period ran out while no other path was up: move as soon as one is. */
+  due: boolean;
+  /** Messages moved from this path to a live one. */
+  moved: number;
+  /**
+   * Nothing leaves the path until `behind` has had every message up to `seq` acknowledged, so no
+   * socket's message overtakes an earlier one still waiting there: after the fan-out from lane 0,
+   * and when a failed-over path comes back.
+   */
+  behind: RdsConnPath | null;
+  seq: number;
+  timer: NodeJS.Timeout | null;
+}
+
+/**
+ * Failover between the paths of one connection (RTRS-style, between rds-socket nodes only): a path
+ * down past its grace period hands its messages to a live one, and paths wait behind each other so
+ * no socket's message overtakes an earlier one. Kernels never get it (see failoverAllowed).
+ */
+export class ConnFailover {
+  private readonly st = new Map<RdsConnPath, PathFailover>();
+
+  constructor(private readonly conn: RdsConnection) {}
+
+  private of(p: RdsConnPath): PathFailover {
+    let s = this.st.get(p);
+    if (s === undefined) {
+      s = { to: null, due: false, moved: 0, behind: null, seq: 0, timer: null };
+      this.st.set(p, s);
+    }
+    return s;
+  }
+
+  /** Where `p`'s sockets send now: `p`, or the live path it failed over to. */
+  redirect(p: RdsConnPath): RdsConnPath {
+    return this.st.get(p)?.to ?? p;
+  }
+
+  failedOverTo(p: RdsConnPath): RdsConnPath | null {
+    return this.st.get(p)?.to ?? null;
+  }
+
+  movedBy(p: RdsConnPath): number {
+    return this.st.get(p)?.moved ?? 0;
+  }
+
+  /** The path `p` is told to wait behind (whether or not it still has to). */
+  holdingBehind(p: RdsConnPath): RdsConnPath | null {
+    return this.st.get(p)?.behind ?? null;
+  }
+
+  /** Start the grace period of a path that is not up and has messages waiting (once). */
+  arm(p: RdsConnPath): void {
+    const grace = this.conn.stack.options.failoverGraceMs;
+    const s = this.of(p);
+    if (s.timer !== null || s.due || !Number.isFinite(grace) || this.conn.npaths <= 1) return;
+    s.timer = setTimeout(() => {
+      s.timer = null;
+      if (p.state === RDS_CONN_UP) return;
+      s.due = true;
+      this.failOver(p);
+    }, grace);
+    if (!this.conn.stack.referenced) s.timer.unref();
+  }
+
+  /** The path is up (or the stack closes): no grace period runs. */
+  clear(p: RdsConnPath): void {
+    const s = this.st.get(p);
+    if (s === undefined) return;
+    if (s.timer !== null) clearTimeout(s.timer);
+    s.timer = null;
+    s.due = false;
+  }
+
+  /** `p` came up: back from failover, its sockets return, behind what went ahead on the other path. */
+  returned(p: RdsConnPath): void {
+    const s = this.st.get(p);
+    if (s === undefined || s.to === null) return;
+    const t = s.to;
+    s.to = null;
+    this.holdBehind(p, t, t.nextTxSeq - 1);
+  }
+
+  /**
+   * The path stayed down past its grace period: hand its messages, in order, to a live path,
+   * where they get new sequence numbers and a record of where they were first numbered; the peer
+   * drops any it already has. Until this path is back, its sockets send on the live path too.
+   */
+  failOver(from: RdsConnPath): void {
+    if (!this.conn.failoverAllowed) return;
+    const target = this.target(from);
+    if (target === null) return; // retried when a path comes up
+    const s = this.of(from);
+    s.due = false;
+    const stay: RdsOutgoing[] = [];
+    let moved = 0;
+    for (const m of from.sendQueue.drain()) {
+      if (m.done) continue;
+      if (!m.movable) {
+        stay.push(m); // pings and probes belong to this path
+        continue;
+      }
+      target.tx.adopt(m);
+      moved++;
+    }
+    from.sendQueue.unshiftAll(stay);
+    s.moved += moved;
+    this.conn.stack.counters.add(RDS_CTR.failover_moved, moved);
+    s.to = target;
+    // Whatever was waiting on, or redirected to, this path now depends on the target.
+    // (The target itself no longer waits for us: our messages now queue in front of its later ones.)
+    for (let i = 0; i < this.conn.npaths; i++) {
+      const p = this.conn.paths[i]!;
+      const ps = this.st.get(p);
+      if (ps === undefined) continue;
+      if (ps.to === from) ps.to = target;
+      if (ps.behind === from) {
+        if (p === target) ps.behind = null;
+        else this.holdBehind(p, target, target.nextTxSeq - 1);
+      }
+    }
+    s.behind = null;
+    this.conn.stack.pathFailedOver(from, target, moved);
+    target.tx.schedulePump();
+  }
+
+  /** `p` sends nothing until `behind` has had everything up to `seq` acknowledged. */
+  holdBehind(p: RdsConnPath, behind: RdsConnPath, seq: number): void {
+    if (seq <= 0 || behind === p) return;
+    const s = this.of(p);
+    s.behind = behind;
+    s.seq = seq;
+  }
+
+  /** The path `p` is waiting for, if it still has to. */
+  currentHold(p: RdsConnPath): RdsConnPath | null {
+    return this.held(p) ? this.st.get(p)!.behind : null;
+  }
+
+  /** Whether `p` must still wait (the pump asks before each batch). */
+  held(p: RdsConnPath): boolean {
+    const s = this.st.get(p);
+    const h = s?.behind;
+    if (h === null || h === undefined) return false;
+    const oldest = h.tx.oldestUnacked();
+    if (oldest !== undefined && oldest <= s!.seq) return true;
+    s!.behind = null;
+    return false;
+  }
+
+  /** `cp` freed messages: paths holding behind it may be free to go. */
+  releaseHolds(cp: RdsConnPath): void {
+    if (this.st.size === 0) return;
+    for (let i = 0; i < this.conn.npaths; i++) {
+      const p = this.conn.paths[i]!;
+      if (this.st.get(p)?.behind === cp) p.kick();
+    }
+  }
+
+  /**
+   * The live path a dead one's messages go to: the one it is already holding behind if that is
+   * up (moving elsewhere could let them overtake what waits there), else the lowest UP path.
+   */
+  target(from: RdsConnPath): RdsConnPath | null {
+    const hold = this.currentHold(from);
+    if (hold !== null) return hold.state === RDS_CONN_UP ? hold : null;
+    for (let i = 0; i < this.conn.npaths; i++) {
+      const p = this.conn.paths[i]!;
+      if (p !== from && p.state === RDS_CONN_UP) return p;
+    }
+    return null;
+  }
+
+  /** A path came up: paths whose grace period ran out while nothing was up can move now. */
+  retry(): void {
+    for (let i = 0; i < this.conn.npaths; i++) {
+      const p = this.conn.paths[i]!;
+      if (this.st.get(p)?.due === true && p.state !== RDS_CONN_UP) this.failOver(p);
+    }
+  }
+
+  setRef(p: RdsConnPath, ref: boolean): void {
+    const t = this.st.get(p)?.timer;
+    if (t) (ref ? t.ref() : t.unref());
+  }
+}

@@ -1,0 +1,321 @@
+import { RDS_CONN_DOWN, RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
+import { encodeDataHeader, OFF_EXTHDR } from '../wire/header.js';
+import { packExtensions, type RdsExtension } from '../wire/extensions.js';
+import { defer } from './defer.js';
+import { Fifo } from './fifo.js';
+import { RdsOutgoing, type SendOwner } from './message.js';
+import { OwnAccount } from './own-budget.js';
+import type { RdsConnPath } from './path.js';
+import { findBySeq, ReadConfirmations } from './send-confirm.js';
+import { RDS_CTR } from './stats.js';
+
+/**
+ * One path's sending side (the kernel's send.c): the transmit sequence, the send and retransmit
+ * queues, the pump that moves messages to the transport, and what acknowledgements free.
+ */
+export class PathSend {
+  /** Sequence of the next message queued on this path; assigned at enqueue, from 1. */
+  private nextSeq = 1;
+  readonly sendQueue = new Fifo<RdsOutgoing>();
+  /** Sent, not yet acknowledged; resent first after a reconnect. */
+  readonly retrans = new Fifo<RdsOutgoing>();
+  /** Pending confirmations of a peer that reports reads. */
+  readonly confirms: ReadConfirmations;
+  /** Messages queued on the node's own account (pongs, probes), bounded by maxOwnQueued. */
+  readonly own = new OwnAccount();
+  /** The full local congestion map must go out before the next message. */
+  private congPending = false;
+  /** The last multipath probe queued (path 0), to queue none while one waits unsent. */
+  private probe: RdsOutgoing | null = null;
+  /** This incarnation has queued a probe on this path: the first one went ahead of any data. */
+  private probeQueued = false;
+  private pumpQueued = false;
+  private pumping = false;
+  private pumpAgain = false;
+  /** Transport said "no more for now"; it calls kick() when it drains. */
+  private blocked = false;
+  private messages = 0;
+  private bytes = 0;
+  /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
+  readonly latencyHistogram: number[] = new Array<number>(17).fill(0);
+  private latencySum = 0;
+
+  constructor(private readonly path: RdsConnPath) {
+    this.confirms = new ReadConfirmations(path.conn.stack.counters, path.conn.faddr);
+  }
+
+  get nextTxSeq(): number {
+    return this.nextSeq;
+  }
+
+  get lastProbe(): RdsOutgoing | null {
+    return this.probe;
+  }
+
+  get sentMessages(): number {
+    return this.messages;
+  }
+
+  get sentBytes(): number {
+    return this.bytes;
+  }
+
+  /** Sum of the send-to-acknowledge times counted in latencyHistogram, ms. */
+  get latencySumMs(): number {
+    return this.latencySum;
+  }
+
+  private get stack() {
+    return this.path.conn.stack;
+  }
+
+  /** Takes the next transmit sequence number (failover numbers moved messages here). */
+  takeSeq(): number {
+    return this.nextSeq++;
+  }
+
+  /**
+   * Queues the multipath probe: the first sequenced frame an incarnation sends on path 0 (queued
+   * ahead of the first message). Null when the own account is full.
+   */
+  queueProbe(exts: readonly RdsExtension[]): RdsOutgoing | null {
+    this.probeQueued = true; // before queueControl(), which calls back into queue()
+    this.probe = this.queueControl(RDS_FLAG_PROBE_PORT, 0, exts);
+    return this.probe;
+  }
+
+  /** Encodes and queues a message; the caller has done every check. */
+  queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
+    owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
+    this.probeFirst();
+    const slab = this.stack.wireSlab;
+    const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
+    const seq = this.nextSeq++;
+    encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
+    if (exts !== undefined && exts.length > 0) wire.set(packExtensions(exts), OFF_EXTHDR);
+    if (payload instanceof Uint8Array) {
+      wire.set(payload, RDS_HEADER_SIZE);
+    } else {
+      let off = RDS_HEADER_SIZE;
+      for (const part of payload) {
+        wire.set(part, off);
+        off += part.length;
+      }
+    }
+    const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
+    if (slab.recyclable(wire.length)) msg.recycleInto(slab);
+    return this.enlist(msg);
+  }
+
+  /**
+   * MSG_ZEROCOPY: queues a message whose payload stays in the caller's buffers (only the header is
+   * encoded); `cookie` is reported to the owner once nothing references them any more.
+   */
+  queueZeroCopy(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
+    owner: SendOwner, cookie: number): RdsOutgoing {
+    this.probeFirst();
+    const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE);
+    const seq = this.nextSeq++;
+    encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
+    const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
+    msg.zcPayload = payload;
+    msg.zcCookie = cookie;
+    return this.enlist(msg);
+  }
+
+  private probeFirst(): void {
+    if (!this.probeQueued && this.path.index === 0 && !this.path.conn.isLoopback) this.path.conn.handshake.queueProbe(this.path);
+  }
+
+  private enlist(msg: RdsOutgoing): RdsOutgoing {
+    this.sendQueue.push(msg);
+    this.stack.counters.add(RDS_CTR.send_queued);
+    this.path.queued();
+    return msg;
+  }
+
+  /** Failover moved `msg` here: it joins the queue in its new sequence space. */
+  adopt(msg: RdsOutgoing): void {
+    msg.moveTo(this.path, this.nextSeq++);
+    this.sendQueue.push(msg);
+  }
+
+  /**
+   * A control message (ping, pong, probe) from port `sport` to `dport`, sequenced like data and
+   * charged to the path's own account. Null (nothing queued) when that account is full: the peer
+   * has not acknowledged, or not read, maxOwnQueued of them.
+   */
+  queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): RdsOutgoing | null {
+    if (this.own.queued >= this.stack.options.maxOwnQueued) return null;
+    this.own.queued++;
+    return this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
+  }
+
+  /** Local congestion map changed: send it before the next message. */
+  queueCongUpdate(): void {
+    this.congPending = true;
+    this.stack.counters.add(RDS_CTR.cong_update_queued);
+    if (this.path.state === RDS_CONN_UP) this.schedulePump();
+  }
+
+  /** A new carrier is up: the map goes first, and the transport takes frames again. */
+  carrierUp(): void {
+    this.blocked = false;
+    this.congPending = true;
+  }
+
+  /**
+   * rds_send_path_reset: everything sent but unacknowledged goes back in front of the send queue,
+   * flagged RETRANSMITTED, with its original sequence number; a pending map is forgotten (a fresh
+   * one follows the next UP).
+   */
+  reset(): void {
+    const resend: RdsOutgoing[] = [];
+    for (const m of this.retrans.drain()) {
+      if (m.done) continue;
+      m.markRetransmitted();
+      resend.push(m);
+    }
+    this.sendQueue.unshiftAll(resend);
+    this.congPending = false;
+    this.blocked = false;
+    this.path.acks.resetSend();
+  }
+
+  /** The transport can take more. */
+  kick(): void {
+    this.blocked = false;
+    this.schedulePump();
+  }
+
+  schedulePump(): void {
+    if (this.pumpQueued) return;
+    this.pumpQueued = true;
+    // One pump per turn of the event loop, so a burst of sendmsg calls goes out as one batch.
+    defer(() => {
+      this.pumpQueued = false;
+      this.pump();
+    });
+  }
+
+  /** rds_send_xmit: move queued messages to the transport while it accepts them. */
+  pump(): void {
+    if (this.pumping) {
+      this.pumpAgain = true;
+      return;
+    }
+    const cp = this.path;
+    if (cp.state !== RDS_CONN_UP || this.blocked) return;
+    if (cp.conn.failover.held(cp)) return;
+    const t = cp.conn.transport;
+    const stack = this.stack;
+    const ackMode = cp.conn.ackMode;
+    // One clock reading per batch: every message of a burst leaves in the same instant anyway.
+    const now = performance.now();
+    const wallNow = Date.now();
+    this.pumping = true;
+    t.xmitBegin?.(cp);
+    try {
+      do {
+        this.pumpAgain = false;
+        while (cp.state === RDS_CONN_UP && !this.blocked) {
+          if (this.congPending) {
+            this.congPending = false;
+            if (!t.xmitCong(cp, stack.congMap(cp.conn.laddr).bits)) {
+              this.blocked = true;
+              break;
+            }
+            continue;
+          }
+          const msg = this.sendQueue.shift();
+          if (msg === undefined) {
+            stack.counters.add(RDS_CTR.send_queue_empty);
+            break;
+          }
+          if (msg.done) continue; // cancelled while queued
+          this.retrans.push(msg);
+          if (msg.sentAt === 0) msg.sentAt = now;
+          this.messages++;
+          this.bytes += msg.len;
+          if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.add(RDS_CTR.send_retransmitted);
+          if (ackMode) cp.acks.stamp(msg, wallNow, this.sendQueue.length === 0);
+          if (!t.xmit(cp, msg)) this.blocked = true;
+        }
+      } while (this.pumpAgain && cp.state === RDS_CONN_UP && !this.blocked);
+    } finally {
+      if (cp.state === RDS_CONN_UP) t.xmitEnd?.(cp);
+      this.pumping = false;
+    }
+  }
+
+  /**
+   * The peer has every message up to and including `seq`: free them in order. From a peer that
+   * reports reads (RDSSOCK_CAP_CONFIRM) this is flow control only: a pending confirmation waits
+   * in confirms.awaitingRead for its read cursor.
+   */
+  ackThrough(seq: number): void {
+    let freed = false;
+    const now = performance.now();
+    const holdConfirm = this.path.conn.confirmsReads;
+    for (;;) {
+      const m = this.retrans.peek();
+      if (m === undefined || m.seq > seq) break;
+      this.retrans.shift();
+      if (!m.done && m.sentAt > 0) this.recordLatency(now - m.sentAt);
+      if (holdConfirm && this.confirms.mustWait(m)) {
+        m.complete(undefined, true);
+        this.confirms.awaitingRead.push(m);
+      } else {
+        // Nothing to hold: no confirmation pending, an older peer, or a resent message that a read
+        // report already covered (it was read, or its refusal already rejected it).
+        m.complete();
+      }
+      freed = true;
+    }
+    if (freed) this.path.conn.failover.releaseHolds(this.path);
+  }
+
+  /** RDSSOCK_EXTHDR_READ; see ReadConfirmations.readThrough. */
+  readThrough(seq: number, refused: number): void {
+    this.confirms.readThrough(seq, refused, this.sendQueue);
+  }
+
+  /** RDSSOCK_EXTHDR_REFUSED: the peer did not deliver our message `seq`. */
+  refusedByPeer(seq: number, reason: number): void {
+    this.confirms.refused(seq, reason, (s) => findBySeq(this.retrans, s) ?? findBySeq(this.sendQueue, s));
+  }
+
+  private recordLatency(ms: number): void {
+    this.latencySum += ms;
+    // Bucket b holds [2^(b-1), 2^b) ms: one past the position of the highest bit of floor(ms).
+    const b = ms < 1 ? 0 : Math.min(16, 32 - Math.clz32(Math.floor(ms)));
+    this.latencyHistogram[b]!++;
+  }
+
+  /** Sequence of the oldest message not yet acknowledged, if any. */
+  oldestUnacked(): number | undefined {
+    for (const m of this.retrans) if (!m.done) return m.seq;
+    for (const m of this.sendQueue) if (!m.done) return m.seq;
+    return undefined;
+  }
+
+  /**
+   * Application messages wait to be sent, acknowledged, or (acknowledged as queued) reported read
+   * here; control frames (probes, pongs) do not count.
+   */
+  hasPendingData(): boolean {
+    if (this.confirms.awaitingRead.length > 0) return true;
+    for (const m of this.sendQueue) if (!m.done && m.fromSocket) return true;
+    for (const m of this.retrans) if (!m.done && m.fromSocket) return true;
+    return false;
+  }
+
+  /** Messages waiting to be sent or acknowledged (cancelled ones excluded). */
+  pendingCount(): { send: number; retrans: number } {
+    let send = 0;
+    let retrans = 0;
+    for (const m of this.sendQueue) if (!m.done) send++;
+    for (const m of this.retrans) if (!m.done) retrans++;
+    return { send, retrans };
+  }
+}

@@ -1,0 +1,127 @@
+import { RDS_HEADER_SIZE } from '../constants.js';
+import { defer } from '../core/defer.js';
+import type { RdsOutgoing } from '../core/message.js';
+import type { RdsConnPath } from '../core/path.js';
+import { headerChecksum, OFF_ACK, OFF_CREDIT, OFF_CSUM, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, writeU64 } from '../wire/header.js';
+import { encodeCongUpdate } from '../wire/header.js';
+import { ibPath, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
+
+/**
+ * The sending side of RDS/IB (the kernel's ib_send.c): frames are cut into 4 KiB fragments, each
+ * with a checksummed header copy and our credits, and posted to the send ring while slots and
+ * credits last; ack-only and other control frames use one dedicated slot.
+ */
+export class IbSender {
+  constructor(private readonly ib: IbShared) {}
+
+  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+    const tp = ibPath(cp);
+    if (tp === null || !tp.established) return false;
+    msg.xmitHold();
+    tp.current = { wire: msg.wire, len: msg.len, off: 0, msg };
+    return this.take(cp, tp);
+  }
+
+  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+    const tp = ibPath(cp);
+    if (tp === null || !tp.established) return false;
+    tp.current = { wire: encodeCongUpdate(map), len: map.length, off: 0, msg: null };
+    return this.take(cp, tp);
+  }
+
+  /** Starts the frame just made current; false (and a kick later) if the ring cannot take more now. */
+  private take(cp: RdsConnPath, tp: IbPath): boolean {
+    this.push(cp, tp);
+    const more = tp.current === null && !tp.blocked;
+    if (!more) tp.coreWaiting = true;
+    return more;
+  }
+
+  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
+    const tp = ibPath(cp);
+    if (tp === null || !tp.established) {
+      done();
+      return;
+    }
+    // Ack-only frames may go between the fragments of a message (the kernel handles them before
+    // reassembly); anything else (the hello) waits for a message boundary.
+    const ackOnly = header.readUInt16BE(OFF_SPORT) === 0 && header.readUInt16BE(OFF_DPORT) === 0 && header.readUInt32BE(OFF_LEN) === 0;
+    tp.controls.push({ header, done, ackOnly });
+    this.push(cp, tp);
+  }
+
+  /** A header-only credit update when 16 buffers are owed and nothing else is going out. */
+  creditUpdate(cp: RdsConnPath): void {
+    const tp = ibPath(cp);
+    if (tp === null || !tp.established || tp.controls.length > 0 || tp.ackSlotBusy) return;
+    const h = Buffer.alloc(RDS_HEADER_SIZE);
+    writeU64(h, OFF_ACK, tp.lastAck);
+    tp.controls.push({ header: h, done: () => {}, ackOnly: true });
+    defer(() => this.push(cp, tp));
+  }
+
+  resume(cp: RdsConnPath): void {
+    const tp = ibPath(cp);
+    if (tp !== null) this.push(cp, tp);
+  }
+
+  /** Fills one send slot with a header copy (credits, checksum) and `len` payload bytes from src. */
+  private fill(tp: IbPath, slot: number, header: Buffer, src: Buffer | null, srcOff: number, len: number): void {
+    const ring = tp.ring!;
+    const base = slot * SLOT_SIZE;
+    header.copy(ring, base, 0, RDS_HEADER_SIZE);
+    ring[base + OFF_CREDIT] = tp.ledger.advertise();
+    const ack = readU64(ring, base + OFF_ACK);
+    if (ack > tp.lastAck) tp.lastAck = ack;
+    ring.writeUInt16BE(0, base + OFF_CSUM);
+    ring.writeUInt16BE(headerChecksum(ring, base), base + OFF_CSUM);
+    if (src !== null && len > 0) src.copy(ring, base + RDS_HEADER_SIZE, srcOff, srcOff + len);
+  }
+
+  /**
+   * Moves work to the send ring while slots and credits last: control frames first (the ack slot),
+   * then fragments of the current message. Posts the batch with one call.
+   */
+  push(cp: RdsConnPath, tp: IbPath): void {
+    if (!tp.established || tp.ring === null) return;
+    const posts: number[] = [];
+    // Control frames use the dedicated slot, one at a time (one ack in flight, spec §7.4).
+    if (!tp.ackSlotBusy && tp.controls.length > 0) {
+      const c = tp.controls[0]!;
+      const atBoundary = tp.current === null || tp.current.off === 0;
+      if ((c.ackOnly || atBoundary) && (!tp.flowControl || tp.ledger.tryConsumeForUpdate())) {
+        tp.controls.shift();
+        const slot = this.ib.sendSlots;
+        this.fill(tp, slot, c.header, null, 0, 0);
+        tp.ackSlotBusy = true;
+        tp.ackDone = c.done;
+        posts.push(slot, RDS_HEADER_SIZE, 1);
+      }
+    }
+    const cur = tp.current;
+    if (cur !== null && (tp.controls.length === 0 || tp.controls[0]!.ackOnly)) {
+      while (tp.freeSend.length > 0) {
+        if (tp.flowControl && !tp.ledger.tryConsume(1)) break;
+        const slot = tp.freeSend.pop()!;
+        const n = Math.min(RDS_IB_FRAG_SIZE, cur.len - cur.off);
+        this.fill(tp, slot, cur.wire, cur.wire, RDS_HEADER_SIZE + cur.off, n);
+        cur.off += n;
+        const last = cur.off >= cur.len;
+        posts.push(slot, RDS_HEADER_SIZE + n, last ? 1 : 0);
+        if (last) {
+          tp.current = null;
+          cur.msg?.xmitDone();
+          break;
+        }
+      }
+    }
+    tp.blocked = tp.current !== null || tp.freeSend.length === 0;
+    if (tp.coreWaiting && !tp.blocked) {
+      tp.coreWaiting = false;
+      cp.kick();
+    }
+    if (posts.length === 0) return;
+    const rc = this.ib.ep!.postSend(tp.id, Int32Array.from(posts));
+    if (rc !== 0) cp.drop(`ibv_post_send failed (${rc})`);
+  }
+}

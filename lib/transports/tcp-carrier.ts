@@ -1,0 +1,222 @@
+import { readFileSync } from 'node:fs';
+import { Socket, type OnReadOpts, type SocketConstructorOpts } from 'node:net';
+import * as tls from 'node:tls';
+import { canonicalAddress } from '../core/address.js';
+import { CarrierKind, CarrierSlot } from '../core/carrier.js';
+import { Fifo } from '../core/fifo.js';
+import type { RdsConnPath } from '../core/path.js';
+import type { RdsTransportHost } from '../core/stack.js';
+import type { RdsTransport } from '../core/transport.js';
+import { native } from '../native.js';
+import { checkOption } from '../core/options.js';
+import type { FrameReader } from '../wire/frame-reader.js';
+
+/**
+ * RDS over TCP, wire-compatible with net/rds/tcp*.c: one listener per local address on the RDS/TCP
+ * port, the numerically smaller address connects, the larger one only pokes, and the byte stream is
+ * a plain sequence of [48-byte header][payload] records.
+ */
+export interface TcpTransportOptions {
+  /**
+   * TLS with mutual certificate authentication between rds-socket nodes: key, cert and the ca
+   * that signed every node's certificate (node:tls SecureContextOptions). Peers must present a
+   * certificate from that ca; the chain is checked, not host names. Off by default: a kernel
+   * speaks plain RDS/TCP. The allowlist and connection limits apply to the TCP connection before
+   * the handshake, which must finish within headerTimeoutMs.
+   */
+  tls?: tls.SecureContextOptions;
+  /**
+   * Where to connect for a peer: by default (peer, stack tcpPort). Tests and the soak use it to
+   * route a connection through a fault-injecting proxy.
+   */
+  dial?: (laddr: string, faddr: string, port: number) => { host: string; port: number };
+  /**
+   * TCP's own knobs: the port listened on and connected to (default 16385), the cap on TCP
+   * connections (default 4096) and the deadline for each header and each step of a new
+   * connection (default 10000 ms); see RdsStackOptions for what each does. Given here they win
+   * over the stack's spelling of them (still accepted: `new RdsStack({ tcpPort })`).
+   */
+  tcpPort?: number;
+  maxConnections?: number;
+  headerTimeoutMs?: number;
+}
+
+/** The knobs TcpTransportOptions shares with RdsStackOptions (checked by the stack's rules). */
+export const TCP_KNOBS = ['tcpPort', 'maxConnections', 'headerTimeoutMs'] as const;
+
+/** The TCP transport's carrier object of a path: the carrier socket, its reassembly and send bookkeeping. */
+export class TcpPath {
+  /** The current carrier socket (see CarrierSlot: events of a replaced one are ignored). */
+  readonly slot: CarrierSlot<Socket>;
+  reader: FrameReader | null = null;
+  /** The larger side's short-lived poke connection, if one is in flight. */
+  poke: Socket | null = null;
+  /** Bytes written to this carrier, and how many of them the kernel has taken. */
+  wrote = 0;
+  flushed = 0;
+  /** Messages on this carrier waiting for TCP's acknowledgement: stream offset of their last byte. */
+  readonly track = new Fifo<{ end: number; seq: number }>();
+  /**
+   * -1 until the peer's first frame arrived on this carrier, then `wrote` at that moment. A peer
+   * that releases on TCP acknowledgement (a kernel) has that acknowledgement count only once it
+   * covers a byte written after this point: see TcpSender.releaseAcked.
+   */
+  provenAt = -1;
+  outqTimer: NodeJS.Timeout | null = null;
+  outqDelay = 1;
+  /**
+   * Frames of the current batch not yet handed to the socket: `run` is the first, and the run
+   * extends to `runEnd` (an offset in run.buffer) while each next frame follows in memory.
+   */
+  run: Buffer | null = null;
+  runEnd = 0;
+  /** Inside a transmit batch, and whether the socket was corked for it. */
+  inBatch = false;
+  corked = false;
+  /** The core stopped reading this path (receive queue limit); outlives a carrier change. */
+  held = false;
+  /** The current carrier waits for room in the partial-frame budget. */
+  waiting = false;
+  /** The current carrier's reading resumed: restart its frame clocks. */
+  onResume: (() => void) | null = null;
+
+  constructor(cp: RdsConnPath) {
+    this.slot = new CarrierSlot<Socket>(cp);
+  }
+
+  get sock(): Socket | null {
+    return this.slot.current;
+  }
+}
+
+export const TCP_CARRIER = new CarrierKind<TcpPath>('tcp', (cp) => new TcpPath(cp));
+
+export function tcpPath(cp: RdsConnPath): TcpPath {
+  return cp.carrier(TCP_CARRIER);
+}
+
+const KEEPALIVE_MS = 5000;
+
+/** What the parts of the TCP transport share: the host, the options, every socket it holds. */
+export class TcpShared {
+  host!: RdsTransportHost;
+  private referenced = false;
+  private isClosed = false;
+  readonly sockets = new Set<Socket>();
+
+  constructor(readonly topts: TcpTransportOptions, readonly transport: RdsTransport) {
+    for (const k of TCP_KNOBS) checkOption(k, topts[k], 'TcpTransport');
+  }
+
+  attach(host: RdsTransportHost): void {
+    // The transport's own knobs over the stack's: the host it reads options from says so.
+    const own = Object.fromEntries(TCP_KNOBS.filter((k) => this.topts[k] !== undefined).map((k) => [k, this.topts[k]]));
+    this.host = Object.create(host, { options: { value: Object.freeze({ ...host.options, ...own }) } }) as RdsTransportHost;
+  }
+
+  get ref(): boolean {
+    return this.referenced;
+  }
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  setRef(ref: boolean): void {
+    this.referenced = ref;
+    for (const s of this.sockets) (ref ? s.ref() : s.unref());
+  }
+
+  markClosed(): void {
+    this.isClosed = true;
+  }
+
+  /** Holds `sock` for close() and setRef(), with the kernel's RDS/TCP socket options. */
+  track(sock: Socket): void {
+    this.sockets.add(sock);
+    sock.once('close', () => this.sockets.delete(sock));
+    if (!this.referenced) sock.unref();
+    sock.setNoDelay(true);
+    sock.setKeepAlive(true, KEEPALIVE_MS);
+    // The kernel's RDS/TCP keepalive: 5 s idle, 5 s between probes, 5 probes (dead peer ~30 s).
+    // Node sets only the idle time; the addon sets the rest once the socket has a descriptor.
+    const full = (): void => {
+      const fd = socketFd(sock);
+      const n = native();
+      if (fd >= 0 && n !== null) {
+        try {
+          n.tcpKeepalive(fd, KEEPALIVE_MS / 1000, KEEPALIVE_MS / 1000, 5);
+        } catch { /* keep Node's setting */ }
+      }
+    };
+    if (socketFd(sock) >= 0) full();
+    else sock.once('connect', full);
+  }
+}
+
+export { KEEPALIVE_MS };
+
+/** net.ipv4.ip_local_port_range, with the low end rounded up to a multiple of 8. */
+let portRange: [number, number] | null = null;
+export function localPortRange(): [number, number] {
+  if (portRange === null) {
+    let lo = 32768;
+    let hi = 60999;
+    try {
+      const [a, b] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+      if (a! > 0 && b! >= a!) [lo, hi] = [a!, b!];
+    } catch { /* not Linux: use the default range */ }
+    portRange = [Math.ceil(lo / 8) * 8, hi];
+  }
+  return portRange;
+}
+
+export function socketFd(sock: Socket): number {
+  const fd = (sock as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : -1;
+}
+
+/** net's onread options that read into `reader`'s slabs and hand each read's length to `received`. */
+export function slabOnread(reader: FrameReader, received: (n: number) => void): OnReadOpts {
+  return { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
+}
+
+/**
+ * Node offers slab reads (`onread`) only to sockets it connects, never to ones a server accepts.
+ * An accepted socket (taken paused, so nothing has been read) hands its handle to a new Socket
+ * that reads into `reader`'s slabs, as initiated carriers do. The handle is net's private
+ * `_handle`; where this Node has none the accepted socket is returned and the caller reads 'data'.
+ */
+export function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) => void): Socket | null {
+  const s = sock as unknown as { _handle?: { readStart?: unknown } | null };
+  const handle = s._handle;
+  if (handle === null || handle === undefined || typeof handle.readStart !== 'function') return null;
+  s._handle = null;
+  // With no handle, destroy() only settles the old stream and the server's connection count.
+  sock.destroy();
+  return new Socket({ handle, onread: slabOnread(reader, received) } as SocketConstructorOpts);
+}
+
+/**
+ * Ends a connection we refuse or give up on, with a reset where possible (no TIME_WAIT, the peer
+ * learns at once). Never throws: it runs inside event handlers, where a throw kills the process.
+ * A TLS socket has no TCP handle of its own (resetAndDestroy throws ERR_INVALID_HANDLE_TYPE on
+ * it) and is only destroyed: resetting the TCP socket under a live TLS layer crashes Node 20
+ * (segmentation fault). Connections refused before their handshake are plain and are reset.
+ */
+export function refuse(sock: Socket): void {
+  try {
+    if (sock instanceof tls.TLSSocket || sock.destroyed) sock.destroy();
+    else sock.resetAndDestroy();
+  } catch {
+    sock.destroy();
+  }
+}
+
+export function peerOf(sock: Socket): { local: string | null; remote: string | null } {
+  const strip = (a: string | undefined): string | null => {
+    if (a === undefined) return null;
+    return canonicalAddress(a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a);
+  };
+  return { local: strip(sock.localAddress), remote: strip(sock.remoteAddress) };
+}

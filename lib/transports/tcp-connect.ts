@@ -1,0 +1,125 @@
+import { connect, type Socket } from 'node:net';
+import * as tls from 'node:tls';
+import type { RdsConnPath } from '../core/path.js';
+import { RDS_CTR } from '../core/stats.js';
+import { FrameReader } from '../wire/frame-reader.js';
+import { localPortRange, slabOnread, tcpPath, type TcpShared } from './tcp-carrier.js';
+import type { TcpReceiver } from './tcp-recv.js';
+
+/**
+ * Opening carriers (the kernel's tcp_connect.c): the smaller address connects from a source port
+ * that names the path; the larger one only pokes the smaller side, which answers by connecting.
+ */
+export class TcpConnector {
+  /** Rotating group for cp_index-encoded source ports (spec §3.6). */
+  private portGroup = 0;
+
+  constructor(private readonly ctx: TcpShared, private readonly receiver: TcpReceiver) {}
+
+  /**
+   * Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. A plain carrier
+   * reads straight into the reader's slabs through `received` (net's onread; `slab` is then true).
+   */
+  private dialSocket(laddr: string, faddr: string, localPort?: number, reader?: FrameReader, received?: (n: number) => void): { sock: Socket; ready: string; slab: boolean } {
+    const opts = { ...this.target(laddr, faddr), localAddress: laddr, ...(localPort === undefined ? {} : { localPort }) };
+    const topts = this.ctx.topts;
+    if (topts.tls) {
+      // Authenticate the peer by the shared CA; RDS peers are addressed by IP, not by name.
+      const sock = tls.connect({ ...opts, ...topts.tls, rejectUnauthorized: true, checkServerIdentity: () => undefined });
+      sock.on('error', (e: NodeJS.ErrnoException) => {
+        if (!e.code?.startsWith('E')) this.ctx.host.counters.add(RDS_CTR.conn_refused_tls);
+      });
+      return { sock, ready: 'secureConnect', slab: false };
+    }
+    if (reader === undefined || received === undefined) return { sock: connect(opts), ready: 'connect', slab: false };
+    return { sock: connect({ ...opts, onread: slabOnread(reader, received) }), ready: 'connect', slab: true };
+  }
+
+  private target(laddr: string, faddr: string): { host: string; port: number } {
+    const port = this.ctx.host.options.tcpPort;
+    return this.ctx.topts.dial?.(laddr, faddr, port) ?? { host: faddr, port };
+  }
+
+  /** connPathConnect: the path is CONNECTING. */
+  connect(cp: RdsConnPath): void {
+    const conn = cp.conn;
+    const tp = tcpPath(cp);
+    const host = this.ctx.host;
+    if (!conn.isInitiator) {
+      // The larger address never keeps a connection it opened: it only pokes the smaller side,
+      // which answers by connecting to us (spec §2.2). Paths > 0 are never poked.
+      if (cp.index !== 0) {
+        cp.connectFailed();
+        return;
+      }
+      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr);
+      this.ctx.track(poke);
+      tp.poke = poke;
+      let delivered = false;
+      poke.once(ready, () => {
+        host.counters.add(RDS_CTR.conn_poke_sent);
+        delivered = true;
+        if (this.ctx.topts.tls) {
+          // A TLS client finishes its handshake before the server has checked our certificate:
+          // closing now would look like a failed handshake. The acceptor closes a verified poke.
+          const t = setTimeout(() => poke.destroy(), host.options.headerTimeoutMs);
+          t.unref();
+          poke.once('close', () => clearTimeout(t));
+          return;
+        }
+        // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
+        if (tp.poke === poke) {
+          tp.poke = null;
+          poke.destroy();
+          cp.drop('poke delivered');
+        } else {
+          poke.destroy();
+        }
+      });
+      poke.on('error', () => {});
+      poke.once('close', () => {
+        if (tp.poke === poke) {
+          tp.poke = null;
+          if (delivered) cp.drop('poke delivered');
+          else cp.connectFailed();
+        }
+      });
+      return;
+    }
+    this.connectFrom(cp, 0);
+  }
+
+  /**
+   * The initiator picks a TCP source port with port % 8 == path index (and says so with
+   * SPORT_IDX), so the acceptor pairs each connection with the same path after any reconnect.
+   */
+  private connectFrom(cp: RdsConnPath, attempt: number): void {
+    const conn = cp.conn;
+    const tp = tcpPath(cp);
+    const [lo, hi] = localPortRange();
+    const groups = Math.max(1, Math.floor((hi - lo + 1) / 8));
+    const group = (this.portGroup++ + attempt * 7919) % groups;
+    const localPort = lo + 8 * group + cp.index;
+    // The initiator's carrier is identified from the start: its frames go straight up.
+    const host = this.ctx.host;
+    const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
+    let received = (_n: number): void => {};
+    const { sock, ready, slab } = this.dialSocket(conn.laddr, conn.faddr, localPort, reader, (n) => received(n));
+    this.ctx.track(sock);
+    let connected = false;
+    sock.once('error', (err: NodeJS.ErrnoException) => {
+      // Port taken: try the next group at once, as the kernel does.
+      if (!connected && err.code === 'EADDRINUSE' && attempt < 64 && tp.slot.is(sock)) {
+        tp.slot.clear();
+        tp.reader = null;
+        sock.destroy();
+        this.connectFrom(cp, attempt + 1);
+      }
+    });
+    received = this.receiver.attachCarrier(cp, sock, reader, slab);
+    sock.once(ready, () => {
+      connected = true;
+      if (tp.slot.is(sock)) cp.connectComplete();
+    });
+  }
+}

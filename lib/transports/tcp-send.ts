@@ -1,0 +1,237 @@
+import type { Socket } from 'node:net';
+import type { RdsConnection } from '../core/connection.js';
+import type { RdsOutgoing } from '../core/message.js';
+import type { RdsConnPath } from '../core/path.js';
+import { RDS_CTR } from '../core/stats.js';
+import { native } from '../native.js';
+import { encodeCongUpdate } from '../wire/header.js';
+import { socketFd, TCP_CARRIER, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+
+/** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
+const OUTQ_POLL_MAX_MS = 50;
+
+/**
+ * The sending side of RDS/TCP (the kernel's tcp_send.c): frames go to the carrier socket, batched
+ * into one write where they lie back to back; a kernel peer's messages are released once TCP has
+ * acknowledged their last byte (spec §2.4).
+ */
+export class TcpSender {
+  constructor(private readonly ctx: TcpShared) {}
+
+  xmitBegin(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    tp.inBatch = true;
+    // Between rds-socket peers a batch is usually one write (the run of frames), which needs no
+    // cork; the socket is corked only when a batch makes several writes (see corkBatch).
+    if (!cp.conn.ackMode) this.corkBatch(tp);
+  }
+
+  xmitEnd(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    this.writeRun(tp);
+    tp.inBatch = false;
+    if (tp.corked) {
+      tp.corked = false;
+      tp.sock?.uncork();
+    }
+  }
+
+  /** Within a batch, let the writes that follow leave together. */
+  private corkBatch(tp: TcpPath): void {
+    if (!tp.inBatch || tp.corked || tp.sock === null) return;
+    tp.corked = true;
+    tp.sock.cork();
+  }
+
+  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+    const tp = tcpPath(cp);
+    const sock = tp.sock!;
+    const w = msg.wire;
+    if (msg.zcPayload !== null) return this.xmitZeroCopy(cp, tp, sock, msg);
+    tp.wrote += w.length;
+    const end = tp.wrote;
+    if (cp.conn.ackMode) {
+      // A large frame's memory is reused once its message is done: the write holds it.
+      if (msg.recycles) return this.writeHeld(tp, sock, msg);
+      // An rds-socket peer acknowledges messages itself: no write callback needed, and frames
+      // queued back to back (see WireSlab) go to the socket as one buffer.
+      // Offsets first: reading .buffer of a typed array is the slower check.
+      if (tp.run !== null && w.byteOffset === tp.runEnd && w.buffer === tp.run.buffer) {
+        tp.runEnd += w.length;
+      } else {
+        if (tp.run !== null) this.corkBatch(tp); // a second write in this batch
+        this.writeRun(tp);
+        tp.run = w;
+        tp.runEnd = w.byteOffset + w.length;
+      }
+      // Past the socket's high-water mark the run goes out now, and the batch stops only if the
+      // socket says so: then 'drain' is certain to follow (a write the kernel took whole is not
+      // followed by one).
+      if (sock.writableLength + tp.runEnd - tp.run.byteOffset < sock.writableHighWaterMark) return true;
+      return this.writeRun(tp);
+    }
+    // Anything else is released once TCP has acknowledged the message's last byte (spec §2.4).
+    this.writeRun(tp);
+    tp.track.push({ end, seq: msg.seq });
+    msg.xmitHold();
+    return sock.write(w, (err) => {
+      msg.xmitDone();
+      if (!err) this.flushedTo(cp, tp, sock, end);
+    });
+  }
+
+  /** A frame written on its own, held until the socket is done with it (it may be reused). */
+  private writeHeld(tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
+    this.corkBatch(tp);
+    this.writeRun(tp);
+    msg.xmitHold();
+    return sock.write(msg.wire, () => msg.xmitDone());
+  }
+
+  /** The kernel has taken a kernel peer's stream up to `end`: what TCP has acknowledged is done. */
+  private flushedTo(cp: RdsConnPath, tp: TcpPath, sock: Socket, end: number): void {
+    if (!tp.slot.is(sock)) return;
+    if (end > tp.flushed) tp.flushed = end;
+    this.releaseAcked(cp);
+  }
+
+  /**
+   * MSG_ZEROCOPY: the header, then the caller's buffers as they are. The message holds its payload
+   * until the last write completes, so a cancelled or acknowledged message is released only once
+   * no queued write can still read buffers the caller is about to reuse.
+   */
+  private xmitZeroCopy(cp: RdsConnPath, tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
+    const payload = msg.zcPayload!;
+    const writes: Uint8Array[] = [msg.wire];
+    for (const part of payload instanceof Uint8Array ? [payload] : payload) if (part.length > 0) writes.push(part);
+    this.corkBatch(tp);
+    this.writeRun(tp);
+    tp.wrote += msg.wire.length + msg.len;
+    const end = tp.wrote;
+    const ackMode = cp.conn.ackMode;
+    if (!ackMode) tp.track.push({ end, seq: msg.seq });
+    msg.xmitHold();
+    const last = writes.length - 1;
+    // Any write refused means 'drain' will come: only then may the batch stop.
+    let ok = true;
+    for (let i = 0; i < last; i++) ok = sock.write(writes[i]!) && ok;
+    ok = sock.write(writes[last]!, (err) => {
+      msg.xmitDone();
+      if (!ackMode && !err) this.flushedTo(cp, tp, sock, end);
+    }) && ok;
+    return ok;
+  }
+
+  /** Hands the gathered run of frames to the socket; false when the socket wants a 'drain' first. */
+  writeRun(tp: TcpPath): boolean {
+    const run = tp.run;
+    if (run === null) return true;
+    tp.run = null;
+    if (tp.sock === null) return true;
+    const len = tp.runEnd - run.byteOffset;
+    return tp.sock.write(len === run.length ? run : Buffer.from(run.buffer, run.byteOffset, len));
+  }
+
+  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+    const tp = tcpPath(cp);
+    const sock = tp.sock!;
+    const frame = encodeCongUpdate(map);
+    this.corkBatch(tp);
+    this.writeRun(tp);
+    tp.wrote += frame.length;
+    const end = tp.wrote;
+    // Its write completing counts for releaseAcked too: it may be the byte that follows a proof.
+    if (!sock.write(frame, (err) => { if (!err && !cp.conn.ackMode) this.flushedTo(cp, tp, sock, end); })) {
+      this.ctx.host.counters.add(RDS_CTR.tcp_sndbuf_full);
+      return false;
+    }
+    return true;
+  }
+
+  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
+    const tp = tcpPath(cp);
+    const sock = tp.sock;
+    if (sock === null) {
+      done();
+      return;
+    }
+    this.writeRun(tp);
+    tp.wrote += header.length;
+    sock.write(header, () => done());
+  }
+
+  capabilitiesChanged(conn: RdsConnection): void {
+    for (const cp of conn.paths) {
+      const tp = cp.carrierIf(TCP_CARRIER);
+      if (tp === null) continue;
+      if (conn.ackMode) tp.track.drain();
+      else this.releaseAcked(cp);
+    }
+  }
+
+  /**
+   * The peer's first frame (a kernel's congestion map) arrived on this carrier: the peer has taken
+   * it as a path. Messages already written wait until TCP acknowledges a byte written from now on
+   * (releaseAcked), so unless more is on its way a congestion map update follows.
+   */
+  carrierProven(cp: RdsConnPath, tp: TcpPath): void {
+    tp.provenAt = tp.wrote;
+    if (tp.track.length === 0 || cp.conn.ackMode) return;
+    if (cp.sendQueue.length === 0) cp.queueCongUpdate();
+    this.releaseAcked(cp);
+  }
+
+  /**
+   * Frees messages whose last byte TCP has acknowledged: bytes handed to the kernel minus those
+   * it still holds unacknowledged (SIOCOUTQ). Without the native addon, handing the bytes to the
+   * kernel is the best Node can see, and counts.
+   *
+   * Only on a proven carrier, and only once the acknowledgement covers a byte written after the
+   * proof. A 6.1 kernel's TCP acknowledges what arrives on a connection it has not accepted yet
+   * (spec §3.5-3.6); if its RDS then refuses the connection (the path is still shutting down the
+   * previous one) it resets it unread, and if it takes it, it reads what had queued only when its
+   * receive worker or the next segment comes. Its first frame shows it took the connection; a
+   * segment that arrives after that is read at once, with everything queued before it. Until
+   * then, acknowledged messages stay in the retransmit queue and are resent if the carrier dies.
+   */
+  private releaseAcked(cp: RdsConnPath): void {
+    const tp = tcpPath(cp);
+    const sock = tp.sock;
+    if (sock === null || tp.track.length === 0) return;
+    if (cp.conn.ackMode) {
+      tp.track.drain();
+      return;
+    }
+    if (tp.provenAt < 0) return; // carrierProven() calls again
+    if (cp.conn.releaseOnTransportAck) {
+      let acked = tp.flushed;
+      const n = native();
+      const fd = socketFd(sock);
+      if (n !== null && fd >= 0) {
+        try {
+          acked = tp.flushed - n.tcpOutq(fd);
+        } catch {
+          acked = tp.flushed;
+        }
+      }
+      let seq = -1;
+      if (acked <= tp.provenAt) acked = 0;
+      for (let h = tp.track.peek(); h !== undefined && h.end <= acked; h = tp.track.peek()) {
+        seq = h.seq;
+        tp.track.shift();
+      }
+      if (seq >= 0) {
+        tp.outqDelay = 1;
+        cp.ackThrough(seq);
+      }
+    }
+    if (tp.track.length > 0 && tp.outqTimer === null) {
+      tp.outqTimer = setTimeout(() => {
+        tp.outqTimer = null;
+        if (tp.slot.is(sock)) this.releaseAcked(cp);
+      }, tp.outqDelay);
+      if (!this.ctx.ref) tp.outqTimer.unref();
+      tp.outqDelay = Math.min(tp.outqDelay * 2, OUTQ_POLL_MAX_MS);
+    }
+  }
+}

@@ -1,0 +1,72 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { RDS_FLAG_ACK_REQUIRED, RDSSOCK_CAP_ACK, RDSSOCK_CAP_NO_HELLO } from '../../lib/constants.js';
+import type { RdsStack } from '../../lib/core/stack.js';
+import { fakeConn, turn, until } from './fake-transport.js';
+
+let stack: RdsStack | null = null;
+afterEach(async () => {
+  await stack?.close();
+  stack = null;
+});
+
+const owner = { messageDone() {} };
+
+async function ackPath(opts = {}) {
+  const f = fakeConn({ heartbeatIntervalMs: 0, ...opts });
+  stack = f.stack;
+  const cp = f.conn.paths[0]!;
+  cp.connectIfDown();
+  cp.connectComplete();
+  f.stack.handshakeReceived(f.conn, RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
+  await turn();
+  cp.ackThrough(cp.nextTxSeq - 1); // the probe
+  f.t.sent.length = 0;
+  f.t.controls.length = 0;
+  return { ...f, cp };
+}
+
+describe('AckPacer: acknowledgements between rds-socket peers', () => {
+  it('asks for an ack every maxUnackedPackets messages and on the last of a burst', async () => {
+    const { t, cp } = await ackPath({ maxUnackedPackets: 3 });
+    for (let i = 0; i < 7; i++) cp.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    await turn();
+    const asked = t.sent.map((s) => (s.flags & RDS_FLAG_ACK_REQUIRED) !== 0);
+    expect(asked).toEqual([false, false, true, false, false, true, true]);
+  });
+
+  it('puts no ack in h_ack before the peer\'s generation arrived on this carrier, then its ack', async () => {
+    const { t, cp } = await ackPath();
+    cp.recordReceived(1, true, false);
+    cp.recordReceived(2, true, false);
+    cp.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    await turn();
+    expect(t.sent[0]!.ack).toBe(0n);
+    expect(t.controls).toEqual([]); // no ack-only frame either
+    cp.helloReceived();
+    cp.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    await turn();
+    expect(t.sent[1]!.ack).toBe(2n);
+  });
+
+  it('a heartbeat\'s ACK_REQUIRED gets an ack-only frame back; one frame in flight at a time', async () => {
+    const { t, cp } = await ackPath();
+    cp.helloReceived();
+    cp.recordReceived(1, true, false);
+    cp.forceAck();
+    cp.forceAck();
+    await until(() => t.controls.length > 0, 'an ack-only frame');
+    await turn();
+    expect(t.controls.length).toBe(1);
+    expect(t.controls[0]!.header.readBigUInt64BE(8)).toBe(1n);
+    expect(cp.acksSent).toBe(1);
+  });
+
+  it('a kernel peer is never tracked for acknowledgement', async () => {
+    const f = fakeConn();
+    stack = f.stack;
+    const cp = f.conn.paths[0]!;
+    f.stack.handshakeReceived(f.conn, 0);
+    expect(cp.recordReceived(1, false, true)).toBeNull();
+    expect(cp.rx.pending).toBe(0);
+  });
+});

@@ -1,0 +1,76 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_NO_HELLO, RDSSOCK_CAP_PATHS_SHIFT, RDSSOCK_EXTHDR_MOVED } from '../../lib/constants.js';
+import type { RdsStack } from '../../lib/core/stack.js';
+import { fakeConn, turn, until } from './fake-transport.js';
+
+let stack: RdsStack | null = null;
+afterEach(async () => {
+  await stack?.close();
+  stack = null;
+});
+
+const owner = { messageDone() {} };
+
+/** Two lanes up between rds-socket peers that fail over, nothing in flight. */
+async function twoLanes(caps = RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_CAP_NO_HELLO) {
+  const f = fakeConn({ npaths: 2, failoverGraceMs: 10, heartbeatIntervalMs: 0 });
+  stack = f.stack;
+  const [p0, p1] = f.conn.paths as [typeof f.conn.paths[0], typeof f.conn.paths[0]];
+  p0!.connectIfDown();
+  p0!.connectComplete();
+  f.stack.handshakeReceived(f.conn, caps | (2 << RDSSOCK_CAP_PATHS_SHIFT));
+  p0!.pongReceived(); // opens lane 1
+  expect(f.t.connects).toEqual([0, 1]);
+  p1!.connectComplete();
+  await turn();
+  p0!.ackThrough(p0!.nextTxSeq - 1);
+  p1!.ackThrough(p1!.nextTxSeq - 1);
+  f.t.sent.length = 0;
+  return { ...f, p0: p0!, p1: p1! };
+}
+
+describe('ConnFailover: failover between the paths of a connection', () => {
+  it('a lane down past its grace period hands its messages to a live lane, numbered there, with a record of their origin', async () => {
+    const { t, conn, p0, p1, stack: s } = await twoLanes();
+    p1.drop('test'); // reconnect attempts never complete on the fake transport
+    const msgs = [0, 1, 2].map(() => p1.queue(Buffer.from('m'), 1, 4000, 4001, owner));
+    const origSeqs = msgs.map((m) => m.seq);
+    await until(() => p1.failedOverTo === p0, 'failover');
+    expect(conn.failover.redirect(p1)).toBe(p0);
+    expect(p1.movedByFailover).toBe(3);
+    expect(s.counters.get('failover_moved')).toBe(3);
+    expect(msgs.every((m) => m.path === p0)).toBe(true);
+    await turn();
+    const moved = msgs.map((m) => [m.wire[32], m.wire[33], m.wire.readBigUInt64BE(34)]);
+    expect(moved).toEqual(origSeqs.map((q) => [RDSSOCK_EXTHDR_MOVED, 1, BigInt(q)]));
+    expect(t.sent.filter((x) => x.path === 0).map((x) => x.seq)).toEqual(msgs.map((m) => m.seq));
+  });
+
+  it('a lane back from failover waits behind what went ahead on the other lane', async () => {
+    const { t, p0, p1 } = await twoLanes();
+    p1.drop('test');
+    const moved = p1.queue(Buffer.from('m'), 1, 4000, 4001, owner);
+    await until(() => p1.failedOverTo === p0, 'failover');
+    await turn();
+    p1.connectComplete();
+    expect(p1.state).toBe(RDS_CONN_UP);
+    expect(p1.failedOverTo).toBeNull();
+    expect(p1.holdingBehind).toBe(p0);
+    const later = p1.queue(Buffer.from('n'), 1, 4000, 4001, owner);
+    await turn();
+    expect(t.sent.some((x) => x.path === 1 && x.seq === later.seq)).toBe(false);
+    p0.ackThrough(moved.seq);
+    await turn();
+    expect(t.sent.some((x) => x.path === 1 && x.seq === later.seq)).toBe(true);
+  });
+
+  it('never between peers without the capability: messages wait for their own lane', async () => {
+    const { p1, conn } = await twoLanes(RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
+    p1.drop('test');
+    p1.queue(Buffer.from('m'), 1, 4000, 4001, owner);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(p1.failedOverTo).toBeNull();
+    expect(conn.failover.redirect(p1)).toBe(p1);
+    expect(p1.sendQueue.length).toBe(1);
+  });
+});
