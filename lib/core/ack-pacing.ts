@@ -127,13 +127,14 @@ export class AckPacer {
 
   private flush(): void {
     if (this.path.state !== RDS_CONN_UP) return;
-    if (!this.conn.ackMode || !this.acksAllowed) {
-      // No RDS-level acks on this path (rdsAcks: false, or not yet allowed), but we advertise
-      // heartbeats: answer one with a bare frame that acknowledges nothing, or the peer takes
-      // our silence for a dead link and drops the carrier every few intervals.
+    if (!this.conn.ackMode) {
+      // No RDS-level acks with this peer (rdsAcks: false), but we advertise heartbeats: answer
+      // one with a bare frame that acknowledges nothing, or the peer takes our silence for a
+      // dead link and drops the carrier every few intervals.
       if (!this.inFlight && this.rx.takeForced()) this.sendFrame(0);
       return;
     }
+    if (!this.acksAllowed) return;
     const wait = this.rx.advance(Date.now());
     if (wait >= 0 && Number.isFinite(wait) && this.timer === null) {
       // An unread message holds the ack; acknowledge it as queued once it has waited long enough.

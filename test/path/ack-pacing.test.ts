@@ -17,7 +17,7 @@ async function ackPath(opts = {}) {
   const cp = f.conn.paths[0]!;
   cp.connectIfDown();
   cp.connectComplete();
-  f.stack.handshakeReceived(f.conn, RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
+  f.conn.handshake.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
   await turn();
   cp.ackThrough(cp.nextTxSeq - 1); // the probe
   f.t.sent.length = 0;
@@ -65,7 +65,7 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
     const f = fakeConn();
     stack = f.stack;
     const cp = f.conn.paths[0]!;
-    f.stack.handshakeReceived(f.conn, 0);
+    f.conn.handshake.settle(0);
     expect(cp.recordReceived(1, false, true)).toBeNull();
     expect(cp.rx.pending).toBe(0);
   });

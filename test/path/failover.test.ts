@@ -18,7 +18,7 @@ async function twoLanes(caps = RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_
   const [p0, p1] = f.conn.paths as [typeof f.conn.paths[0], typeof f.conn.paths[0]];
   p0!.connectIfDown();
   p0!.connectComplete();
-  f.stack.handshakeReceived(f.conn, caps | (2 << RDSSOCK_CAP_PATHS_SHIFT));
+  f.conn.handshake.settle(caps | (2 << RDSSOCK_CAP_PATHS_SHIFT));
   p0!.pongReceived(); // opens lane 1
   expect(f.t.connects).toEqual([0, 1]);
   p1!.connectComplete();

@@ -15,7 +15,7 @@ function hbPath() {
   const cp = f.conn.paths[0]!;
   cp.connectIfDown();
   cp.connectComplete();
-  f.stack.handshakeReceived(f.conn, RDSSOCK_CAP_ACK | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO);
+  f.conn.handshake.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO);
   return { ...f, cp };
 }
 
@@ -55,7 +55,7 @@ describe('Heartbeat: liveness between rds-socket peers', () => {
     const cp = f.conn.paths[0]!;
     cp.connectIfDown();
     cp.connectComplete();
-    f.stack.handshakeReceived(f.conn, RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
+    f.conn.handshake.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
     expect(cp.heartbeat.running).toBe(false);
   });
 });
