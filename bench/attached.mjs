@@ -17,7 +17,10 @@ const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.u
 const TCP_PORT = 26777;
 const A = '127.150.200.1';
 const B = '127.150.200.2';
-const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? Number(process.argv[i + 1]) : d; };
+const arg = (n, d) => {
+  const i = process.argv.indexOf(n);
+  return i >= 0 ? Number(process.argv[i + 1]) : d;
+};
 
 const role = process.argv[2];
 if (role === 'sender' || role === 'receiver') await peer(role, JSON.parse(process.argv[3]));
@@ -92,7 +95,11 @@ function run(args) {
     for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
       const l = buf.slice(0, nl);
       buf = buf.slice(nl + 1);
-      try { lines.push(JSON.parse(l)); } catch { lines.push({ text: l }); }
+      try {
+        lines.push(JSON.parse(l));
+      } catch {
+        lines.push({ text: l });
+      }
       wake?.();
     }
   });
@@ -102,7 +109,10 @@ function run(args) {
       const l = lines.find(pred);
       if (l) return l;
       if (Date.now() > deadline) throw new Error(`${args.join(' ')}: no answer`);
-      await new Promise((r) => { wake = r; setTimeout(r, 200); });
+      await new Promise((r) => {
+        wake = r;
+        setTimeout(r, 200);
+      });
     }
   };
   return { p, next, kill: () => p.kill('SIGKILL') };
@@ -114,13 +124,22 @@ async function once(mode, test, size, ms) {
   const cfgB = { ...cfgA };
   if (mode === 'attached') {
     const dir = mkdtempSync(join(tmpdir(), 'rds-bench-attached-'));
-    for (const [cfg, addr] of [[cfgA, 'a'], [cfgB, 'b']]) {
+    for (const [cfg, addr] of [
+      [cfgA, 'a'],
+      [cfgB, 'b'],
+    ]) {
       cfg.node = join(dir, `${addr}.sock`);
       const d = run([DAEMON, '--path', cfg.node, '--tcp-port', String(TCP_PORT), '--quiet']);
       procs.push(d);
     }
     for (let i = 0; i < 200; i++) {
-      try { await (await RdsStack.attach(cfgA.node)).close(); await (await RdsStack.attach(cfgB.node)).close(); break; } catch { await new Promise((r) => setTimeout(r, 25)); }
+      try {
+        await (await RdsStack.attach(cfgA.node)).close();
+        await (await RdsStack.attach(cfgB.node)).close();
+        break;
+      } catch {
+        await new Promise((r) => setTimeout(r, 25));
+      }
     }
   }
   const rx = run([SELF, 'receiver', JSON.stringify(cfgB)]);
@@ -128,7 +147,8 @@ async function once(mode, test, size, ms) {
   await rx.next((l) => l.ready);
   const tx = run([SELF, 'sender', JSON.stringify(cfgA)]);
   procs.push(tx);
-  const r = test === 'rtt' ? await tx.next((l) => l.p50 !== undefined) : await rx.next((l) => l.mibPerSec !== undefined);
+  const r =
+    test === 'rtt' ? await tx.next((l) => l.p50 !== undefined) : await rx.next((l) => l.mibPerSec !== undefined);
   for (const p of procs) p.kill();
   return r;
 }
@@ -149,7 +169,13 @@ async function fanout(ms) {
   const nodes = ['a', 'b'].map((n) => join(dir, `${n}.sock`));
   const daemons = nodes.map((path) => run([DAEMON, '--path', path, '--tcp-port', String(TCP_PORT), '--quiet']));
   for (let i = 0; i < 200; i++) {
-    try { await (await RdsStack.attach(nodes[0])).close(); await (await RdsStack.attach(nodes[1])).close(); break; } catch { await new Promise((r) => setTimeout(r, 25)); }
+    try {
+      await (await RdsStack.attach(nodes[0])).close();
+      await (await RdsStack.attach(nodes[1])).close();
+      break;
+    } catch {
+      await new Promise((r) => setTimeout(r, 25));
+    }
   }
   const procs = [...daemons];
   const rxs = [];
@@ -161,15 +187,20 @@ async function fanout(ms) {
   for (const rx of rxs) await rx.next((l) => l.ready);
   const cpu0 = daemons.map((d) => cpuOf(d.p.pid));
   const t0 = performance.now();
-  for (let i = 0; i < 8; i++) procs.push(run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[0] })]));
+  for (let i = 0; i < 8; i++)
+    procs.push(run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[0] })]));
   const rates = await Promise.all(rxs.map((rx) => rx.next((l) => l.mibPerSec !== undefined)));
   const secs = (performance.now() - t0) / 1000;
   const cpu = daemons.map((d, i) => (cpuOf(d.p.pid) - cpu0[i]) / secs);
   let tcp = NaN;
   try {
     const out = execFileSync('ss', ['-tn', 'state', 'established'], { encoding: 'utf8' });
-    tcp = out.split('\n').filter((l) => l.includes(`${A}:`) && l.includes(`${B}:`) && l.includes(`:${TCP_PORT}`)).length / 2;
-  } catch { /* no ss */ }
+    tcp =
+      out.split('\n').filter((l) => l.includes(`${A}:`) && l.includes(`${B}:`) && l.includes(`:${TCP_PORT}`)).length /
+      2;
+  } catch {
+    /* no ss */
+  }
   for (const p of procs) p.kill();
   return { mibPerSec: rates.reduce((a, r) => a + r.mibPerSec, 0), cpu, tcp };
 }
@@ -183,7 +214,11 @@ async function main() {
   const runs = arg('--runs', 3);
   const ms = arg('--seconds', 2) * 1000;
   const res = {};
-  for (const [name, test, size] of [['1 KiB', 'tput', 1024], ['64 KiB', 'tput', 65536], ['rtt', 'rtt', 64]]) {
+  for (const [name, test, size] of [
+    ['1 KiB', 'tput', 1024],
+    ['64 KiB', 'tput', 65536],
+    ['rtt', 'rtt', 64],
+  ]) {
     for (const mode of ['in-process', 'attached']) res[`${name} ${mode}`] = [];
     for (let i = 0; i < runs; i++) {
       for (const mode of ['in-process', 'attached']) res[`${name} ${mode}`].push(await once(mode, test, size, ms));
@@ -201,20 +236,44 @@ async function main() {
     ['round trip p99 us', lat('rtt in-process', 'p99'), lat('rtt attached', 'p99')],
   ];
   console.log(`${'metric'.padEnd(28)}${'in-process'.padEnd(14)}${'attached'.padEnd(14)}attached/in-process`);
-  for (const [m, a, b] of rows) console.log(`${m.padEnd(28)}${a.toFixed(1).padEnd(14)}${b.toFixed(1).padEnd(14)}${(b / a).toFixed(2)}x`);
+  for (const [m, a, b] of rows)
+    console.log(`${m.padEnd(28)}${a.toFixed(1).padEnd(14)}${b.toFixed(1).padEnd(14)}${(b / a).toFixed(2)}x`);
   const targets = [
-    ['1 KiB throughput attached >= 0.7x in-process', rows[0][2] / rows[0][1], '>= 0.7x', rows[0][2] >= 0.7 * rows[0][1]],
-    ['64 KiB throughput attached >= 0.8x in-process', rows[1][2] / rows[1][1], '>= 0.8x', rows[1][2] >= 0.8 * rows[1][1]],
-    ['round trip p50 attached <= in-process + 30 us', rows[2][2] - rows[2][1], '<= +30 us', rows[2][2] <= rows[2][1] + 30],
+    [
+      '1 KiB throughput attached >= 0.7x in-process',
+      rows[0][2] / rows[0][1],
+      '>= 0.7x',
+      rows[0][2] >= 0.7 * rows[0][1],
+    ],
+    [
+      '64 KiB throughput attached >= 0.8x in-process',
+      rows[1][2] / rows[1][1],
+      '>= 0.8x',
+      rows[1][2] >= 0.8 * rows[1][1],
+    ],
+    [
+      'round trip p50 attached <= in-process + 30 us',
+      rows[2][2] - rows[2][1],
+      '<= +30 us',
+      rows[2][2] <= rows[2][1] + 30,
+    ],
     ['round trip p99 attached <= 1.5x in-process', rows[3][2] / rows[3][1], '<= 1.5x', rows[3][2] <= 1.5 * rows[3][1]],
   ];
   const fanMib = median(fan.map((f) => f.mibPerSec));
   const onePair = rows[0][1];
   const f0 = fan[fan.length - 1];
-  console.log(`\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}`);
-  targets.push(['8+8 processes total >= 0.6x one in-process pair', fanMib / onePair, '>= 0.6x', fanMib >= 0.6 * onePair]);
+  console.log(
+    `\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}`,
+  );
+  targets.push([
+    '8+8 processes total >= 0.6x one in-process pair',
+    fanMib / onePair,
+    '>= 0.6x',
+    fanMib >= 0.6 * onePair,
+  ]);
   targets.push(['8+8 processes: npaths (8) TCP connections', f0.tcp, '== 8', f0.tcp === 8]);
   console.log('\ntargets');
-  for (const [n, f, t, met] of targets) console.log(`${n.padEnd(50)}${f.toFixed(2).padEnd(10)}target ${t.padEnd(10)}${met ? 'met' : 'not met'}`);
+  for (const [n, f, t, met] of targets)
+    console.log(`${n.padEnd(50)}${f.toFixed(2).padEnd(10)}target ${t.padEnd(10)}${met ? 'met' : 'not met'}`);
   process.exit(0);
 }

@@ -22,7 +22,9 @@ if (!(seconds > 0)) {
 }
 
 const dir = join(dirname(fileURLToPath(import.meta.url)), 'attacks');
-const files = readdirSync(dir).filter((f) => f.endsWith('.mjs') && !f.endsWith('lib.mjs')).sort();
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith('.mjs') && !f.endsWith('lib.mjs'))
+  .sort();
 /** An attack without bounds of its own is held to these. */
 const DEFAULT_BOUNDS = { peakRssMiB: 300, goodP99Ms: 1000 };
 
@@ -47,15 +49,18 @@ for (const f of files) {
   if (!r.victimUp) problems.push('victim died');
   if (!(r.peakRssMiB <= bounds.peakRssMiB)) problems.push(`peak RSS over ${bounds.peakRssMiB} MiB`);
   // A good peer that completed nothing has no p99: that is a failure, not a pass.
-  if (!(Number.isFinite(r.goodP99Ms) && r.goodP99Ms <= bounds.goodP99Ms)) problems.push(`good peer p99 over ${bounds.goodP99Ms} ms`);
+  if (!(Number.isFinite(r.goodP99Ms) && r.goodP99Ms <= bounds.goodP99Ms))
+    problems.push(`good peer p99 over ${bounds.goodP99Ms} ms`);
   if (r.goodRoundTrips === 0) problems.push('the good peer completed no round trip');
   if (r.goodTimeouts > 0) problems.push(`${r.goodTimeouts} good round trips timed out`);
   const ok = problems.length === 0;
   results.push({ name, ok, problems, seconds: (Date.now() - t0) / 1000, bounds, ...r });
   const fmt = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));
-  console.log(`${ok ? 'ok  ' : 'FAIL'} ${name.padEnd(24)} peak RSS ${fmt(r.peakRssMiB).padStart(7)} MiB (<= ${bounds.peakRssMiB})`
-    + `  good p99 ${fmt(r.goodP99Ms).padStart(7)} ms (<= ${bounds.goodP99Ms}, ${r.goodRoundTrips ?? 0} round trips)`
-    + `  victim ${r.victimUp ? 'up' : 'DOWN'}${problems.length ? `  [${problems.join('; ')}]` : ''}`);
+  console.log(
+    `${ok ? 'ok  ' : 'FAIL'} ${name.padEnd(24)} peak RSS ${fmt(r.peakRssMiB).padStart(7)} MiB (<= ${bounds.peakRssMiB})` +
+      `  good p99 ${fmt(r.goodP99Ms).padStart(7)} ms (<= ${bounds.goodP99Ms}, ${r.goodRoundTrips ?? 0} round trips)` +
+      `  victim ${r.victimUp ? 'up' : 'DOWN'}${problems.length ? `  [${problems.join('; ')}]` : ''}`,
+  );
   if (r.detail) console.log(`     ${typeof r.detail === 'string' ? r.detail : JSON.stringify(r.detail)}`);
 }
 
@@ -64,6 +69,9 @@ const failed = results.length - passed;
 console.log(`attacks: ${passed} passed, ${failed} failed (${seconds} s each)`);
 if (jsonOut) {
   // The shape of vitest's JSON report, so CI adds attacks to its "N passed, N failed" line.
-  writeFileSync(jsonOut, JSON.stringify({ numPassedTests: passed, numFailedTests: failed, numPendingTests: 0, attacks: results }, null, 2));
+  writeFileSync(
+    jsonOut,
+    JSON.stringify({ numPassedTests: passed, numFailedTests: failed, numPendingTests: 0, attacks: results }, null, 2),
+  );
 }
 process.exit(failed === 0 && results.length > 0 ? 0 : 1);

@@ -9,11 +9,16 @@ import { execFileSync, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack, constants } from '../dist/index.js';
 
-const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? process.argv[i + 1] : d; };
+const arg = (n, d) => {
+  const i = process.argv.indexOf(n);
+  return i >= 0 ? process.argv[i + 1] : d;
+};
 const smoke = process.argv.includes('--smoke');
 const role = arg('--role', 'main');
-const A = arg('--a', '10.77.0.2'), B = arg('--b', '10.77.0.5');
-const DEV = arg('--dev', 'rxe0'), GID = arg('--gid', '1');
+const A = arg('--a', '10.77.0.2'),
+  B = arg('--b', '10.77.0.5');
+const DEV = arg('--dev', 'rxe0'),
+  GID = arg('--gid', '1');
 const SECONDS = Number(arg('--seconds', smoke ? 0.5 : 3));
 const BIG = 65536;
 
@@ -32,14 +37,36 @@ if (role === 'peer') {
   const echo = await ibSock(stack, B, 5001);
   process.stdout.write('ready\n');
   let bytes = 0;
-  (async () => { for await (const m of bulk) { bytes += m.data.length; if (m.data.length === 1) process.stdout.write(`bytes ${bytes}\n`); } })();
+  (async () => {
+    for await (const m of bulk) {
+      bytes += m.data.length;
+      if (m.data.length === 1) process.stdout.write(`bytes ${bytes}\n`);
+    }
+  })();
   for await (const m of echo) echo.sendmsg(m.data, { address: m.address, port: m.port });
 } else {
-  const peer = spawn(process.execPath, [fileURLToPath(import.meta.url), '--role', 'peer', '--b', B], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const peer = spawn(process.execPath, [fileURLToPath(import.meta.url), '--role', 'peer', '--b', B], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   // However this process ends, the peer must not outlive it holding the IB port.
   process.on('exit', () => peer.kill());
   let out = '';
-  const wait = (re) => new Promise((res) => { const on = () => { const m = out.match(re); if (m) { peer.stdout.off('data', f); res(m); } }; const f = (d) => { out += d; on(); }; peer.stdout.on('data', f); on(); });
+  const wait = (re) =>
+    new Promise((res) => {
+      const on = () => {
+        const m = out.match(re);
+        if (m) {
+          peer.stdout.off('data', f);
+          res(m);
+        }
+      };
+      const f = (d) => {
+        out += d;
+        on();
+      };
+      peer.stdout.on('data', f);
+      on();
+    });
   await wait(/ready/);
   const stack = new RdsStack();
   const tx = await ibSock(stack, A, 5000);
@@ -51,7 +78,10 @@ if (role === 'peer') {
   await tx.flush({ timeout: 30000 });
   const t0 = performance.now();
   let sent = 0;
-  while (performance.now() - t0 < SECONDS * 1000) { await tx.send(buf, { address: B, port: 5000 }, { timeout: 30000 }); sent++; }
+  while (performance.now() - t0 < SECONDS * 1000) {
+    await tx.send(buf, { address: B, port: 5000 }, { timeout: 30000 });
+    sent++;
+  }
   // The stream may have filled the send buffer: the marker waits for room like the rest.
   await tx.send(Buffer.alloc(1), { address: B, port: 5000 }, { timeout: 30000 });
   await wait(new RegExp(`bytes ${(sent + 1) * BIG + 1}\\b`));
@@ -115,8 +145,21 @@ if (role === 'peer') {
   const r = (x) => x.toFixed(2);
   console.log(`\nIB on ${DEV} (${A} -> ${B}), ${SECONDS} s per rds-socket measurement`);
   console.log('                           rds-socket      verbs                       ratio rds/verbs');
-  console.log(`throughput 64 KiB  MB/s  ${r(rdsMBs).padStart(10)}   ${r(verbsMBs).padStart(10)} (ib_send_bw)        ${r(rdsMBs / verbsMBs).padStart(8)}x`);
-  console.log(`round trip 2 B p50  us   ${r(rdsRttUs).padStart(10)}   ${r(verbsRttUs).padStart(10)} (ibv_rc_pingpong)   ${r(rdsRttUs / verbsRttUs).padStart(8)}x`);
-  console.log(JSON.stringify({ rdsMBs, verbsMBs, rdsRttUs, verbsRttUs, throughputRatio: rdsMBs / verbsMBs, latencyRatio: rdsRttUs / verbsRttUs }));
+  console.log(
+    `throughput 64 KiB  MB/s  ${r(rdsMBs).padStart(10)}   ${r(verbsMBs).padStart(10)} (ib_send_bw)        ${r(rdsMBs / verbsMBs).padStart(8)}x`,
+  );
+  console.log(
+    `round trip 2 B p50  us   ${r(rdsRttUs).padStart(10)}   ${r(verbsRttUs).padStart(10)} (ibv_rc_pingpong)   ${r(rdsRttUs / verbsRttUs).padStart(8)}x`,
+  );
+  console.log(
+    JSON.stringify({
+      rdsMBs,
+      verbsMBs,
+      rdsRttUs,
+      verbsRttUs,
+      throughputRatio: rdsMBs / verbsMBs,
+      latencyRatio: rdsRttUs / verbsRttUs,
+    }),
+  );
   process.exit(0);
 }

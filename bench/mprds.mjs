@@ -7,12 +7,16 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack, constants } from '../dist/index.js';
 
-const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? process.argv[i + 1] : d; };
+const arg = (n, d) => {
+  const i = process.argv.indexOf(n);
+  return i >= 0 ? process.argv[i + 1] : d;
+};
 const role = arg('--role', 'main');
 const npaths = Number(arg('--npaths', 8));
 const SECONDS = Number(arg('--seconds', process.argv.includes('--smoke') ? 0.5 : 3));
 const TCP_PORT = 26800 + npaths;
-const RX = `127.44.${npaths}.2`, TX = `127.44.${npaths}.1`;
+const RX = `127.44.${npaths}.2`,
+  TX = `127.44.${npaths}.1`;
 // The lane a port hashes to (rds-socket's local choice): pick ports on different lanes.
 const lane = (p) => ((Math.imul(p, 0x9e3779b1) >>> 16) & 0xffff) % 8;
 const ports = [];
@@ -30,11 +34,15 @@ async function sock(stack, address, port) {
 if (role === 'rx') {
   const stack = new RdsStack({ tcpPort: TCP_PORT, npaths });
   const echo = await sock(stack, RX, PING);
-  echo.on('readable', () => { for (let m = echo.recvmsg(); m; m = echo.recvmsg()) echo.sendmsg(m.data, m); });
+  echo.on('readable', () => {
+    for (let m = echo.recvmsg(); m; m = echo.recvmsg()) echo.sendmsg(m.data, m);
+  });
   let bytes = 0;
   for (const p of BULK) {
     const s = await sock(stack, RX, p);
-    s.on('readable', () => { for (let m = s.recvmsg(); m; m = s.recvmsg()) bytes += m.data.length; });
+    s.on('readable', () => {
+      for (let m = s.recvmsg(); m; m = s.recvmsg()) bytes += m.data.length;
+    });
   }
   setInterval(() => process.stdout.write(`${JSON.stringify({ bytes })}\n`), 200);
   process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
@@ -72,40 +80,63 @@ if (role === 'rx') {
   void streams;
 } else {
   const self = fileURLToPath(import.meta.url);
-  const run = (np, mode) => new Promise((resolve) => {
-    const rx = spawn(process.execPath, [self, '--role', 'rx', '--npaths', String(np)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let rxBuf = '', bytes0 = null, bytes = 0, t0 = 0;
-    rx.stdout.setEncoding('utf8');
-    rx.stdout.on('data', (d) => {
-      rxBuf += d;
-      for (let nl = rxBuf.indexOf('\n'); nl >= 0; nl = rxBuf.indexOf('\n')) {
-        const m = JSON.parse(rxBuf.slice(0, nl));
-        rxBuf = rxBuf.slice(nl + 1);
-        if (m.ready) {
-          const tx = spawn(process.execPath, [self, '--role', 'tx', '--npaths', String(np), '--mode', mode, '--seconds', String(SECONDS)], { stdio: ['ignore', 'pipe', 'inherit'] });
-          let txBuf = '';
-          tx.stdout.setEncoding('utf8');
-          tx.stdout.on('data', (x) => { txBuf += x; });
-          tx.on('exit', () => {
-            rx.kill('SIGKILL');
-            const { rtts } = JSON.parse(txBuf.trim().split('\n').pop());
-            const s = rtts.sort((a, b) => a - b);
-            const q = (f) => s[Math.min(s.length - 1, Math.floor(f * s.length))] ?? NaN;
-            resolve({ p50: q(0.5), p99: q(0.99), n: s.length, mibPerSec: bytes0 === null ? 0 : (bytes - bytes0) / ((Date.now() - t0) / 1000) / 2 ** 20 });
-          });
-        } else if ('bytes' in m) {
-          if (bytes0 === null && m.bytes > 0) { bytes0 = m.bytes; t0 = Date.now(); }
-          bytes = m.bytes;
+  const run = (np, mode) =>
+    new Promise((resolve) => {
+      const rx = spawn(process.execPath, [self, '--role', 'rx', '--npaths', String(np)], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let rxBuf = '',
+        bytes0 = null,
+        bytes = 0,
+        t0 = 0;
+      rx.stdout.setEncoding('utf8');
+      rx.stdout.on('data', (d) => {
+        rxBuf += d;
+        for (let nl = rxBuf.indexOf('\n'); nl >= 0; nl = rxBuf.indexOf('\n')) {
+          const m = JSON.parse(rxBuf.slice(0, nl));
+          rxBuf = rxBuf.slice(nl + 1);
+          if (m.ready) {
+            const tx = spawn(
+              process.execPath,
+              [self, '--role', 'tx', '--npaths', String(np), '--mode', mode, '--seconds', String(SECONDS)],
+              { stdio: ['ignore', 'pipe', 'inherit'] },
+            );
+            let txBuf = '';
+            tx.stdout.setEncoding('utf8');
+            tx.stdout.on('data', (x) => {
+              txBuf += x;
+            });
+            tx.on('exit', () => {
+              rx.kill('SIGKILL');
+              const { rtts } = JSON.parse(txBuf.trim().split('\n').pop());
+              const s = rtts.sort((a, b) => a - b);
+              const q = (f) => s[Math.min(s.length - 1, Math.floor(f * s.length))] ?? NaN;
+              resolve({
+                p50: q(0.5),
+                p99: q(0.99),
+                n: s.length,
+                mibPerSec: bytes0 === null ? 0 : (bytes - bytes0) / ((Date.now() - t0) / 1000) / 2 ** 20,
+              });
+            });
+          } else if ('bytes' in m) {
+            if (bytes0 === null && m.bytes > 0) {
+              bytes0 = m.bytes;
+              t0 = Date.now();
+            }
+            bytes = m.bytes;
+          }
         }
-      }
+      });
     });
-  });
   const out = {};
   for (const np of [1, 8]) out[np] = { latency: await run(np, 'latency'), throughput: await run(np, 'throughput') };
   console.log('paths  ping p50 (us)  ping p99 (us)  pings   bulk MiB/s (4 sockets x 64 KiB)');
   for (const np of [1, 8]) {
-    const l = out[np].latency, t = out[np].throughput;
-    console.log(`${String(np).padStart(5)}  ${l.p50.toFixed(0).padStart(13)}  ${l.p99.toFixed(0).padStart(13)}  ${String(l.n).padStart(5)}   ${t.mibPerSec.toFixed(1)}`);
+    const l = out[np].latency,
+      t = out[np].throughput;
+    console.log(
+      `${String(np).padStart(5)}  ${l.p50.toFixed(0).padStart(13)}  ${l.p99.toFixed(0).padStart(13)}  ${String(l.n).padStart(5)}   ${t.mibPerSec.toFixed(1)}`,
+    );
   }
   console.log('(pings from one socket while another streams 1 MiB messages to the same node)');
   process.exit(0);

@@ -8,7 +8,12 @@ const o = JSON.parse(optsText);
 const out = (x) => process.stdout.write(`${JSON.stringify(x)}\n`);
 const payload = Buffer.alloc(o.size ?? 1024, 0x5a);
 // o.stay: report but keep running (a node that also echoes pings another process still sends).
-function finishAfter(ms, fn) { setTimeout(() => { fn(); if (!o.stay) process.exit(0); }, ms); }
+function finishAfter(ms, fn) {
+  setTimeout(() => {
+    fn();
+    if (!o.stay) process.exit(0);
+  }, ms);
+}
 
 /**
  * Counts what a sink receives. The clock starts at the first message: `warmupMs` of traffic are
@@ -16,7 +21,10 @@ function finishAfter(ms, fn) { setTimeout(() => { fn(); if (!o.stay) process.exi
  * and reported, and the process exits.
  */
 function meter() {
-  let msgs = 0, bytes = 0, t0 = 0, first = 0;
+  let msgs = 0,
+    bytes = 0,
+    t0 = 0,
+    first = 0;
   const warm = o.warmupMs ?? 300;
   const report = () => out({ msgs, bytes, secs: t0 ? (Date.now() - t0) / 1000 : 0, heap: heapSamples });
   return {
@@ -147,10 +155,19 @@ async function runNet() {
     const m = meter();
     const server = createServer((c) => {
       c.setNoDelay(true);
-      c.on('data', netFramer((msg) => {
-        if (role === 'sink') m.add(msg.length);
-        else { const [h, p] = netFrame(msg); c.cork(); c.write(h); c.write(p); c.uncork(); }
-      }));
+      c.on(
+        'data',
+        netFramer((msg) => {
+          if (role === 'sink') m.add(msg.length);
+          else {
+            const [h, p] = netFrame(msg);
+            c.cork();
+            c.write(h);
+            c.write(p);
+            c.uncork();
+          }
+        }),
+      );
       c.on('error', () => {});
     });
     server.listen(o.port, o.addr, () => out({ ready: true }));
@@ -170,7 +187,10 @@ async function runNet() {
     const [h] = netFrame(payload);
     const pump = () => {
       for (;;) {
-        c.cork(); c.write(h); const ok = c.write(payload); c.uncork();
+        c.cork();
+        c.write(h);
+        const ok = c.write(payload);
+        c.uncork();
         if (!ok) return c.once('drain', pump);
       }
     };
@@ -180,11 +200,21 @@ async function runNet() {
   // ping
   const record = rttRecorder();
   let t0 = 0n;
-  c.on('data', netFramer(() => {
-    if (record(Number(process.hrtime.bigint() - t0) / 1000)) process.exit(0);
-    send();
-  }));
-  const send = () => { t0 = process.hrtime.bigint(); const [h] = netFrame(payload); c.cork(); c.write(h); c.write(payload); c.uncork(); };
+  c.on(
+    'data',
+    netFramer(() => {
+      if (record(Number(process.hrtime.bigint() - t0) / 1000)) process.exit(0);
+      send();
+    }),
+  );
+  const send = () => {
+    t0 = process.hrtime.bigint();
+    const [h] = netFrame(payload);
+    c.cork();
+    c.write(h);
+    c.write(payload);
+    c.uncork();
+  };
   send();
 }
 
@@ -251,11 +281,15 @@ async function runRds() {
       s.setsockopt(constants.SOL_SOCKET, constants.SO_ZEROCOPY, 1);
       s.setsockopt(constants.SOL_RDS, constants.RDS_CONG_MONITOR, 1);
       zc = { flags: constants.MSG_ZEROCOPY, zcopyCookie: 0 };
-      s.on('readable', () => { while (s.recvmsg() !== null); });
+      s.on('readable', () => {
+        while (s.recvmsg() !== null);
+      });
     }
     const pump = () => {
       for (;;) {
-        try { s.sendmsg(payload, dest, zc); } catch (e) {
+        try {
+          s.sendmsg(payload, dest, zc);
+        } catch (e) {
           if (e.code === 'EAGAIN') return s.once('writable', pump);
           if (e.code === 'ENOBUFS') return setTimeout(pump, 1);
           throw e;
@@ -297,8 +331,13 @@ async function headOfLine(RdsSocket, RdsStack, constants) {
     const sink = await bind(4000);
     const echo = await bind(4001);
     const m = meter();
-    sink.on('readable', () => { for (let msg = sink.recvmsg(); msg !== null; msg = sink.recvmsg()) m.add(msg.data.length); });
-    echo.on('readable', () => { for (let msg = echo.recvmsg(); msg !== null; msg = echo.recvmsg()) echo.sendmsg(msg.data, { address: msg.address, port: msg.port }); });
+    sink.on('readable', () => {
+      for (let msg = sink.recvmsg(); msg !== null; msg = sink.recvmsg()) m.add(msg.data.length);
+    });
+    echo.on('readable', () => {
+      for (let msg = echo.recvmsg(); msg !== null; msg = echo.recvmsg())
+        echo.sendmsg(msg.data, { address: msg.address, port: msg.port });
+    });
     out({ ready: true });
     return;
   }
@@ -308,7 +347,9 @@ async function headOfLine(RdsSocket, RdsStack, constants) {
     const big = Buffer.alloc(1 << 20, 0x33);
     const pump = () => {
       for (;;) {
-        try { s.sendmsg(big, { address: o.peer, port: 4000 }); } catch (e) {
+        try {
+          s.sendmsg(big, { address: o.peer, port: 4000 });
+        } catch (e) {
           if (e.code === 'EAGAIN') return s.once('writable', pump);
           if (e.code === 'ENOBUFS') return setTimeout(pump, 1);
           throw e;
@@ -350,7 +391,10 @@ async function scale(RdsSocket, RdsStack, constants) {
     const s = new RdsSocket({ stack });
     await s.bind({ address: o.addr, port: 4000 });
     s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
-    s.on('readable', () => { for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg()) s.sendmsg(msg.data, { address: msg.address, port: msg.port }); });
+    s.on('readable', () => {
+      for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg())
+        s.sendmsg(msg.data, { address: msg.address, port: msg.port });
+    });
     await new Promise((r) => setTimeout(r, 200));
     out({ ready: true, ...sample() });
     process.stdin.on('data', () => {
@@ -361,14 +405,16 @@ async function scale(RdsSocket, RdsStack, constants) {
     return;
   }
   let done = 0;
-  await Promise.all(o.addrs.map(async (addr) => {
-    const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
-    const s = new RdsSocket({ stack });
-    await s.bind({ address: addr, port: 4000 });
-    s.sendmsg(Buffer.from('hello'), { address: o.peer, port: 4000 });
-    await s.recv({ timeout: 60000 });
-    done++;
-  }));
+  await Promise.all(
+    o.addrs.map(async (addr) => {
+      const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
+      const s = new RdsSocket({ stack });
+      await s.bind({ address: addr, port: 4000 });
+      s.sendmsg(Buffer.from('hello'), { address: o.peer, port: 4000 });
+      await s.recv({ timeout: 60000 });
+      done++;
+    }),
+  );
   // Let the lanes the handshake opens come up before the victim measures.
   await new Promise((r) => setTimeout(r, o.settleMs ?? 1000));
   out({ ready: true, peers: done });

@@ -17,7 +17,10 @@ import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack } from '../dist/index.js';
 
 const smoke = process.argv.includes('--smoke');
-const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? Number(process.argv[i + 1]) : d; };
+const arg = (n, d) => {
+  const i = process.argv.indexOf(n);
+  return i >= 0 ? Number(process.argv[i + 1]) : d;
+};
 const RUNS = arg('--runs', smoke ? 1 : 5);
 const DURATION = arg('--seconds', smoke ? 0.4 : 2) * 1000;
 const PINGS = smoke ? 30 : 5000;
@@ -26,9 +29,15 @@ const WARMUP_MS = smoke ? 100 : 1000;
 const PING_WARMUP_MS = smoke ? 50 : 1500;
 const FANIN = smoke ? 2 : 8;
 const SUSTAIN_MS = arg('--sustain', smoke ? 2 : 30) * 1000;
-const OUT = (() => { const i = process.argv.indexOf('--out'); return i >= 0 ? process.argv[i + 1] : null; })();
+const OUT = (() => {
+  const i = process.argv.indexOf('--out');
+  return i >= 0 ? process.argv[i + 1] : null;
+})();
 // --only TEXT: just the scenarios whose name contains TEXT ("fan-in", "65536", "mesh", "sustained").
-const ONLY = (() => { const i = process.argv.indexOf('--only'); return i >= 0 ? process.argv[i + 1] : null; })();
+const ONLY = (() => {
+  const i = process.argv.indexOf('--only');
+  return i >= 0 ? process.argv[i + 1] : null;
+})();
 const wanted = (name) => ONLY === null || name.includes(ONLY);
 const MESH = smoke ? 4 : 32;
 const CONTENDERS = ['net', 'netb', 'zmq', 'rds'];
@@ -40,7 +49,9 @@ const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
 let block = 0;
 
 function proc(contender, role, opts) {
-  const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const lines = [];
   const waiters = [];
   let buf = '';
@@ -54,14 +65,18 @@ function proc(contender, role, opts) {
       waiters.splice(0).forEach((w) => w());
     }
   });
-  const next = (pred, ms = 60000) => new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`${contender} ${role}: no answer`)), ms);
-    const check = () => {
-      const l = lines.find(pred);
-      if (l) { clearTimeout(t); resolve(l); } else waiters.push(check);
-    };
-    check();
-  });
+  const next = (pred, ms = 60000) =>
+    new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`${contender} ${role}: no answer`)), ms);
+      const check = () => {
+        const l = lines.find(pred);
+        if (l) {
+          clearTimeout(t);
+          resolve(l);
+        } else waiters.push(check);
+      };
+      check();
+    });
   return { p, next, kill: () => p.kill('SIGKILL'), go: () => p.stdin.write('go\n') };
 }
 
@@ -89,9 +104,26 @@ async function throughput(contender, size, senders = 1, sinkAccepts = false) {
   // rds-zc is rds-socket whose sources send with MSG_ZEROCOPY (the sink is the same).
   const zerocopy = contender === 'rds-zc';
   if (zerocopy) contender = 'rds';
-  const sink = proc(contender, 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size, durationMs: DURATION, warmupMs: WARMUP_MS });
+  const sink = proc(contender, 'sink', {
+    addr: a.sink,
+    port: a.port,
+    tcpPort: a.tcpPort,
+    size,
+    durationMs: DURATION,
+    warmupMs: WARMUP_MS,
+  });
   await sink.next((l) => l.ready);
-  const sources = Array.from({ length: senders }, (_, i) => proc(contender, 'source', { addr: `${a.net}.${10 + i}`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size, zerocopy, waitGo: true }));
+  const sources = Array.from({ length: senders }, (_, i) =>
+    proc(contender, 'source', {
+      addr: `${a.net}.${10 + i}`,
+      peer: a.sink,
+      port: a.port,
+      tcpPort: a.tcpPort,
+      size,
+      zerocopy,
+      waitGo: true,
+    }),
+  );
   await startTogether(sources);
   const r = await sink.next((l) => 'msgs' in l);
   sources.forEach((s) => s.kill());
@@ -103,7 +135,15 @@ async function latency(contender) {
   const a = addrs();
   const echo = proc(contender, 'echo', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024 });
   await echo.next((l) => l.ready);
-  const ping = proc(contender, 'ping', { addr: `${a.net}.1`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, count: PINGS, warmupMs: PING_WARMUP_MS });
+  const ping = proc(contender, 'ping', {
+    addr: `${a.net}.1`,
+    peer: a.sink,
+    port: a.port,
+    tcpPort: a.tcpPort,
+    size: 1024,
+    count: PINGS,
+    warmupMs: PING_WARMUP_MS,
+  });
   const { rtts } = await ping.next((l) => l.rtts);
   echo.kill();
   ping.kill();
@@ -120,11 +160,31 @@ async function latency(contender) {
 async function sustained() {
   const a = addrs();
   const every = Math.max(100, Math.round(SUSTAIN_MS / 60));
-  const sink = proc('rds', 'sink', { addr: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS, warmupMs: 300, heapEveryMs: every });
+  const sink = proc('rds', 'sink', {
+    addr: a.sink,
+    port: a.port,
+    tcpPort: a.tcpPort,
+    size: 1024,
+    durationMs: SUSTAIN_MS,
+    warmupMs: 300,
+    heapEveryMs: every,
+  });
   await sink.next((l) => l.ready);
-  const source = proc('rds', 'source', { addr: `${a.net}.10`, peer: a.sink, port: a.port, tcpPort: a.tcpPort, size: 1024, durationMs: SUSTAIN_MS + 2000, heapEveryMs: every, waitGo: true });
+  const source = proc('rds', 'source', {
+    addr: `${a.net}.10`,
+    peer: a.sink,
+    port: a.port,
+    tcpPort: a.tcpPort,
+    size: 1024,
+    durationMs: SUSTAIN_MS + 2000,
+    heapEveryMs: every,
+    waitGo: true,
+  });
   await startTogether([source]);
-  const [r, s] = await Promise.all([sink.next((l) => 'msgs' in l, SUSTAIN_MS + 60000), source.next((l) => 'heap' in l, SUSTAIN_MS + 60000)]);
+  const [r, s] = await Promise.all([
+    sink.next((l) => 'msgs' in l, SUSTAIN_MS + 60000),
+    source.next((l) => 'heap' in l, SUSTAIN_MS + 60000),
+  ]);
   sink.kill();
   source.kill();
   const growth = (samples) => {
@@ -134,10 +194,14 @@ async function sustained() {
     const n = xs.length;
     const mx = (n - 1) / 2;
     const my = mean(xs);
-    const slope = xs.reduce((acc, y, i) => acc + (i - mx) * (y - my), 0) / xs.reduce((acc, _, i) => acc + (i - mx) ** 2, 0);
+    const slope =
+      xs.reduce((acc, y, i) => acc + (i - mx) * (y - my), 0) / xs.reduce((acc, _, i) => acc + (i - mx) ** 2, 0);
     return {
-      startKiB: mean(xs.slice(0, k)) / 1024, endKiB: mean(xs.slice(-k)) / 1024,
-      growthKiB: (mean(xs.slice(-k)) - mean(xs.slice(0, k))) / 1024, slopeKiBPerSec: (slope / 1024) * (1000 / every), samples: n,
+      startKiB: mean(xs.slice(0, k)) / 1024,
+      endKiB: mean(xs.slice(-k)) / 1024,
+      growthKiB: (mean(xs.slice(-k)) - mean(xs.slice(0, k))) / 1024,
+      slopeKiBPerSec: (slope / 1024) * (1000 / every),
+      samples: n,
     };
   };
   return { seconds: SUSTAIN_MS / 1000, msgsPerSec: r.msgs / r.secs, receiver: growth(r.heap), sender: growth(s.heap) };
@@ -163,32 +227,54 @@ async function mesh() {
   const t0 = Date.now();
   let got = 0;
   const want = n * (n - 1) * 20;
-  const done = new Promise((res) => socks.forEach((s) => s.on('readable', () => {
-    while (s.recvmsg() !== null) if (++got === want) res();
-  })));
-  for (let k = 0; k < 20; k++) for (const [i, s] of socks.entries()) for (const [j, d] of socks.entries()) if (i !== j) s.sendmsg(Buffer.alloc(1024), d.address());
+  const done = new Promise((res) =>
+    socks.forEach((s) =>
+      s.on('readable', () => {
+        while (s.recvmsg() !== null) if (++got === want) res();
+      }),
+    ),
+  );
+  for (let k = 0; k < 20; k++)
+    for (const [i, s] of socks.entries())
+      for (const [j, d] of socks.entries()) if (i !== j) s.sendmsg(Buffer.alloc(1024), d.address());
   await done;
   const secs = (Date.now() - t0) / 1000;
   global.gc?.();
   const after = process.memoryUsage();
   const conns = n * (n - 1); // each node holds a connection to every other node
   for (const st of stacks) await st.close();
-  return { nodes: n, msgsPerSec: want / secs, heapPerConnKiB: (after.heapUsed - before.heapUsed) / conns / 1024, rssPerConnKiB: (after.rss - before.rss) / conns / 1024 };
+  return {
+    nodes: n,
+    msgsPerSec: want / secs,
+    heapPerConnKiB: (after.heapUsed - before.heapUsed) / conns / 1024,
+    rssPerConnKiB: (after.rss - before.rss) / conns / 1024,
+  };
 }
 
 /** Raw TCP over loopback from a C tool: the machine's limit for bulk bytes (null without iperf3). */
 async function iperf() {
   const a = addrs();
-  const run = (args) => new Promise((resolve) => {
-    const p = spawn('iperf3', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.on('error', () => resolve(null));
-    p.on('exit', (code) => resolve(code === 0 ? out : null));
-  });
+  const run = (args) =>
+    new Promise((resolve) => {
+      const p = spawn('iperf3', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      p.stdout.on('data', (d) => (out += d));
+      p.on('error', () => resolve(null));
+      p.on('exit', (code) => resolve(code === 0 ? out : null));
+    });
   const server = run(['-s', '-1', '-B', a.sink, '-p', String(a.port)]);
   await new Promise((r) => setTimeout(r, 300));
-  const client = await run(['-c', a.sink, '-B', `${a.net}.10`, '-p', String(a.port), '-t', String(Math.max(1, DURATION / 1000)), '-J']);
+  const client = await run([
+    '-c',
+    a.sink,
+    '-B',
+    `${a.net}.10`,
+    '-p',
+    String(a.port),
+    '-t',
+    String(Math.max(1, DURATION / 1000)),
+    '-J',
+  ]);
   await server;
   if (client === null) return null;
   const bps = JSON.parse(client).end?.sum_received?.bits_per_second;
@@ -204,9 +290,23 @@ async function headOfLine() {
   const once = async (opts) => {
     const a = addrs();
     // The sink stays up after reporting the stream: its echo socket answers until the pings are done.
-    const sink = proc('rds', 'holsink', { addr: a.sink, tcpPort: a.tcpPort, durationMs: DURATION, warmupMs: WARMUP_MS, stay: true });
+    const sink = proc('rds', 'holsink', {
+      addr: a.sink,
+      tcpPort: a.tcpPort,
+      durationMs: DURATION,
+      warmupMs: WARMUP_MS,
+      stay: true,
+    });
     await sink.next((l) => l.ready);
-    const src = proc('rds', 'holsrc', { addr: `${a.net}.10`, peer: a.sink, tcpPort: a.tcpPort, count: HOL_PINGS, warmupMs: PING_WARMUP_MS, waitGo: true, ...opts });
+    const src = proc('rds', 'holsrc', {
+      addr: `${a.net}.10`,
+      peer: a.sink,
+      tcpPort: a.tcpPort,
+      count: HOL_PINGS,
+      warmupMs: PING_WARMUP_MS,
+      waitGo: true,
+      ...opts,
+    });
     await startTogether([src]);
     const [rtt, thr] = await Promise.all([
       opts.pings ? src.next((l) => l.rtts, 300000) : null,
@@ -216,7 +316,11 @@ async function headOfLine() {
     sink.kill();
     const s = rtt ? [...rtt.rtts].sort((x, y) => x - y) : [];
     const q = (f) => s[Math.min(s.length - 1, Math.floor(f * s.length))];
-    return { p50us: rtt ? q(0.5) : null, p99us: rtt ? q(0.99) : null, mibPerSec: thr ? thr.bytes / thr.secs / 2 ** 20 : null };
+    return {
+      p50us: rtt ? q(0.5) : null,
+      p99us: rtt ? q(0.99) : null,
+      mibPerSec: thr ? thr.bytes / thr.secs / 2 ** 20 : null,
+    };
   };
   const idle = await once({ pings: true });
   const streamOnly = await once({ stream: true });
@@ -238,8 +342,16 @@ async function scale() {
   const groups = [];
   for (let i = 0; i < SCALE_PEERS; i += perProc) {
     const addrsOf = [];
-    for (let k = i; k < Math.min(SCALE_PEERS, i + perProc); k++) addrsOf.push(`127.43.${1 + Math.floor(k / 250)}.${1 + (k % 250)}`);
-    groups.push(proc('rds', 'scalepeers', { addrs: addrsOf, peer: '127.43.0.1', tcpPort: a.tcpPort, settleMs: smoke ? 300 : 3000 }));
+    for (let k = i; k < Math.min(SCALE_PEERS, i + perProc); k++)
+      addrsOf.push(`127.43.${1 + Math.floor(k / 250)}.${1 + (k % 250)}`);
+    groups.push(
+      proc('rds', 'scalepeers', {
+        addrs: addrsOf,
+        peer: '127.43.0.1',
+        tcpPort: a.tcpPort,
+        settleMs: smoke ? 300 : 3000,
+      }),
+    );
   }
   const peers = (await Promise.all(groups.map((g) => g.next((l) => l.ready, 300000)))).reduce((n, l) => n + l.peers, 0);
   victim.p.stdin.write('measure\n');
@@ -248,25 +360,34 @@ async function scale() {
   victim.kill();
   const perPeerKiB = (after.rss - before.rss) / peers / 1024;
   return {
-    peers, pathsUp: after.pathsUp, baselineMiB: before.rss / 2 ** 20, rssMiB: after.rss / 2 ** 20, perPeerKiB,
+    peers,
+    pathsUp: after.pathsUp,
+    baselineMiB: before.rss / 2 ** 20,
+    rssMiB: after.rss / 2 ** 20,
+    perPeerKiB,
     heapPerPeerKiB: (after.heapUsed - before.heapUsed) / peers / 1024,
     // The 1,000-peer figure: measured if the run had 1,000 peers, else extrapolated from this one.
     rssAt1000MiB: (before.rss + (after.rss - before.rss) * (1000 / peers)) / 2 ** 20,
   };
 }
 
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+};
 const results = {};
 const record = (scenario, contender, value) => ((results[scenario] ??= {})[contender] ??= []).push(value);
 
 const scenarios = [
   ...[64, 1024, 65536].map((size) => ({
-    name: `throughput ${size} B`, run: (c) => throughput(c, size),
+    name: `throughput ${size} B`,
+    run: (c) => throughput(c, size),
     // Zero-copy pays off where copying costs more than holding a reference per message.
     contenders: size >= 65536 ? [...CONTENDERS, 'rds-zc'] : CONTENDERS,
   })),
   {
-    name: 'throughput 65536 B, sink accepts', run: (c) => throughput(c, 65536, 1, true),
+    name: 'throughput 65536 B, sink accepts',
+    run: (c) => throughput(c, 65536, 1, true),
     contenders: [...CONTENDERS, 'rds-zc'],
   },
   { name: 'latency 1 KiB', run: latency, contenders: LATENCY_CONTENDERS },
@@ -284,14 +405,23 @@ for (const sc of scenarios.filter((s) => wanted(s.name))) {
 const meshResult = wanted('mesh') ? await mesh() : null;
 const sustainResult = wanted('sustained') ? await sustained() : null;
 const iperfRuns = [];
-if (wanted('iperf3')) for (let r = 0; r < RUNS; r++) { const x = await iperf(); if (x) iperfRuns.push(x); }
+if (wanted('iperf3'))
+  for (let r = 0; r < RUNS; r++) {
+    const x = await iperf();
+    if (x) iperfRuns.push(x);
+  }
 const holResult = wanted('head-of-line') ? await headOfLine() : null;
 const scaleResult = wanted('scale') ? await scale() : null;
 
 const NAMES = { net: 'node:net', netb: 'net batched', zmq: 'zeromq.js', rds: 'rds-socket' };
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
-const cell = (xs, k) => (xs ? `${fmt(median(xs.map((x) => x[k])))} (${fmt(Math.min(...xs.map((x) => x[k])))}-${fmt(Math.max(...xs.map((x) => x[k])))})` : '-');
-console.log(`\nrds-socket benchmark: ${RUNS} run(s) per contender, medians (min-max), ${DURATION / 1000} s per throughput run\n`);
+const cell = (xs, k) =>
+  xs
+    ? `${fmt(median(xs.map((x) => x[k])))} (${fmt(Math.min(...xs.map((x) => x[k])))}-${fmt(Math.max(...xs.map((x) => x[k])))})`
+    : '-';
+console.log(
+  `\nrds-socket benchmark: ${RUNS} run(s) per contender, medians (min-max), ${DURATION / 1000} s per throughput run\n`,
+);
 console.log(`${'scenario'.padEnd(44)}${CONTENDERS.map((c) => NAMES[c].padEnd(24)).join('')}`);
 const ratios = [];
 const med = (byC, c, k) => (byC[c] ? median(byC[c].map((x) => x[k])) : NaN);
@@ -299,7 +429,12 @@ for (const [name, byC] of Object.entries(results)) {
   const keys = name.startsWith('latency') ? ['p50us', 'p99us'] : ['msgsPerSec', 'mibPerSec'];
   for (const k of keys) {
     console.log(`${`${name} ${k}`.padEnd(44)}${CONTENDERS.map((c) => cell(byC[c], k).padEnd(24)).join('')}`);
-    const ratio = (who) => ({ metric: `${name} ${k}${who === 'rds-zc' ? ' MSG_ZEROCOPY' : ''}`, rdsNet: med(byC, who, k) / med(byC, 'net', k), rdsNetb: med(byC, who, k) / med(byC, 'netb', k), rdsZmq: med(byC, who, k) / med(byC, 'zmq', k) });
+    const ratio = (who) => ({
+      metric: `${name} ${k}${who === 'rds-zc' ? ' MSG_ZEROCOPY' : ''}`,
+      rdsNet: med(byC, who, k) / med(byC, 'net', k),
+      rdsNetb: med(byC, who, k) / med(byC, 'netb', k),
+      rdsZmq: med(byC, who, k) / med(byC, 'zmq', k),
+    });
     ratios.push(ratio('rds'));
     if (byC['rds-zc']) {
       console.log(`${`${name} ${k}`.padEnd(44)}${''.padEnd(72)}${cell(byC['rds-zc'], k)} MSG_ZEROCOPY`);
@@ -307,27 +442,43 @@ for (const [name, byC] of Object.entries(results)) {
     }
   }
 }
-const iperfResult = iperfRuns.length ? { runs: iperfRuns.length, mibPerSec: median(iperfRuns.map((x) => x.mibPerSec)) } : null;
+const iperfResult = iperfRuns.length
+  ? { runs: iperfRuns.length, mibPerSec: median(iperfRuns.map((x) => x.mibPerSec)) }
+  : null;
 if (wanted('iperf3')) {
-  console.log(iperfResult
-    ? `\nraw TCP over loopback (iperf3, C, one stream): ${fmt(iperfResult.mibPerSec)} MiB/s, the machine's limit for bulk bytes`
-    : '\nraw TCP over loopback: not measured (iperf3 is not installed: apt-get install iperf3)');
+  console.log(
+    iperfResult
+      ? `\nraw TCP over loopback (iperf3, C, one stream): ${fmt(iperfResult.mibPerSec)} MiB/s, the machine's limit for bulk bytes`
+      : '\nraw TCP over loopback: not measured (iperf3 is not installed: apt-get install iperf3)',
+  );
 }
-if (meshResult) console.log(`\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`);
-const heapLine = (who, g) => `${who} ${(g.startKiB / 1024).toFixed(1)} -> ${(g.endKiB / 1024).toFixed(1)} MiB (${g.growthKiB >= 0 ? '+' : ''}${g.growthKiB.toFixed(0)} KiB, ${g.slopeKiBPerSec.toFixed(1)} KiB/s)`;
-if (sustainResult) console.log(`\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`);
+if (meshResult)
+  console.log(
+    `\nmesh of ${meshResult.nodes} rds-socket nodes (one process, 1 path): ${fmt(meshResult.msgsPerSec)} msgs/s; per idle peer connection ~${meshResult.heapPerConnKiB.toFixed(1)} KiB heap, ~${meshResult.rssPerConnKiB.toFixed(1)} KiB RSS`,
+  );
+const heapLine = (who, g) =>
+  `${who} ${(g.startKiB / 1024).toFixed(1)} -> ${(g.endKiB / 1024).toFixed(1)} MiB (${g.growthKiB >= 0 ? '+' : ''}${g.growthKiB.toFixed(0)} KiB, ${g.slopeKiBPerSec.toFixed(1)} KiB/s)`;
+if (sustainResult)
+  console.log(
+    `\nsustained ${sustainResult.seconds} s of 1 KiB messages, rds-socket: ${fmt(sustainResult.msgsPerSec)} msgs/s; heap after GC: ${heapLine('sender', sustainResult.sender)}, ${heapLine('receiver', sustainResult.receiver)}`,
+  );
 if (holResult) {
   const h = holResult;
-  console.log(`\nhead-of-line, 8 paths: 64 B ping p50/p99 idle ${h.idle.p50us.toFixed(0)}/${h.idle.p99us.toFixed(0)} us, under a 1 MiB stream ${h.both.p50us.toFixed(0)}/${h.both.p99us.toFixed(0)} us; stream ${fmt(h.streamOnly.mibPerSec)} MiB/s alone, ${fmt(h.both.mibPerSec)} MiB/s with the pings`);
+  console.log(
+    `\nhead-of-line, 8 paths: 64 B ping p50/p99 idle ${h.idle.p50us.toFixed(0)}/${h.idle.p99us.toFixed(0)} us, under a 1 MiB stream ${h.both.p50us.toFixed(0)}/${h.both.p99us.toFixed(0)} us; stream ${fmt(h.streamOnly.mibPerSec)} MiB/s alone, ${fmt(h.both.mibPerSec)} MiB/s with the pings`,
+  );
 }
 if (scaleResult) {
   const x = scaleResult;
-  console.log(`\nscale: a node with ${x.peers} idle peers (${x.pathsUp} paths up): RSS ${x.baselineMiB.toFixed(1)} -> ${x.rssMiB.toFixed(1)} MiB, ${x.perPeerKiB.toFixed(1)} KiB RSS and ${x.heapPerPeerKiB.toFixed(1)} KiB heap per idle peer`);
+  console.log(
+    `\nscale: a node with ${x.peers} idle peers (${x.pathsUp} paths up): RSS ${x.baselineMiB.toFixed(1)} -> ${x.rssMiB.toFixed(1)} MiB, ${x.perPeerKiB.toFixed(1)} KiB RSS and ${x.heapPerPeerKiB.toFixed(1)} KiB heap per idle peer`,
+  );
 }
 console.log('\nratios (throughput: higher is better; latency: lower is better)');
 console.log(`${'metric'.padEnd(60)}${'rds/net'.padEnd(10)}${'rds/netb'.padEnd(10)}rds/zmq`);
 const r2 = (v) => (Number.isFinite(v) ? v.toFixed(2) : '-');
-for (const r of ratios) console.log(`${r.metric.padEnd(60)}${r2(r.rdsNet).padEnd(10)}${r2(r.rdsNetb).padEnd(10)}${r2(r.rdsZmq)}`);
+for (const r of ratios)
+  console.log(`${r.metric.padEnd(60)}${r2(r.rdsNet).padEnd(10)}${r2(r.rdsNetb).padEnd(10)}${r2(r.rdsZmq)}`);
 
 // The targets (issue: performance against honest ceilings), each judged on this run's medians.
 const ratioOf = (metric, k) => ratios.find((r) => r.metric === metric)?.[k];
@@ -349,15 +500,40 @@ if (holResult) {
 }
 if (scaleResult) {
   target('RSS per idle peer, all paths', scaleResult.perPeerKiB, '<=', 32, ' KiB');
-  target(`RSS of a node with 1,000 idle peers${scaleResult.peers === 1000 ? '' : ` (extrapolated from ${scaleResult.peers})`}`, scaleResult.rssAt1000MiB, '<=', 128, ' MiB');
+  target(
+    `RSS of a node with 1,000 idle peers${scaleResult.peers === 1000 ? '' : ` (extrapolated from ${scaleResult.peers})`}`,
+    scaleResult.rssAt1000MiB,
+    '<=',
+    128,
+    ' MiB',
+  );
 }
 console.log('\ntargets');
-for (const t of targets) console.log(`${t.name.padEnd(62)}${(t.figure.toFixed(2) + (t.target.endsWith('x') ? 'x' : t.target.replace(/^[<>]= [\d.]+/, ''))).padEnd(14)}target ${t.target.padEnd(12)}${t.met ? 'met' : 'not met'}`);
+for (const t of targets)
+  console.log(
+    `${t.name.padEnd(62)}${(t.figure.toFixed(2) + (t.target.endsWith('x') ? 'x' : t.target.replace(/^[<>]= [\d.]+/, ''))).padEnd(14)}target ${t.target.padEnd(12)}${t.met ? 'met' : 'not met'}`,
+  );
 const outFile = OUT ?? fileURLToPath(new URL('./results/latest.json', import.meta.url));
 mkdirSync(dirname(outFile), { recursive: true });
-writeFileSync(outFile, JSON.stringify({
-  date: new Date().toISOString(), runs: RUNS, durationMs: DURATION, results, iperf3: iperfResult, mesh: meshResult,
-  sustained: sustainResult, headOfLine: holResult, scale: scaleResult, ratios, targets,
-}, null, 2));
+writeFileSync(
+  outFile,
+  JSON.stringify(
+    {
+      date: new Date().toISOString(),
+      runs: RUNS,
+      durationMs: DURATION,
+      results,
+      iperf3: iperfResult,
+      mesh: meshResult,
+      sustained: sustainResult,
+      headOfLine: holResult,
+      scale: scaleResult,
+      ratios,
+      targets,
+    },
+    null,
+    2,
+  ),
+);
 console.log(`\nresults written to ${outFile}`);
 process.exit(0);

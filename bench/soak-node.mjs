@@ -18,17 +18,34 @@ import { createInterface } from 'node:readline';
 import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../dist/index.js';
 
 const [me, epoch, count, dir, nodesArg, dialArg, tcpPort] = process.argv.slice(2);
-const id = Number(me), ep = Number(epoch), N = Number(count);
+const id = Number(me),
+  ep = Number(epoch),
+  N = Number(count);
 const nodes = nodesArg.split(',');
-const dial = new Map(dialArg ? dialArg.split(',').map((x) => { const [pair, hp] = x.split('='); const [h, p] = hp.split(':'); return [pair, { host: h, port: Number(p) }]; }) : []);
+const dial = new Map(
+  dialArg
+    ? dialArg.split(',').map((x) => {
+        const [pair, hp] = x.split('=');
+        const [h, p] = hp.split(':');
+        return [pair, { host: h, port: Number(p) }];
+      })
+    : [],
+);
 const self = nodes[id];
 const peers = nodes.map((a, i) => ({ i, a })).filter((p) => p.i !== id);
 const WINDOW = 256;
 const ACK_DELAY_MS = 100;
 
 const stack = new RdsStack({
-  tcpPort: Number(tcpPort), reconnectMaxDelayMs: 100, heartbeatIntervalMs: 500, failoverGraceMs: 100, ackDelayMaxMs: ACK_DELAY_MS,
-  transports: [new TcpTransport({ dial: (l, f, port) => dial.get(`${l}>${f}`) ?? { host: f, port } }), new LoopTransport()],
+  tcpPort: Number(tcpPort),
+  reconnectMaxDelayMs: 100,
+  heartbeatIntervalMs: 500,
+  failoverGraceMs: 100,
+  ackDelayMaxMs: ACK_DELAY_MS,
+  transports: [
+    new TcpTransport({ dial: (l, f, port) => dial.get(`${l}>${f}`) ?? { host: f, port } }),
+    new LoopTransport(),
+  ],
 });
 const sock = new RdsSocket({ stack });
 await sock.bind({ address: self, port: 4001 });
@@ -48,7 +65,13 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let gate = null;
 let openGate = () => {};
 function holdReading() {
-  gate = new Promise((r) => (openGate = () => { gate = null; r(); }));
+  gate = new Promise(
+    (r) =>
+      (openGate = () => {
+        gate = null;
+        r();
+      }),
+  );
 }
 /** Waits until unread messages sat longer than ackDelayMaxMs (so they were acknowledged as queued). */
 async function backlogAged() {
@@ -65,9 +88,14 @@ async function backlogAged() {
  * sender used to finish before the kill: its marker went to the old life and the new one waited
  * for it forever).
  */
-let phase1Reached = () => {}, phase2Reached = () => {};
-const phase1 = new Promise((r) => { phase1Reached = r; });
-const phase2 = new Promise((r) => { phase2Reached = r; });
+let phase1Reached = () => {},
+  phase2Reached = () => {};
+const phase1 = new Promise((r) => {
+  phase1Reached = r;
+});
+const phase2 = new Promise((r) => {
+  phase2Reached = r;
+});
 let sendPhase = 0;
 let finished = false; // see check()
 let exitAsked = false;
@@ -111,7 +139,10 @@ function size(i) {
 }
 function msg(i, to) {
   const b = Buffer.alloc(size(i), (i + to) & 0xff);
-  b.writeUInt8(id, 0); b.writeUInt32BE(ep, 1); b.writeUInt32BE(i, 5); b.writeUInt8(i === N ? 1 : 0, 9);
+  b.writeUInt8(id, 0);
+  b.writeUInt32BE(ep, 1);
+  b.writeUInt32BE(i, 5);
+  b.writeUInt8(i === N ? 1 : 0, 9);
   return b;
 }
 
@@ -128,7 +159,10 @@ const stats = { orderViolations: 0, violations: {} };
       if (e.code === 'EBADF') return; // closed at the end
       throw e;
     }
-    const s = m.data.readUInt8(0), e = m.data.readUInt32BE(1), i = m.data.readUInt32BE(5), end = m.data.readUInt8(9);
+    const s = m.data.readUInt8(0),
+      e = m.data.readUInt32BE(1),
+      i = m.data.readUInt32BE(5),
+      end = m.data.readUInt8(9);
     writeSync(delivFd, `${s} ${e} ${i}\n`);
     const k = `${s}.${e}`;
     const prev = lastIdx.get(k);
@@ -168,26 +202,53 @@ const progress = new Map(peers.map((p) => [p.i, { queued: 0, settled: 0 }]));
 /** What this node still waits for, printed (stderr) when the soak's deadline passes. */
 function dump() {
   const waiting = peers.map((p) => ({
-    peer: p.i, queued: progress.get(p.i).queued, settled: progress.get(p.i).settled,
-    unconfirmed: [...pending.get(p.i).keys()].slice(0, 10), unconfirmedCount: pending.get(p.i).size,
-    endMarkerFrom: `${p.i}.${finalEpoch.get(p.i)}`, endMarkerSeen: ended.has(`${p.i}.${finalEpoch.get(p.i)}`),
+    peer: p.i,
+    queued: progress.get(p.i).queued,
+    settled: progress.get(p.i).settled,
+    unconfirmed: [...pending.get(p.i).keys()].slice(0, 10),
+    unconfirmedCount: pending.get(p.i).size,
+    endMarkerFrom: `${p.i}.${finalEpoch.get(p.i)}`,
+    endMarkerSeen: ended.has(`${p.i}.${finalEpoch.get(p.i)}`),
   }));
   const conns = stack.connections().map((c) => ({
-    peer: c.peerAddress, transport: c.transport, npaths: c.npaths, initiator: c.initiator,
-    paths: c.paths.map((x) => ({ i: x.index, state: x.state, tx: x.nextTxSeq, rx: x.nextRxSeq, sq: x.sendQueue, rq: x.retransQueue, up: x.upCount, failedOverTo: x.failedOverTo })),
+    peer: c.peerAddress,
+    transport: c.transport,
+    npaths: c.npaths,
+    initiator: c.initiator,
+    paths: c.paths.map((x) => ({
+      i: x.index,
+      state: x.state,
+      tx: x.nextTxSeq,
+      rx: x.nextRxSeq,
+      sq: x.sendQueue,
+      rq: x.retransQueue,
+      up: x.upCount,
+      failedOverTo: x.failedOverTo,
+    })),
   }));
-  process.stderr.write(`DUMP node ${id}.${ep} ${JSON.stringify({ sendingDone, finalKnown, sendPhase, gate: !!gate, unread: rsock.receiveQueue().length, waiting, conns, counters: stack.counters.snapshot() })}\n`);
+  process.stderr.write(
+    `DUMP node ${id}.${ep} ${JSON.stringify({ sendingDone, finalKnown, sendPhase, gate: !!gate, unread: rsock.receiveQueue().length, waiting, conns, counters: stack.counters.snapshot() })}\n`,
+  );
 }
 
 async function sendTo(p) {
   const inflight = new Set();
   for (let i = 0; i <= N; i++) {
-    if (i === Math.floor(N / 3)) { sendPhase = 1; await phase1; }
-    if (i === Math.floor((2 * N) / 3)) { sendPhase = 2; await phase2; }
+    if (i === Math.floor(N / 3)) {
+      sendPhase = 1;
+      await phase1;
+    }
+    if (i === Math.floor((2 * N) / 3)) {
+      sendPhase = 2;
+      await phase2;
+    }
     pending.get(p.i).set(i, true);
     progress.get(p.i).queued++;
-    const pr = sendOne(i, p)
-      .finally(() => { inflight.delete(pr); pending.get(p.i).delete(i); progress.get(p.i).settled++; });
+    const pr = sendOne(i, p).finally(() => {
+      inflight.delete(pr);
+      pending.get(p.i).delete(i);
+      progress.get(p.i).settled++;
+    });
     inflight.add(pr);
     if (inflight.size >= WINDOW) await Promise.race(inflight);
   }
@@ -213,5 +274,7 @@ function check() {
   }
   if (!exitAsked) return;
   console.log(JSON.stringify({ node: id, epoch: ep, ...stats, counters: stack.counters.snapshot() }));
-  Promise.all([sock.close(), rsock.close()]).then(() => stack.close()).then(() => process.exit(0));
+  Promise.all([sock.close(), rsock.close()])
+    .then(() => stack.close())
+    .then(() => process.exit(0));
 }

@@ -23,7 +23,10 @@ import { fileURLToPath } from 'node:url';
 import { FaultProxy } from '../dist/testing/index.js';
 
 const short = process.argv.includes('--short');
-const arg = (name, d) => { const i = process.argv.indexOf(name); return i >= 0 ? Number(process.argv[i + 1]) : d; };
+const arg = (name, d) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? Number(process.argv[i + 1]) : d;
+};
 const COUNT = arg('--count', short ? 3000 : 200_000);
 const RESETS = arg('--resets', short ? 12 : 100);
 const TCP_PORT = arg('--tcp-port', 26420);
@@ -34,11 +37,16 @@ const NODE = fileURLToPath(new URL('./soak-node.mjs', import.meta.url));
 // One proxy per pair, on the initiator's (smaller address's) path to the acceptor.
 const proxies = [];
 const dial = [];
-for (let a = 0; a < 3; a++) for (let b = a + 1; b < 3; b++) {
-  const p = await FaultProxy.start({ listen: { host: '127.26.0.100', port: 0 }, target: { host: nodes[b], port: TCP_PORT }, sourceAddress: nodes[a] });
-  proxies.push(p);
-  dial.push(`${nodes[a]}>${nodes[b]}=127.26.0.100:${p.address.port}`);
-}
+for (let a = 0; a < 3; a++)
+  for (let b = a + 1; b < 3; b++) {
+    const p = await FaultProxy.start({
+      listen: { host: '127.26.0.100', port: 0 },
+      target: { host: nodes[b], port: TCP_PORT },
+      sourceAddress: nodes[a],
+    });
+    proxies.push(p);
+    dial.push(`${nodes[a]}>${nodes[b]}=127.26.0.100:${p.address.port}`);
+  }
 
 const procs = new Map();
 // Nodes stay up until every node is done, so none takes away read reports another still waits for.
@@ -53,7 +61,11 @@ let rebound = false;
 const summaries = [];
 const held = new Map();
 function start(i, epoch) {
-  const p = spawn(process.execPath, [NODE, String(i), String(epoch), String(COUNT), dir, nodes.join(','), dial.join(','), String(TCP_PORT)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const p = spawn(
+    process.execPath,
+    [NODE, String(i), String(epoch), String(COUNT), dir, nodes.join(','), dial.join(','), String(TCP_PORT)],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
   let out = '';
   p.stdin.on('error', () => {}); // a node killed or gone: nothing more to tell it
   p.stdout.on('data', (d) => {
@@ -85,7 +97,10 @@ const faults = (async () => {
   let k = 0;
   while (resetting) {
     const p = proxies[k % proxies.length];
-    await Promise.race([p.resetAt(k % 2 ? 'forward' : 'backward', kinds[k % 3]), new Promise((r) => setTimeout(r, 200))]);
+    await Promise.race([
+      p.resetAt(k % 2 ? 'forward' : 'backward', kinds[k % 3]),
+      new Promise((r) => setTimeout(r, 200)),
+    ]);
     k++;
     await new Promise((r) => setTimeout(r, short ? 20 : 40));
   }
@@ -127,7 +142,9 @@ nodeDone('rebound');
 // per-pair progress and path states, then all are killed and the soak fails.
 const DEADLINE_MS = arg('--deadline-ms', short ? 60_000 : 3_600_000);
 let deadline;
-const timedOut = new Promise((res) => { deadline = setTimeout(res, Math.max(1000, DEADLINE_MS - (Date.now() - t0)), 'timeout'); });
+const timedOut = new Promise((res) => {
+  deadline = setTimeout(res, Math.max(1000, DEADLINE_MS - (Date.now() - t0)), 'timeout');
+});
 const results = await Promise.race([Promise.all([exits[0], exits[1], restarted]), timedOut]);
 if (results === 'timeout') {
   console.error(`soak: not finished after ${DEADLINE_MS} ms; what each node waits for:`);
@@ -144,50 +161,88 @@ await laneCuts;
 const resets = proxies.reduce((n, p) => n + p.resets, 0);
 for (const p of proxies) await p.close();
 for (const r of results) {
-  if (r.code !== 0) { console.error('a node failed:', r); process.exit(1); }
+  if (r.code !== 0) {
+    console.error('a node failed:', r);
+    process.exit(1);
+  }
   summaries.push(JSON.parse(r.out.trim().split('\n').pop()));
 }
 
 // Accounting from the synchronous logs of every incarnation.
-const read = (f) => (existsSync(f) ? readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => l.split(' ').map(Number)) : []);
+const read = (f) =>
+  existsSync(f)
+    ? readFileSync(f, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.split(' ').map(Number))
+    : [];
 const epochsOf = (i) => (i === victim ? [0, 1] : [0]);
 let bad = false;
 const moved = summaries.reduce((n, x) => n + (x.counters?.failover_moved ?? 0), 0);
 const movedDups = summaries.reduce((n, x) => n + (x.counters?.recv_drop_moved_dup ?? 0), 0);
-console.log(`\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${cuts} lane cuts, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed with ${victimUnread} messages unread past ackDelayMaxMs and restarted, node ${rebinder} closed its receiving socket with ${rebindUnread} unread and bound a new one, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-console.log('sender(epoch) -> receiver   sent  confirmed  rejected  delivered  redelivered-after-restart  confirmed-but-never-delivered  lost  duplicated  order');
-for (let s = 0; s < 3; s++) for (const se of epochsOf(s)) for (let r = 0; r < 3; r++) {
-  if (r === s) continue;
-  const acked = new Set(read(join(dir, `acked.${s}.${se}`)).filter(([p]) => p === r).map(([, i]) => i));
-  const rejected = new Set(read(join(dir, `rejected.${s}.${se}`)).filter(([p]) => p === r).map(([, i]) => i));
-  const deliveredAll = new Set();
-  let dups = 0, redelivered = 0;
-  for (const re of epochsOf(r)) {
-    const seen = new Set();
-    for (const [ss, e, i] of read(join(dir, `delivered.${r}.${re}`))) {
-      if (ss !== s || e !== se) continue;
-      // The end marker is sent again after each rejection (which says "may not have been read"):
-      // a second copy is a second message then, not a duplicate.
-      if (seen.has(i)) { if (!(i === COUNT && rejected.has(i))) dups++; }
-      else if (deliveredAll.has(i)) redelivered++;
-      seen.add(i);
-      deliveredAll.add(i);
+console.log(
+  `\nsoak: ${COUNT} messages per direction per pair, ${resets} connection resets, ${cuts} lane cuts, ${moved} messages moved by failover (${movedDups} already delivered, dropped), node ${victim} killed with ${victimUnread} messages unread past ackDelayMaxMs and restarted, node ${rebinder} closed its receiving socket with ${rebindUnread} unread and bound a new one, ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+);
+console.log(
+  'sender(epoch) -> receiver   sent  confirmed  rejected  delivered  redelivered-after-restart  confirmed-but-never-delivered  lost  duplicated  order',
+);
+for (let s = 0; s < 3; s++)
+  for (const se of epochsOf(s))
+    for (let r = 0; r < 3; r++) {
+      if (r === s) continue;
+      const acked = new Set(
+        read(join(dir, `acked.${s}.${se}`))
+          .filter(([p]) => p === r)
+          .map(([, i]) => i),
+      );
+      const rejected = new Set(
+        read(join(dir, `rejected.${s}.${se}`))
+          .filter(([p]) => p === r)
+          .map(([, i]) => i),
+      );
+      const deliveredAll = new Set();
+      let dups = 0,
+        redelivered = 0;
+      for (const re of epochsOf(r)) {
+        const seen = new Set();
+        for (const [ss, e, i] of read(join(dir, `delivered.${r}.${re}`))) {
+          if (ss !== s || e !== se) continue;
+          // The end marker is sent again after each rejection (which says "may not have been read"):
+          // a second copy is a second message then, not a duplicate.
+          if (seen.has(i)) {
+            if (!(i === COUNT && rejected.has(i))) dups++;
+          } else if (deliveredAll.has(i)) redelivered++;
+          seen.add(i);
+          deliveredAll.add(i);
+        }
+      }
+      let confirmedLost = 0;
+      for (const i of acked) if (!deliveredAll.has(i)) confirmedLost++;
+      // A sender that lived to the end learned the fate of every message: none may be silently gone.
+      const survived = !(se === 0 && s === victim);
+      let lost = 0;
+      if (survived)
+        for (let i = 0; i <= COUNT; i++) if (!acked.has(i) && !rejected.has(i) && !deliveredAll.has(i)) lost++;
+      const sent = survived ? String(COUNT + 1) : `${acked.size + rejected.size}+`;
+      const recv = summaries.find((x) => x.node === r && x.epoch === epochsOf(r).at(-1));
+      const order = (recv?.violations?.[`${s}.${se}`] ?? 0) === 0 ? 'ok' : 'VIOLATED';
+      if (confirmedLost || lost || dups || order !== 'ok') bad = true;
+      console.log(
+        `${String(s).padStart(6)}(${se})    -> ${String(r).padEnd(8)} ${sent.padStart(7)} ${String(acked.size).padStart(10)} ${String(rejected.size).padStart(9)} ${String(deliveredAll.size).padStart(10)} ${String(redelivered).padStart(26)} ${String(confirmedLost).padStart(30)} ${String(lost).padStart(5)} ${String(dups).padStart(11)}  ${order}`,
+      );
     }
-  }
-  let confirmedLost = 0;
-  for (const i of acked) if (!deliveredAll.has(i)) confirmedLost++;
-  // A sender that lived to the end learned the fate of every message: none may be silently gone.
-  const survived = !(se === 0 && s === victim);
-  let lost = 0;
-  if (survived) for (let i = 0; i <= COUNT; i++) if (!acked.has(i) && !rejected.has(i) && !deliveredAll.has(i)) lost++;
-  const sent = survived ? String(COUNT + 1) : `${acked.size + rejected.size}+`;
-  const recv = summaries.find((x) => x.node === r && x.epoch === epochsOf(r).at(-1));
-  const order = (recv?.violations?.[`${s}.${se}`] ?? 0) === 0 ? 'ok' : 'VIOLATED';
-  if (confirmedLost || lost || dups || order !== 'ok') bad = true;
-  console.log(`${String(s).padStart(6)}(${se})    -> ${String(r).padEnd(8)} ${sent.padStart(7)} ${String(acked.size).padStart(10)} ${String(rejected.size).padStart(9)} ${String(deliveredAll.size).padStart(10)} ${String(redelivered).padStart(26)} ${String(confirmedLost).padStart(30)} ${String(lost).padStart(5)} ${String(dups).padStart(11)}  ${order}`);
+if (resets < RESETS) {
+  console.log(`only ${resets} resets happened (wanted ${RESETS})`);
+  bad = true;
 }
-if (resets < RESETS) { console.log(`only ${resets} resets happened (wanted ${RESETS})`); bad = true; }
 rmSync(dir, { recursive: true, force: true });
-if (victimUnread <= 0 || rebindUnread <= 0) { console.log(`no unread backlog when killing (${victimUnread}) or rebinding (${rebindUnread})`); bad = true; }
-console.log(bad ? 'soak FAILED' : 'soak passed: nothing confirmed was lost, nothing lost silently, nothing delivered twice, order held');
+if (victimUnread <= 0 || rebindUnread <= 0) {
+  console.log(`no unread backlog when killing (${victimUnread}) or rebinding (${rebindUnread})`);
+  bad = true;
+}
+console.log(
+  bad
+    ? 'soak FAILED'
+    : 'soak passed: nothing confirmed was lost, nothing lost silently, nothing delivered twice, order held',
+);
 process.exit(bad ? 1 : 0);

@@ -9,11 +9,14 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const arg = (n, d) => { const i = process.argv.indexOf(n); return i >= 0 ? process.argv[i + 1] : d; };
+const arg = (n, d) => {
+  const i = process.argv.indexOf(n);
+  return i >= 0 ? process.argv[i + 1] : d;
+};
 const SECONDS = Number(arg('--seconds', 600));
 const which = arg('--target', 'all');
 let seed = Number(arg('--seed', Date.now() % 2 ** 31));
-const rnd = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
 const int = (n) => Math.floor(rnd() * n);
 const HERE = fileURLToPath(new URL('.', import.meta.url));
 
@@ -55,9 +58,17 @@ function mutate(input, corpus) {
     else if (op === 1 && out.length) out[at] = INTERESTING[int(INTERESTING.length)];
     else if (op === 2) out.splice(at, 0, ...Buffer.alloc(1 + int(8), int(256)));
     else if (op === 3 && out.length) out.splice(at, 1 + int(Math.min(8, out.length - at)));
-    else if (op === 4 && out.length >= 20) { const v = [0, 1, 48, 8192, 0x100000, 0x100001, 0xffffffff][int(7)]; const o = 16; out[o] = v >>> 24; out[o + 1] = (v >>> 16) & 255; out[o + 2] = (v >>> 8) & 255; out[o + 3] = v & 255; }
-    else if (op === 5) { const other = corpus[int(corpus.length)]; out.push(...other.subarray(0, int(other.length + 1))); }
-    else if (out.length) out[at] = int(256);
+    else if (op === 4 && out.length >= 20) {
+      const v = [0, 1, 48, 8192, 0x100000, 0x100001, 0xffffffff][int(7)];
+      const o = 16;
+      out[o] = v >>> 24;
+      out[o + 1] = (v >>> 16) & 255;
+      out[o + 2] = (v >>> 8) & 255;
+      out[o + 3] = v & 255;
+    } else if (op === 5) {
+      const other = corpus[int(corpus.length)];
+      out.push(...other.subarray(0, int(other.length + 1)));
+    } else if (out.length) out[at] = int(256);
   }
   return Buffer.from(out.slice(0, 20000));
 }
@@ -92,7 +103,13 @@ for (const name of which === 'all' ? Object.keys(targets) : [which]) {
       added++;
     }
   }
-  console.log(`${name}: ${execs} inputs in ${((Date.now() - start) / 1000).toFixed(0)} s, corpus ${corpus.length} (+${added}), ${seen.size} blocks covered, ${failures} failures`);
+  console.log(
+    `${name}: ${execs} inputs in ${((Date.now() - start) / 1000).toFixed(0)} s, corpus ${corpus.length} (+${added}), ${seen.size} blocks covered, ${failures} failures`,
+  );
 }
-console.log(failures === 0 ? `fuzz: nothing found in ${((Date.now() - t0) / 1000).toFixed(0)} s` : `fuzz: ${failures} failing inputs`);
+console.log(
+  failures === 0
+    ? `fuzz: nothing found in ${((Date.now() - t0) / 1000).toFixed(0)} s`
+    : `fuzz: ${failures} failing inputs`,
+);
 process.exit(failures === 0 ? 0 : 1);

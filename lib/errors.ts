@@ -1,10 +1,28 @@
 import { constants as osConstants } from 'node:os';
 
 export type RdsErrorCode =
-  | 'EINVAL' | 'ENOTCONN' | 'EMSGSIZE' | 'EAGAIN' | 'ENOBUFS' | 'EADDRINUSE' | 'EADDRNOTAVAIL'
-  | 'EDESTADDRREQ' | 'ENOPROTOOPT' | 'EOPNOTSUPP' | 'EBADF' | 'ETIMEDOUT' | 'ECANCELED'
-  | 'EAFNOSUPPORT' | 'EPROTO' | 'ECONNRESET' | 'ENOSPC' | 'EPERM' | 'ENODEV' | 'EHOSTUNREACH'
-  | 'ECONNREFUSED' | 'ENETDOWN';
+  | 'EINVAL'
+  | 'ENOTCONN'
+  | 'EMSGSIZE'
+  | 'EAGAIN'
+  | 'ENOBUFS'
+  | 'EADDRINUSE'
+  | 'EADDRNOTAVAIL'
+  | 'EDESTADDRREQ'
+  | 'ENOPROTOOPT'
+  | 'EOPNOTSUPP'
+  | 'EBADF'
+  | 'ETIMEDOUT'
+  | 'ECANCELED'
+  | 'EAFNOSUPPORT'
+  | 'EPROTO'
+  | 'ECONNRESET'
+  | 'ENOSPC'
+  | 'EPERM'
+  | 'ENODEV'
+  | 'EHOSTUNREACH'
+  | 'ECONNREFUSED'
+  | 'ENETDOWN';
 
 const errnos = osConstants.errno as Record<string, number>;
 
@@ -81,10 +99,16 @@ export function abortReason(signal: AbortSignal, what: string): unknown {
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** One signal for an optional AbortSignal and an optional timeout in ms. */
-export function combineSignals(signal: AbortSignal | undefined, timeoutMs: number | undefined): AbortSignal | undefined {
+export function combineSignals(
+  signal: AbortSignal | undefined,
+  timeoutMs: number | undefined,
+): AbortSignal | undefined {
   if (timeoutMs === undefined) return signal;
   if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0) || timeoutMs > MAX_TIMER_MS) {
-    throw new RdsError('EINVAL', `timeout must be a number of milliseconds from 0 to ${MAX_TIMER_MS}, got ${String(timeoutMs)}`);
+    throw new RdsError(
+      'EINVAL',
+      `timeout must be a number of milliseconds from 0 to ${MAX_TIMER_MS}, got ${String(timeoutMs)}`,
+    );
   }
   // Timers take whole milliseconds: round a fraction up so the wait is never shorter than asked.
   const ms = Math.ceil(timeoutMs);

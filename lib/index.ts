@@ -12,9 +12,22 @@ RdsStack.setDefaultTransports([() => new TcpTransport(), () => new IbTransport()
 
 export { constants, RdsStack };
 export { RdsSocket } from './core/socket.js';
-export type { RdsSocketOptions, RdsData, WaitOptions, SendOptions, SendmsgOptions, RdsSocketEvents } from './core/socket.js';
 export type {
-  RdsStackOptions, RdsMessage, ConnectionInfo, PathInfo, PathStateEvent, RdsStackEvents, RdsTransportHost,
+  RdsSocketOptions,
+  RdsData,
+  WaitOptions,
+  SendOptions,
+  SendmsgOptions,
+  RdsSocketEvents,
+} from './core/socket.js';
+export type {
+  RdsStackOptions,
+  RdsMessage,
+  ConnectionInfo,
+  PathInfo,
+  PathStateEvent,
+  RdsStackEvents,
+  RdsTransportHost,
 } from './core/stack.js';
 export type { RdsTransport, TransportHost } from './core/transport.js';
 export type { RdsAddress } from './core/address.js';

@@ -32,7 +32,13 @@ export interface NativeBinding {
   /** The RDMA device an IPv4 address belongs to, or null. */
   ibDeviceFor(address: string): string | null;
   IbEndpoint: new (
-    onCmEvent: (id: number, event: string, status: number, privateData: Buffer | undefined, info: Record<string, unknown>) => void,
+    onCmEvent: (
+      id: number,
+      event: string,
+      status: number,
+      privateData: Buffer | undefined,
+      info: Record<string, unknown>,
+    ) => void,
     onCompletions: (id: number, batch: Int32Array) => void,
   ) => IbEndpointBinding;
   /** ioctl(SIOCOUTQ): bytes in a TCP socket's send queue not yet acknowledged by the peer. */
@@ -68,10 +74,10 @@ export function native(): NativeBinding | null {
  */
 function warnWeaker(err: Error): void {
   process.emitWarning(
-    `rds-socket's native addon did not load on ${process.platform}-${process.arch} (${err.message.split('\n')[0]}). `
-    + 'Messages to Linux kernel peers now leave the retransmit queue once handed to the local TCP, not once TCP '
-    + 'acknowledged them (bytes in the local TCP buffer are lost with a reset connection); TCP keepalive uses '
-    + "Node's probe timings; InfiniBand is unavailable. Between rds-socket nodes delivery is unaffected (RDS acknowledgements).",
+    `rds-socket's native addon did not load on ${process.platform}-${process.arch} (${err.message.split('\n')[0]}). ` +
+      'Messages to Linux kernel peers now leave the retransmit queue once handed to the local TCP, not once TCP ' +
+      'acknowledged them (bytes in the local TCP buffer are lost with a reset connection); TCP keepalive uses ' +
+      "Node's probe timings; InfiniBand is unavailable. Between rds-socket nodes delivery is unaffected (RDS acknowledgements).",
     { type: 'RdsNativeWarning', code: 'RDS_SOCKET_NO_NATIVE' },
   );
 }

@@ -80,23 +80,22 @@ bool LoadApi() {
     apiError = dlerror();
     return false;
   }
-  bool ok = Sym(cm, "rdma_create_event_channel", api.create_event_channel) &&
-            Sym(cm, "rdma_destroy_event_channel", api.destroy_event_channel) &&
-            Sym(cm, "rdma_create_id", api.create_id) && Sym(cm, "rdma_destroy_id", api.destroy_id) &&
-            Sym(cm, "rdma_bind_addr", api.bind_addr) && Sym(cm, "rdma_resolve_addr", api.resolve_addr) &&
-            Sym(cm, "rdma_resolve_route", api.resolve_route) && Sym(cm, "rdma_create_qp", api.create_qp) &&
-            Sym(cm, "rdma_destroy_qp", api.destroy_qp) && Sym(cm, "rdma_connect", api.connect) &&
-            Sym(cm, "rdma_listen", api.listen) && Sym(cm, "rdma_accept", api.accept) &&
-            Sym(cm, "rdma_reject", api.reject) && Sym(cm, "rdma_disconnect", api.disconnect) &&
-            Sym(cm, "rdma_get_cm_event", api.get_cm_event) && Sym(cm, "rdma_ack_cm_event", api.ack_cm_event) &&
-            Sym(cm, "rdma_event_str", api.event_str) && Sym(verbs, "ibv_alloc_pd", api.alloc_pd) &&
-            Sym(verbs, "ibv_dealloc_pd", api.dealloc_pd) && Sym(verbs, "ibv_reg_mr", api.reg_mr) &&
-            Sym(verbs, "ibv_dereg_mr", api.dereg_mr) &&
-            Sym(verbs, "ibv_create_comp_channel", api.create_comp_channel) &&
-            Sym(verbs, "ibv_destroy_comp_channel", api.destroy_comp_channel) &&
-            Sym(verbs, "ibv_create_cq", api.create_cq) && Sym(verbs, "ibv_destroy_cq", api.destroy_cq) &&
-            Sym(verbs, "ibv_get_cq_event", api.get_cq_event) && Sym(verbs, "ibv_ack_cq_events", api.ack_cq_events) &&
-            Sym(verbs, "ibv_get_device_name", api.get_device_name);
+  bool ok =
+      Sym(cm, "rdma_create_event_channel", api.create_event_channel) &&
+      Sym(cm, "rdma_destroy_event_channel", api.destroy_event_channel) && Sym(cm, "rdma_create_id", api.create_id) &&
+      Sym(cm, "rdma_destroy_id", api.destroy_id) && Sym(cm, "rdma_bind_addr", api.bind_addr) &&
+      Sym(cm, "rdma_resolve_addr", api.resolve_addr) && Sym(cm, "rdma_resolve_route", api.resolve_route) &&
+      Sym(cm, "rdma_create_qp", api.create_qp) && Sym(cm, "rdma_destroy_qp", api.destroy_qp) &&
+      Sym(cm, "rdma_connect", api.connect) && Sym(cm, "rdma_listen", api.listen) &&
+      Sym(cm, "rdma_accept", api.accept) && Sym(cm, "rdma_reject", api.reject) &&
+      Sym(cm, "rdma_disconnect", api.disconnect) && Sym(cm, "rdma_get_cm_event", api.get_cm_event) &&
+      Sym(cm, "rdma_ack_cm_event", api.ack_cm_event) && Sym(cm, "rdma_event_str", api.event_str) &&
+      Sym(verbs, "ibv_alloc_pd", api.alloc_pd) && Sym(verbs, "ibv_dealloc_pd", api.dealloc_pd) &&
+      Sym(verbs, "ibv_reg_mr", api.reg_mr) && Sym(verbs, "ibv_dereg_mr", api.dereg_mr) &&
+      Sym(verbs, "ibv_create_comp_channel", api.create_comp_channel) &&
+      Sym(verbs, "ibv_destroy_comp_channel", api.destroy_comp_channel) && Sym(verbs, "ibv_create_cq", api.create_cq) &&
+      Sym(verbs, "ibv_destroy_cq", api.destroy_cq) && Sym(verbs, "ibv_get_cq_event", api.get_cq_event) &&
+      Sym(verbs, "ibv_ack_cq_events", api.ack_cq_events) && Sym(verbs, "ibv_get_device_name", api.get_device_name);
   apiLoaded = ok;
   return ok;
 }
@@ -115,8 +114,10 @@ bool ParseIpv4(const std::string& s, uint16_t port, sockaddr_in* out) {
 
 std::string AddrString(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "";
-  if (sa->sa_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  if (sa->sa_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
   return buf;
 }
 
@@ -150,21 +151,22 @@ void FreeRing(Napi::Env, uint8_t* data) { std::free(data); }
 class Endpoint : public Napi::ObjectWrap<Endpoint> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "IbEndpoint", {
-      InstanceMethod<&Endpoint::Listen>("listen"),
-      InstanceMethod<&Endpoint::Connect>("connect"),
-      InstanceMethod<&Endpoint::SetupQp>("setupQp"),
-      InstanceMethod<&Endpoint::RdmaConnect>("rdmaConnect"),
-      InstanceMethod<&Endpoint::Accept>("accept"),
-      InstanceMethod<&Endpoint::Reject>("reject"),
-      InstanceMethod<&Endpoint::PostSend>("postSend"),
-      InstanceMethod<&Endpoint::PostRecv>("postRecv"),
-      InstanceMethod<&Endpoint::Disconnect>("disconnect"),
-      InstanceMethod<&Endpoint::Destroy>("destroy"),
-      InstanceMethod<&Endpoint::Close>("close"),
-      InstanceMethod<&Endpoint::Ref>("ref"),
-      InstanceMethod<&Endpoint::Unref>("unref"),
-    });
+    return DefineClass(env, "IbEndpoint",
+                       {
+                           InstanceMethod<&Endpoint::Listen>("listen"),
+                           InstanceMethod<&Endpoint::Connect>("connect"),
+                           InstanceMethod<&Endpoint::SetupQp>("setupQp"),
+                           InstanceMethod<&Endpoint::RdmaConnect>("rdmaConnect"),
+                           InstanceMethod<&Endpoint::Accept>("accept"),
+                           InstanceMethod<&Endpoint::Reject>("reject"),
+                           InstanceMethod<&Endpoint::PostSend>("postSend"),
+                           InstanceMethod<&Endpoint::PostRecv>("postRecv"),
+                           InstanceMethod<&Endpoint::Disconnect>("disconnect"),
+                           InstanceMethod<&Endpoint::Destroy>("destroy"),
+                           InstanceMethod<&Endpoint::Close>("close"),
+                           InstanceMethod<&Endpoint::Ref>("ref"),
+                           InstanceMethod<&Endpoint::Unref>("unref"),
+                       });
   }
 
   // new IbEndpoint(onCmEvent(id, event, status, privateData?, info?), onCompletions(id, Int32Array))
@@ -234,7 +236,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
 
   Conn* FindOrThrow(const Napi::CallbackInfo& info) {
     Conn* c = Find(info);
-    if (c == nullptr) Napi::Error::New(info.Env(), "unknown or destroyed IB connection id").ThrowAsJavaScriptException();
+    if (c == nullptr)
+      Napi::Error::New(info.Env(), "unknown or destroyed IB connection id").ThrowAsJavaScriptException();
     return c;
   }
 
@@ -291,7 +294,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       Napi::Value pdata = env_.Undefined();
       Napi::Object extra = Napi::Object::New(env_);
       if (ev->param.conn.private_data != nullptr && ev->param.conn.private_data_len > 0) {
-        pdata = Napi::Buffer<uint8_t>::Copy(env_, static_cast<const uint8_t*>(ev->param.conn.private_data), ev->param.conn.private_data_len);
+        pdata = Napi::Buffer<uint8_t>::Copy(env_, static_cast<const uint8_t*>(ev->param.conn.private_data),
+                                            ev->param.conn.private_data_len);
       }
       if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
         // A new id for the incoming connection; its listener is ev->listen_id.
@@ -525,7 +529,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     Napi::Env env = info.Env();
     Conn* c = FindOrThrow(info);
     if (c == nullptr) return env.Undefined();
-    if (!c->qp || c->mr == nullptr || info.Length() < 2 || !info[1].IsTypedArray()) return Napi::Number::New(env, ENOTCONN);
+    if (!c->qp || c->mr == nullptr || info.Length() < 2 || !info[1].IsTypedArray())
+      return Napi::Number::New(env, ENOTCONN);
     auto a = info[1].As<Napi::Int32Array>();
     size_t n = a.ElementLength() / 3;
     ibv_send_wr wrs[64];
@@ -536,7 +541,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
         uint32_t slot = static_cast<uint32_t>(a[(base + i) * 3]);
         uint32_t len = static_cast<uint32_t>(a[(base + i) * 3 + 1]);
         if (slot >= c->slots || len > c->slotSize) return Napi::Number::New(env, EINVAL);
-        sges[i].addr = reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(c->mr->addr) + static_cast<size_t>(slot) * c->slotSize);
+        sges[i].addr =
+            reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(c->mr->addr) + static_cast<size_t>(slot) * c->slotSize);
         sges[i].length = len;
         sges[i].lkey = c->mr->lkey;
         std::memset(&wrs[i], 0, sizeof wrs[i]);
@@ -559,7 +565,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     Napi::Env env = info.Env();
     Conn* c = FindOrThrow(info);
     if (c == nullptr) return env.Undefined();
-    if (!c->qp || c->mr == nullptr || info.Length() < 2 || !info[1].IsTypedArray()) return Napi::Number::New(env, ENOTCONN);
+    if (!c->qp || c->mr == nullptr || info.Length() < 2 || !info[1].IsTypedArray())
+      return Napi::Number::New(env, ENOTCONN);
     auto a = info[1].As<Napi::Int32Array>();
     size_t n = a.ElementLength();
     ibv_recv_wr wrs[64];
@@ -569,7 +576,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       for (size_t i = 0; i < m; i++) {
         uint32_t slot = static_cast<uint32_t>(a[base + i]);
         if (slot >= c->slots) return Napi::Number::New(env, EINVAL);
-        sges[i].addr = reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(c->mr->addr) + static_cast<size_t>(slot) * c->slotSize);
+        sges[i].addr =
+            reinterpret_cast<uintptr_t>(static_cast<uint8_t*>(c->mr->addr) + static_cast<size_t>(slot) * c->slotSize);
         sges[i].length = c->slotSize;
         sges[i].lkey = c->mr->lkey;
         std::memset(&wrs[i], 0, sizeof wrs[i]);

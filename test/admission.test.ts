@@ -54,24 +54,58 @@ describe('TLS admission', () => {
   };
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'rds-adm-'));
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=rds-ca', '-keyout', 'ca.key', '-out', 'ca.pem');
+    ssl(
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=rds-ca',
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.pem',
+    );
     for (const n of ['a', 'b']) {
       ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=node-${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
-      ssl('x509', '-req', '-in', `${n}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-out', `${n}.pem`);
+      ssl(
+        'x509',
+        '-req',
+        '-in',
+        `${n}.csr`,
+        '-CA',
+        'ca.pem',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-days',
+        '2',
+        '-out',
+        `${n}.pem`,
+      );
     }
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   const tlsOpts = (who: string) => ({ key: pem(`${who}.key`), cert: pem(`${who}.pem`), ca: pem('ca.pem') });
-  const tlsNode = (address: string, who: string, opts: StackOpts = {}) => node(address, {
-    ...opts, transports: [new TcpTransport({ tls: tlsOpts(who) }), new LoopTransport()],
-  });
+  const tlsNode = (address: string, who: string, opts: StackOpts = {}) =>
+    node(address, {
+      ...opts,
+      transports: [new TcpTransport({ tls: tlsOpts(who) }), new LoopTransport()],
+    });
 
   /** A CA-signed TLS client from `from` that completes its handshake and then sends nothing. */
   function signedClient(from: string, to: string): Promise<'secure' | 'refused'> {
     return new Promise((resolve) => {
       const s = tls.connect({
-        host: to, port: TEST_TCP_PORT, localAddress: from, ...tlsOpts('b'), checkServerIdentity: () => undefined,
+        host: to,
+        port: TEST_TCP_PORT,
+        localAddress: from,
+        ...tlsOpts('b'),
+        checkServerIdentity: () => undefined,
       });
       raws.push(s);
       s.on('secureConnect', () => resolve('secure'));
@@ -81,12 +115,18 @@ describe('TLS admission', () => {
   }
 
   it('refusing CA-signed peers (outside allowPeers, over the unidentified limit) never throws; the node keeps serving', async () => {
-    const v = await tlsNode('127.100.1.200', 'a', { allowPeers: ['127.100.1.0/25'], maxUnidentifiedConnections: 2, headerTimeoutMs: 2000 });
+    const v = await tlsNode('127.100.1.200', 'a', {
+      allowPeers: ['127.100.1.0/25'],
+      maxUnidentifiedConnections: 2,
+      headerTimeoutMs: 2000,
+    });
     // Outside the allowlist, with a valid certificate.
     expect(await signedClient('127.100.1.130', '127.100.1.200')).toBe('refused');
     expect(v.stack.counters.get('conn_refused_allowlist')).toBe(1);
     // Twelve allowed, CA-signed peers at once (a cluster restart) against two unidentified slots.
-    const outcomes = await Promise.all(Array.from({ length: 12 }, (_, i) => signedClient(`127.100.1.${10 + i}`, '127.100.1.200')));
+    const outcomes = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => signedClient(`127.100.1.${10 + i}`, '127.100.1.200')),
+    );
     expect(outcomes.filter((o) => o === 'secure').length).toBeLessThanOrEqual(2);
     expect(v.stack.counters.get('conn_refused_limit')).toBeGreaterThanOrEqual(10);
     for (const s of raws) s.destroy();
@@ -105,11 +145,19 @@ describe('TLS admission', () => {
     // In batches, so the kernel's accept queue (64) never overflows: every connection reaches the node.
     for (let i = 0; i < 300; i++) {
       idle.push(idleConnection(`127.101.${2 + (i >> 7)}.${1 + (i & 127)}`, '127.101.1.200'));
-      if (i % 25 === 24) await until(() => idle.filter((s) => !s.destroyed && !s.closed).length <= 8, 'connections over the limit refused');
+      if (i % 25 === 24)
+        await until(
+          () => idle.filter((s) => !s.destroyed && !s.closed).length <= 8,
+          'connections over the limit refused',
+        );
     }
     // Over the limit: refused at once; the ones that got a slot never start a handshake: timed out.
     const { counters } = v.stack;
-    await until(() => counters.get('conn_refused_limit') + counters.get('conn_refused_tls') === 300, 'every idle connection refused or timed out', 5000);
+    await until(
+      () => counters.get('conn_refused_limit') + counters.get('conn_refused_tls') === 300,
+      'every idle connection refused or timed out',
+      5000,
+    );
     expect(counters.get('conn_refused_limit')).toBeGreaterThanOrEqual(200);
     expect(counters.get('conn_refused_tls')).toBeGreaterThanOrEqual(8);
     const a = await tlsNode('127.101.1.1', 'b');
@@ -122,8 +170,11 @@ describe('TLS admission', () => {
     await until(() => idle.every((s) => s.destroyed || s.closed), 'every idle connection closed by the node', 5000);
   });
 
-  it('first contact works in both address orders: the larger node\'s poke survives TLS', async () => {
-    for (const [low, high, sender] of [['127.102.1.1', '127.102.1.2', 'high'], ['127.102.2.1', '127.102.2.2', 'low']] as const) {
+  it("first contact works in both address orders: the larger node's poke survives TLS", async () => {
+    for (const [low, high, sender] of [
+      ['127.102.1.1', '127.102.1.2', 'high'],
+      ['127.102.2.1', '127.102.2.2', 'low'],
+    ] as const) {
       const a = await tlsNode(low, 'a');
       const b = await tlsNode(high, 'b');
       const [from, to] = sender === 'high' ? [b, a] : [a, b];
@@ -222,7 +273,7 @@ describe('known peers and strangers', () => {
     again.sock.destroy();
   });
 
-  it('a poke ends a long backoff at once: the poker\'s messages (and ours for it) need not wait', async () => {
+  it("a poke ends a long backoff at once: the poker's messages (and ours for it) need not wait", async () => {
     // A (smaller) has a message for B while B is down: its attempts fail and back off to seconds.
     const a = await node('127.105.1.1', { reconnectMinDelayMs: 4000, reconnectMaxDelayMs: 20000 });
     a.sock.sendmsg(Buffer.from('queued for b'), { address: '127.105.1.2', port: 4000 });

@@ -12,7 +12,10 @@ interface AttackResult {
 }
 
 async function attack(name: string, seconds = 1): Promise<AttackResult> {
-  const mod = (await import(`../bench/attacks/${name}.mjs`)) as { name: string; run(o: { seconds: number }): Promise<AttackResult> };
+  const mod = (await import(`../bench/attacks/${name}.mjs`)) as {
+    name: string;
+    run(o: { seconds: number }): Promise<AttackResult>;
+  };
   expect(mod.name).toBe(name);
   return mod.run({ seconds });
 }

@@ -9,13 +9,22 @@ import { runNode } from './helpers.js';
 describe('bench (smoke)', () => {
   it('runs every scenario for every contender and writes the ratio table and JSON', async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'rds-bench-')), 'results.json');
-    const r = await runNode(['--expose-gc', fileURLToPath(new URL('../bench/run.mjs', import.meta.url)), '--smoke', '--out', out], 230_000);
+    const r = await runNode(
+      ['--expose-gc', fileURLToPath(new URL('../bench/run.mjs', import.meta.url)), '--smoke', '--out', out],
+      230_000,
+    );
     expect(r.code, r.out).toBe(0);
     expect(r.out).toMatch(/rds\/net\s+rds\/netb\s+rds\/zmq/);
     const json = JSON.parse(readFileSync(out, 'utf8')) as {
-      results: Record<string, Record<string, unknown[]>>; ratios: { metric: string; rdsNetb: number }[]; mesh: { nodes: number };
+      results: Record<string, Record<string, unknown[]>>;
+      ratios: { metric: string; rdsNetb: number }[];
+      mesh: { nodes: number };
       sustained: { msgsPerSec: number; sender: { samples: number }; receiver: { samples: number } };
-      headOfLine: { idle: { p50us: number }; both: { p99us: number; mibPerSec: number }; streamOnly: { mibPerSec: number } };
+      headOfLine: {
+        idle: { p50us: number };
+        both: { p99us: number; mibPerSec: number };
+        streamOnly: { mibPerSec: number };
+      };
       scale: { peers: number; pathsUp: number; perPeerKiB: number };
       targets: { name: string; figure: number; target: string; met: boolean }[];
     };
@@ -36,13 +45,25 @@ describe('bench (smoke)', () => {
     expect(json.scale.peers).toBe(8);
     expect(json.scale.pathsUp).toBeGreaterThanOrEqual(8);
     // One line per target, judged on this run: figure, target, met or not met.
-    expect(json.targets.map((t) => t.name)).toEqual(expect.arrayContaining([
-      '1 KiB msgs/s vs node:net batched', '64 B msgs/s vs zeromq.js', '64 KiB msgs/s vs node:net batched',
-      '64 KiB msgs/s vs zeromq.js, copying', 'ping p50 under a 1 MiB stream vs idle (8 paths)',
-      'ping p99 under a 1 MiB stream vs idle (8 paths)', 'stream throughput with pings vs without (8 paths)',
-      'RSS per idle peer, all paths',
-    ]));
-    for (const t of json.targets) expect(r.out).toMatch(new RegExp(`^${t.name.replace(/[()]/g, '\\$&')} .*target ${t.target.replace(/[.]/g, '\\.')} +${t.met ? 'met' : 'not met'}$`, 'm'));
+    expect(json.targets.map((t) => t.name)).toEqual(
+      expect.arrayContaining([
+        '1 KiB msgs/s vs node:net batched',
+        '64 B msgs/s vs zeromq.js',
+        '64 KiB msgs/s vs node:net batched',
+        '64 KiB msgs/s vs zeromq.js, copying',
+        'ping p50 under a 1 MiB stream vs idle (8 paths)',
+        'ping p99 under a 1 MiB stream vs idle (8 paths)',
+        'stream throughput with pings vs without (8 paths)',
+        'RSS per idle peer, all paths',
+      ]),
+    );
+    for (const t of json.targets)
+      expect(r.out).toMatch(
+        new RegExp(
+          `^${t.name.replace(/[()]/g, '\\$&')} .*target ${t.target.replace(/[.]/g, '\\.')} +${t.met ? 'met' : 'not met'}$`,
+          'm',
+        ),
+      );
     expect(r.out).toMatch(/raw TCP over loopback/);
     expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B msgsPerSec MSG_ZEROCOPY');
     expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B, sink accepts msgsPerSec MSG_ZEROCOPY');

@@ -29,13 +29,21 @@ async function bound(stack: RdsStack, address: string, port = 4000): Promise<Rds
 }
 
 /** Sends messages from..to-1 with confirm; records each outcome ('ok' or the error code) as it settles. */
-function sendRange(s: RdsSocket, dest: { address: string; port: number }, from: number, to: number, outcomes: Map<number, string>): Promise<void>[] {
+function sendRange(
+  s: RdsSocket,
+  dest: { address: string; port: number },
+  from: number,
+  to: number,
+  outcomes: Map<number, string>,
+): Promise<void>[] {
   const out: Promise<void>[] = [];
   for (let i = from; i < to; i++) {
-    out.push(s.send(payload(i, 100), dest, { confirm: true, timeout: 20000 }).then(
-      () => void outcomes.set(i, 'ok'),
-      (e: RdsError) => void outcomes.set(i, e.code),
-    ));
+    out.push(
+      s.send(payload(i, 100), dest, { confirm: true, timeout: 20000 }).then(
+        () => void outcomes.set(i, 'ok'),
+        (e: RdsError) => void outcomes.set(i, e.code),
+      ),
+    );
   }
   return out;
 }
@@ -87,7 +95,9 @@ describe('confirm means "the receiving application has it" (rds-socket peers)', 
     const B = node();
     const a = await bound(A, '127.130.2.1');
     await bound(B, '127.130.2.2');
-    const err = await a.send(Buffer.from('anyone?'), { address: '127.130.2.2', port: 4999 }, { confirm: true, timeout: 10000 }).catch((e: unknown) => e);
+    const err = await a
+      .send(Buffer.from('anyone?'), { address: '127.130.2.2', port: 4999 }, { confirm: true, timeout: 10000 })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(RdsError);
     expect((err as RdsError).code).toBe('ECONNREFUSED');
     expect((err as RdsError).message).toContain('127.130.2.2:4999');
@@ -102,7 +112,9 @@ describe('confirm means "the receiving application has it" (rds-socket peers)', 
     const A = node();
     const a = await bound(A, '127.130.5.1');
     const b = await bound(A, '127.130.5.2');
-    const err = await a.send(Buffer.from('anyone?'), { address: '127.130.5.2', port: 4999 }, { confirm: true, timeout: 10000 }).catch((e: unknown) => e);
+    const err = await a
+      .send(Buffer.from('anyone?'), { address: '127.130.5.2', port: 4999 }, { confirm: true, timeout: 10000 })
+      .catch((e: unknown) => e);
     expect((err as RdsError).code).toBe('ECONNREFUSED');
     expect(A.counters.get('recv_drop_no_sock')).toBe(1);
     expect(A.counters.get('send_refused_no_sock')).toBe(1);
@@ -170,13 +182,23 @@ describe("the sender's side of read reports (a raw peer plays an rds-socket rece
     const outcomes = new Map<number, string>();
     const first = sendRange(a, dest, 0, 3, outcomes);
     const c = await peer.accept(0);
-    const caps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const caps =
+      constants.RDSSOCK_CAP_ACK |
+      constants.RDSSOCK_CAP_CONFIRM |
+      constants.RDSSOCK_CAP_NO_HELLO |
+      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
     const probe = await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
-    c.send({ sequence: 1, sport: 0, dport: 1, exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(5), wire.rdsCapsExtension(caps)]) });
+    c.send({
+      sequence: 1,
+      sport: 0,
+      dport: 1,
+      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(5), wire.rdsCapsExtension(caps)]),
+    });
     expect(probe.header.sequence).toBe(1);
     const seqs: number[] = [];
     while (seqs.length < 3) seqs.push((await c.nextUser()).header.sequence);
-    const report = (ack: number, ...exts: ReturnType<typeof wire.readExtension>[]): void => c.send({ ack, exthdr: wire.packExtensions(exts) });
+    const report = (ack: number, ...exts: ReturnType<typeof wire.readExtension>[]): void =>
+      c.send({ ack, exthdr: wire.packExtensions(exts) });
     // The middle one found no socket; the other two were read.
     report(seqs[2]!, wire.refusedExtension(seqs[1]!, constants.RDSSOCK_REFUSED_NO_SOCK));
     report(seqs[2]!, wire.readExtension(seqs[2]!, 1));
@@ -207,13 +229,20 @@ describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_H
     const A = node({ heartbeatIntervalMs: 0 });
     const a = await bound(A, '127.132.1.1');
     let confirmed = false;
-    const sent = a.send(Buffer.from('x'), { address: '127.132.1.2', port: 4000 }, { confirm: true, timeout: 10000 }).then(() => {
-      confirmed = true;
-    });
+    const sent = a
+      .send(Buffer.from('x'), { address: '127.132.1.2', port: 4000 }, { confirm: true, timeout: 10000 })
+      .then(() => {
+        confirmed = true;
+      });
     const c = await peer.accept(0);
     // What an older rds-socket node sends first on every carrier.
-    const oldCaps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_HEARTBEAT | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
-    const exthdr = wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(99), wire.rdsCapsExtension(oldCaps)]);
+    const oldCaps =
+      constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_HEARTBEAT | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const exthdr = wire.packExtensions([
+      wire.npathsExtension(1),
+      wire.genNumExtension(99),
+      wire.rdsCapsExtension(oldCaps),
+    ]);
     c.send({ sport: 1, dport: 0, flags: constants.RDS_FLAG_RETRANSMITTED, exthdr });
     let hello = null;
     let m = null;
@@ -224,7 +253,7 @@ describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_H
     }
     expect(hello.header.flags).toBe(constants.RDS_FLAG_RETRANSMITTED);
     expect(A.connections()[0]!.paths[0]!.state).toBe('UP');
-    await until(() => A.counters.get('handshake_received') === 1, 'the old peer\'s hello processed');
+    await until(() => A.counters.get('handshake_received') === 1, "the old peer's hello processed");
     expect(confirmed).toBe(false);
     c.send({ ack: m.header.sequence }); // its acknowledgement, "queued" or read: it cannot say which
     await sent;
@@ -244,7 +273,7 @@ describe('a kernel cannot tell rds-socket from a kernel', () => {
     let dropOldSeq = 0;
     const kernelReceive = (h: { sequence: number; flags: number }): void => {
       if (h.flags === constants.RDS_FLAG_CONG_BITMAP) return;
-      if (h.sequence < nextRxSeq && (h.flags & constants.RDS_FLAG_RETRANSMITTED)) dropOldSeq++;
+      if (h.sequence < nextRxSeq && h.flags & constants.RDS_FLAG_RETRANSMITTED) dropOldSeq++;
       else nextRxSeq = h.sequence + 1;
     };
     for (let carrier = 0; carrier < 3; carrier++) {
@@ -260,7 +289,12 @@ describe('a kernel cannot tell rds-socket from a kernel', () => {
       // Wait until TCP acknowledged everything (nothing to resend) and the kernel's pong came back.
       await until(() => {
         const p0 = A.connections()[0]?.paths[0];
-        return p0?.state === 'UP' && p0.retransQueue === 0 && p0.sendQueue === 0 && A.counters.get('handshake_received') > carrier;
+        return (
+          p0?.state === 'UP' &&
+          p0.retransQueue === 0 &&
+          p0.sendQueue === 0 &&
+          A.counters.get('handshake_received') > carrier
+        );
       }, 'pong processed, nothing unacknowledged');
       c.sock.destroy();
       await until(() => A.counters.get('conn_reset') > carrier, 'carrier dropped');
@@ -274,9 +308,16 @@ describe('a restarted peer is recognised by the generation in its probe', () => 
   it('even when its first frames come again as retransmissions: nothing of its new life is dropped as old, no ack names its old life', async () => {
     const A = node({ heartbeatIntervalMs: 0 });
     const a = await bound(A, '127.135.1.2');
-    const caps = constants.RDSSOCK_CAP_ACK | constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    const caps =
+      constants.RDSSOCK_CAP_ACK |
+      constants.RDSSOCK_CAP_CONFIRM |
+      constants.RDSSOCK_CAP_NO_HELLO |
+      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
     const probe = (gen: number, flags = 0) => ({
-      sequence: 1, sport: 1, dport: 0, flags,
+      sequence: 1,
+      sport: 1,
+      dport: 0,
+      flags,
       exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(gen), wire.rdsCapsExtension(caps)]),
     });
     // First life: a probe, then 49 messages; all read.
@@ -293,21 +334,40 @@ describe('a restarted peer is recognised by the generation in its probe', () => 
     const c2 = await rawConnect('127.135.1.1', '127.135.1.2', TEST_TCP_PORT, false);
     cleanups.push(() => void c2.sock.destroy());
     c2.send(probe(22, constants.RDS_FLAG_RETRANSMITTED));
-    c2.send({ sequence: 2, sport: 4000, dport: 4000, flags: constants.RDS_FLAG_RETRANSMITTED | constants.RDS_FLAG_ACK_REQUIRED }, Buffer.from('new life'));
+    c2.send(
+      {
+        sequence: 2,
+        sport: 4000,
+        dport: 4000,
+        flags: constants.RDS_FLAG_RETRANSMITTED | constants.RDS_FLAG_ACK_REQUIRED,
+      },
+      Buffer.from('new life'),
+    );
     expect((await a.recv({ timeout: 5000 })).data.toString()).toBe('new life');
     expect(A.counters.get('peer_restarted')).toBe(1);
     expect(A.counters.get('recv_drop_old_seq')).toBe(0);
     // Its acknowledgement names the new life's numbers only.
-    const ack = await c2.nextMatching((f) => f.header.sequence === 0 && f.header.sport === 0 && f.header.dport === 0 && f.header.flags !== 1 && f.header.ack > 0);
+    const ack = await c2.nextMatching(
+      (f) =>
+        f.header.sequence === 0 &&
+        f.header.sport === 0 &&
+        f.header.dport === 0 &&
+        f.header.flags !== 1 &&
+        f.header.ack > 0,
+    );
     expect(ack.header.ack).toBe(2);
   });
 });
 
 /** Starts a lazy receiver node process; adds what it reads to `delivered`. Resolves once bound. */
 async function lazyReceiver(address: string, read: number, delivered: Set<number>): Promise<ChildProcess> {
-  const p = spawn(process.execPath, [LAZY, '--bind', address, '--read', String(read), '--ack-delay', '100', '--tcp-port', String(TEST_TCP_PORT)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const p = spawn(
+    process.execPath,
+    [LAZY, '--bind', address, '--read', String(read), '--ack-delay', '100', '--tcp-port', String(TEST_TCP_PORT)],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   cleanups.push(() => {
     p.kill('SIGKILL');
   });

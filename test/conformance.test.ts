@@ -38,7 +38,8 @@ describe.each(KINDS)('conformance over %s', (kind) => {
       }
     })();
     for (let round = 0; round < 4; round++) {
-      for (let i = 0; i < sizes.length; i++) await a.send(payload(round * 100 + i, sizes[i]!), b.address(), { signal: timeout() });
+      for (let i = 0; i < sizes.length; i++)
+        await a.send(payload(round * 100 + i, sizes[i]!), b.address(), { signal: timeout() });
     }
     await got;
   });
@@ -243,7 +244,9 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     a.setsockopt(constants.SOL_RDS, constants.RDS_CONG_MONITOR, 1); // POLLIN only for what recvmsg returns
     const zc = { flags: constants.MSG_ZEROCOPY };
     if (kind === 'ib') {
-      expect(() => a.sendmsg(Buffer.from('x'), b.address(), { ...zc, zcopyCookie: 1 })).toThrow(expect.objectContaining({ code: 'EOPNOTSUPP' }));
+      expect(() => a.sendmsg(Buffer.from('x'), b.address(), { ...zc, zcopyCookie: 1 })).toThrow(
+        expect.objectContaining({ code: 'EOPNOTSUPP' }),
+      );
       // As in the kernel, the flag alone (SO_ZEROCOPY off) is ignored: the data is copied.
       a.setsockopt(constants.SOL_SOCKET, constants.SO_ZEROCOPY, 0);
       expect(a.sendmsg(Buffer.from('copied'), b.address(), zc)).toBe(6);
@@ -255,8 +258,11 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     const bufs = sizes.map((n, i) => payload(i, n));
     for (let i = 0; i < sizes.length; i++) a.sendmsg(bufs[i]!, b.address(), { ...zc, zcopyCookie: 1000 + i });
     a.sendmsg([payload(7, 3000), Buffer.alloc(0), payload(8, 5)], b.address(), { ...zc, zcopyCookie: 1007 });
-    for (let i = 0; i < sizes.length; i++) expect((await b.recv({ signal: timeout() })).data.equals(payload(i, sizes[i]!))).toBe(true);
-    expect((await b.recv({ signal: timeout() })).data.equals(Buffer.concat([payload(7, 3000), payload(8, 5)]))).toBe(true);
+    for (let i = 0; i < sizes.length; i++)
+      expect((await b.recv({ signal: timeout() })).data.equals(payload(i, sizes[i]!))).toBe(true);
+    expect((await b.recv({ signal: timeout() })).data.equals(Buffer.concat([payload(7, 3000), payload(8, 5)]))).toBe(
+      true,
+    );
     const done: number[] = [];
     while (done.length < 8) {
       const m = await a.recv({ signal: timeout() });

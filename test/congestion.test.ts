@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type RdsError, constants } from '../lib/index.js';
 import { makePair, payload, until, type Pair } from './helpers.js';
 
-const { SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_SNDBUF, RDS_CONG_MONITOR, POLLIN, POLLRDNORM, POLLOUT, POLLWRBAND } = constants;
+const { SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_SNDBUF, RDS_CONG_MONITOR, POLLIN, POLLRDNORM, POLLOUT, POLLWRBAND } =
+  constants;
 let pair: Pair | null = null;
 afterEach(async () => {
   await pair?.close();

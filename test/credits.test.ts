@@ -54,7 +54,10 @@ describe('credit ledger (spec §7.3)', () => {
 
   it('requests a credit update when 16 posted credits are unadvertised, once per crossing', () => {
     let wanted = 0;
-    const l = new CreditLedger(() => {}, () => wanted++);
+    const l = new CreditLedger(
+      () => {},
+      () => wanted++,
+    );
     l.posted(CREDIT_UPDATE_THRESHOLD - 1);
     expect(wanted).toBe(0);
     expect(l.updateWanted).toBe(false);
@@ -85,11 +88,17 @@ class RingEndpoint {
   peer!: RingEndpoint;
   wire: (() => void)[];
 
-  constructor(readonly ringSize: number, wire: (() => void)[]) {
+  constructor(
+    readonly ringSize: number,
+    wire: (() => void)[],
+  ) {
     this.wire = wire;
     this.free = ringSize;
     this.minFree = ringSize;
-    this.ledger = new CreditLedger(() => this.pump(), () => this.sendUpdate());
+    this.ledger = new CreditLedger(
+      () => this.pump(),
+      () => this.sendUpdate(),
+    );
     this.ledger.posted(ringSize); // the ring is posted before connecting
   }
 
@@ -131,20 +140,23 @@ class RingEndpoint {
 }
 
 describe('credit flow control through a fixed-size receive ring', () => {
-  it.each([4, 8, 32])('ring of %i: no overrun, every message delivered in order, the sender stalls and resumes', (ring) => {
-    const wire: (() => void)[] = [];
-    const a = new RingEndpoint(ring, wire);
-    const b = new RingEndpoint(ring, wire);
-    a.connect(b);
-    b.connect(a);
-    const N = 500;
-    for (let i = 0; i < N; i++) a.queue.push(i);
-    a.pump();
-    for (let steps = 0; wire.length > 0 && steps < 100_000; steps++) wire.shift()!();
-    expect(b.received).toEqual(Array.from({ length: N }, (_, i) => i));
-    expect(b.minFree).toBeGreaterThanOrEqual(0);
-    expect(b.minFree).toBeLessThan(ring); // the ring really filled up at times
-    expect(a.ledger.stalls).toBeGreaterThan(0);
-    expect(a.queue).toHaveLength(0);
-  });
+  it.each([4, 8, 32])(
+    'ring of %i: no overrun, every message delivered in order, the sender stalls and resumes',
+    (ring) => {
+      const wire: (() => void)[] = [];
+      const a = new RingEndpoint(ring, wire);
+      const b = new RingEndpoint(ring, wire);
+      a.connect(b);
+      b.connect(a);
+      const N = 500;
+      for (let i = 0; i < N; i++) a.queue.push(i);
+      a.pump();
+      for (let steps = 0; wire.length > 0 && steps < 100_000; steps++) wire.shift()!();
+      expect(b.received).toEqual(Array.from({ length: N }, (_, i) => i));
+      expect(b.minFree).toBeGreaterThanOrEqual(0);
+      expect(b.minFree).toBeLessThan(ring); // the ring really filled up at times
+      expect(a.ledger.stalls).toBeGreaterThan(0);
+      expect(a.queue).toHaveLength(0);
+    },
+  );
 });

@@ -150,13 +150,17 @@ describe('errors are RdsError with the Linux code and errno', () => {
     expect(b.getsockopt(SOL_RDS, SO_RDS_TRANSPORT)).toBe(constants.RDS_TRANS_TCP);
     expect(code(() => b.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_TCP))).toBe('EOPNOTSUPP');
     expect(code(() => b.setsockopt(SOL_RDS, RDS_CANCEL_SENT_TO, { address: 'x' }))).toBe('EINVAL');
-    expect(code(() => new RdsSocket({ stack }).setsockopt(SOL_RDS, RDS_CANCEL_SENT_TO, { address: '127.0.0.1', port: 1 }))).toBe('ENOTCONN');
+    expect(
+      code(() => new RdsSocket({ stack }).setsockopt(SOL_RDS, RDS_CANCEL_SENT_TO, { address: '127.0.0.1', port: 1 })),
+    ).toBe('ENOTCONN');
   });
 
   it('choosing an unavailable transport is ENOPROTOOPT; a bad one EINVAL', async () => {
     const tcpOnly = new RdsStack({ tcpPort: TEST_TCP_PORT, transports: [new TcpTransport(), new LoopTransport()] });
     expect(code(() => new RdsSocket({ stack: tcpOnly, transport: 'ib' }))).toBe('ENOPROTOOPT');
-    expect(code(() => new RdsSocket({ stack: tcpOnly }).setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_IB))).toBe('ENOPROTOOPT');
+    expect(
+      code(() => new RdsSocket({ stack: tcpOnly }).setsockopt(SOL_RDS, SO_RDS_TRANSPORT, constants.RDS_TRANS_IB)),
+    ).toBe('ENOPROTOOPT');
     expect(code(() => new RdsSocket({ stack, transport: 'udp' as 'tcp' }))).toBe('EINVAL');
     await tcpOnly.close();
   });

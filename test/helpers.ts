@@ -25,7 +25,9 @@ export type TransportKind = 'tcp' | 'loopback' | 'ib' | 'attached' | 'attached-p
 export const IB_ADDRS = (process.env.RDS_IB_ADDRS ?? '').split(',').filter(Boolean);
 
 /** Transports the conformance suite runs over: RDS_CONFORMANCE_KINDS, default TCP, loopback, attached (sockets in a host node of this process) and attached-process (in rds-socketd processes). */
-export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback,attached,attached-process').split(',') as TransportKind[];
+export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loopback,attached,attached-process').split(
+  ',',
+) as TransportKind[];
 
 /**
  * Two bound sockets that talk over the given transport: for TCP and IB each lives in its own
@@ -46,7 +48,10 @@ export async function makePair(kind: TransportKind, net: number, host: number): 
   await a.bind({ address: addrA, port: 4000 });
   await b.bind({ address: addrB, port: 4000 });
   return {
-    a, b, stackA, stackB,
+    a,
+    b,
+    stackA,
+    stackB,
     async close() {
       await stackA.close();
       if (stackB !== stackA) await stackB.close();
@@ -79,7 +84,10 @@ async function makeAttachedPair(net: number, host: number): Promise<Pair> {
   await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
   await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
   return {
-    a, b, stackA, stackB,
+    a,
+    b,
+    stackA,
+    stackB,
     async close() {
       await stackA.close();
       await stackB.close();
@@ -103,10 +111,18 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
   const daemon = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
   const rdsInfo = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
   const dir = mkdtempSync(join(tmpdir(), `rds-attached-proc-${process.pid}-${attachedSeq++}-`));
-  const procs = ['a', 'b'].map((n) => spawn(process.execPath, [daemon, '--path', join(dir, `${n}.sock`), '--tcp-port', String(TEST_TCP_PORT), '--quiet'], { stdio: 'ignore' }));
+  const procs = ['a', 'b'].map((n) =>
+    spawn(
+      process.execPath,
+      [daemon, '--path', join(dir, `${n}.sock`), '--tcp-port', String(TEST_TCP_PORT), '--quiet'],
+      { stdio: 'ignore' },
+    ),
+  );
   const serving = (n: string, pid: number | undefined): boolean => {
     try {
-      return existsSync(join(dir, `${n}.sock`)) && readFileSync(join(dir, `${n}.sock.pid`), 'utf8').trim() === String(pid);
+      return (
+        existsSync(join(dir, `${n}.sock`)) && readFileSync(join(dir, `${n}.sock.pid`), 'utf8').trim() === String(pid)
+      );
     } catch {
       return false;
     }
@@ -114,10 +130,15 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
   await until(() => serving('a', procs[0]!.pid) && serving('b', procs[1]!.pid), 'rds-socketd to serve');
   const stackA = await RdsStack.attach(join(dir, 'a.sock'));
   const stackB = await RdsStack.attach(join(dir, 'b.sock'));
-  for (const [st, n] of [[stackA, 'a'], [stackB, 'b']] as const) {
+  for (const [st, n] of [
+    [stackA, 'a'],
+    [stackB, 'b'],
+  ] as const) {
     const counters = {
       get: (name: string): number => {
-        const out = execFileSync(process.execPath, [rdsInfo, '--socket', join(dir, `${n}.sock`), '--json', '-c'], { encoding: 'utf8' });
+        const out = execFileSync(process.execPath, [rdsInfo, '--socket', join(dir, `${n}.sock`), '--json', '-c'], {
+          encoding: 'utf8',
+        });
         return (JSON.parse(out) as { counters: Record<string, number> }).counters[name] ?? 0;
       },
     };
@@ -128,7 +149,10 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
   await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
   await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
   return {
-    a, b, stackA, stackB,
+    a,
+    b,
+    stackA,
+    stackB,
     async close() {
       await stackA.close();
       await stackB.close();

@@ -7,7 +7,7 @@ import { runNode } from './helpers.js';
 const SCRIPT = fileURLToPath(new URL('./fixtures/host-cluster.mjs', import.meta.url));
 
 describe('one host node shared by a cluster', () => {
-  it('4 cluster workers on their own ports of one address exchange 10,000 messages each with a peer node, once and in order, over npaths connections; a killed worker\'s port is free at once', async () => {
+  it("4 cluster workers on their own ports of one address exchange 10,000 messages each with a peer node, once and in order, over npaths connections; a killed worker's port is free at once", async () => {
     const r = await runNode([SCRIPT, 'processes', '0', '10000'], 200_000);
     expect(r.out).toContain('HOST CLUSTER OK');
     const ex = JSON.parse(r.out.split('\n').find((l) => l.includes('"check":"exchange"'))!);

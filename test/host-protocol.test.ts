@@ -3,12 +3,14 @@ import { encodeFrame, FrameParser, MAX_FRAME_BYTES, ProtocolError } from '../lib
 
 describe('host node control framing', () => {
   it('reassembles frames however the stream is cut, payload and meta intact', () => {
-    const frames = Array.from({ length: 300 }, (_, i) => Buffer.concat(encodeFrame(i % 30, i, i * 7, { i, s: 'x'.repeat(i % 50) }, Buffer.alloc(i * 37, i & 0xff))));
+    const frames = Array.from({ length: 300 }, (_, i) =>
+      Buffer.concat(encodeFrame(i % 30, i, i * 7, { i, s: 'x'.repeat(i % 50) }, Buffer.alloc(i * 37, i & 0xff))),
+    );
     const stream = Buffer.concat(frames);
     let seed = 7;
     const p = new FrameParser();
     const got = [];
-    for (let off = 0; off < stream.length;) {
+    for (let off = 0; off < stream.length; ) {
       seed = (seed * 1103515245 + 12345) & 0x7fffffff;
       const n = 1 + (seed % 3000);
       got.push(...p.push(stream.subarray(off, off + n)));

@@ -7,7 +7,16 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { AttachedSocket } from '../lib/host/index.js';
-import { C_HELLO, C_REQ, C_SEND, encodeFrame, FrameParser, N_MSG, N_RESP, PROTOCOL_VERSION } from '../lib/host/protocol.js';
+import {
+  C_HELLO,
+  C_REQ,
+  C_SEND,
+  encodeFrame,
+  FrameParser,
+  N_MSG,
+  N_RESP,
+  PROTOCOL_VERSION,
+} from '../lib/host/protocol.js';
 import { runNode, TEST_TCP_PORT, until } from './helpers.js';
 
 // The host node (issue 21). Addresses 127.150.2-9.x.
@@ -24,7 +33,9 @@ function tmpPath(): string {
   return join(mkdtempSync(join(tmpdir(), 'rds-host-test-')), 'node.sock');
 }
 
-async function serve(path = tmpPath()): Promise<{ stack: RdsStack; path: string; node: Awaited<ReturnType<RdsStack['serve']>> }> {
+async function serve(
+  path = tmpPath(),
+): Promise<{ stack: RdsStack; path: string; node: Awaited<ReturnType<RdsStack['serve']>> }> {
   const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
   const node = await stack.serve({ path });
   cleanup.push(() => stack.close());
@@ -41,8 +52,14 @@ async function peerSocket(address: string, port = 9000): Promise<RdsSocket> {
 }
 
 /** A child process running the worker fixture; `next(t)` waits for its next message of type t. */
-function worker(cfg: object, env: Record<string, string> = {}): { child: ChildProcess; next: (t: string) => Promise<Record<string, unknown>>; got: Set<number> } {
-  const child = fork(WORKER, [], { env: { ...process.env, HOST_WORKER: JSON.stringify(cfg), ...env }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+function worker(
+  cfg: object,
+  env: Record<string, string> = {},
+): { child: ChildProcess; next: (t: string) => Promise<Record<string, unknown>>; got: Set<number> } {
+  const child = fork(WORKER, [], {
+    env: { ...process.env, HOST_WORKER: JSON.stringify(cfg), ...env },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   cleanup.push(() => child.kill('SIGKILL'));
   const q: Record<string, unknown>[] = [];
   const got = new Set<number>();
@@ -95,9 +112,13 @@ describe('host node', () => {
     expect(await w.next('bound')).toMatchObject({ kind: 'AttachedSocket' });
     const mine = new RdsSocket({ stack: await RdsStack.attach(path) });
     await expect(mine.bind({ address: '127.150.2.1', port: 7000 })).rejects.toMatchObject({ code: 'EADDRINUSE' });
-    await expect(new RdsSocket({ stack }).bind({ address: '127.150.2.1', port: 7000 })).rejects.toMatchObject({ code: 'EADDRINUSE' });
+    await expect(new RdsSocket({ stack }).bind({ address: '127.150.2.1', port: 7000 })).rejects.toMatchObject({
+      code: 'EADDRINUSE',
+    });
     await echoes(peer, { address: '127.150.2.1', port: 7000 }, 1000);
-    expect(node.clients().some((c) => c.pid === w.child.pid && c.sockets.some((s) => s.bound === '127.150.2.1:7000'))).toBe(true);
+    expect(
+      node.clients().some((c) => c.pid === w.child.pid && c.sockets.some((s) => s.bound === '127.150.2.1:7000')),
+    ).toBe(true);
     // rds-info asks the host node like any node, and sees every process's sockets with their pid.
     const info = await runNode([RDS_INFO, '--socket', path, '-k'], 20000);
     expect(info.code).toBe(0);
@@ -118,10 +139,15 @@ describe('host node', () => {
     await s.bind({ address: '127.150.3.1', port: 5000 });
     const pending = s.recv();
     const iter = (async () => {
-      for await (const _ of s) { /* nothing arrives */ }
+      for await (const _ of s) {
+        /* nothing arrives */
+      }
     })();
     await stack.close();
-    await expect(pending).rejects.toMatchObject({ code: 'ENETDOWN', message: expect.stringContaining(`the RDS node at ${path} went away`) });
+    await expect(pending).rejects.toMatchObject({
+      code: 'ENETDOWN',
+      message: expect.stringContaining(`the RDS node at ${path} went away`),
+    });
     await expect(iter).rejects.toMatchObject({ code: 'ENETDOWN' });
     expect(() => s.sendmsg(Buffer.from('x'), { address: '127.150.3.2', port: 1 })).toThrow(RdsError);
     await expect(RdsStack.attach(path)).rejects.toMatchObject({ code: 'ENETDOWN' });
@@ -170,7 +196,9 @@ describe('host node', () => {
     await b.bind({ address: '127.150.7.2', port: 5000 });
     const a = await peerSocket('127.150.7.1');
     // Not read: the node has it (handed to the client), the application has not.
-    await expect(a.send(Buffer.from('one'), b.address(), { confirm: true, timeout: 500 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    await expect(a.send(Buffer.from('one'), b.address(), { confirm: true, timeout: 500 })).rejects.toMatchObject({
+      code: 'ETIMEDOUT',
+    });
     const two = a.send(Buffer.from('two'), b.address(), { confirm: true, timeout: 5000 });
     expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('one');
     expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('two');
@@ -185,7 +213,9 @@ describe('host node', () => {
   it('rds-socketd killed and started again: traffic resumes, no message confirmed to the sender is lost', async () => {
     const path = tmpPath();
     const startDaemon = async (): Promise<ChildProcess> => {
-      const d = spawn(process.execPath, [DAEMON, '--path', path, '--tcp-port', String(TEST_TCP_PORT), '--quiet'], { stdio: 'ignore' });
+      const d = spawn(process.execPath, [DAEMON, '--path', path, '--tcp-port', String(TEST_TCP_PORT), '--quiet'], {
+        stdio: 'ignore',
+      });
       cleanup.push(() => d.kill('SIGKILL'));
       await until(() => {
         try {
@@ -240,7 +270,11 @@ describe('host node', () => {
     await w.next('bound');
     await Promise.all(senders);
     // The worker reports what it read over IPC, which may trail the confirmations by a little.
-    await until(() => [...confirmed].every((i) => w.got.has(i)), 'every confirmed message to be among those the worker read', 5000);
+    await until(
+      () => [...confirmed].every((i) => w.got.has(i)),
+      'every confirmed message to be among those the worker read',
+      5000,
+    );
     expect(confirmed.size).toBe(N);
     await peer.close();
     await echoDrain;
@@ -265,7 +299,7 @@ describe('host node', () => {
     await good.stack.close();
   });
 
-  it('fuzz: hostile bytes on the control socket never crash the node nor reach another client\'s messages', async () => {
+  it("fuzz: hostile bytes on the control socket never crash the node nor reach another client's messages", async () => {
     const { path, node } = await serve();
     const good = new RdsSocket({ stack: await RdsStack.attach(path) });
     await good.bind({ address: '127.150.6.1', port: 5000 });
@@ -290,13 +324,29 @@ describe('host node', () => {
           for (let j = 0; j < b.length; j++) b[j] = rnd(256);
           raw.send([b]);
         } else if (kind === 1) {
-          raw.send(encodeFrame(rnd(32), rnd(10), rnd(5), { op: ['open', 'bind', 'close', 'flush', 'setsockopt', 'x'][rnd(6)], a: 1, level: rnd(300), name: rnd(70), value: rnd(1 << 20) }, Buffer.alloc(rnd(100))));
+          raw.send(
+            encodeFrame(
+              rnd(32),
+              rnd(10),
+              rnd(5),
+              {
+                op: ['open', 'bind', 'close', 'flush', 'setsockopt', 'x'][rnd(6)],
+                a: 1,
+                level: rnd(300),
+                name: rnd(70),
+                value: rnd(1 << 20),
+              },
+              Buffer.alloc(rnd(100)),
+            ),
+          );
         } else if (kind === 2) {
           const f = Buffer.concat(encodeFrame(C_REQ, rnd(10), rnd(10), { op: 'open' }));
           f.writeUInt32BE(rnd(2) === 0 ? 0xffffffff : rnd(40), 0);
           raw.send([f]);
         } else {
-          raw.send(encodeFrame(C_SEND, rnd(10), rnd(3), { a: '127.150.6.2', p: 9000, cf: rnd(2) }, Buffer.from('hostile')));
+          raw.send(
+            encodeFrame(C_SEND, rnd(10), rnd(3), { a: '127.150.6.2', p: 9000, cf: rnd(2) }, Buffer.from('hostile')),
+          );
         }
       }
       peer.sendmsg(Buffer.from(`for good ${round}`), good.address());
@@ -350,7 +400,9 @@ async function rawClient(path: string, hello = true): Promise<Raw> {
         if (f.type === N_RESP) resps.set(f.id, f.meta);
         if (f.type === N_MSG) raw.onMsg?.(f.data);
       }
-    } catch { /* the test's own client; ignore */ }
+    } catch {
+      /* the test's own client; ignore */
+    }
   });
   if (hello) raw.send(encodeFrame(C_HELLO, 0, 0, { v: PROTOCOL_VERSION, pid: 1 }));
   return raw;

@@ -15,7 +15,11 @@ afterEach(async () => {
   stacks = [];
 });
 
-async function node(address: string, opts: ConstructorParameters<typeof RdsStack>[0] = {}, port = 4000): Promise<{ stack: RdsStack; sock: RdsSocket }> {
+async function node(
+  address: string,
+  opts: ConstructorParameters<typeof RdsStack>[0] = {},
+  port = 4000,
+): Promise<{ stack: RdsStack; sock: RdsSocket }> {
   const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
   stacks.push(stack);
   const sock = new RdsSocket({ stack });
@@ -45,11 +49,22 @@ function frame(h: Partial<wire.RdsHeader>, payload: Buffer = Buffer.alloc(0)): B
 /** rds-socket's hello claiming acks (so the node keeps what it sends until we acknowledge it). */
 function helloClaimingAcks(): Buffer {
   const caps = constants.RDSSOCK_CAP_ACK | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
-  return frame({ sequence: 0, flags: 4, sport: 1, dport: 0, exthdr: wire.packExtensions([wire.rdsCapsExtension(caps)]) });
+  return frame({
+    sequence: 0,
+    flags: 4,
+    sport: 1,
+    dport: 0,
+    exthdr: wire.packExtensions([wire.rdsCapsExtension(caps)]),
+  });
 }
 
 /** Writes `frames` as fast as the socket takes them (respecting its own back-pressure); resolves when all are written or `stop()`. */
-async function pour(s: Socket, count: number, make: (i: number) => Buffer, stop: () => boolean = () => false): Promise<number> {
+async function pour(
+  s: Socket,
+  count: number,
+  make: (i: number) => Buffer,
+  stop: () => boolean = () => false,
+): Promise<number> {
   let i = 0;
   while (i < count && !stop() && !s.destroyed) {
     if (!s.write(make(i++))) {
@@ -70,7 +85,10 @@ async function pour(s: Socket, count: number, make: (i: number) => Buffer, stop:
   return i;
 }
 
-function pathOf(stack: RdsStack, peer: string): ReturnType<RdsStack['connections']>[number]['paths'][number] | undefined {
+function pathOf(
+  stack: RdsStack,
+  peer: string,
+): ReturnType<RdsStack['connections']>[number]['paths'][number] | undefined {
   return stack.connections().find((c) => c.peerAddress === peer)?.paths[0];
 }
 
@@ -114,7 +132,10 @@ describe('pongs are charged to a per-path budget', () => {
     // 19 MB of pongs: more than the kernel's socket buffers hold, so they back up into the node.
     const batches = 400;
     const pings = batches * 1000;
-    const batch = (b: number): Buffer => Buffer.concat(Array.from({ length: 1000 }, (_, i) => frame({ sequence: b * 1000 + i + 1, sport: 5000, dport: 0 })));
+    const batch = (b: number): Buffer =>
+      Buffer.concat(
+        Array.from({ length: 1000 }, (_, i) => frame({ sequence: b * 1000 + i + 1, sport: 5000, dport: 0 })),
+      );
     let most = 0;
     const sample = setInterval(() => {
       const p = pathOf(v.stack, '127.110.1.11');
@@ -140,7 +161,12 @@ describe('senders that ignore congestion are stopped by TCP, not by dropping', (
   const SIZE = 16 * 1024;
   const N = 2000; // 32 MiB at one unread port
 
-  async function attackUnreadPort(net: number, opts: ConstructorParameters<typeof RdsStack>[0], rcvbuf: number, bound: number): Promise<void> {
+  async function attackUnreadPort(
+    net: number,
+    opts: ConstructorParameters<typeof RdsStack>[0],
+    rcvbuf: number,
+    bound: number,
+  ): Promise<void> {
     const victimAddr = `127.110.${net}.2`;
     const v = await node(victimAddr, { handshakeTimeoutMs: 100, ...opts });
     const sink = new RdsSocket({ stack: v.stack });
@@ -155,13 +181,25 @@ describe('senders that ignore congestion are stopped by TCP, not by dropping', (
       return b;
     };
     let done = false;
-    const queued = (): number => v.stack.info().recvQueue.filter((m) => m.localPort === 4001).reduce((a, m) => a + m.bytes, 0);
+    const queued = (): number =>
+      v.stack
+        .info()
+        .recvQueue.filter((m) => m.localPort === 4001)
+        .reduce((a, m) => a + m.bytes, 0);
     let most = 0;
     const sample = setInterval(() => (most = Math.max(most, queued())), 5);
-    const attack = pour(s, N, (i) => frame({ sequence: i + 1, sport: 7000, dport: 4001 }, body(i)), () => done);
+    const attack = pour(
+      s,
+      N,
+      (i) => frame({ sequence: i + 1, sport: 7000, dport: 4001 }, body(i)),
+      () => done,
+    );
     try {
       // Either the node stops reading and TCP holds the sender back, or the queue outgrows the bound.
-      await until(() => (v.stack.counters.get('recv_pause_queue_limit') >= 1 && s.writableLength > 0) || most > bound, 'the sender held back');
+      await until(
+        () => (v.stack.counters.get('recv_pause_queue_limit') >= 1 && s.writableLength > 0) || most > bound,
+        'the sender held back',
+      );
     } finally {
       clearInterval(sample);
     }
@@ -186,11 +224,40 @@ describe('senders that ignore congestion are stopped by TCP, not by dropping', (
 
   it('per socket: past recvHardLimitFactor x SO_RCVBUF the node stops reading that connection until the application reads', async () => {
     // 64 KiB x 16 = 1 MiB, plus what one read (64 KiB) brought in after the limit.
-    await attackUnreadPort(2, { recvHardLimitFactor: 16 }, 64 * 1024, (1 << 20) + 64 * 1024 + SIZE);
+    await attackUnreadPort(
+      2,
+      { recvHardLimitFactor: 16, recvHardLimitMinBytes: 0 },
+      64 * 1024,
+      (1 << 20) + 64 * 1024 + SIZE,
+    );
+  });
+
+  it('a small SO_RCVBUF does not pause the connection on the overshoot of a sender that had data in flight', async () => {
+    // 64 x 4 KiB is 256 KiB: a kernel with a TCP window in flight when our map arrives went past
+    // it, the connection stopped, and its message to another port (the one the application was
+    // waiting for) sat unread behind it. Below recvHardLimitMinBytes (8 MiB) nothing pauses.
+    const v = await node('127.110.7.2', { handshakeTimeoutMs: 100 });
+    const full = new RdsSocket({ stack: v.stack });
+    full.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 4096);
+    await full.bind({ address: '127.110.7.2', port: 4001 });
+    const s = await raw('127.110.7.1', '127.110.7.2');
+    s.on('data', () => {});
+    const n = 64; // 1 MiB of 16 KiB messages at the unread port, then one to the port being read
+    for (let i = 0; i < n; i++) s.write(frame({ sequence: i + 1, sport: 7000, dport: 4001 }, Buffer.alloc(SIZE, i)));
+    s.write(frame({ sequence: n + 1, sport: 7000, dport: 4000 }, Buffer.from('ctrl')));
+    const m = await v.sock.recv({ timeout: 5000 });
+    expect(m.data.toString()).toBe('ctrl');
+    expect(v.stack.counters.get('recv_pause_queue_limit')).toBe(0);
+    for (let i = 0; i < n; i++) expect((await full.recv({ timeout: 5000 })).data[0]).toBe(i);
   });
 
   it('per stack: past maxRecvQueueBytes the same happens, whatever the sockets allow', async () => {
-    await attackUnreadPort(3, { recvHardLimitFactor: 100000, maxRecvQueueBytes: 2 << 20 }, 64 * 1024, (2 << 20) + 64 * 1024 + SIZE);
+    await attackUnreadPort(
+      3,
+      { recvHardLimitFactor: 100000, maxRecvQueueBytes: 2 << 20 },
+      64 * 1024,
+      (2 << 20) + 64 * 1024 + SIZE,
+    );
   });
 });
 
@@ -200,7 +267,7 @@ describe('a paused connection between rds-socket nodes', () => {
     // reaches it with what it had in flight.
     // One path, so the stack's heartbeat counter is that path's.
     const hb = { heartbeatIntervalMs: 100, heartbeatMissedLimit: 3, npaths: 1 };
-    const v = await node('127.110.6.2', { recvHardLimitFactor: 1, ...hb });
+    const v = await node('127.110.6.2', { recvHardLimitFactor: 1, recvHardLimitMinBytes: 0, ...hb });
     const sender = await node('127.110.6.1', hb);
     const n = 400;
     const sent = (async () => {
@@ -239,10 +306,16 @@ describe('a stalled payload cannot pin memory', () => {
       s.write(Buffer.concat([frame({ sequence: 1, sport: 7000, dport: 4000, len: big }), Buffer.alloc(big - 1, k)]));
     }
     // Bytes the node has read from the attackers: their frames' memory.
-    const read = (): number => v.stack.connections().filter((c) => c.peerAddress.startsWith('127.110.4.1'))
-      .reduce((a, c) => a + Number(c.paths[0]!.transport?.bytesRead ?? 0), 0);
+    const read = (): number =>
+      v.stack
+        .connections()
+        .filter((c) => c.peerAddress.startsWith('127.110.4.1'))
+        .reduce((a, c) => a + Number(c.paths[0]!.transport?.bytesRead ?? 0), 0);
     const bound = cap + attackers * (64 * 1024 + 48);
-    await until(() => v.stack.counters.get('recv_pause_partial_limit') >= attackers - 2 || read() > bound, 'connections past the cap wait');
+    await until(
+      () => v.stack.counters.get('recv_pause_partial_limit') >= attackers - 2 || read() > bound,
+      'connections past the cap wait',
+    );
     let peak = 0;
     const sample = setInterval(() => (peak = Math.max(peak, tcp.partialFrameBytes)), 5);
     try {
@@ -251,7 +324,11 @@ describe('a stalled payload cannot pin memory', () => {
       // Small messages from a good peer are unaffected.
       await roundTrips(good.sock, v.sock, 20);
       // Each stalled frame is dropped once its time is up; the waiting ones get their turn and are too.
-      await until(() => v.stack.counters.get('recv_drop_frame_timeout') === attackers, 'every stalled frame dropped', 20000);
+      await until(
+        () => v.stack.counters.get('recv_drop_frame_timeout') === attackers,
+        'every stalled frame dropped',
+        20000,
+      );
       await until(() => tcp.partialFrameBytes === 0, 'nothing held');
     } finally {
       clearInterval(sample);
@@ -267,7 +344,10 @@ describe('a stalled payload cannot pin memory', () => {
     const body = Buffer.alloc(512 * 1024, 7);
     const f = frame({ sequence: 1, sport: 7000, dport: 4000 }, body);
     s.write(f.subarray(0, 200 * 1024));
-    await until(() => (v.stack.transport('tcp') as TcpTransport).partialFrameBytes === body.length, 'frame in progress');
+    await until(
+      () => (v.stack.transport('tcp') as TcpTransport).partialFrameBytes === body.length,
+      'frame in progress',
+    );
     await new Promise((r) => setTimeout(r, 300));
     s.write(f.subarray(200 * 1024));
     const m = await v.sock.recv({ timeout: 5000 });

@@ -174,7 +174,8 @@ describe('reconnect backoff', () => {
   it('a connection that stayed up resets the backoff: its loss reconnects at once, as in the kernel', async () => {
     let stayed: Socket | null = null;
     const peer = await tcpPeer('127.217.3.2', (s, n) => {
-      if (n < 4) s.once('data', () => s.resetAndDestroy()); // quick deaths build up a backoff (100, 200, 400 ms)
+      if (n < 4)
+        s.once('data', () => s.resetAndDestroy()); // quick deaths build up a backoff (100, 200, 400 ms)
       else if (n === 4) stayed = s.resume();
       else s.resume();
     });

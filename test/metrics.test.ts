@@ -51,7 +51,14 @@ describe('registerMetrics (prom-client)', () => {
       // Payload only; the sender's path carries the 50 messages (pings and handshakes are not counted as data).
       expect(sample(text, 'rds_path_sent_messages_total', path)).toBeGreaterThanOrEqual(N);
       expect(sample(text, 'rds_path_sent_bytes_total', path)).toBeGreaterThanOrEqual(N * 100);
-      expect(sample(text, 'rds_path_received_messages_total', { ...path, node: 'b', local: '127.141.0.2', peer: '127.141.0.1' })).toBeGreaterThanOrEqual(N);
+      expect(
+        sample(text, 'rds_path_received_messages_total', {
+          ...path,
+          node: 'b',
+          local: '127.141.0.2',
+          peer: '127.141.0.1',
+        }),
+      ).toBeGreaterThanOrEqual(N);
       expect(sample(text, 'rds_path_reconnects_total', path)).toBe(0);
       const count = sample(text, 'rds_path_ack_latency_seconds_count', path)!;
       expect(count).toBeGreaterThanOrEqual(N);

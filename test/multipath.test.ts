@@ -1,5 +1,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants, wire as w, type ConnectionInfo } from '../lib/index.js';
+import {
+  LoopTransport,
+  RdsSocket,
+  RdsStack,
+  TcpTransport,
+  constants,
+  wire as w,
+  type ConnectionInfo,
+} from '../lib/index.js';
 import { FaultProxy } from '../lib/testing/index.js';
 import { RawListener, rawConnect } from './raw-peer.js';
 import { TEST_TCP_PORT, payload, until } from './helpers.js';
@@ -16,15 +24,24 @@ async function pair(optsA: StackOpts = {}, optsB: StackOpts = {}, viaProxy = fal
   const base = `127.27.${++sub}`;
   let proxy: FaultProxy | null = null;
   if (viaProxy) {
-    proxy = await FaultProxy.start({ listen: { host: `${base}.100`, port: 0 }, target: { host: `${base}.2`, port: TEST_TCP_PORT }, sourceAddress: `${base}.1` });
+    proxy = await FaultProxy.start({
+      listen: { host: `${base}.100`, port: 0 },
+      target: { host: `${base}.2`, port: TEST_TCP_PORT },
+      sourceAddress: `${base}.1`,
+    });
     cleanups.push(() => proxy!.close());
   }
   const A = new RdsStack({
-    tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, ...optsA,
+    tcpPort: TEST_TCP_PORT,
+    reconnectMaxDelayMs: 20,
+    ...optsA,
     ...(proxy ? { transports: [new TcpTransport({ dial: () => proxy!.address }), new LoopTransport()] } : {}),
   });
   const B = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, ...optsB });
-  cleanups.push(() => A.close(), () => B.close());
+  cleanups.push(
+    () => A.close(),
+    () => B.close(),
+  );
   const mk = async (stack: RdsStack, address: string, port: number): Promise<RdsSocket> => {
     const s = new RdsSocket({ stack });
     await s.bind({ address, port });
@@ -111,9 +128,11 @@ describe('paths and ordering', () => {
     const sending = (async () => {
       // The first 10 of each socket go out before the handshake settles the path count (path 0),
       // the rest after fan-out (each socket's own lane).
-      for (let i = 0; i < 10; i++) for (const s of senders) await s.send(payload(i, 100 + ((i * 31) % 3000)), b.address());
+      for (let i = 0; i < 10; i++)
+        for (const s of senders) await s.send(payload(i, 100 + ((i * 31) % 3000)), b.address());
       await until(() => conn(A).npaths === 8, 'fan-out');
-      for (let i = 10; i < N; i++) for (const s of senders) await s.send(payload(i, 100 + ((i * 31) % 3000)), b.address());
+      for (let i = 10; i < N; i++)
+        for (const s of senders) await s.send(payload(i, 100 + ((i * 31) % 3000)), b.address());
     })();
     const next = new Map<number, number>();
     for (let k = 0; k < N * senders.length; k++) {
@@ -183,8 +202,13 @@ async function laneOf(A: RdsStack, s: RdsSocket, dest: { address: string; port: 
 }
 
 /** Sockets on A, one per lane that some socket maps to; several per lane are fine. */
-async function socketsByLane(A: RdsStack, mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>, base: string,
-  b: RdsSocket, count: number): Promise<{ socks: RdsSocket[]; lanes: number[] }> {
+async function socketsByLane(
+  A: RdsStack,
+  mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>,
+  base: string,
+  b: RdsSocket,
+  count: number,
+): Promise<{ socks: RdsSocket[]; lanes: number[] }> {
   const socks: RdsSocket[] = [];
   const lanes: number[] = [];
   for (let i = 0; i < count; i++) {
@@ -200,8 +224,15 @@ async function drainProbes(b: RdsSocket, n: number): Promise<void> {
 }
 
 /** Brings all 8 paths up, then makes `count` sockets on A and learns each one's lane. */
-async function lanesUp(A: RdsStack, B: RdsStack, a: RdsSocket, b: RdsSocket,
-  mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>, base: string, count: number) {
+async function lanesUp(
+  A: RdsStack,
+  B: RdsStack,
+  a: RdsSocket,
+  b: RdsSocket,
+  mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>,
+  base: string,
+  count: number,
+) {
   a.sendmsg(Buffer.from('probe-lane'), b.address());
   await drainProbes(b, 1);
   await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
@@ -235,7 +266,10 @@ describe('failover between rds-socket nodes', () => {
       if (i === 150) await until(() => conn(A).paths[victim]!.failedOverTo !== null, 'failover of the cut lane');
       if (i === 200) {
         proxy!.cutLane(victim, false);
-        await until(() => conn(A).paths[victim]!.state === 'UP' && conn(A).paths[victim]!.failedOverTo === null, 'lane back');
+        await until(
+          () => conn(A).paths[victim]!.state === 'UP' && conn(A).paths[victim]!.failedOverTo === null,
+          'lane back',
+        );
         sentAfterReturn = conn(A).paths[victim]!.sentMessages;
       }
     }
@@ -299,14 +333,17 @@ describe('pairing without SPORT_IDX (older kernels, spec §3.5)', () => {
     const hello = w.packExtensions([w.npathsExtension(8), w.genNumExtension(77), w.rdsCapsExtension(caps)]);
     const open = async () => {
       const c = await rawConnect(`${base}.1`, `${base}.2`, TEST_TCP_PORT, false);
-      cleanups.push(async () => { c.sock.destroy(); });
+      cleanups.push(async () => {
+        c.sock.destroy();
+      });
       c.send({ sport: 1, dport: 0, flags: constants.RDS_FLAG_RETRANSMITTED, exthdr: hello });
       return c;
     };
     const c0 = await open();
     await until(() => conn(B).npaths === 8, 'path count from the hello');
     const portOf = (c: { sock: { localPort?: number } }) => c.sock.localPort!;
-    const peerPorts = () => conn(B).paths.map((p) => (p.state === 'UP' ? (p.transport as { peerPort: number }).peerPort : null));
+    const peerPorts = () =>
+      conn(B).paths.map((p) => (p.state === 'UP' ? (p.transport as { peerPort: number }).peerPort : null));
     const c1 = await open();
     const c2 = await open();
     await until(() => peerPorts()[2] !== null, 'three paths up');

@@ -31,7 +31,9 @@ interface Proc {
 }
 
 function run(ns: string, args: string[]): Proc {
-  const p = spawn('ip', ['netns', 'exec', ns, process.execPath, PEER, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const p = spawn('ip', ['netns', 'exec', ns, process.execPath, PEER, ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const events: Record<string, unknown>[] = [];
   const waiters: (() => void)[] = [];
   createInterface({ input: p.stdout! }).on('line', (l) => {
@@ -39,7 +41,8 @@ function run(ns: string, args: string[]): Proc {
     waiters.splice(0).forEach((w) => w());
   });
   return {
-    p, events,
+    p,
+    events,
     async waitFor(pred, ms) {
       const deadline = Date.now() + ms;
       for (;;) {
@@ -64,7 +67,9 @@ describe.skipIf(why !== null)('two hosts in network namespaces', () => {
     for (const ns of [NS_A, NS_B]) {
       try {
         ip('netns', 'del', ns);
-      } catch { /* not there */ }
+      } catch {
+        /* not there */
+      }
       ip('netns', 'add', ns);
       ip('-n', ns, 'link', 'set', 'lo', 'up');
     }
@@ -78,15 +83,39 @@ describe.skipIf(why !== null)('two hosts in network namespaces', () => {
     for (const ns of [NS_A, NS_B]) {
       try {
         ip('netns', 'del', ns);
-      } catch { /* already gone */ }
+      } catch {
+        /* already gone */
+      }
     }
   });
 
   it('a link that goes down with no FIN is detected by the heartbeat; after it returns every message arrives once, in order', async () => {
     const N = 3000;
-    const rx = run(NS_B, ['--bind', '10.78.0.2', '--peer', '10.78.0.1', '--role', 'recv', '--count', String(N), '--hb', '200']);
+    const rx = run(NS_B, [
+      '--bind',
+      '10.78.0.2',
+      '--peer',
+      '10.78.0.1',
+      '--role',
+      'recv',
+      '--count',
+      String(N),
+      '--hb',
+      '200',
+    ]);
     await rx.waitFor((e) => e.ev === 'ready', 10000);
-    const tx = run(NS_A, ['--bind', '10.78.0.1', '--peer', '10.78.0.2', '--role', 'send', '--count', String(N), '--hb', '200']);
+    const tx = run(NS_A, [
+      '--bind',
+      '10.78.0.1',
+      '--peer',
+      '10.78.0.2',
+      '--role',
+      'send',
+      '--count',
+      String(N),
+      '--hb',
+      '200',
+    ]);
     await rx.waitFor((e) => e.ev === 'progress' && (e.n as number) >= 500, 20000);
     ip('-n', NS_A, 'link', 'set', 'rdsveth-a', 'down');
     // The sender hears nothing: its heartbeat drops the path (UP -> ERROR) within ~3 intervals.

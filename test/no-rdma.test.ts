@@ -11,7 +11,10 @@ const DIST = fileURLToPath(new URL('../dist/index.js', import.meta.url));
 
 function rdmaLibraries(): string[] {
   const out = execFileSync('ldconfig', ['-p'], { encoding: 'utf8' });
-  const paths = out.split('\n').filter((l) => /lib(ibverbs|rdmacm)\.so\.1\b/.test(l)).map((l) => l.split('=>')[1]!.trim());
+  const paths = out
+    .split('\n')
+    .filter((l) => /lib(ibverbs|rdmacm)\.so\.1\b/.test(l))
+    .map((l) => l.split('=>')[1]!.trim());
   return [...new Set(paths)].filter((p) => existsSync(p));
 }
 
@@ -31,11 +34,19 @@ console.log(JSON.stringify({ got, err }));
 
 describe.skipIf(!root)('without rdma-core', () => {
   it('the package loads, TCP works, and InfiniBand fails with ENOPROTOOPT naming rdma-core', () => {
-    const hide = rdmaLibraries().map((p) => `mount --bind /dev/null ${p}`).join(' && ');
-    const r = spawnSync('unshare', ['-m', 'sh', '-c', `${hide ? `${hide} && ` : ''}exec "$0" --input-type=module -e "$1"`, process.execPath, script],
-      { encoding: 'utf8', timeout: 60000 });
+    const hide = rdmaLibraries()
+      .map((p) => `mount --bind /dev/null ${p}`)
+      .join(' && ');
+    const r = spawnSync(
+      'unshare',
+      ['-m', 'sh', '-c', `${hide ? `${hide} && ` : ''}exec "$0" --input-type=module -e "$1"`, process.execPath, script],
+      { encoding: 'utf8', timeout: 60000 },
+    );
     expect(r.status, r.stderr).toBe(0);
-    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as { got: string; err: { code: string; message: string } | null };
+    const res = JSON.parse(r.stdout.trim().split('\n').pop()!) as {
+      got: string;
+      err: { code: string; message: string } | null;
+    };
     expect(res.got).toBe('tcp works');
     expect(res.err?.code).toBe('ENOPROTOOPT');
     expect(res.err?.message).toMatch(/rdma-core|libibverbs/);

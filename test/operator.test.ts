@@ -24,9 +24,16 @@ afterAll(async () => {
   rmSync(runtime, { recursive: true, force: true });
 });
 
-function run(args: string[], env: Record<string, string> = {}, ms = 30000): Promise<{ code: number; out: string; err: string }> {
+function run(
+  args: string[],
+  env: Record<string, string> = {},
+  ms = 30000,
+): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, args, { env: { ...process.env, XDG_RUNTIME_DIR: runtime, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(process.execPath, args, {
+      env: { ...process.env, XDG_RUNTIME_DIR: runtime, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     p.stdout!.on('data', (d) => (out += d));
@@ -49,8 +56,13 @@ describe('rds-ping', () => {
     const s = new RdsSocket({ stack: node });
     await s.bind({ address: '127.0.0.1', port: 4000 });
     const r = await run([cli('rds-ping'), '-c', '2', '-i', '100ms', '--tcp-port', String(PORT), '127.0.0.1']);
-    expect(r.err).toContain('127.0.0.1 is held by an RDS node on this host; pinging from 127.0.0.2 (choose the source with -I)');
-    expect(r.out.split('\n').filter((l) => l !== '')).toEqual([expect.stringMatching(/^ {3}1: \d+ usec$/), expect.stringMatching(/^ {3}2: \d+ usec$/)]);
+    expect(r.err).toContain(
+      '127.0.0.1 is held by an RDS node on this host; pinging from 127.0.0.2 (choose the source with -I)',
+    );
+    expect(r.out.split('\n').filter((l) => l !== '')).toEqual([
+      expect.stringMatching(/^ {3}1: \d+ usec$/),
+      expect.stringMatching(/^ {3}2: \d+ usec$/),
+    ]);
     expect(r.err).toMatch(/--- 127\.0\.0\.1 rds-ping from 127\.0\.0\.2: 2 sent, 2 answered, 0% lost ---/);
     expect(r.code).toBe(0);
     // Asked for explicitly with -I, the held address is refused with what to do.
@@ -62,9 +74,22 @@ describe('rds-ping', () => {
   });
 
   it('prints a summary line for an unreachable destination', async () => {
-    const r = await run([cli('rds-ping'), '-c', '2', '-i', '0.1', '-I', '127.143.1.1', '--tcp-port', String(PORT), '127.143.1.2']);
+    const r = await run([
+      cli('rds-ping'),
+      '-c',
+      '2',
+      '-i',
+      '0.1',
+      '-I',
+      '127.143.1.1',
+      '--tcp-port',
+      String(PORT),
+      '127.143.1.2',
+    ]);
     expect(r.out).toBe('');
-    expect(r.err).toContain('--- 127.143.1.2 rds-ping from 127.143.1.1: 2 sent, 0 answered, 100% lost (no RDS node answered');
+    expect(r.err).toContain(
+      '--- 127.143.1.2 rds-ping from 127.143.1.1: 2 sent, 0 answered, 100% lost (no RDS node answered',
+    );
     expect(r.code).toBe(1);
   });
 });
@@ -78,16 +103,22 @@ describe('rds-info and the control endpoint', () => {
     expect((await run([cli('rds-info'), '-v'])).code).toBe(2);
   });
 
-  it('RDS_SOCKET_CONTROL=1 opens it on the default stack; a killed node\'s socket is removed as stale', async () => {
+  it("RDS_SOCKET_CONTROL=1 opens it on the default stack; a killed node's socket is removed as stale", async () => {
     const script = join(runtime, 'node.mjs');
-    writeFileSync(script, `
+    writeFileSync(
+      script,
+      `
       import { RdsSocket } from ${JSON.stringify(join(ROOT, 'dist', 'index.js'))};
       const s = new RdsSocket();                     // the default stack: no control option in code
       await s.bind({ address: '127.143.2.1', port: 4321 });
       const wait = setInterval(() => { if (s.stack.controlPath) { clearInterval(wait); console.log('ready ' + s.stack.controlPath); } }, 5);
       setInterval(() => {}, 1000);
-    `);
-    const child = spawn(process.execPath, [script], { env: { ...process.env, XDG_RUNTIME_DIR: runtime, RDS_SOCKET_CONTROL: '1' }, stdio: ['ignore', 'pipe', 'inherit'] });
+    `,
+    );
+    const child = spawn(process.execPath, [script], {
+      env: { ...process.env, XDG_RUNTIME_DIR: runtime, RDS_SOCKET_CONTROL: '1' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     children.push(child);
     let out = '';
     child.stdout!.on('data', (d) => (out += d));
@@ -98,7 +129,10 @@ describe('rds-info and the control endpoint', () => {
     expect(k.code).toBe(0);
     expect(k.out).toMatch(/127\.143\.2\.1\s+4321/);
     const ib = await run([cli('rds-info'), '-I']);
-    expect(ib.out.split('\n').slice(0, 2)).toEqual(['RDMA Connections:', expect.stringMatching(/LocalAddr\s+RemoteAddr\s+Tos\s+State/)]);
+    expect(ib.out.split('\n').slice(0, 2)).toEqual([
+      'RDMA Connections:',
+      expect.stringMatching(/LocalAddr\s+RemoteAddr\s+Tos\s+State/),
+    ]);
     child.kill('SIGKILL');
     await until(() => child.exitCode !== null || child.signalCode !== null, 'the node to die');
     expect(existsSync(path)).toBe(true); // left behind by kill -9

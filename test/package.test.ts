@@ -37,8 +37,14 @@ function run(args: string[], cwd: string, ms = 60000): Promise<{ code: number; o
 beforeAll(() => {
   dir = mkdtempSync(join(tmpdir(), 'rds-pack-'));
   // dist/ is built by pretest; --ignore-scripts so packing does not rebuild it here.
-  const name = execFileSync('npm', ['pack', '--ignore-scripts', '--pack-destination', dir], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
-    .trim().split('\n').pop()!;
+  const name = execFileSync('npm', ['pack', '--ignore-scripts', '--pack-destination', dir], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+  })
+    .trim()
+    .split('\n')
+    .pop()!;
   app = join(dir, 'app');
   mkdirSync(join(app, 'node_modules', '@types'), { recursive: true });
   writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'commonjs' }));
@@ -56,7 +62,14 @@ afterAll(() => {
 describe('the packed tarball', () => {
   it('holds the build, the addon, the man pages; builds on prepack, runs no install script', () => {
     const pkg = JSON.parse(readFileSync(join(app, 'node_modules', 'rds-socket', 'package.json'), 'utf8'));
-    for (const f of ['dist/index.js', 'dist/index.d.ts', 'dist/rpc/index.js', 'dist/metrics/index.js', 'prebuilds/linux-x64/node.napi.node', 'man/RdsSocket.3']) {
+    for (const f of [
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/rpc/index.js',
+      'dist/metrics/index.js',
+      'prebuilds/linux-x64/node.napi.node',
+      'man/RdsSocket.3',
+    ]) {
       expect(existsSync(join(app, 'node_modules', 'rds-socket', f)), f).toBe(true);
     }
     expect(pkg.scripts.prepack).toBeDefined();
@@ -66,7 +79,10 @@ describe('the packed tarball', () => {
   });
 
   it('carries the addon for linux-x64 and linux-arm64, each built for its machine and exporting the N-API entry', () => {
-    for (const [dir, machine] of [['linux-x64', 62], ['linux-arm64', 183]] as const) {
+    for (const [dir, machine] of [
+      ['linux-x64', 62],
+      ['linux-arm64', 183],
+    ] as const) {
       const f = readFileSync(join(app, 'node_modules', 'rds-socket', 'prebuilds', dir, 'node.napi.node'));
       expect(f.subarray(0, 4).toString('latin1'), dir).toBe('\x7fELF');
       expect(f[4], `${dir}: 64-bit`).toBe(2);
@@ -77,7 +93,9 @@ describe('the packed tarball', () => {
   });
 
   it('require() and import both load it, as one copy (one default stack)', async () => {
-    writeFileSync(join(app, 'both.js'), `
+    writeFileSync(
+      join(app, 'both.js'),
+      `
       const cjs = require('rds-socket');
       const rpc = require('rds-socket/rpc');
       const metrics = require('rds-socket/metrics');
@@ -91,18 +109,39 @@ describe('the packed tarball', () => {
           sol: cjs.constants.SOL_RDS,
         }));
       });
-    `);
+    `,
+    );
     const r = await run(['both.js'], app);
     expect(r.err).toBe('');
-    expect(JSON.parse(r.out)).toEqual({ socket: 'function', client: 'function', serve: 'function', metrics: 'function', proxy: 'function', same: true, sol: 276 });
+    expect(JSON.parse(r.out)).toEqual({
+      socket: 'function',
+      client: 'function',
+      serve: 'function',
+      metrics: 'function',
+      proxy: 'function',
+      same: true,
+      sol: 276,
+    });
   });
 
   it('a TypeScript CommonJS app (module: nodenext) compiles against the declarations and runs', async () => {
-    writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({
-      compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', strict: true, outDir: 'out', types: ['node'] },
-      files: ['main.ts'],
-    }));
-    writeFileSync(join(app, 'main.ts'), `
+    writeFileSync(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          strict: true,
+          outDir: 'out',
+          types: ['node'],
+        },
+        files: ['main.ts'],
+      }),
+    );
+    writeFileSync(
+      join(app, 'main.ts'),
+      `
       import { RdsSocket, RdsStack, RdsError, constants } from 'rds-socket';
       import { RpcClient, serve } from 'rds-socket/rpc';
       async function main(): Promise<void> {
@@ -121,7 +160,8 @@ describe('the packed tarball', () => {
         console.log(reply.toString(), typeof size, new RdsError('EINVAL', 'x').code);
       }
       void main();
-    `);
+    `,
+    );
     const c = await run([TSC, '-p', 'tsconfig.json'], app, 90000);
     expect(c.out + c.err).toBe('');
     expect(c.code).toBe(0);

@@ -26,13 +26,21 @@ function addrs(): { near: string; far: string; other: string } {
   return { near: `${base}.1`, far: `${base}.2`, other: `${base}.3` };
 }
 
-async function bound(st: RdsStack, address: string, port = 4000, opts: { sendTimeout?: number } = {}): Promise<RdsSocket> {
+async function bound(
+  st: RdsStack,
+  address: string,
+  port = 4000,
+  opts: { sendTimeout?: number } = {},
+): Promise<RdsSocket> {
   const s = new RdsSocket({ stack: st, ...opts });
   await s.bind({ address, port });
   return s;
 }
 
-function events(target: { on(ev: 'peer-down' | 'peer-up', fn: (e: PeerEvent) => void): unknown }): { down: PeerEvent[]; up: PeerEvent[] } {
+function events(target: { on(ev: 'peer-down' | 'peer-up', fn: (e: PeerEvent) => void): unknown }): {
+  down: PeerEvent[];
+  up: PeerEvent[];
+} {
   const got = { down: [] as PeerEvent[], up: [] as PeerEvent[] };
   target.on('peer-down', (e) => got.down.push(e));
   target.on('peer-up', (e) => got.up.push(e));
@@ -69,7 +77,12 @@ describe("'peer-down' / 'peer-up' and stack.peers()", () => {
     expect(onA.up[0]!.unreachableMs).toBeGreaterThanOrEqual(onA.down[0]!.unreachableMs);
     expect(onA.up[0]!.unreachableSince).toBe(onA.down[0]!.unreachableSince);
     await a.flush({ signal: timeout() });
-    expect(A.peers().find((x) => x.address === far)).toMatchObject({ state: 'up', unreachableMs: 0, queuedMessages: 0, queuedBytes: 0 });
+    expect(A.peers().find((x) => x.address === far)).toMatchObject({
+      state: 'up',
+      unreachableMs: 0,
+      queuedMessages: 0,
+      queuedBytes: 0,
+    });
     expect(A.peers().find((x) => x.address === far)!.pathsUp).toBeGreaterThan(0);
     expect(onIdle.down.length + onIdle.up.length).toBe(0);
     expect(onA.down.length).toBe(1);
@@ -175,7 +188,7 @@ describe('SO_SNDTIMEO', () => {
     expect(a.poll() & POLLOUT).toBe(0);
     const t0 = Date.now();
     const confirm = a.send(Buffer.from('last'), dead, { confirm: true }).catch((e: unknown) => e);
-    const err = await confirm as RdsError;
+    const err = (await confirm) as RdsError;
     // It waited for room, was queued when the first batch timed out, then timed out itself.
     expect(err).toBeInstanceOf(RdsError);
     expect(err.code).toBe('ETIMEDOUT');
@@ -201,7 +214,10 @@ describe('SO_SNDTIMEO', () => {
     const live = await bound(B, far);
     const a = await bound(A, near);
     a.setsockopt(SOL_SOCKET, SO_SNDTIMEO, 300);
-    const first = a.send(Buffer.from('1'), { address: other, port: 4000 }, { confirm: true }).then(() => Date.now(), (e: RdsError) => [e.code, Date.now()] as const);
+    const first = a.send(Buffer.from('1'), { address: other, port: 4000 }, { confirm: true }).then(
+      () => Date.now(),
+      (e: RdsError) => [e.code, Date.now()] as const,
+    );
     const t0 = Date.now();
     // A live peer keeps working through the timeout period.
     for (let i = 0; i < 5; i++) {
@@ -212,10 +228,15 @@ describe('SO_SNDTIMEO', () => {
       expect(m.data.toString()).toBe(`live ${i}`);
     }
     await new Promise((r) => setTimeout(r, 150));
-    const second = a.send(Buffer.from('2'), { address: other, port: 4001 }, { confirm: true }).then(() => Date.now(), (e: RdsError) => [e.code, Date.now()] as const);
+    const second = a.send(Buffer.from('2'), { address: other, port: 4001 }, { confirm: true }).then(
+      () => Date.now(),
+      (e: RdsError) => [e.code, Date.now()] as const,
+    );
     const t1 = Date.now();
     let secondDone = false;
-    void second.then(() => { secondDone = true; });
+    void second.then(() => {
+      secondDone = true;
+    });
     const r1 = await first;
     expect(Array.isArray(r1) && r1[0]).toBe('ETIMEDOUT');
     expect((r1 as readonly [string, number])[1] - t0).toBeGreaterThanOrEqual(290);
@@ -232,15 +253,23 @@ describe('SO_SNDTIMEO', () => {
     const A = stack();
     const a = await bound(A, near);
     a.setsockopt(SOL_SOCKET, SO_SNDTIMEO, 200);
-    const p1 = a.send(Buffer.from('old'), { address: far, port: 4000 }, { confirm: true }).catch((e: RdsError) => e.code);
+    const p1 = a
+      .send(Buffer.from('old'), { address: far, port: 4000 }, { confirm: true })
+      .catch((e: RdsError) => e.code);
     await new Promise((r) => setTimeout(r, 120));
-    const p2 = a.send(Buffer.from('new'), { address: far, port: 4000 }, { confirm: true }).catch((e: RdsError) => e.code);
-    const p3 = a.send(Buffer.from('elsewhere'), { address: far, port: 4001 }, { confirm: true }).catch((e: RdsError) => e.code);
+    const p2 = a
+      .send(Buffer.from('new'), { address: far, port: 4000 }, { confirm: true })
+      .catch((e: RdsError) => e.code);
+    const p3 = a
+      .send(Buffer.from('elsewhere'), { address: far, port: 4001 }, { confirm: true })
+      .catch((e: RdsError) => e.code);
     expect(await p1).toBe('ETIMEDOUT');
     expect(await p2).toBe('ETIMEDOUT');
     // Port 4001's message is younger and to another port: still pending until its own deadline.
     let p3done = false;
-    void p3.then(() => { p3done = true; });
+    void p3.then(() => {
+      p3done = true;
+    });
     await new Promise((r) => setImmediate(r));
     expect(p3done).toBe(false);
     expect(await p3).toBe('ETIMEDOUT');
@@ -272,7 +301,9 @@ describe('SO_SNDTIMEO', () => {
     const { near, far } = addrs();
     const A = stack();
     const a = await bound(A, near);
-    const p = a.send(Buffer.from('waiting'), { address: far, port: 4000 }, { confirm: true }).catch((e: RdsError) => e.code);
+    const p = a
+      .send(Buffer.from('waiting'), { address: far, port: 4000 }, { confirm: true })
+      .catch((e: RdsError) => e.code);
     await new Promise((r) => setTimeout(r, 50));
     const t0 = Date.now();
     a.setsockopt(SOL_SOCKET, SO_SNDTIMEO, 100);
@@ -295,7 +326,9 @@ describe('EAGAIN names the destination holding the budget', () => {
         a.sendmsg(Buffer.alloc(1024), { address: far, port: 4000 });
         n++;
       }
-    } catch { /* full */ }
+    } catch {
+      /* full */
+    }
     expect(n).toBe(104);
     await until(() => onA.down.length === 1, 'peer-down');
     let err: RdsError | null = null;
@@ -305,9 +338,12 @@ describe('EAGAIN names the destination holding the budget', () => {
       err = e as RdsError;
     }
     expect(err?.code).toBe('EAGAIN');
-    expect(err!.message).toMatch(new RegExp(
-      `^EAGAIN: send buffer full \\(106496 of 106496 bytes unacknowledged\\): 104 messages / 106 KB queued to ${far.replace(/\./g, '\\.')}:4000, `
-      + 'unreachable for \\d+ (ms|s); cancel with RDS_CANCEL_SENT_TO or set SO_SNDTIMEO$'));
+    expect(err!.message).toMatch(
+      new RegExp(
+        `^EAGAIN: send buffer full \\(106496 of 106496 bytes unacknowledged\\): 104 messages / 106 KB queued to ${far.replace(/\./g, '\\.')}:4000, ` +
+          'unreachable for \\d+ (ms|s); cancel with RDS_CANCEL_SENT_TO or set SO_SNDTIMEO$',
+      ),
+    );
     expect(Number(/unreachable for (\d+) ms/.exec(err!.message)?.[1] ?? 1000)).toBeGreaterThanOrEqual(100);
     expect(String(err)).toContain('104 messages');
   });
@@ -331,6 +367,10 @@ describe('EAGAIN names the destination holding the budget', () => {
       }
     }
     expect(err?.code).toBe('EAGAIN');
-    expect(err!.message).toMatch(new RegExp(`queued to ${far.replace(/\./g, '\\.')}:4000, reachable but not yet acknowledged; wait for 'writable' or use send\\(\\)$`));
+    expect(err!.message).toMatch(
+      new RegExp(
+        `queued to ${far.replace(/\./g, '\\.')}:4000, reachable but not yet acknowledged; wait for 'writable' or use send\\(\\)$`,
+      ),
+    );
   });
 });

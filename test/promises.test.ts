@@ -24,9 +24,17 @@ async function pair(kind: 'tcp' | 'loopback' = 'tcp'): Promise<Pair> {
 /** Settles with `p`'s outcome, or 'pending' if it has not settled within `ms` (instead of hanging). */
 async function within<T>(p: Promise<T>, ms: number): Promise<{ value?: T; error?: unknown } | 'pending'> {
   let t: NodeJS.Timeout | undefined;
-  const late = new Promise<'pending'>((r) => { t = setTimeout(() => r('pending'), ms); });
+  const late = new Promise<'pending'>((r) => {
+    t = setTimeout(() => r('pending'), ms);
+  });
   try {
-    return await Promise.race([p.then((value) => ({ value }), (error: unknown) => ({ error })), late]);
+    return await Promise.race([
+      p.then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      ),
+      late,
+    ]);
   } finally {
     clearTimeout(t);
   }
@@ -53,7 +61,7 @@ describe('flush({ signal })', () => {
 });
 
 describe('recv() and messages() abort and timeout', () => {
-  it('an aborted recv({ signal }) throws the signal\'s reason', async () => {
+  it("an aborted recv({ signal }) throws the signal's reason", async () => {
     const { b } = await pair();
     const reason = new Error('shutting down');
     const ac = new AbortController();
@@ -69,7 +77,7 @@ describe('recv() and messages() abort and timeout', () => {
     expect((ac2.signal.reason as Error).name).toBe('AbortError');
   });
 
-  it('an aborted messages({ signal }) throws the signal\'s reason and the socket stays usable', async () => {
+  it("an aborted messages({ signal }) throws the signal's reason and the socket stays usable", async () => {
     const { a, b } = await pair();
     const reason = { why: 'enough' };
     const ac = new AbortController();
@@ -99,7 +107,9 @@ describe('recv() and messages() abort and timeout', () => {
     a.sendmsg(Buffer.from('x'), { address: `127.${NET}.${host}.9`, port: 4000 });
     const e3 = await a.flush({ timeout: 50 }).catch((e: RdsError) => e);
     expect(e3.message).toBe('ETIMEDOUT: flush() timed out after 50 ms');
-    const e4 = await a.send(Buffer.from('y'), { address: `127.${NET}.${host}.9`, port: 4000 }, { confirm: true, timeout: 50 }).catch((e: RdsError) => e);
+    const e4 = await a
+      .send(Buffer.from('y'), { address: `127.${NET}.${host}.9`, port: 4000 }, { confirm: true, timeout: 50 })
+      .catch((e: RdsError) => e);
     expect(e4.message).toBe('ETIMEDOUT: send() timed out after 50 ms');
     // A caller's own AbortSignal.timeout() stays ETIMEDOUT, as before.
     await expect(b.recv({ signal: AbortSignal.timeout(20) })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
@@ -112,7 +122,9 @@ describe('recv() and messages() abort and timeout', () => {
       const what = String(bad);
       await expect(b.recv({ timeout: bad as number }), what).rejects.toMatchObject({ code: 'EINVAL' });
       await expect(a.flush({ timeout: bad as number }), what).rejects.toMatchObject({ code: 'EINVAL' });
-      await expect(a.send(Buffer.from('z'), dest, { timeout: bad as number }), what).rejects.toMatchObject({ code: 'EINVAL' });
+      await expect(a.send(Buffer.from('z'), dest, { timeout: bad as number }), what).rejects.toMatchObject({
+        code: 'EINVAL',
+      });
       const e = await b.recv({ timeout: bad as number }).catch((x: unknown) => x);
       expect(e, what).toBeInstanceOf(RdsError);
     }
@@ -121,7 +133,10 @@ describe('recv() and messages() abort and timeout', () => {
     const p = b.recv({ timeout: 2 ** 31 - 1, signal: ac.signal });
     ac.abort('done');
     await expect(p).rejects.toBe('done');
-    await expect(b.recv({ timeout: 1.5 })).rejects.toMatchObject({ code: 'ETIMEDOUT', message: 'ETIMEDOUT: recv() timed out after 2 ms' });
+    await expect(b.recv({ timeout: 1.5 })).rejects.toMatchObject({
+      code: 'ETIMEDOUT',
+      message: 'ETIMEDOUT: recv() timed out after 2 ms',
+    });
     expect(b.recvmsg()).toBeNull();
   });
 });
@@ -199,6 +214,8 @@ describe('sendmsg during bind()', () => {
     await bound;
     expect(s.sendmsg(Buffer.from('now'), { address: `127.${NET}.${host}.2`, port: 4000 })).toBe(3);
     // Never bound at all: the old message.
-    expect(() => new RdsSocket({ stack: A }).sendmsg(Buffer.from('x'), { address: '127.0.0.1', port: 1 })).toThrow(/call bind\(\) before sending/);
+    expect(() => new RdsSocket({ stack: A }).sendmsg(Buffer.from('x'), { address: '127.0.0.1', port: 1 })).toThrow(
+      /call bind\(\) before sending/,
+    );
   });
 });

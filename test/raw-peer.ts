@@ -34,7 +34,10 @@ export class RawConn {
    * `kernelLike`: answer multipath probes as a 6.1 kernel does (probe pong with NPATHS=8 and no
    * rds-socket capabilities), so the peer knows it talks to a kernel.
    */
-  constructor(readonly sock: Socket, public kernelLike = true) {
+  constructor(
+    readonly sock: Socket,
+    public kernelLike = true,
+  ) {
     const r = new wire.FrameReader((h, p) => {
       const f = { header: wire.decodeHeader(h), payload: p };
       if (this.kernelLike && f.header.sport === 1 && f.header.dport === 0) {
@@ -66,7 +69,15 @@ export class RawConn {
     const map = await this.next(ms);
     if (map.header.flags !== 1) throw new Error(`expected the congestion map first, got ${JSON.stringify(map.header)}`);
     const f = await this.next(ms);
-    if (!(f.header.sport === 1 && f.header.dport === 0 && f.header.flags === 0 && f.payload.length === 0 && f.header.sequence > 0)) {
+    if (
+      !(
+        f.header.sport === 1 &&
+        f.header.dport === 0 &&
+        f.header.flags === 0 &&
+        f.payload.length === 0 &&
+        f.header.sequence > 0
+      )
+    ) {
       throw new Error(`expected the sequenced probe next, got ${JSON.stringify(f.header)}`);
     }
     return f;

@@ -12,8 +12,12 @@ import { describe, expect, it } from 'vitest';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const PREAMBLE_IMPORTS: Record<string, string> = {
-  RdsSocket: 'rds-socket', RdsStack: 'rds-socket', RdsError: 'rds-socket', constants: 'rds-socket',
-  TcpTransport: 'rds-socket', LoopTransport: 'rds-socket',
+  RdsSocket: 'rds-socket',
+  RdsStack: 'rds-socket',
+  RdsError: 'rds-socket',
+  constants: 'rds-socket',
+  TcpTransport: 'rds-socket',
+  LoopTransport: 'rds-socket',
 };
 const PREAMBLE_DECLS: Record<string, string> = {
   sock: 'declare const sock: RdsSocket;',
@@ -24,7 +28,9 @@ const PREAMBLE_DECLS: Record<string, string> = {
   handle: "declare function handle(m: import('rds-socket').RdsMessage): void;",
   markPeerUnreachable: 'declare function markPeerUnreachable(d: { address: string; port: number }): void;',
   workerPorts: 'declare const workerPorts: number[];',
-  key: 'declare const key: string;', cert: 'declare const cert: string;', ca: 'declare const ca: string;',
+  key: 'declare const key: string;',
+  cert: 'declare const cert: string;',
+  ca: 'declare const ca: string;',
 };
 
 /** One module per README block; `require` lines go to a CommonJS (.cts) module of their own. */
@@ -40,11 +46,24 @@ function readmeModules(readme: string): { name: string; text: string }[] {
     if (cjs.length > 0) out.push({ name: `block${n}-line${line}.cts`, text: `${cjs.join('\n')}\nexport {};\n` });
     const defined = new Set<string>();
     for (const d of esm.matchAll(/\b(?:const|let|var|function)\s+([A-Za-z_$][\w$]*)/g)) defined.add(d[1]!);
-    for (const d of esm.matchAll(/import\s*\{([^}]*)\}/g)) for (const x of d[1]!.split(',')) defined.add(x.trim().split(/\s+as\s+/).pop()!.replace(/^type\s+/, ''));
+    for (const d of esm.matchAll(/import\s*\{([^}]*)\}/g))
+      for (const x of d[1]!.split(','))
+        defined.add(
+          x
+            .trim()
+            .split(/\s+as\s+/)
+            .pop()!
+            .replace(/^type\s+/, ''),
+        );
     for (const d of esm.matchAll(/import\s+([A-Za-z_$][\w$]*)\s+from/g)) defined.add(d[1]!);
     const uses = (id: string) => new RegExp(`(^|[^.\\w$])${id.replace('$', '\\$')}\\b`).test(esm);
     const head: string[] = [];
-    const imports = Object.keys(PREAMBLE_IMPORTS).filter((id) => !defined.has(id) && (uses(id) || Object.keys(PREAMBLE_DECLS).some((d) => !defined.has(d) && uses(d) && PREAMBLE_DECLS[d]!.includes(id))));
+    const imports = Object.keys(PREAMBLE_IMPORTS).filter(
+      (id) =>
+        !defined.has(id) &&
+        (uses(id) ||
+          Object.keys(PREAMBLE_DECLS).some((d) => !defined.has(d) && uses(d) && PREAMBLE_DECLS[d]!.includes(id))),
+    );
     if (imports.length > 0) head.push(`import { ${imports.join(', ')} } from 'rds-socket';`);
     for (const [id, decl] of Object.entries(PREAMBLE_DECLS)) if (!defined.has(id) && uses(id)) head.push(decl);
     out.push({ name: `block${n}-line${line}.ts`, text: `${head.join('\n')}\n${esm}\nexport {};\n` });
@@ -62,15 +81,28 @@ describe('README examples against the published declarations', () => {
       expect(mods.length).toBeGreaterThanOrEqual(10);
       for (const m of mods) writeFileSync(join(dir, m.name), m.text);
       copyFileSync(join(ROOT, 'test', 'fixtures', 'types', 'published.ts'), join(dir, 'published.ts'));
-      writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({
-        compilerOptions: {
-          module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', lib: ['es2022', 'dom'], types: ['node'],
-          strict: true, useUnknownInCatchVariables: false, noEmit: true, skipLibCheck: false,
-        },
-        include: ['*.ts', '*.cts'],
-      }));
-      const r = spawnSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')],
-        { cwd: dir, encoding: 'utf8', timeout: 120000 });
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            target: 'es2022',
+            lib: ['es2022', 'dom'],
+            types: ['node'],
+            strict: true,
+            useUnknownInCatchVariables: false,
+            noEmit: true,
+            skipLibCheck: false,
+          },
+          include: ['*.ts', '*.cts'],
+        }),
+      );
+      const r = spawnSync(
+        process.execPath,
+        [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')],
+        { cwd: dir, encoding: 'utf8', timeout: 120000 },
+      );
       expect(r.stdout + r.stderr).toBe('');
       expect(r.status).toBe(0);
     } finally {

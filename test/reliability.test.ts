@@ -1,5 +1,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsError, RdsSocket, RdsStack, TcpTransport, constants, type PathStateEvent } from '../lib/index.js';
+import {
+  LoopTransport,
+  RdsError,
+  RdsSocket,
+  RdsStack,
+  TcpTransport,
+  constants,
+  type PathStateEvent,
+} from '../lib/index.js';
 import { FaultProxy, type CutKind, type Direction } from '../lib/testing/index.js';
 import { TEST_TCP_PORT, payload, until } from './helpers.js';
 
@@ -25,7 +33,9 @@ afterEach(async () => {
   nets = [];
 });
 
-async function net(opts: { a?: ConstructorParameters<typeof RdsStack>[0]; b?: ConstructorParameters<typeof RdsStack>[0] } = {}): Promise<Net> {
+async function net(
+  opts: { a?: ConstructorParameters<typeof RdsStack>[0]; b?: ConstructorParameters<typeof RdsStack>[0] } = {},
+): Promise<Net> {
   const base = `127.25.${++sub}`;
   const proxy = await FaultProxy.start({
     listen: { host: `${base}.100`, port: 0 },
@@ -35,7 +45,8 @@ async function net(opts: { a?: ConstructorParameters<typeof RdsStack>[0]; b?: Co
   });
   const common = { tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50 };
   const A = new RdsStack({
-    ...common, ...opts.a,
+    ...common,
+    ...opts.a,
     transports: [new TcpTransport({ dial: () => proxy.address }), new LoopTransport()],
   });
   const B = new RdsStack({ ...common, ...opts.b });
@@ -53,7 +64,7 @@ async function net(opts: { a?: ConstructorParameters<typeof RdsStack>[0]; b?: Co
 
 function seeded(seed: number): () => number {
   let x = seed * 7919 + 1;
-  return () => ((x = (x * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  return () => (x = (x * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
 }
 
 /** Receives `n` messages and checks they are 0..n-1 in order, nothing twice. */
@@ -68,8 +79,12 @@ const sizeOf = (i: number): number => 4 + ((i * 7919) % 60000);
 
 describe('messages survive connection loss (spec §2.5, §2.6)', () => {
   it.each<[CutKind, Direction]>([
-    ['header', 'forward'], ['payload', 'forward'], ['between', 'forward'],
-    ['header', 'backward'], ['payload', 'backward'], ['between', 'backward'],
+    ['header', 'forward'],
+    ['payload', 'forward'],
+    ['between', 'forward'],
+    ['header', 'backward'],
+    ['payload', 'backward'],
+    ['between', 'backward'],
   ])('resets %s bytes (%s): every message arrives once, in order, both ways', async (kind, dir) => {
     const { a, b, proxy, A, B } = await net();
     const N = 600;
@@ -116,7 +131,7 @@ describe('messages survive connection loss (spec §2.5, §2.6)', () => {
 });
 
 describe('MSG_ZEROCOPY through connection loss', () => {
-  it('retransmits from the caller\'s buffers; each is reported free only when no write still reads it', async () => {
+  it("retransmits from the caller's buffers; each is reported free only when no write still reads it", async () => {
     const { a, b, proxy } = await net();
     a.setsockopt(constants.SOL_SOCKET, constants.SO_ZEROCOPY, 1);
     const N = 400;
@@ -126,7 +141,8 @@ describe('MSG_ZEROCOPY through connection loss', () => {
     const ring = Array.from({ length: 8 }, () => Buffer.alloc(60_004));
     const free = new Set(ring.keys());
     const faults = (async () => {
-      for (let k = 0; k < 3; k++) await Promise.race([proxy.resetAt('forward', 'payload'), new Promise((r) => setTimeout(r, 2000))]);
+      for (let k = 0; k < 3; k++)
+        await Promise.race([proxy.resetAt('forward', 'payload'), new Promise((r) => setTimeout(r, 2000))]);
     })();
     for (let i = 0; i < N; i++) {
       while (!free.has(i % 8)) {
@@ -150,13 +166,19 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     const { a, b, A } = await net();
     a.sendmsg(Buffer.from('x'), b.address());
     await b.recv({ timeout: 5000 });
-    await until(() => A.connections()[0]!.paths[0]!.state === 'UP' && A.counters.get('handshake_received') > 0, 'handshake');
+    await until(
+      () => A.connections()[0]!.paths[0]!.state === 'UP' && A.counters.get('handshake_received') > 0,
+      'handshake',
+    );
     await a.flush({ timeout: 5000 });
     expect(A.counters.get('recv_ack_frames') + A.counters.get('handshake_received')).toBeGreaterThan(0);
   });
 
   it('a node with rdsAcks: false still answers the heartbeats it advertises (no idle reconnect loop)', async () => {
-    const { a, b, A, B } = await net({ a: { heartbeatIntervalMs: 50, heartbeatMissedLimit: 3 }, b: { rdsAcks: false } });
+    const { a, b, A, B } = await net({
+      a: { heartbeatIntervalMs: 50, heartbeatMissedLimit: 3 },
+      b: { rdsAcks: false },
+    });
     a.sendmsg(Buffer.from('x'), b.address());
     await b.recv({ timeout: 5000 });
     // Idle: A asks every 50 ms of silence and gives up after 150 ms without an answer.
@@ -172,7 +194,7 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     await b.recv({ timeout: 5000 });
     await a.flush({ timeout: 5000 });
     a.sendmsg(Buffer.from('unread'), b.address());
-    await until(() => !!(b.poll() & constants.POLLIN ), 'delivery');
+    await until(() => !!(b.poll() & constants.POLLIN), 'delivery');
     // Delivered to B's socket but not read: still unacknowledged at A.
     await new Promise((r) => setTimeout(r, 100));
     const inFlight = (): number => A.connections()[0]!.paths.reduce((n, p) => n + p.retransQueue, 0);
@@ -196,7 +218,9 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
     await b.recv({ timeout: 5000 });
     await a.flush({ timeout: 5000 });
     proxy.blackhole(true);
-    await expect(a.send(Buffer.from('lost cause'), b.address(), { confirm: true, timeout: 200 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    await expect(a.send(Buffer.from('lost cause'), b.address(), { confirm: true, timeout: 200 })).rejects.toMatchObject(
+      { code: 'ETIMEDOUT' },
+    );
     expect(a.poll() & constants.POLLOUT).toBe(constants.POLLOUT);
     proxy.blackhole(false);
     proxy.resetAll();
@@ -255,7 +279,13 @@ describe('path state machine (spec §8)', () => {
     await until(() => p0().filter((e) => e.to === 'UP').length >= 2, 'second UP');
     const seq = p0().map((e) => `${e.from}>${e.to}`);
     expect(seq.slice(0, 2)).toEqual(['DOWN>CONNECTING', 'CONNECTING>UP']);
-    expect(seq.slice(2, 7)).toEqual(['UP>ERROR', 'ERROR>DISCONNECTING', 'DISCONNECTING>DOWN', 'DOWN>CONNECTING', 'CONNECTING>UP']);
+    expect(seq.slice(2, 7)).toEqual([
+      'UP>ERROR',
+      'ERROR>DISCONNECTING',
+      'DISCONNECTING>DOWN',
+      'DOWN>CONNECTING',
+      'CONNECTING>UP',
+    ]);
   });
 
   it('a refused connect goes CONNECTING→DOWN and retries with backoff until the peer appears', async () => {
@@ -277,7 +307,10 @@ describe('path state machine (spec §8)', () => {
 
   it('a replacement connection while UP goes through RESETTING and resends what was unacknowledged', async () => {
     // A notices the silence first (fast heartbeat) and reconnects; B still holds the old carrier.
-    const { a, b, proxy, B } = await net({ a: { heartbeatIntervalMs: 50, heartbeatMissedLimit: 2 }, b: { heartbeatIntervalMs: 0 } });
+    const { a, b, proxy, B } = await net({
+      a: { heartbeatIntervalMs: 50, heartbeatMissedLimit: 2 },
+      b: { heartbeatIntervalMs: 0 },
+    });
     const bEvents: string[] = [];
     B.on('state', (e) => bEvents.push(`${e.from}>${e.to}`));
     a.sendmsg(Buffer.from('1'), b.address());

@@ -1,8 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, RdsError } from '../lib/index.js';
 import {
-  RpcClient, RpcRemoteError, serve, encodeRpcHeader, decodeRpcHeader, RPC_REQUEST, RPC_REPLY, RPC_DUPLICATE,
-  RPC_EXPIRED, RPC_HEADER_SIZE, type RpcServer,
+  RpcClient,
+  RpcRemoteError,
+  serve,
+  encodeRpcHeader,
+  decodeRpcHeader,
+  RPC_REQUEST,
+  RPC_REPLY,
+  RPC_DUPLICATE,
+  RPC_EXPIRED,
+  RPC_HEADER_SIZE,
+  type RpcServer,
 } from '../lib/rpc/index.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
 
@@ -34,8 +43,14 @@ describe('rds-socket/rpc wire format', () => {
     expect(h.toString('hex')).toBe('5250' + '01' + '01' + 'deadbeef' + '00000100' + '00000007');
     expect(decodeRpcHeader(h)).toEqual({ type: RPC_REQUEST, instance: 0xdeadbeef, id: 2 ** 40 + 7 });
     // Not ours: wrong magic, version, type, instance 0, id 0, too short.
-    for (const bad of ['5251010100000001000000000000000001', '5250020100000001000000000000000001', '5250010900000001000000000000000001',
-      '5250010100000000000000000000000001', '5250010100000001000000000000000000', '52500101']) {
+    for (const bad of [
+      '5251010100000001000000000000000001',
+      '5250020100000001000000000000000001',
+      '5250010900000001000000000000000001',
+      '5250010100000000000000000000000001',
+      '5250010100000001000000000000000000',
+      '52500101',
+    ]) {
       expect(decodeRpcHeader(Buffer.from(bad, 'hex'))).toBeNull();
     }
   });
@@ -50,9 +65,15 @@ describe('rds-socket/rpc over TCP', () => {
     const client = new RpcClient(c.sock, { maxInFlight: 200, timeout: 20000 });
     try {
       const N = 10000;
-      const dests = [{ address: '127.140.0.2', port: PORT }, { address: '127.140.0.3', port: PORT }];
-      const replies = await Promise.all(Array.from({ length: N }, (_, i) =>
-        client.request(dests[i % 2]!, Buffer.from(String(i))).then((r) => r.toString())));
+      const dests = [
+        { address: '127.140.0.2', port: PORT },
+        { address: '127.140.0.3', port: PORT },
+      ];
+      const replies = await Promise.all(
+        Array.from({ length: N }, (_, i) =>
+          client.request(dests[i % 2]!, Buffer.from(String(i))).then((r) => r.toString()),
+        ),
+      );
       for (let i = 0; i < N; i++) expect(replies[i]).toBe(`${i % 2 === 0 ? 'w1' : 'w2'}:${i}`);
       expect(runs.size).toBe(N);
       expect([...runs.values()].every((v) => v === 1)).toBe(true);
@@ -111,10 +132,12 @@ describe('rds-socket/rpc over TCP', () => {
     });
     const client = new RpcClient(c.sock, { timeout: 300 });
     try {
-      await expect(client.request({ address: '127.140.2.2', port: PORT }, Buffer.from('boom')))
-        .rejects.toThrow(RpcRemoteError);
-      await expect(client.request({ address: '127.140.2.2', port: PORT }, Buffer.from('boom')))
-        .rejects.toThrow(/no such thing/);
+      await expect(client.request({ address: '127.140.2.2', port: PORT }, Buffer.from('boom'))).rejects.toThrow(
+        RpcRemoteError,
+      );
+      await expect(client.request({ address: '127.140.2.2', port: PORT }, Buffer.from('boom'))).rejects.toThrow(
+        /no such thing/,
+      );
       // 127.140.2.3 has no node: the message can never be delivered; the timeout cancels it.
       const cancelledBefore = c.stack.counters.get('send_cancelled');
       const err = await client.request({ address: '127.140.2.3', port: PORT }, Buffer.from('hello')).catch((e) => e);
@@ -124,7 +147,10 @@ describe('rds-socket/rpc over TCP', () => {
       await c.sock.flush({ timeout: 1000 }); // nothing of it is left queued
       // An AbortSignal cancels the same way.
       const ac = new AbortController();
-      const p = client.request({ address: '127.140.2.3', port: PORT }, Buffer.from('x'), { signal: ac.signal, timeout: 5000 });
+      const p = client.request({ address: '127.140.2.3', port: PORT }, Buffer.from('x'), {
+        signal: ac.signal,
+        timeout: 5000,
+      });
       ac.abort();
       await expect(p).rejects.toMatchObject({ code: 'ECANCELED' });
       await c.sock.flush({ timeout: 1000 });
@@ -140,11 +166,18 @@ describe('rds-socket/rpc over TCP', () => {
     const w = await node('127.140.3.2');
     const runs: number[] = [];
     let gate: (() => void) | null = null;
-    const server: RpcServer = serve(w.sock, async (d, req) => {
-      runs.push(req.id);
-      if (d.toString() === 'slow') await new Promise<void>((r) => { gate = r; });
-      return `done ${req.id}`;
-    }, { replyCacheSize: 2, dedupWindow: 10 });
+    const server: RpcServer = serve(
+      w.sock,
+      async (d, req) => {
+        runs.push(req.id);
+        if (d.toString() === 'slow')
+          await new Promise<void>((r) => {
+            gate = r;
+          });
+        return `done ${req.id}`;
+      },
+      { replyCacheSize: 2, dedupWindow: 10 },
+    );
     const dest = { address: '127.140.3.2', port: PORT };
     const reqFrame = (id: number, body: string) => [encodeRpcHeader(RPC_REQUEST, 77, id), Buffer.from(body)];
     const next = async () => {
@@ -194,7 +227,10 @@ describe('rds-socket/rpc over TCP', () => {
     // Every request in flight at once, so requests to the dead worker do not hold slots that the
     // live one's requests wait for (a request's timeout counts from request(), queueing included).
     const client = new RpcClient(c.sock, { maxInFlight: 2000, timeout: 1500 });
-    const dests = [{ address: '127.140.4.2', port: PORT }, { address: '127.140.4.3', port: PORT }];
+    const dests = [
+      { address: '127.140.4.2', port: PORT },
+      { address: '127.140.4.3', port: PORT },
+    ];
     const outcome = new Map<number, string>();
     const settle = (i: number, what: string) => {
       expect(outcome.has(i)).toBe(false); // a request settles once
@@ -202,8 +238,12 @@ describe('rds-socket/rpc over TCP', () => {
     };
     try {
       const N = 2000;
-      const all = Array.from({ length: N }, (_, i) => client.request(dests[i % 2]!, Buffer.from(String(i)))
-        .then((r) => settle(i, r.toString()), (e: RdsError) => settle(i, `error ${e.code}`)));
+      const all = Array.from({ length: N }, (_, i) =>
+        client.request(dests[i % 2]!, Buffer.from(String(i))).then(
+          (r) => settle(i, r.toString()),
+          (e: RdsError) => settle(i, `error ${e.code}`),
+        ),
+      );
       await until(() => w2.server.stats.handled >= 200, 'worker 2 to be mid-run');
       await w2.stack.close(); // killed: no more reads, no replies
       await Promise.all(all);
@@ -232,8 +272,11 @@ describe('rds-socket/rpc over TCP', () => {
 
       // Restarted on the same address: new requests are answered, each once.
       w2 = await worker('127.140.4.3', 'w2', runsAfterRestart, { delayMs: 1 });
-      const again = await Promise.all(Array.from({ length: 200 }, (_, i) =>
-        client.request(dests[1]!, Buffer.from(`r${i}`), { timeout: 10000 }).then(String)));
+      const again = await Promise.all(
+        Array.from({ length: 200 }, (_, i) =>
+          client.request(dests[1]!, Buffer.from(`r${i}`), { timeout: 10000 }).then(String),
+        ),
+      );
       expect(again).toEqual(Array.from({ length: 200 }, (_, i) => `w2:r${i}`));
       expect([...runsAfterRestart.values()].every((v) => v === 1)).toBe(true);
       expect(client.stats.lateReplies).toBe(0);

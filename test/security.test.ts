@@ -14,7 +14,10 @@ afterEach(async () => {
   stacks = [];
 });
 
-async function node(address: string, opts: ConstructorParameters<typeof RdsStack>[0] = {}): Promise<{ stack: RdsStack; sock: RdsSocket }> {
+async function node(
+  address: string,
+  opts: ConstructorParameters<typeof RdsStack>[0] = {},
+): Promise<{ stack: RdsStack; sock: RdsSocket }> {
   const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
   stacks.push(stack);
   const sock = new RdsSocket({ stack });
@@ -88,19 +91,65 @@ describe('TLS with mutual certificate authentication', () => {
   };
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'rds-tls-'));
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=rds-ca', '-keyout', 'ca.key', '-out', 'ca.pem');
+    ssl(
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=rds-ca',
+      '-keyout',
+      'ca.key',
+      '-out',
+      'ca.pem',
+    );
     for (const n of ['a', 'b']) {
       ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=node-${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
-      ssl('x509', '-req', '-in', `${n}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-out', `${n}.pem`);
+      ssl(
+        'x509',
+        '-req',
+        '-in',
+        `${n}.csr`,
+        '-CA',
+        'ca.pem',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-days',
+        '2',
+        '-out',
+        `${n}.pem`,
+      );
     }
     // A node with a certificate no one trusts.
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=rogue', '-keyout', 'rogue.key', '-out', 'rogue.pem');
+    ssl(
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-days',
+      '2',
+      '-subj',
+      '/CN=rogue',
+      '-keyout',
+      'rogue.key',
+      '-out',
+      'rogue.pem',
+    );
   });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  const tlsNode = (address: string, who: string, ca = 'ca.pem') => node(address, {
-    transports: [new TcpTransport({ tls: { key: pem(`${who}.key`), cert: pem(`${who}.pem`), ca: pem(ca) } }), new LoopTransport()],
-  });
+  const tlsNode = (address: string, who: string, ca = 'ca.pem') =>
+    node(address, {
+      transports: [
+        new TcpTransport({ tls: { key: pem(`${who}.key`), cert: pem(`${who}.pem`), ca: pem(ca) } }),
+        new LoopTransport(),
+      ],
+    });
 
   it('nodes with certificates from the shared CA exchange messages both ways', async () => {
     const a = await tlsNode('127.32.4.1', 'a');

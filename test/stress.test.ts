@@ -4,8 +4,14 @@ import { describe, expect, it } from 'vitest';
 import { runNode } from './helpers.js';
 import { stressActivePeer, stressPassivePeer } from './fixtures/stress-peer.js';
 import {
-  decodeStressOptions, defaultStressOptions, encodeStressOptions, stressMismatch, stressOptionsLength, stressPattern,
-  encodeStressHeader, OP_REQ,
+  decodeStressOptions,
+  defaultStressOptions,
+  encodeStressOptions,
+  stressMismatch,
+  stressOptionsLength,
+  stressPattern,
+  encodeStressHeader,
+  OP_REQ,
 } from '../lib/cli/stress-wire.js';
 
 // rds-stress (the command, run as a user would) against a peer that speaks rds-tools' protocol as
@@ -22,7 +28,18 @@ function averageRow(out: string): number[] {
 
 describe('rds-stress wire formats', () => {
   it('options round-trip in both forms, and the passive tells them apart by the version string', () => {
-    const o = { ...defaultStressOptions(), reqDepth: 3, reqSize: 4096, sendAddr: '10.1.2.3', receiveAddr: '10.1.2.4', startingPort: 4100, nrTasks: 5, runTime: 9, verify: 1, simplex: 1 };
+    const o = {
+      ...defaultStressOptions(),
+      reqDepth: 3,
+      reqSize: 4096,
+      sendAddr: '10.1.2.3',
+      receiveAddr: '10.1.2.4',
+      startingPort: 4100,
+      nrTasks: 5,
+      runTime: 9,
+      verify: 1,
+      simplex: 1,
+    };
     const legacy = encodeStressOptions(o, false);
     expect(legacy).toHaveLength(59);
     // send_addr in network order at 16, suppress_warnings 0xff at 44, rdma_vector 1 at 47
@@ -30,7 +47,14 @@ describe('rds-stress wire formats', () => {
     expect(legacy[44]).toBe(0xff);
     expect(legacy.readUInt32BE(47)).toBe(1);
     expect(stressOptionsLength(legacy.subarray(0, 16))).toBe(59);
-    expect(decodeStressOptions(legacy).options).toMatchObject({ reqDepth: 3, reqSize: 4096, sendAddr: '10.1.2.3', nrTasks: 5, verify: 1, simplex: 1 });
+    expect(decodeStressOptions(legacy).options).toMatchObject({
+      reqDepth: 3,
+      reqSize: 4096,
+      sendAddr: '10.1.2.3',
+      nrTasks: 5,
+      verify: 1,
+      simplex: 1,
+    });
     const full = encodeStressOptions({ ...o, tos: 3, async: 1 }, true);
     expect(full).toHaveLength(77);
     expect(full.subarray(0, 6).toString('latin1')).toBe('2.0.7\0');
@@ -44,19 +68,40 @@ describe('rds-stress wire formats', () => {
     expect([...p.subarray(0, 3)]).toEqual([11, (41 * 14) & 0xff, (41 * (41 * 14 + 3)) & 0xff]);
     const msg = Buffer.alloc(63 + 600);
     p.copy(msg, 63);
-    const h = { seq: 7, fromAddr: '127.0.0.1', toAddr: '127.0.0.2', fromPort: 4001, toPort: 4002, index: 1, op: OP_REQ };
+    const h = {
+      seq: 7,
+      fromAddr: '127.0.0.1',
+      toAddr: '127.0.0.2',
+      fromPort: 4001,
+      toPort: 4002,
+      index: 1,
+      op: OP_REQ,
+    };
     encodeStressHeader(msg, h);
     expect(stressMismatch(msg, h, p)).toBeNull();
     expect(stressMismatch(msg, { ...h, seq: 8 }, p)).toMatch(/^ +seq +8 != +7$/m);
     msg[63 + 300]! ^= 1;
-    expect(stressMismatch(msg, h, p)).toBe('An incoming message has a corrupted payload at offset 300; 1 out of 600 bytes corrupted');
+    expect(stressMismatch(msg, h, p)).toBe(
+      'An incoming message has a corrupted payload at offset 300; 1 out of 600 bytes corrupted',
+    );
   });
 });
 
 describe('rds-stress against an rds-tools peer', () => {
   it('passive: serves the 59-byte options from an active peer, both ways verified, ends when the peer closes', async () => {
     const passive = stress(['-r', '127.150.1.2', '-p', '4800']);
-    const peer = await stressActivePeer({ local: '127.150.1.1', dest: '127.150.1.2', ctlPort: 4800, tcpPort: TCP, tasks: 2, depth: 4, req: 2000, ack: 100, verify: true, runMs: 2500 });
+    const peer = await stressActivePeer({
+      local: '127.150.1.1',
+      dest: '127.150.1.2',
+      ctlPort: 4800,
+      tcpPort: TCP,
+      tasks: 2,
+      depth: 4,
+      req: 2000,
+      ack: 100,
+      verify: true,
+      runMs: 2500,
+    });
     const r = await passive;
     expect(peer.mismatches).toEqual([]);
     expect(peer.acksReceived).toBeGreaterThan(0);
@@ -75,7 +120,25 @@ describe('rds-stress against an rds-tools peer', () => {
     const listening = new Promise<void>((r) => (ready = r));
     const peer = stressPassivePeer({ local: '127.150.2.2', ctlPort: 4810, tcpPort: TCP }, ready);
     await listening;
-    const r = await stress(['-s', '127.150.2.2', '-r', '127.150.2.1', '-p', '4810', '-t', '2', '-d', '2', '-q', '3000', '-a', '70', '-v', '-T', '2']);
+    const r = await stress([
+      '-s',
+      '127.150.2.2',
+      '-r',
+      '127.150.2.1',
+      '-p',
+      '4810',
+      '-t',
+      '2',
+      '-d',
+      '2',
+      '-q',
+      '3000',
+      '-a',
+      '70',
+      '-v',
+      '-T',
+      '2',
+    ]);
     const seen = await peer;
     expect(r.code, r.out).toBe(0);
     expect(seen.mismatches).toEqual([]);
@@ -97,7 +160,20 @@ describe('rds-stress against an rds-tools peer', () => {
     const listening = new Promise<void>((r) => (ready = r));
     const peer = stressPassivePeer({ local: '127.150.3.2', ctlPort: 4820, tcpPort: TCP }, ready);
     await listening;
-    const r = await stress(['-s', '127.150.3.2', '-r', '127.150.3.1', '-p', '4820', '--async', '-o', '-v', '-T', '1', '--histogram']);
+    const r = await stress([
+      '-s',
+      '127.150.3.2',
+      '-r',
+      '127.150.3.1',
+      '-p',
+      '4820',
+      '--async',
+      '-o',
+      '-v',
+      '-T',
+      '1',
+      '--histogram',
+    ]);
     const seen = await peer;
     expect(r.code, r.out).toBe(0);
     expect(seen.options).toHaveLength(77);
@@ -126,7 +202,9 @@ describe('rds-stress against an rds-tools peer', () => {
     const passive = stress(['-r', '127.150.5.2', '-p', '4840']);
     for (let attempt = 0; ; attempt++) {
       const s = connect({ host: '127.150.5.2', port: 4840 });
-      const ok = await new Promise<boolean>((res) => s.once('connect', () => res(true)).once('error', () => res(false)));
+      const ok = await new Promise<boolean>((res) =>
+        s.once('connect', () => res(true)).once('error', () => res(false)),
+      );
       if (ok) {
         s.end(`{"params":{"req":1024}}\n${'x'.repeat(40)}`);
         break;

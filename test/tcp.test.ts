@@ -37,7 +37,16 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     expect(c.sock.remoteAddress).toBe('127.23.1.1');
     // No unsequenced hello (a kernel would count it in recv_drop_old_seq): the map first.
     const map = await c.next();
-    expect(map.header).toMatchObject({ sequence: 0, ack: 0, len: 8192, sport: 0, dport: 0, flags: 1, credit: 0, csum: 0 });
+    expect(map.header).toMatchObject({
+      sequence: 0,
+      ack: 0,
+      len: 8192,
+      sport: 0,
+      dport: 0,
+      flags: 1,
+      credit: 0,
+      csum: 0,
+    });
     expect(map.payload.every((b) => b === 0)).toBe(true);
     // Then the multipath probe a 7.0 kernel sends after every connect, as the first sequenced
     // frame of this node's life (queued ahead of the first message), so a peer learns our
@@ -46,7 +55,16 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const probe = await c.next();
     expect(probe.header).toMatchObject({ sequence: 1, ack: 0, len: 0, sport: 1, dport: 0, flags: 0 });
     const m1 = await c.next();
-    expect(m1.header).toMatchObject({ sequence: 2, ack: 0, len: 3, sport: 4000, dport: 4000, flags: 0, credit: 0, csum: 0 });
+    expect(m1.header).toMatchObject({
+      sequence: 2,
+      ack: 0,
+      len: 3,
+      sport: 4000,
+      dport: 4000,
+      flags: 0,
+      credit: 0,
+      csum: 0,
+    });
     expect(Buffer.from(m1.header.exthdr).every((b) => b === 0)).toBe(true);
     expect(m1.payload.toString()).toBe('one');
     const m2 = await c.next();
@@ -60,7 +78,9 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const caps = wire.decodeHandshake(wire.parseExtensions(ext)).rdsCaps!;
     expect((caps >> 4) & 0xf).toBe(8); // our real path count
     // Read reports for confirmations, and no hello needed from peers of this version.
-    expect(caps & (constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO)).toBe(constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO);
+    expect(caps & (constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO)).toBe(
+      constants.RDSSOCK_CAP_CONFIRM | constants.RDSSOCK_CAP_NO_HELLO,
+    );
   });
 
   it('the larger side only pokes, then uses the connection the smaller side opens', async () => {
@@ -102,7 +122,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     for (let i = 0; i < 3; i++) got.push((await sock.recv({ signal: timeout() })).data.toString());
     expect(got).toEqual(['five', 'six', 'restart']);
     expect(stack.counters.get('recv_drop_old_seq')).toBe(1);
-    const m = (await sock.recvmsg());
+    const m = await sock.recvmsg();
     expect(m).toBeNull();
   });
 
@@ -216,7 +236,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
 });
 
 describe('receive tracking stays bounded where nothing is acknowledged', () => {
-  it('a kernel peer\'s messages are not kept for acknowledgement once its handshake has arrived', async () => {
+  it("a kernel peer's messages are not kept for acknowledgement once its handshake has arrived", async () => {
     const { sock, stack } = await node('127.23.11.2');
     const c = await rawConnect('127.23.11.1', '127.23.11.2', P);
     c.send({ sequence: 1, sport: 1, dport: 0, exthdr: wire_npaths(8) }); // a kernel's probe: no rds-socket capabilities
@@ -261,4 +281,3 @@ describe('TCP keepalive as the kernel sets it (spec §2.8)', () => {
 function wire_npaths(n: number): Uint8Array {
   return Uint8Array.of(constants.RDS_EXTHDR_NPATHS, 0, n);
 }
-

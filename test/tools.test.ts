@@ -20,7 +20,17 @@ describe('rds-ping', () => {
     stacks.push(node);
     const s = new RdsSocket({ stack: node });
     await s.bind({ address: '127.28.0.2', port: 4000 });
-    const r = await run('rds-ping', ['-c', '3', '-i', '100ms', '-I', '127.28.0.1', '--tcp-port', String(PORT), '127.28.0.2']);
+    const r = await run('rds-ping', [
+      '-c',
+      '3',
+      '-i',
+      '100ms',
+      '-I',
+      '127.28.0.1',
+      '--tcp-port',
+      String(PORT),
+      '127.28.0.2',
+    ]);
     // (the summary line, on stderr, is not one of rds-tools' lines)
     const lines = r.out.split('\n').filter((l) => l !== '' && !l.startsWith('--- '));
     expect(lines).toHaveLength(3);
@@ -31,7 +41,17 @@ describe('rds-ping', () => {
   });
 
   it('exits 1 when nothing answers, and 2 on bad usage', async () => {
-    const r = await run('rds-ping', ['-c', '1', '-i', '0.1', '-I', '127.28.1.1', '--tcp-port', String(PORT), '127.28.1.2']);
+    const r = await run('rds-ping', [
+      '-c',
+      '1',
+      '-i',
+      '0.1',
+      '-I',
+      '127.28.1.1',
+      '--tcp-port',
+      String(PORT),
+      '127.28.1.2',
+    ]);
     expect(r.code).toBe(1);
     expect((await run('rds-ping', ['-c', 'x', '127.0.0.1'])).code).toBe(2);
     expect((await run('rds-ping', [])).code).toBe(2);

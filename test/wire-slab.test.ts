@@ -6,7 +6,9 @@ import type { RdsConnPath } from '../lib/core/path.js';
 // Frame memory for queued messages: small frames share slabs, large ones are reused, and a
 // large frame goes back only when its message is done and no transport still reads it.
 function message(wire: Buffer): RdsOutgoing {
-  return new RdsOutgoing(wire, wire.length - 48, 1, 4000, 4000, '127.0.0.2', null as unknown as RdsConnPath, { messageDone() {} });
+  return new RdsOutgoing(wire, wire.length - 48, 1, 4000, 4000, '127.0.0.2', null as unknown as RdsConnPath, {
+    messageDone() {},
+  });
 }
 
 describe('WireSlab', () => {
@@ -44,7 +46,7 @@ describe('WireSlab', () => {
   });
 });
 
-describe('a message\'s large frame', () => {
+describe("a message's large frame", () => {
   it('returns to the pool when acknowledged, or once the last write reading it finishes', () => {
     const ws = new WireSlab();
     const m = message(ws.alloc(70000));

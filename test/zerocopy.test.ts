@@ -74,7 +74,7 @@ describe('MSG_ZEROCOPY send', () => {
     expect((await b.recv({ signal: timeout() })).data.toString()).toBe('x');
   });
 
-  it('references the caller\'s buffer: it is released only after the peer application took the message', async () => {
+  it("references the caller's buffer: it is released only after the peer application took the message", async () => {
     const { a, b, stackB } = await zcPair();
     const buf = Buffer.from('zero-copy');
     a.sendmsg(buf, b.address(), { ...ZC, zcopyCookie: 7 });
@@ -106,7 +106,7 @@ describe('MSG_ZEROCOPY send', () => {
     expect(a.recvmsg()).toBeNull();
   });
 
-  it('releases a cancelled message\'s buffer (RDS_CANCEL_SENT_TO) and never sends it later', async () => {
+  it("releases a cancelled message's buffer (RDS_CANCEL_SENT_TO) and never sends it later", async () => {
     const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50 });
     const a = new RdsSocket({ stack });
     try {
@@ -146,7 +146,8 @@ describe('MSG_ZEROCOPY send', () => {
     const free = new Set(ring.keys());
     const N = 200;
     const got = (async () => {
-      for (let i = 0; i < N; i++) expect((await b.recv({ signal: timeout() })).data.equals(payload(i, 65536))).toBe(true);
+      for (let i = 0; i < N; i++)
+        expect((await b.recv({ signal: timeout() })).data.equals(payload(i, 65536))).toBe(true);
     })();
     for (let i = 0; i < N; i++) {
       while (!free.has(i % 8)) {

@@ -16,10 +16,38 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export function tlsMaterial(names) {
   const dir = mkdtempSync(join(tmpdir(), 'rds-attack-'));
   const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'ignore' });
-  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=rds-ca', '-keyout', 'ca.key', '-out', 'ca.pem');
+  ssl(
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=rds-ca',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.pem',
+  );
   for (const n of names) {
     ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
-    ssl('x509', '-req', '-in', `${n}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-out', `${n}.pem`);
+    ssl(
+      'x509',
+      '-req',
+      '-in',
+      `${n}.csr`,
+      '-CA',
+      'ca.pem',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-days',
+      '2',
+      '-out',
+      `${n}.pem`,
+    );
   }
   const files = (n) => ({ key: join(dir, `${n}.key`), cert: join(dir, `${n}.pem`), ca: join(dir, 'ca.pem') });
   const buffers = (n) => Object.fromEntries(Object.entries(files(n)).map(([k, f]) => [k, readFileSync(f)]));
@@ -42,7 +70,9 @@ export async function startVictim(cfg) {
     ready = res;
     setTimeout(() => rej(new Error(`victim not ready in 10 s: ${stderr}`)), 10000).unref();
   });
-  proc.stderr.setEncoding('utf8').on('data', (d) => { stderr = (stderr + d).slice(-4000); });
+  proc.stderr.setEncoding('utf8').on('data', (d) => {
+    stderr = (stderr + d).slice(-4000);
+  });
   proc.stdout.setEncoding('utf8').on('data', (d) => {
     buf += d;
     for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
@@ -53,17 +83,23 @@ export async function startVictim(cfg) {
         try {
           last = JSON.parse(line);
           maxRss = Math.max(maxRss, last.rssMiB);
-        } catch { /* partial or foreign line */ }
+        } catch {
+          /* partial or foreign line */
+        }
       }
     }
   });
-  proc.on('exit', (code, signal) => { exited = { code, signal }; });
+  proc.on('exit', (code, signal) => {
+    exited = { code, signal };
+  });
   await readyP;
   const hwm = () => {
     try {
       const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'));
       if (m) maxRss = Math.max(maxRss, Number(m[1]) / 1024);
-    } catch { /* gone, or not Linux */ }
+    } catch {
+      /* gone, or not Linux */
+    }
     return +maxRss.toFixed(1);
   };
   return {
@@ -99,7 +135,12 @@ export async function nextStats(victim, ms = 1000) {
 export async function startGoodPeer({ address, victimAddress, tcpPort, tls, timeoutMs = 5000, stack: stackOpts = {} }) {
   const make = async () => {
     const transports = tls ? [new TcpTransport({ tls }), new LoopTransport()] : undefined;
-    const stack = new RdsStack({ tcpPort, reconnectMaxDelayMs: 100, ...stackOpts, ...(transports ? { transports } : {}) });
+    const stack = new RdsStack({
+      tcpPort,
+      reconnectMaxDelayMs: 100,
+      ...stackOpts,
+      ...(transports ? { transports } : {}),
+    });
     stack.on('error', () => {});
     const sock = new RdsSocket({ stack });
     await sock.bind({ address, port: 4000 });
@@ -137,7 +178,12 @@ export async function startGoodPeer({ address, victimAddress, tcpPort, tls, time
     /** Round trips back to back until stop(). */
     start() {
       running = true;
-      loop = (async () => { while (running) { await roundTrip(); await sleep(5); } })();
+      loop = (async () => {
+        while (running) {
+          await roundTrip();
+          await sleep(5);
+        }
+      })();
     },
     async stop() {
       running = false;

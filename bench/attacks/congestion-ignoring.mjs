@@ -22,15 +22,18 @@ export async function run({ seconds }) {
       const end = Date.now() + s * 1000;
       const go = () => Date.now() < end;
       let accepted = 0;
-      await Promise.all(senders.map((sock) => {
-        sock.on('data', () => {}); // takes the maps, and ignores them
-        return pour(sock, go, (i) => frame({ sequence: i + 1, sport: 7000, dport: SINK_PORT }, body));
-      }));
+      await Promise.all(
+        senders.map((sock) => {
+          sock.on('data', () => {}); // takes the maps, and ignores them
+          return pour(sock, go, (i) => frame({ sequence: i + 1, sport: 7000, dport: SINK_PORT }, body));
+        }),
+      );
       for (const sock of senders) {
         accepted += sock.bytesWritten - sock.writableLength;
         sock.destroy();
       }
-      return (c) => `${(accepted / 2 ** 20).toFixed(0)} MiB taken by TCP; victim queued ${((c?.recv_bytes_added_to_sock ?? 0) / 2 ** 20).toFixed(1)} MiB, paused reading ${c?.recv_pause_queue_limit ?? '?'} times (recv_pause_queue_limit)`;
+      return (c) =>
+        `${(accepted / 2 ** 20).toFixed(0)} MiB taken by TCP; victim queued ${((c?.recv_bytes_added_to_sock ?? 0) / 2 ** 20).toFixed(1)} MiB, paused reading ${c?.recv_pause_queue_limit ?? '?'} times (recv_pause_queue_limit)`;
     },
   });
 }

@@ -27,7 +27,13 @@ export function frame(h, payload = Buffer.alloc(0)) {
 /** rds-socket's hello claiming acknowledgements: the victim then keeps what it sends until acked. */
 export function helloClaimingAcks() {
   const caps = constants.RDSSOCK_CAP_ACK | (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
-  return frame({ sequence: 0, flags: 4, sport: 1, dport: 0, exthdr: wire.packExtensions([wire.rdsCapsExtension(caps)]) });
+  return frame({
+    sequence: 0,
+    flags: 4,
+    sport: 1,
+    dport: 0,
+    exthdr: wire.packExtensions([wire.rdsCapsExtension(caps)]),
+  });
 }
 
 /** A plain TCP connection from `from` to the victim's RDS port (from < victim: a carrier, not a poke). */
@@ -280,7 +286,8 @@ async function goodMain({ address, victim }) {
     } else if (m.type === 'stop') {
       running = false;
       const sorted = [...rtts].sort((a, b) => a - b);
-      const q = (p) => (sorted.length === 0 ? Infinity : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]);
+      const q = (p) =>
+        sorted.length === 0 ? Infinity : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
       process.send({ type: 'result', count: rtts.length, timeouts, p50Ms: q(0.5), p99Ms: q(0.99) });
     }
   });

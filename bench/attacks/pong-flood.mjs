@@ -23,11 +23,15 @@ export async function run({ seconds }) {
       deaf.pause(); // never reads: pongs back up into the victim
       const end = Date.now() + s * 1000;
       const go = () => Date.now() < end;
-      const pings = (i) => Buffer.concat(Array.from({ length: BATCH }, (_, k) => frame({ sequence: i * BATCH + k + 1, sport: 5000, dport: 0 })));
+      const pings = (i) =>
+        Buffer.concat(
+          Array.from({ length: BATCH }, (_, k) => frame({ sequence: i * BATCH + k + 1, sport: 5000, dport: 0 })),
+        );
       const [a, b] = await Promise.all([pour(acker, go, pings), pour(deaf, go, pings)]);
       acker.destroy();
       deaf.destroy();
-      return (c) => `${(a + b) * BATCH} pings sent; victim answered ${c?.send_pong ?? '?'}, dropped ${c?.recv_drop_ping_budget ?? '?'} (recv_drop_ping_budget)`;
+      return (c) =>
+        `${(a + b) * BATCH} pings sent; victim answered ${c?.send_pong ?? '?'}, dropped ${c?.recv_drop_ping_budget ?? '?'} (recv_drop_ping_budget)`;
     },
   });
 }

@@ -17,7 +17,9 @@ const MAX_OPENED = 50000;
 
 export async function run({ seconds = 3 } = {}) {
   const victim = await startVictim({
-    address: VICTIM, tcpPort: TCP_PORT, stack: { maxUnidentifiedConnections: SLOTS, headerTimeoutMs: 10000 },
+    address: VICTIM,
+    tcpPort: TCP_PORT,
+    stack: { maxUnidentifiedConnections: SLOTS, headerTimeoutMs: 10000 },
   });
   const good = await startGoodPeer({ address: GOOD, victimAddress: VICTIM, tcpPort: TCP_PORT, timeoutMs: 5000 });
   const open = new Set();
@@ -29,7 +31,10 @@ export async function run({ seconds = 3 } = {}) {
       const s = connect({ host: VICTIM, port: TCP_PORT, localAddress: `127.108.0.${1 + (n % 250)}` });
       s.on('error', () => {});
       open.add(s);
-      s.once('close', () => { open.delete(s); setTimeout(refill, 1); });
+      s.once('close', () => {
+        open.delete(s);
+        setTimeout(refill, 1);
+      });
     }
   };
   const reconnects = [];
@@ -47,10 +52,17 @@ export async function run({ seconds = 3 } = {}) {
     flooding = false;
     const stats = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(),
+      goodP99Ms: good.p99(),
+      goodRoundTrips: good.figures().roundTrips,
+      goodTimeouts: good.figures().timeouts,
+      victimUp: victim.alive(),
       detail: {
-        restarts: reconnects.length, reconnectMaxMs: +Math.max(...reconnects).toFixed(1),
-        strangersOpened: opened, good: good.figures(), victim: stats?.counters,
+        restarts: reconnects.length,
+        reconnectMaxMs: +Math.max(...reconnects).toFixed(1),
+        strangersOpened: opened,
+        good: good.figures(),
+        victim: stats?.counters,
       },
     };
   } finally {

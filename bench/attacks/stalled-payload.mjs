@@ -24,15 +24,20 @@ export async function run({ seconds }) {
     victimOptions: { maxPartialFrameBytes: CAP },
     async attack({ seconds: s }) {
       const end = Date.now() + s * 1000;
-      const almost = Buffer.concat([frame({ sequence: 2, sport: 7000, dport: SINK_PORT, len: BIG }), Buffer.alloc(BIG - 1, 0x33)]);
+      const almost = Buffer.concat([
+        frame({ sequence: 2, sport: 7000, dport: SINK_PORT, len: BIG }),
+        Buffer.alloc(BIG - 1, 0x33),
+      ]);
       const socks = [];
       let refused = 0;
       // A batch at a time: the victim accepts 64 unidentified connections at once.
       for (let k = 0; k < CONNS && Date.now() < end; k += BATCH) {
-        const batch = await Promise.all(Array.from({ length: Math.min(BATCH, CONNS - k) }, (_, j) => {
-          const n = k + j;
-          return rawConnect(`127.110.${3 + (n >> 8)}.${(n & 0xff) + 1}`, VICTIM).catch(() => null);
-        }));
+        const batch = await Promise.all(
+          Array.from({ length: Math.min(BATCH, CONNS - k) }, (_, j) => {
+            const n = k + j;
+            return rawConnect(`127.110.${3 + (n >> 8)}.${(n & 0xff) + 1}`, VICTIM).catch(() => null);
+          }),
+        );
         for (const sock of batch) {
           if (sock === null) {
             refused++;
@@ -48,7 +53,8 @@ export async function run({ seconds }) {
       while (Date.now() < end) await sleep(50);
       const held = socks.filter((x) => !x.destroyed).length;
       for (const sock of socks) sock.destroy();
-      return (c) => `maxPartialFrameBytes ${CAP >> 20} MiB; ${socks.length} connections (${refused} refused), ${held} still open at the end; victim waited ${c?.recv_pause_partial_limit ?? '?'} (recv_pause_partial_limit), dropped ${c?.recv_drop_frame_timeout ?? '?'} (recv_drop_frame_timeout)`;
+      return (c) =>
+        `maxPartialFrameBytes ${CAP >> 20} MiB; ${socks.length} connections (${refused} refused), ${held} still open at the end; victim waited ${c?.recv_pause_partial_limit ?? '?'} (recv_pause_partial_limit), dropped ${c?.recv_drop_frame_timeout ?? '?'} (recv_drop_frame_timeout)`;
     },
   });
 }

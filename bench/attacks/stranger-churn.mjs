@@ -30,7 +30,12 @@ export async function run({ seconds = 3 } = {}) {
         const third = (n % 2 === 0 ? 0 : 5) + ((n >> 9) % 4);
         const s = connect({ host: VICTIM, port: TCP_PORT, localAddress: `127.109.${third}.${1 + ((n >> 1) % 250)}` });
         s.on('error', () => {});
-        wave.push(new Promise((res) => { s.once('close', res); s.once('connect', () => s.destroy()); }));
+        wave.push(
+          new Promise((res) => {
+            s.once('close', res);
+            s.once('connect', () => s.destroy());
+          }),
+        );
       }
       await Promise.all(wave);
     });
@@ -42,11 +47,19 @@ export async function run({ seconds = 3 } = {}) {
     await sleep(1000);
     const after = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(),
+      goodP99Ms: good.p99(),
+      goodRoundTrips: good.figures().roundTrips,
+      goodTimeouts: good.figures().timeouts,
+      victimUp: victim.alive(),
       detail: {
-        strangers, connsAtEnd: atEnd?.conns, connsAfterIdle: after?.conns,
-        dialsPerSecAfterIdle: after && before ? Math.round((after.dials - before.dials) * 1000 / (after.t - before.t)) : null,
-        good: good.figures(), victim: after?.counters,
+        strangers,
+        connsAtEnd: atEnd?.conns,
+        connsAfterIdle: after?.conns,
+        dialsPerSecAfterIdle:
+          after && before ? Math.round(((after.dials - before.dials) * 1000) / (after.t - before.t)) : null,
+        good: good.figures(),
+        victim: after?.counters,
       },
     };
   } finally {

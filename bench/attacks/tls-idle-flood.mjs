@@ -18,10 +18,17 @@ const MAX_OPENED = 50000;
 export async function run({ seconds = 3 } = {}) {
   const pki = tlsMaterial(['victim', 'good']);
   const victim = await startVictim({
-    address: VICTIM, tcpPort: TCP_PORT, tls: pki.files('victim'),
+    address: VICTIM,
+    tcpPort: TCP_PORT,
+    tls: pki.files('victim'),
     stack: { maxUnidentifiedConnections: 16, maxConnections: 256, headerTimeoutMs: 1000 },
   });
-  const good = await startGoodPeer({ address: GOOD, victimAddress: VICTIM, tcpPort: TCP_PORT, tls: pki.buffers('good') });
+  const good = await startGoodPeer({
+    address: GOOD,
+    victimAddress: VICTIM,
+    tcpPort: TCP_PORT,
+    tls: pki.buffers('good'),
+  });
   const open = new Set();
   let opened = 0;
   let closedByVictim = 0;
@@ -31,17 +38,27 @@ export async function run({ seconds = 3 } = {}) {
     await forMs(seconds * 1000, async () => {
       for (let i = 0; i < PER_TICK && open.size < OPEN && opened < MAX_OPENED; i++) {
         const n = opened++;
-        const s = connect({ host: VICTIM, port: TCP_PORT, localAddress: `127.107.${2 + ((n >> 8) % 8)}.${1 + (n % 250)}` });
+        const s = connect({
+          host: VICTIM,
+          port: TCP_PORT,
+          localAddress: `127.107.${2 + ((n >> 8) % 8)}.${1 + (n % 250)}`,
+        });
         s.on('error', () => {});
         open.add(s);
-        s.once('close', () => { if (open.delete(s)) closedByVictim++; });
+        s.once('close', () => {
+          if (open.delete(s)) closedByVictim++;
+        });
       }
       await sleep(20);
     });
     await good.stop();
     const stats = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
+      peakRssMiB: victim.peakRssMiB(),
+      goodP99Ms: good.p99(),
+      goodRoundTrips: good.figures().roundTrips,
+      goodTimeouts: good.figures().timeouts,
+      victimUp: victim.alive(),
       detail: { opened, closedByVictim, stillOpen: open.size, good: good.figures(), victim: stats?.counters },
     };
   } finally {

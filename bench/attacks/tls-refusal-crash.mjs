@@ -16,10 +16,17 @@ const BURST = 24;
 export async function run({ seconds = 3 } = {}) {
   const pki = tlsMaterial(['victim', 'good', 'intruder']);
   const victim = await startVictim({
-    address: VICTIM, tcpPort: TCP_PORT, tls: pki.files('victim'),
+    address: VICTIM,
+    tcpPort: TCP_PORT,
+    tls: pki.files('victim'),
     stack: { allowPeers: ['127.106.1.0/25'], maxUnidentifiedConnections: 4, headerTimeoutMs: 2000 },
   });
-  const good = await startGoodPeer({ address: GOOD, victimAddress: VICTIM, tcpPort: TCP_PORT, tls: pki.buffers('good') });
+  const good = await startGoodPeer({
+    address: GOOD,
+    victimAddress: VICTIM,
+    tcpPort: TCP_PORT,
+    tls: pki.buffers('good'),
+  });
   const intruder = pki.buffers('intruder');
   /** refused: connections the victim closed (before or after a handshake) within 0.5 s. */
   const outcome = { attempts: 0, handshakes: 0, refused: 0 };
@@ -33,17 +40,36 @@ export async function run({ seconds = 3 } = {}) {
         // Half from outside the allowlist (.130-.249), half from inside (.10-.119), all CA-signed.
         const from = i % 2 === 0 ? `127.106.1.${130 + (host % 120)}` : `127.106.1.${10 + (host % 110)}`;
         host++;
-        burst.push(new Promise((res) => {
-          outcome.attempts++;
-          // A real peer keeps its connection after the handshake: the victim has to refuse it.
-          const s = tls.connect({ host: VICTIM, port: TCP_PORT, localAddress: from, ...intruder, checkServerIdentity: () => undefined });
-          let settled = false;
-          const done = () => { if (settled) return; settled = true; clearTimeout(t); s.destroy(); res(); };
-          const t = setTimeout(done, 500);
-          s.once('secureConnect', () => { outcome.handshakes++; });
-          s.once('close', () => { outcome.refused++; done(); });
-          s.on('error', () => {});
-        }));
+        burst.push(
+          new Promise((res) => {
+            outcome.attempts++;
+            // A real peer keeps its connection after the handshake: the victim has to refuse it.
+            const s = tls.connect({
+              host: VICTIM,
+              port: TCP_PORT,
+              localAddress: from,
+              ...intruder,
+              checkServerIdentity: () => undefined,
+            });
+            let settled = false;
+            const done = () => {
+              if (settled) return;
+              settled = true;
+              clearTimeout(t);
+              s.destroy();
+              res();
+            };
+            const t = setTimeout(done, 500);
+            s.once('secureConnect', () => {
+              outcome.handshakes++;
+            });
+            s.once('close', () => {
+              outcome.refused++;
+              done();
+            });
+            s.on('error', () => {});
+          }),
+        );
       }
       await Promise.all(burst);
       await sleep(50);
@@ -51,8 +77,18 @@ export async function run({ seconds = 3 } = {}) {
     await good.stop();
     const stats = await nextStats(victim);
     return {
-      peakRssMiB: victim.peakRssMiB(), goodP99Ms: good.p99(), goodRoundTrips: good.figures().roundTrips, goodTimeouts: good.figures().timeouts, victimUp: victim.alive(),
-      detail: { ...outcome, good: good.figures(), victim: stats?.counters, victimExit: victim.exit(), victimStderr: victim.alive() ? undefined : victim.stderr().slice(-600) },
+      peakRssMiB: victim.peakRssMiB(),
+      goodP99Ms: good.p99(),
+      goodRoundTrips: good.figures().roundTrips,
+      goodTimeouts: good.figures().timeouts,
+      victimUp: victim.alive(),
+      detail: {
+        ...outcome,
+        good: good.figures(),
+        victim: stats?.counters,
+        victimExit: victim.exit(),
+        victimStderr: victim.alive() ? undefined : victim.stderr().slice(-600),
+      },
     };
   } finally {
     await good.close().catch(() => {});

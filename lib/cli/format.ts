@@ -2,7 +2,10 @@
 export const r = (v: unknown, w: number): string => String(v).padStart(w);
 export const l = (v: unknown, w: number): string => String(v).padEnd(w);
 
-export function parseFlags(argv: string[], spec: Record<string, 'flag' | 'value'>): { opts: Record<string, string | true>; rest: string[] } {
+export function parseFlags(
+  argv: string[],
+  spec: Record<string, 'flag' | 'value'>,
+): { opts: Record<string, string | true>; rest: string[] } {
   const opts: Record<string, string | true> = {};
   const rest: string[] = [];
   for (let i = 0; i < argv.length; i++) {

@@ -10,20 +10,50 @@ import { controlDir, listControlSockets, removeStaleControlSockets } from '../co
 import { defaultNodePath, nodeSeemsAlive } from '../host/paths.js';
 import { l, parseFlags, r } from './format.js';
 
-interface Msg { localAddress: string; localPort: number; peerAddress: string; peerPort: number; seq: number; bytes: number }
+interface Msg {
+  localAddress: string;
+  localPort: number;
+  peerAddress: string;
+  peerPort: number;
+  seq: number;
+  bytes: number;
+}
 interface Info {
   pid: number;
   counters: Record<string, number>;
-  sockets: { boundAddress: string; boundPort: number; connectedAddress: string; connectedPort: number; sndbuf: number; rcvbuf: number; inode: number }[];
-  connections: { localAddress: string; peerAddress: string; transport: string; npaths: number; paths: { index: number; state: string; nextTxSeq: number; nextRxSeq: number; sendQueue: number; retransQueue: number; transport: Record<string, number> | null }[] }[];
+  sockets: {
+    boundAddress: string;
+    boundPort: number;
+    connectedAddress: string;
+    connectedPort: number;
+    sndbuf: number;
+    rcvbuf: number;
+    inode: number;
+  }[];
+  connections: {
+    localAddress: string;
+    peerAddress: string;
+    transport: string;
+    npaths: number;
+    paths: {
+      index: number;
+      state: string;
+      nextTxSeq: number;
+      nextRxSeq: number;
+      sendQueue: number;
+      retransQueue: number;
+      transport: Record<string, number> | null;
+    }[];
+  }[];
   sendQueue: Msg[];
   retransQueue: Msg[];
   recvQueue: Msg[];
 }
 
-const HOW_TO_OPEN = 'A node answers once its control endpoint is open: run it with RDS_SOCKET_CONTROL=1 in its environment '
-  + '(default stack), or make its stack with new RdsStack({ control: true }) or call stack.openControl(); '
-  + 'it must run as the same user (and XDG_RUNTIME_DIR), or give its socket with --socket PATH.';
+const HOW_TO_OPEN =
+  'A node answers once its control endpoint is open: run it with RDS_SOCKET_CONTROL=1 in its environment ' +
+  '(default stack), or make its stack with new RdsStack({ control: true }) or call stack.openControl(); ' +
+  'it must run as the same user (and XDG_RUNTIME_DIR), or give its socket with --socket PATH.';
 
 const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]';
 
@@ -45,7 +75,14 @@ function query(path: string): Promise<Info> {
   });
 }
 
-const FLAGS: Record<string, string> = { UP: 'C', CONNECTING: 'c', DOWN: '-', ERROR: 'E', DISCONNECTING: 'd', RESETTING: 'r' };
+const FLAGS: Record<string, string> = {
+  UP: 'C',
+  CONNECTING: 'c',
+  DOWN: '-',
+  ERROR: 'E',
+  DISCONNECTING: 'd',
+  RESETTING: 'r',
+};
 
 function print(info: Info, want: Set<string>): void {
   const all = want.size === 0;
@@ -57,48 +94,74 @@ function print(info: Info, want: Set<string>): void {
   if (all || want.has('-k')) {
     // A host node's sockets belong to the processes attached to it: it names each one's pid.
     const pids = info.sockets.some((s) => (s as { pid?: number }).pid !== undefined);
-    out.push('\nRDS Sockets:', `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}${pids ? ` ${r('Pid', 8)}` : ''}`);
+    out.push(
+      '\nRDS Sockets:',
+      `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}${pids ? ` ${r('Pid', 8)}` : ''}`,
+    );
     for (const s of info.sockets) {
       const pid = pids ? ` ${r((s as { pid?: number }).pid ?? '', 8)}` : '';
-      out.push(`${r(s.boundAddress, 15)} ${r(s.boundPort, 5)} ${r(s.connectedAddress, 15)} ${r(s.connectedPort, 5)} ${r(s.sndbuf, 10)} ${r(s.rcvbuf, 10)} ${r(s.inode, 8)}${pid}`);
+      out.push(
+        `${r(s.boundAddress, 15)} ${r(s.boundPort, 5)} ${r(s.connectedAddress, 15)} ${r(s.connectedPort, 5)} ${r(s.sndbuf, 10)} ${r(s.rcvbuf, 10)} ${r(s.inode, 8)}${pid}`,
+      );
     }
   }
   if (all || want.has('-n')) {
-    out.push('\nRDS Connections:', `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${r('NextTX', 16)} ${r('NextRX', 16)} ${r('Flgs', 4)} ${l('Path', 4)} ${l('State', 13)} ${r('SendQ', 6)} ${r('RetrQ', 6)}`);
+    out.push(
+      '\nRDS Connections:',
+      `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${r('NextTX', 16)} ${r('NextRX', 16)} ${r('Flgs', 4)} ${l('Path', 4)} ${l('State', 13)} ${r('SendQ', 6)} ${r('RetrQ', 6)}`,
+    );
     for (const c of info.connections) {
       for (const p of c.paths) {
         const flags = `${p.sendQueue > 0 ? 's' : '-'}${FLAGS[p.state] ?? '?'}`;
-        out.push(`${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(flags, 4)} ${l(p.index, 4)} ${l(p.state, 13)} ${r(p.sendQueue, 6)} ${r(p.retransQueue, 6)}`);
+        out.push(
+          `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(flags, 4)} ${l(p.index, 4)} ${l(p.state, 13)} ${r(p.sendQueue, 6)} ${r(p.retransQueue, 6)}`,
+        );
       }
     }
   }
   const msgs = (title: string, list: Msg[]): void => {
-    out.push(`\n${title}:`, `${r('LocalAddr', 15)} ${r('LPort', 5)} ${r('RemoteAddr', 15)} ${r('RPort', 5)} ${r('Tos', 4)} ${r('Seq', 16)} ${r('Bytes', 10)}`);
-    for (const m of list) out.push(`${r(m.localAddress, 15)} ${r(m.localPort, 5)} ${r(m.peerAddress, 15)} ${r(m.peerPort, 5)} ${r(0, 4)} ${r(m.seq, 16)} ${r(m.bytes, 10)}`);
+    out.push(
+      `\n${title}:`,
+      `${r('LocalAddr', 15)} ${r('LPort', 5)} ${r('RemoteAddr', 15)} ${r('RPort', 5)} ${r('Tos', 4)} ${r('Seq', 16)} ${r('Bytes', 10)}`,
+    );
+    for (const m of list)
+      out.push(
+        `${r(m.localAddress, 15)} ${r(m.localPort, 5)} ${r(m.peerAddress, 15)} ${r(m.peerPort, 5)} ${r(0, 4)} ${r(m.seq, 16)} ${r(m.bytes, 10)}`,
+      );
   };
   if (all || want.has('-r')) msgs('Receive Message Queue', info.recvQueue);
   if (all || want.has('-s')) msgs('Send Message Queue', info.sendQueue);
   if (all || want.has('-t')) msgs('Retransmit Message Queue', info.retransQueue);
   if (all || want.has('-T')) {
-    out.push('\nTCP Connections:', `${r('LocalAddr', 15)} ${r('LPort', 5)} ${r('RemoteAddr', 15)} ${r('RPort', 5)} ${r('HdrRemain', 10)} ${r('DataRemain', 10)} ${r('SentNxt', 10)} ${r('ExpectUna', 10)} ${r('SeenUna', 10)}`);
+    out.push(
+      '\nTCP Connections:',
+      `${r('LocalAddr', 15)} ${r('LPort', 5)} ${r('RemoteAddr', 15)} ${r('RPort', 5)} ${r('HdrRemain', 10)} ${r('DataRemain', 10)} ${r('SentNxt', 10)} ${r('ExpectUna', 10)} ${r('SeenUna', 10)}`,
+    );
     for (const c of info.connections) {
       if (c.transport !== 'tcp') continue;
       for (const p of c.paths) {
         const t = p.transport;
         if (!t) continue;
-        out.push(`${r(c.localAddress, 15)} ${r(t.localPort, 5)} ${r(c.peerAddress, 15)} ${r(t.peerPort, 5)} ${r(t.hdrRemaining, 10)} ${r(t.dataRemaining, 10)} ${r(t.bytesWritten, 10)} ${r(t.bytesWritten, 10)} ${r(t.bytesWritten - (t.writeQueued ?? 0), 10)}`);
+        out.push(
+          `${r(c.localAddress, 15)} ${r(t.localPort, 5)} ${r(c.peerAddress, 15)} ${r(t.peerPort, 5)} ${r(t.hdrRemaining, 10)} ${r(t.dataRemaining, 10)} ${r(t.bytesWritten, 10)} ${r(t.bytesWritten, 10)} ${r(t.bytesWritten - (t.writeQueued ?? 0), 10)}`,
+        );
       }
     }
   }
   if (all || want.has('-I')) {
     // InfiniBand connections (transport 'ib'), one line per connection: as rds-info -I, without
     // the device GIDs and the QP details the kernel shows.
-    out.push('\nRDMA Connections:', `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${l('State', 13)} ${r('NextTX', 16)} ${r('NextRX', 16)}`);
+    out.push(
+      '\nRDMA Connections:',
+      `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${l('State', 13)} ${r('NextTX', 16)} ${r('NextRX', 16)}`,
+    );
     for (const c of info.connections) {
       if (c.transport !== 'ib') continue;
       const p = c.paths[0];
       if (p === undefined) continue;
-      out.push(`${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)}`);
+      out.push(
+        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)}`,
+      );
     }
   }
   process.stdout.write(`${out.join('\n').replace(/^\n/, '')}\n`);
@@ -108,8 +171,19 @@ async function main(): Promise<number> {
   let parsed: ReturnType<typeof parseFlags>;
   try {
     parsed = parseFlags(process.argv.slice(2), {
-      '-c': 'flag', '-k': 'flag', '-n': 'flag', '-r': 'flag', '-s': 'flag', '-t': 'flag', '-T': 'flag', '-I': 'flag',
-      '--json': 'flag', '-p': 'value', '--socket': 'value', '-h': 'flag', '--help': 'flag',
+      '-c': 'flag',
+      '-k': 'flag',
+      '-n': 'flag',
+      '-r': 'flag',
+      '-s': 'flag',
+      '-t': 'flag',
+      '-T': 'flag',
+      '-I': 'flag',
+      '--json': 'flag',
+      '-p': 'value',
+      '--socket': 'value',
+      '-h': 'flag',
+      '--help': 'flag',
     });
   } catch (e) {
     console.error(`rds-info: ${(e as Error).message}\n${USAGE}`);
@@ -124,7 +198,8 @@ async function main(): Promise<number> {
   let paths = typeof opts['--socket'] === 'string' ? [opts['--socket']] : listControlSockets();
   // The host node (rds-socketd) may live outside the control directory (/run/rds-socket for root).
   const hostNode = defaultNodePath();
-  if (typeof opts['--socket'] !== 'string' && !paths.includes(hostNode) && nodeSeemsAlive(hostNode)) paths.push(hostNode);
+  if (typeof opts['--socket'] !== 'string' && !paths.includes(hostNode) && nodeSeemsAlive(hostNode))
+    paths.push(hostNode);
   if (typeof opts['-p'] === 'string') paths = paths.filter((p) => p.split('/').pop()!.startsWith(`${opts['-p']}.`));
   if (paths.length === 0) {
     console.error(`rds-info: no rds-socket node found in ${controlDir()}. ${HOW_TO_OPEN}`);

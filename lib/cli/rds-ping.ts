@@ -39,7 +39,14 @@ function sourceFor(dest: string): Promise<string> {
 async function main(): Promise<number> {
   let parsed: ReturnType<typeof parseFlags>;
   try {
-    parsed = parseFlags(process.argv.slice(2), { '-c': 'value', '-i': 'value', '-I': 'value', '--tcp-port': 'value', '-h': 'flag', '--help': 'flag' });
+    parsed = parseFlags(process.argv.slice(2), {
+      '-c': 'value',
+      '-i': 'value',
+      '-I': 'value',
+      '--tcp-port': 'value',
+      '-h': 'flag',
+      '--help': 'flag',
+    });
   } catch (e) {
     console.error(`rds-ping: ${(e as Error).message}\n${USAGE}`);
     return 2;
@@ -63,7 +70,7 @@ async function main(): Promise<number> {
     return 2;
   }
   const given = typeof opts['-I'] === 'string' ? opts['-I'] : null;
-  let source = given ?? await sourceFor(dest);
+  let source = given ?? (await sourceFor(dest));
   const tcpPort = typeof opts['--tcp-port'] === 'string' ? Number(opts['--tcp-port']) : constants.RDS_TCP_PORT;
   let bound = await bindSockets(source, tcpPort);
   if (bound instanceof RdsError && bound.code === 'EADDRINUSE' && given === null && isLoopback(source)) {
@@ -72,7 +79,9 @@ async function main(): Promise<number> {
     for (const alt of loopbackCandidates(source, dest)) {
       const b = await bindSockets(alt, tcpPort);
       if (!(b instanceof Error)) {
-        console.error(`rds-ping: ${source} is held by an RDS node on this host; pinging from ${alt} (choose the source with -I)`);
+        console.error(
+          `rds-ping: ${source} is held by an RDS node on this host; pinging from ${alt} (choose the source with -I)`,
+        );
         source = alt;
         bound = b;
         break;
@@ -81,9 +90,11 @@ async function main(): Promise<number> {
   }
   if (bound instanceof Error) {
     const held = bound instanceof RdsError && bound.code === 'EADDRINUSE';
-    console.error(held
-      ? `rds-ping: cannot use ${source} as the source: an RDS node on this host holds it (TCP port ${tcpPort} is taken there); give another local address with -I source`
-      : `rds-ping: cannot bind to ${source}: ${bound.message}`);
+    console.error(
+      held
+        ? `rds-ping: cannot use ${source} as the source: an RDS node on this host holds it (TCP port ${tcpPort} is taken there); give another local address with -I source`
+        : `rds-ping: cannot bind to ${source}: ${bound.message}`,
+    );
     return 1;
   }
   const { stack, socks } = bound;
@@ -145,7 +156,9 @@ async function main(): Promise<number> {
   // A summary, so an unreachable destination does not end in silence (stderr: stdout keeps
   // rds-tools' lines exactly).
   const lost = sent === 0 ? 0 : Math.round(((sent - Math.min(replies, sent)) / sent) * 100);
-  console.error(`--- ${dest} rds-ping from ${source}: ${sent} sent, ${replies} answered, ${lost}% lost${replies === 0 && sent > 0 ? ' (no RDS node answered: unreachable, down, or pings disabled)' : ''} ---`);
+  console.error(
+    `--- ${dest} rds-ping from ${source}: ${sent} sent, ${replies} answered, ${lost}% lost${replies === 0 && sent > 0 ? ' (no RDS node answered: unreachable, down, or pings disabled)' : ''} ---`,
+  );
   return replies > 0 ? 0 : 1;
 }
 

@@ -24,9 +24,15 @@ const USAGE = `usage: rds-socketd [options]
 
 async function main(): Promise<number> {
   const options = {
-    path: { type: 'string' }, group: { type: 'string' }, mode: { type: 'string' },
-    address: { type: 'string', multiple: true }, 'tcp-port': { type: 'string' }, npaths: { type: 'string' },
-    'allow-peers': { type: 'string' }, quiet: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+    path: { type: 'string' },
+    group: { type: 'string' },
+    mode: { type: 'string' },
+    address: { type: 'string', multiple: true },
+    'tcp-port': { type: 'string' },
+    npaths: { type: 'string' },
+    'allow-peers': { type: 'string' },
+    quiet: { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
   } as const;
   let values: ReturnType<typeof parseArgs<{ options: typeof options; strict: true }>>['values'];
   try {
@@ -55,10 +61,13 @@ async function main(): Promise<number> {
       ...(npaths !== undefined ? { npaths } : {}),
       ...(values['allow-peers'] !== undefined ? { allowPeers: values['allow-peers'].split(',') } : {}),
     });
-    stack.on('state', (ev) => log(`path ${ev.localAddress} -> ${ev.peerAddress} #${ev.path} (${ev.transport}): ${ev.from} -> ${ev.to}`));
+    stack.on('state', (ev) =>
+      log(`path ${ev.localAddress} -> ${ev.peerAddress} #${ev.path} (${ev.transport}): ${ev.from} -> ${ev.to}`),
+    );
     stack.on('error', (e) => console.error(`rds-socketd: ${e.message}`));
     const mode = values.mode !== undefined ? parseInt(values.mode, 8) : undefined;
-    if (mode !== undefined && !(mode >= 0 && mode <= 0o777)) throw new Error(`--mode takes an octal mode, got ${values.mode}`);
+    if (mode !== undefined && !(mode >= 0 && mode <= 0o777))
+      throw new Error(`--mode takes an octal mode, got ${values.mode}`);
     const node = await stack.serve({
       ...(values.path !== undefined ? { path: values.path } : {}),
       ...(values.group !== undefined ? { group: values.group } : {}),
@@ -87,9 +96,12 @@ async function main(): Promise<number> {
   return -1;
 }
 
-main().then((code) => {
-  if (code >= 0) process.exit(code);
-}, (e) => {
-  console.error(`rds-socketd: ${(e as Error).stack ?? e}`);
-  process.exit(1);
-});
+main().then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (e) => {
+    console.error(`rds-socketd: ${(e as Error).stack ?? e}`);
+    process.exit(1);
+  },
+);

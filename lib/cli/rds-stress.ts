@@ -14,12 +14,18 @@ import { RdsStack, constants } from '../index.js';
 import { parseFlags } from './format.js';
 import { StressRun, StressStats } from './stress-run.js';
 import {
-  decodeStressOptions, defaultStressOptions, encodeStressOptions, stressOptionsLength, stressOptionsProblem,
-  STRESS_HEADER_BYTES, type StressOptions,
+  decodeStressOptions,
+  defaultStressOptions,
+  encodeStressOptions,
+  stressOptionsLength,
+  stressOptionsProblem,
+  STRESS_HEADER_BYTES,
+  type StressOptions,
 } from './stress-wire.js';
 
-const USAGE = 'usage: rds-stress [-s dest] [-r local] [-p port] [-q req] [-a ack] [-d depth] [-t tasks] [-T seconds] [-o] [-v] [-z] [-Q tos] [--async]\n'
-  + '                  [--connect-retries N] [--tcp-port P] [--histogram] [--startup SECONDS] [--timeout SECONDS]';
+const USAGE =
+  'usage: rds-stress [-s dest] [-r local] [-p port] [-q req] [-a ack] [-d depth] [-t tasks] [-T seconds] [-o] [-v] [-z] [-Q tos] [--async]\n' +
+  '                  [--connect-retries N] [--tcp-port P] [--histogram] [--startup SECONDS] [--timeout SECONDS]';
 
 export const HEADER = 'tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %';
 
@@ -30,8 +36,10 @@ const avg = (sum: number, n: number): number => (n > 0 ? sum / n : 0);
 function row(tasks: number, s: StressStats, scale: number, perSecondCounts: boolean): string {
   const tx = perSecondCounts ? s.reqTx : Math.trunc(scale * s.reqTx);
   const rx = perSecondCounts ? s.reqRx : Math.trunc(scale * s.reqRx);
-  return `${String(tasks).padStart(4)} ${String(tx).padStart(6)} ${String(rx).padStart(6)} ${f2(scale * s.bytes / 1024, 10)} ${f2(0, 10)} ${f2(0, 10)} `
-    + `${f2(avg(s.sendUsSum, s.sendN), 7)} ${f2(avg(s.rttUsSum, s.rttN), 8)} ${f2(-1, 5)}`;
+  return (
+    `${String(tasks).padStart(4)} ${String(tx).padStart(6)} ${String(rx).padStart(6)} ${f2((scale * s.bytes) / 1024, 10)} ${f2(0, 10)} ${f2(0, 10)} ` +
+    `${f2(avg(s.sendUsSum, s.sendN), 7)} ${f2(avg(s.rttUsSum, s.rttN), 8)} ${f2(-1, 5)}`
+  );
 }
 
 /** The round trips beyond rds-tools' columns (--histogram). */
@@ -91,7 +99,8 @@ class ControlReader {
   async read(n: number, timeoutMs: number, what: string): Promise<Buffer> {
     const deadline = Date.now() + timeoutMs;
     while (this.buf.length < n) {
-      if (this.ended !== null) throw new Error(`the peer ${this.ended} while we waited for ${what} (${describe(this.buf)})`);
+      if (this.ended !== null)
+        throw new Error(`the peer ${this.ended} while we waited for ${what} (${describe(this.buf)})`);
       const left = deadline - Date.now();
       if (left <= 0) throw new Error(`no ${what} within ${timeoutMs / 1000} s (${describe(this.buf)})`);
       await new Promise<void>((res) => {
@@ -138,9 +147,27 @@ async function main(): Promise<number> {
   let full: boolean;
   try {
     const p = parseFlags(process.argv.slice(2), {
-      '-s': 'value', '-r': 'value', '-p': 'value', '-q': 'value', '-a': 'value', '-d': 'value', '-t': 'value', '-T': 'value',
-      '-Q': 'value', '-D': 'value', '-o': 'flag', '-v': 'flag', '-z': 'flag', '--async': 'flag', '--connect-retries': 'value',
-      '--tcp-port': 'value', '--histogram': 'flag', '--startup': 'value', '--timeout': 'value', '-h': 'flag', '--help': 'flag',
+      '-s': 'value',
+      '-r': 'value',
+      '-p': 'value',
+      '-q': 'value',
+      '-a': 'value',
+      '-d': 'value',
+      '-t': 'value',
+      '-T': 'value',
+      '-Q': 'value',
+      '-D': 'value',
+      '-o': 'flag',
+      '-v': 'flag',
+      '-z': 'flag',
+      '--async': 'flag',
+      '--connect-retries': 'value',
+      '--tcp-port': 'value',
+      '--histogram': 'flag',
+      '--startup': 'value',
+      '--timeout': 'value',
+      '-h': 'flag',
+      '--help': 'flag',
     });
     const a = p.opts;
     if (a['-h'] || a['--help']) {
@@ -151,7 +178,8 @@ async function main(): Promise<number> {
     const num = (k: string, d: number, min: number, max: number): number => {
       if (typeof a[k] !== 'string') return d;
       const v = Number(a[k]);
-      if (!Number.isInteger(v) || v < min || v > max) throw new UsageError(`${k} needs an integer ${min}..${max}, got ${String(a[k])}`);
+      if (!Number.isInteger(v) || v < min || v > max)
+        throw new UsageError(`${k} needs an integer ${min}..${max}, got ${String(a[k])}`);
       return v;
     };
     o = defaultStressOptions();
@@ -163,15 +191,18 @@ async function main(): Promise<number> {
     o.runTime = num('-T', 0, 0, 0xffffffff);
     o.tos = num('-Q', 0, 0, 255);
     o.connectRetries = num('--connect-retries', 0, 0, 1_000_000);
-    if (typeof a['-D'] === 'string') throw new UsageError('RDMA (-D) is not supported: rds-socket has no RDMA operations yet');
+    if (typeof a['-D'] === 'string')
+      throw new UsageError('RDMA (-D) is not supported: rds-socket has no RDMA operations yet');
     o.simplex = a['-o'] === true ? 1 : 0;
     o.verify = a['-v'] === true ? 1 : 0;
     o.summaryOnly = a['-z'] === true ? 1 : 0;
     o.async = a['--async'] === true ? 1 : 0;
     full = o.tos !== 0 || o.async !== 0;
     flags = {
-      tcpPort: num('--tcp-port', constants.RDS_TCP_PORT, 1, 65535), histogram: a['--histogram'] === true,
-      startupSecs: num('--startup', 4, 0, 60), timeoutMs: num('--timeout', 30, 1, 3600) * 1000,
+      tcpPort: num('--tcp-port', constants.RDS_TCP_PORT, 1, 65535),
+      histogram: a['--histogram'] === true,
+      startupSecs: num('--startup', 4, 0, 60),
+      timeoutMs: num('--timeout', 30, 1, 3600) * 1000,
     };
     dest = typeof a['-s'] === 'string' ? a['-s'] : null;
     local = typeof a['-r'] === 'string' ? a['-r'] : null;
@@ -201,17 +232,31 @@ async function passive(o: StressOptions, local: string | null, flags: RunFlags):
   const reader = new ControlReader(ctl);
   const peer = `${plainAddress(ctl.remoteAddress)}:${ctl.remotePort ?? 0}`;
   const first = await reader.read(16, flags.timeoutMs, `options from ${peer}`);
-  const rest = await reader.read(stressOptionsLength(first)! - 16, flags.timeoutMs, `the rest of the options from ${peer} (after ${first.toString('hex')})`);
+  const rest = await reader.read(
+    stressOptionsLength(first)! - 16,
+    flags.timeoutMs,
+    `the rest of the options from ${peer} (after ${first.toString('hex')})`,
+  );
   const raw = Buffer.concat([first, rest]);
   const { options: theirs } = decodeStressOptions(raw);
   const problem = stressOptionsProblem(theirs);
   if (problem !== null) throw new Error(`${peer} sent options we cannot run: ${problem} (${describe(raw)})`);
   // Our view: we send to the active's address and receive on ours.
-  const mine: StressOptions = { ...theirs, sendAddr: theirs.receiveAddr, receiveAddr: local ?? plainAddress(ctl.localAddress) };
+  const mine: StressOptions = {
+    ...theirs,
+    sendAddr: theirs.receiveAddr,
+    receiveAddr: local ?? plainAddress(ctl.localAddress),
+  };
   return await runSide(mine, false, ctl, reader, flags, peer);
 }
 
-async function active(o: StressOptions, dest: string, local: string | null, full: boolean, flags: RunFlags): Promise<number> {
+async function active(
+  o: StressOptions,
+  dest: string,
+  local: string | null,
+  full: boolean,
+  flags: RunFlags,
+): Promise<number> {
   console.log(`connecting to ${dest}:${o.startingPort}`);
   let ctl: Socket | null = null;
   for (let attempt = 0; ctl === null; attempt++) {
@@ -223,7 +268,8 @@ async function active(o: StressOptions, dest: string, local: string | null, full
       s.destroy();
       const code = (e as NodeJS.ErrnoException).code;
       const retry = code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENETUNREACH';
-      if (!retry || attempt >= o.connectRetries) throw new Error(`cannot reach the passive side at ${dest}:${o.startingPort}: ${(e as Error).message}`);
+      if (!retry || attempt >= o.connectRetries)
+        throw new Error(`cannot reach the passive side at ${dest}:${o.startingPort}: ${(e as Error).message}`);
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
@@ -234,7 +280,14 @@ async function active(o: StressOptions, dest: string, local: string | null, full
 }
 
 /** Both roles from the go byte on: bind the tasks, exchange the go byte, run, print the rows. */
-async function runSide(o: StressOptions, isActive: boolean, ctl: Socket, reader: ControlReader, flags: RunFlags, peer: string): Promise<number> {
+async function runSide(
+  o: StressOptions,
+  isActive: boolean,
+  ctl: Socket,
+  reader: ControlReader,
+  flags: RunFlags,
+  peer: string,
+): Promise<number> {
   const stack = new RdsStack({ tcpPort: flags.tcpPort });
   let failure: string | null = null;
   let failed: () => void = () => {};
@@ -277,7 +330,10 @@ async function runSide(o: StressOptions, isActive: boolean, ctl: Socket, reader:
       if (!isActive) void reader.anything().then(res);
     });
     for (;;) {
-      const stop = await Promise.race([ended.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
+      const stop = await Promise.race([
+        ended.then(() => true),
+        new Promise<boolean>((r) => setTimeout(() => r(false), 1000)),
+      ]);
       if (stop) break;
       const now = performance.now();
       const cur = new StressStats();

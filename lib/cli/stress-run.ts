@@ -10,7 +10,13 @@ import { RdsError } from '../errors.js';
 import { RdsSocket, type RdsStack } from '../index.js';
 import { constants } from '../index.js';
 import {
-  OP_ACK, OP_REQ, STRESS_HEADER_BYTES, encodeStressHeader, stressMismatch, stressPattern, type StressOptions,
+  OP_ACK,
+  OP_REQ,
+  STRESS_HEADER_BYTES,
+  encodeStressHeader,
+  stressMismatch,
+  stressPattern,
+  type StressOptions,
 } from './stress-wire.js';
 
 /** What the per-second rows and the average row are made of (rds-tools' counters). */
@@ -72,7 +78,12 @@ export class StressRun {
   private running = false;
   private failed = false;
 
-  constructor(private readonly stack: RdsStack, private readonly opts: StressOptions, private readonly active: boolean, private readonly hooks: StressRunHooks) {
+  constructor(
+    private readonly stack: RdsStack,
+    private readonly opts: StressOptions,
+    private readonly active: boolean,
+    private readonly hooks: StressRunHooks,
+  ) {
     this.pattern = opts.verify ? stressPattern(Math.max(opts.reqSize, opts.ackSize) - STRESS_HEADER_BYTES) : null;
     this.req = this.template(opts.reqSize);
     this.ack = this.template(opts.ackSize);
@@ -97,14 +108,26 @@ export class StressRun {
         if (Number(s.getsockopt(constants.SOL_SOCKET, opt)) / 2 < want) s.setsockopt(constants.SOL_SOCKET, opt, want);
       }
       if (i === 0 && Number(s.getsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF)) / 2 < want) {
-        warnings.push(`getsockopt(SNDBUF) returned ${String(s.getsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF))}, we wanted ${want} * 2`);
+        warnings.push(
+          `getsockopt(SNDBUF) returned ${String(s.getsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF))}, we wanted ${want} * 2`,
+        );
       }
       if (o.useCongMonitor) s.setsockopt(constants.SOL_RDS, constants.RDS_CONG_MONITOR, 1);
       this.socks.push(s);
-      this.remotes.push(Array.from({ length: o.nrTasks }, (_, j) => ({
-        address: o.sendAddr, port: o.startingPort + 1 + j, sendSeq: 0, recvSeq: 0, sendIndex: 0, recvIndex: 0,
-        pending: 0, unacked: 0, sendTime: new Array<bigint>(o.reqDepth).fill(0n), congested: false,
-      })));
+      this.remotes.push(
+        Array.from({ length: o.nrTasks }, (_, j) => ({
+          address: o.sendAddr,
+          port: o.startingPort + 1 + j,
+          sendSeq: 0,
+          recvSeq: 0,
+          sendIndex: 0,
+          recvIndex: 0,
+          pending: 0,
+          unacked: 0,
+          sendTime: new Array<bigint>(o.reqDepth).fill(0n),
+          congested: false,
+        })),
+      );
     }
     return warnings;
   }
@@ -142,7 +165,8 @@ export class StressRun {
       }
       if (m.address === '') continue;
       const taskIndex = m.port - o.startingPort - 1;
-      if (taskIndex < 0 || taskIndex >= o.nrTasks) return this.fail(`received bad task index ${taskIndex} (a message from ${m.address}:${m.port})`);
+      if (taskIndex < 0 || taskIndex >= o.nrTasks)
+        return this.fail(`received bad task index ${taskIndex} (a message from ${m.address}:${m.port})`);
       const t = this.remotes[i]![taskIndex]!;
       const bytes = m.data.length;
       if (bytes < STRESS_HEADER_BYTES) return this.fail(`recvmsg() returned short data: ${bytes}`);
@@ -158,9 +182,19 @@ export class StressRun {
       } else {
         return this.fail(`unknown op ${String(op)}`);
       }
-      const bad = stressMismatch(m.data, {
-        seq: t.recvSeq, fromAddr: m.address, fromPort: m.port, toAddr: own.address, toPort: own.port, index: expectIndex, op,
-      }, this.pattern);
+      const bad = stressMismatch(
+        m.data,
+        {
+          seq: t.recvSeq,
+          fromAddr: m.address,
+          fromPort: m.port,
+          toAddr: own.address,
+          toPort: own.port,
+          index: expectIndex,
+          op,
+        },
+        this.pattern,
+      );
       if (bad !== null) return this.fail(`${bad}\nheader from ${m.address}:${m.port} to id ${own.port} bogus`);
       this.stats.bytes += bytes;
       if (op === OP_ACK) {
@@ -211,7 +245,15 @@ export class StressRun {
     const s = this.socks[i]!;
     const own = s.address();
     const msg = op === OP_REQ ? this.req : this.ack;
-    encodeStressHeader(msg, { seq: t.sendSeq, fromAddr: own.address, fromPort: own.port, toAddr: t.address, toPort: t.port, index, op });
+    encodeStressHeader(msg, {
+      seq: t.sendSeq,
+      fromAddr: own.address,
+      fromPort: own.port,
+      toAddr: t.address,
+      toPort: t.port,
+      index,
+      op,
+    });
     const t0 = process.hrtime.bigint();
     try {
       s.sendmsg(msg, { address: t.address, port: t.port }, { flags: constants.MSG_DONTWAIT });

@@ -58,20 +58,56 @@ export interface StressOptions {
 /** The options as rds-tools' main() sets them before parsing flags. */
 export function defaultStressOptions(): StressOptions {
   return {
-    reqDepth: 1, reqSize: 1024, ackSize: STRESS_HEADER_BYTES, rdmaSize: 0, sendAddr: '0.0.0.0', receiveAddr: '0.0.0.0',
-    startingPort: 4000, nrTasks: 1, runTime: 0, summaryOnly: 0, rtprio: 0, tracing: 0, verify: 0, showParams: 0,
-    showPerfdata: 0, useCongMonitor: 1, rdmaUseOnce: 0, rdmaUseGetMr: 0, rdmaUseFence: 0, rdmaCacheMrs: 0,
+    reqDepth: 1,
+    reqSize: 1024,
+    ackSize: STRESS_HEADER_BYTES,
+    rdmaSize: 0,
+    sendAddr: '0.0.0.0',
+    receiveAddr: '0.0.0.0',
+    startingPort: 4000,
+    nrTasks: 1,
+    runTime: 0,
+    summaryOnly: 0,
+    rtprio: 0,
+    tracing: 0,
+    verify: 0,
+    showParams: 0,
+    showPerfdata: 0,
+    useCongMonitor: 1,
+    rdmaUseOnce: 0,
+    rdmaUseGetMr: 0,
+    rdmaUseFence: 0,
+    rdmaCacheMrs: 0,
     rdmaKeyOMeter: 0,
     // main() never sets it, and the struct was filled with 0xff first: that is what crosses the wire.
     suppressWarnings: 0xff,
-    simplex: 0, rwMode: 0, rdmaVector: 1, rdmaAlignment: 0, connectRetries: 0, tos: 0, async: 0,
+    simplex: 0,
+    rwMode: 0,
+    rdmaVector: 1,
+    rdmaAlignment: 0,
+    connectRetries: 0,
+    tos: 0,
+    async: 0,
   };
 }
 
 /** The single-byte fields at offsets 32..46, in wire order. */
 const FLAG_FIELDS = [
-  'summaryOnly', 'rtprio', 'tracing', 'verify', 'showParams', 'showPerfdata', 'useCongMonitor', 'rdmaUseOnce',
-  'rdmaUseGetMr', 'rdmaUseFence', 'rdmaCacheMrs', 'rdmaKeyOMeter', 'suppressWarnings', 'simplex', 'rwMode',
+  'summaryOnly',
+  'rtprio',
+  'tracing',
+  'verify',
+  'showParams',
+  'showPerfdata',
+  'useCongMonitor',
+  'rdmaUseOnce',
+  'rdmaUseGetMr',
+  'rdmaUseFence',
+  'rdmaCacheMrs',
+  'rdmaKeyOMeter',
+  'suppressWarnings',
+  'simplex',
+  'rwMode',
 ] as const satisfies readonly (keyof StressOptions)[];
 
 function ipv4ToU32(a: string): number {
@@ -128,7 +164,8 @@ export function stressOptionsLength(first: Buffer): number | null {
 
 export function decodeStressOptions(b: Buffer): { options: StressOptions; full: boolean } {
   const full = b.length === OPTIONS_FULL_BYTES;
-  if (!full && b.length !== OPTIONS_LEGACY_BYTES) throw new Error(`an options struct is ${OPTIONS_LEGACY_BYTES} or ${OPTIONS_FULL_BYTES} bytes, got ${b.length}`);
+  if (!full && b.length !== OPTIONS_LEGACY_BYTES)
+    throw new Error(`an options struct is ${OPTIONS_LEGACY_BYTES} or ${OPTIONS_FULL_BYTES} bytes, got ${b.length}`);
   const off = full ? VERSION_BYTES : 0;
   const o = defaultStressOptions();
   o.reqDepth = b.readUInt32BE(off);
@@ -156,13 +193,20 @@ export const STRESS_LIMITS = { maxTasks: 256, maxDepth: 4096, maxMessage: 1 << 2
 
 /** Why these options cannot be run, or null: the passive's check of what the active sent. */
 export function stressOptionsProblem(o: StressOptions): string | null {
-  if (o.nrTasks < 1 || o.nrTasks > STRESS_LIMITS.maxTasks) return `nr_tasks ${o.nrTasks} is outside 1..${STRESS_LIMITS.maxTasks}`;
-  if (o.reqDepth < 1 || o.reqDepth > STRESS_LIMITS.maxDepth) return `req_depth ${o.reqDepth} is outside 1..${STRESS_LIMITS.maxDepth}`;
-  for (const [name, v] of [['req_size', o.reqSize], ['ack_size', o.ackSize]] as const) {
-    if (v < STRESS_HEADER_BYTES || v > STRESS_LIMITS.maxMessage) return `${name} ${v} is outside ${STRESS_HEADER_BYTES}..${STRESS_LIMITS.maxMessage}`;
+  if (o.nrTasks < 1 || o.nrTasks > STRESS_LIMITS.maxTasks)
+    return `nr_tasks ${o.nrTasks} is outside 1..${STRESS_LIMITS.maxTasks}`;
+  if (o.reqDepth < 1 || o.reqDepth > STRESS_LIMITS.maxDepth)
+    return `req_depth ${o.reqDepth} is outside 1..${STRESS_LIMITS.maxDepth}`;
+  for (const [name, v] of [
+    ['req_size', o.reqSize],
+    ['ack_size', o.ackSize],
+  ] as const) {
+    if (v < STRESS_HEADER_BYTES || v > STRESS_LIMITS.maxMessage)
+      return `${name} ${v} is outside ${STRESS_HEADER_BYTES}..${STRESS_LIMITS.maxMessage}`;
   }
   if (o.rdmaSize !== 0) return `RDMA (-D ${o.rdmaSize}) is not supported by rds-socket's rds-stress`;
-  if (o.startingPort + o.nrTasks > 65535) return `ports ${o.startingPort + 1}..${o.startingPort + o.nrTasks} do not fit`;
+  if (o.startingPort + o.nrTasks > 65535)
+    return `ports ${o.startingPort + 1}..${o.startingPort + o.nrTasks} do not fit`;
   return null;
 }
 
@@ -191,8 +235,13 @@ export function encodeStressHeader(msg: Buffer, h: StressHeader): void {
 
 export function decodeStressHeader(msg: Buffer): StressHeader {
   return {
-    seq: msg.readUInt32BE(0), fromAddr: u32ToIpv4(msg.readUInt32BE(4)), toAddr: u32ToIpv4(msg.readUInt32BE(8)),
-    fromPort: msg.readUInt16BE(12), toPort: msg.readUInt16BE(14), index: msg.readUInt16BE(16), op: msg.readUInt8(18),
+    seq: msg.readUInt32BE(0),
+    fromAddr: u32ToIpv4(msg.readUInt32BE(4)),
+    toAddr: u32ToIpv4(msg.readUInt32BE(8)),
+    fromPort: msg.readUInt16BE(12),
+    toPort: msg.readUInt16BE(14),
+    index: msg.readUInt16BE(16),
+    op: msg.readUInt8(18),
   };
 }
 
@@ -204,7 +253,7 @@ export function decodeStressHeader(msg: Buffer): StressHeader {
 export function stressPattern(size: number): Buffer {
   const p = Buffer.allocUnsafe(size);
   let k = 11;
-  for (let i = 0; i < size;) {
+  for (let i = 0; i < size; ) {
     p[i] = k & 0xff;
     i++;
     k = (Math.imul(41, (k + 3) >>> 0) + (i >>> 8)) >>> 0;
@@ -219,14 +268,25 @@ export function stressPattern(size: number): Buffer {
 export function stressMismatch(msg: Buffer, expected: StressHeader, pattern: Buffer | null): string | null {
   const got = decodeStressHeader(msg);
   const rows: [string, string | number, string | number][] = [
-    ['seq', expected.seq, got.seq], ['from_addr', expected.fromAddr, got.fromAddr], ['from_port', expected.fromPort, got.fromPort],
-    ['to_addr', expected.toAddr, got.toAddr], ['to_port', expected.toPort, got.toPort], ['index', expected.index, got.index],
+    ['seq', expected.seq, got.seq],
+    ['from_addr', expected.fromAddr, got.fromAddr],
+    ['from_port', expected.fromPort, got.fromPort],
+    ['to_addr', expected.toAddr, got.toAddr],
+    ['to_port', expected.toPort, got.toPort],
+    ['index', expected.index, got.index],
     ['op', expected.op, got.op],
   ];
   if (rows.some(([, e, g]) => e !== g)) {
-    return 'An incoming message had a header which\ndidn\'t contain the fields we expected:\n'
-      + '    member        expected eq             got\n'
-      + rows.map(([n, e, g]) => `${n.padStart(10)} ${String(e).padStart(15)} ${e === g ? ' =' : '!='} ${String(g).padStart(15)}`).join('\n');
+    return (
+      "An incoming message had a header which\ndidn't contain the fields we expected:\n" +
+      '    member        expected eq             got\n' +
+      rows
+        .map(
+          ([n, e, g]) =>
+            `${n.padStart(10)} ${String(e).padStart(15)} ${e === g ? ' =' : '!='} ${String(g).padStart(15)}`,
+        )
+        .join('\n')
+    );
   }
   if (pattern !== null) {
     const body = msg.subarray(STRESS_HEADER_BYTES);

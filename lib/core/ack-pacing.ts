@@ -84,8 +84,13 @@ export class AckPacer {
     this.unackedPackets++;
     this.unackedBytes += msg.len;
     let flags = msg.wire[OFF_FLAGS]! & ~RDS_FLAG_ACK_REQUIRED;
-    if (this.unackedPackets >= maxUnackedPackets || this.unackedBytes >= maxUnackedBytes
-      || (flags & RDS_FLAG_RETRANSMITTED) !== 0 || last || msg.owner?.wantsAck?.() === true) {
+    if (
+      this.unackedPackets >= maxUnackedPackets ||
+      this.unackedBytes >= maxUnackedBytes ||
+      (flags & RDS_FLAG_RETRANSMITTED) !== 0 ||
+      last ||
+      msg.owner?.wantsAck?.() === true
+    ) {
       flags |= RDS_FLAG_ACK_REQUIRED;
       this.unackedPackets = 0;
       this.unackedBytes = 0;
@@ -157,7 +162,8 @@ export class AckPacer {
   finalAck(): void {
     if (this.path.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
     this.rx.advance(Date.now());
-    if (this.rx.unsent || (this.conn.confirmsReads && (this.rx.readUnsent || this.rx.toReport.length > 0))) this.sendFrame(0);
+    if (this.rx.unsent || (this.conn.confirmsReads && (this.rx.readUnsent || this.rx.toReport.length > 0)))
+      this.sendFrame(0);
   }
 
   /**
@@ -208,7 +214,7 @@ export class AckPacer {
   }
 
   setRef(ref: boolean): void {
-    if (this.timer) (ref ? this.timer.ref() : this.timer.unref());
+    if (this.timer) ref ? this.timer.ref() : this.timer.unref();
   }
 
   dispose(): void {

@@ -10,7 +10,11 @@ export interface RdsAddress {
 /** Canonical text of an IP address, or null if it is not one. */
 export function canonicalAddress(a: string): string | null {
   const fam = isIP(a);
-  if (fam === 4) return a.split('.').map((o) => String(Number(o))).join('.');
+  if (fam === 4)
+    return a
+      .split('.')
+      .map((o) => String(Number(o)))
+      .join('.');
   if (fam === 6) {
     let v6: string;
     try {
@@ -61,7 +65,9 @@ function v6Groups(a: string): number[] {
  */
 export function addressKey(a: string): string {
   if (isIPv4(a)) return `00000000000000000000ffff${v4ToU32(a).toString(16).padStart(8, '0')}`;
-  return v6Groups(a).map((g) => g.toString(16).padStart(4, '0')).join('');
+  return v6Groups(a)
+    .map((g) => g.toString(16).padStart(4, '0'))
+    .join('');
 }
 
 /** <0 if a is numerically smaller than b: the smaller address initiates TCP connections. */

@@ -7,7 +7,10 @@ import type { RdsConnPath } from './path.js';
  * object at a time, made on first use (see RdsConnPath.carrier).
  */
 export class CarrierKind<C> {
-  constructor(readonly name: string, readonly make: (cp: RdsConnPath) => C) {}
+  constructor(
+    readonly name: string,
+    readonly make: (cp: RdsConnPath) => C,
+  ) {}
 }
 
 /**

@@ -72,7 +72,8 @@ export class RdsConnection {
    * identified itself (sent a complete frame) and was up within peerIdleTimeoutMs.
    */
   isKnownPeer(now = Date.now()): boolean {
-    if (this.heardAt > 0 && (this.anyPathUp() || now - this.lastUpAt < this.stack.options.peerIdleTimeoutMs)) return true;
+    if (this.heardAt > 0 && (this.anyPathUp() || now - this.lastUpAt < this.stack.options.peerIdleTimeoutMs))
+      return true;
     return this.hasPendingData();
   }
 
@@ -80,29 +81,53 @@ export class RdsConnection {
   // read-only views keep the paths', receive's and transports' call sites as they were).
 
   /** Peer generation from GEN_NUM (0 = unknown). */
-  get peerGenNum(): number { return this.handshake.peerGenNum; }
+  get peerGenNum(): number {
+    return this.handshake.peerGenNum;
+  }
   /** rds-socket capabilities the peer advertised (RDSSOCK_CAP_*); 0 for a kernel or while unknown. */
-  get peerCaps(): number { return this.handshake.caps; }
+  get peerCaps(): number {
+    return this.handshake.caps;
+  }
   /** A handshake (or its timeout) told us what the peer is. Until then, keep every message. */
-  get capsKnown(): boolean { return this.handshake.peer !== 'unknown'; }
+  get capsKnown(): boolean {
+    return this.handshake.peer !== 'unknown';
+  }
   /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
-  get peerSportIdx(): boolean { return this.handshake.sportIdx; }
+  get peerSportIdx(): boolean {
+    return this.handshake.sportIdx;
+  }
   /** See Handshake.ackMode. */
-  get ackMode(): boolean { return this.handshake.ackMode; }
+  get ackMode(): boolean {
+    return this.handshake.ackMode;
+  }
   /** See Handshake.acksWithoutHello. */
-  get acksWithoutHello(): boolean { return this.handshake.acksWithoutHello; }
+  get acksWithoutHello(): boolean {
+    return this.handshake.acksWithoutHello;
+  }
   /** See Handshake.confirmsReads. */
-  get confirmsReads(): boolean { return this.handshake.confirmsReads; }
+  get confirmsReads(): boolean {
+    return this.handshake.confirmsReads;
+  }
   /** See Handshake.wantsLegacyHello. */
-  get wantsLegacyHello(): boolean { return this.handshake.wantsLegacyHello; }
+  get wantsLegacyHello(): boolean {
+    return this.handshake.wantsLegacyHello;
+  }
   /** See Handshake.heartbeatMode. */
-  get heartbeatMode(): boolean { return this.handshake.heartbeatMode; }
+  get heartbeatMode(): boolean {
+    return this.handshake.heartbeatMode;
+  }
   /** See Handshake.tracksReceipts. */
-  get tracksReceipts(): boolean { return this.handshake.tracksReceipts; }
+  get tracksReceipts(): boolean {
+    return this.handshake.tracksReceipts;
+  }
   /** See Handshake.failoverAllowed. */
-  get failoverAllowed(): boolean { return this.handshake.failoverAllowed; }
+  get failoverAllowed(): boolean {
+    return this.handshake.failoverAllowed;
+  }
   /** See Handshake.releaseOnTransportAck. */
-  get releaseOnTransportAck(): boolean { return this.handshake.releaseOnTransportAck; }
+  get releaseOnTransportAck(): boolean {
+    return this.handshake.releaseOnTransportAck;
+  }
 
   get key(): string {
     return RdsConnection.key(this.laddr, this.faddr, this.transport.name);

@@ -11,7 +11,9 @@ export function controlDir(): string {
 
 export function listControlSockets(dir = controlDir()): string[] {
   try {
-    return readdirSync(dir).filter((f) => f.endsWith('.sock')).map((f) => join(dir, f));
+    return readdirSync(dir)
+      .filter((f) => f.endsWith('.sock'))
+      .map((f) => join(dir, f));
   } catch {
     return [];
   }
@@ -48,7 +50,9 @@ export function removeStaleControlSockets(dir = controlDir()): string[] {
     try {
       unlinkSync(join(dir, f));
       removed.push(join(dir, f));
-    } catch { /* raced with another cleaner */ }
+    } catch {
+      /* raced with another cleaner */
+    }
   }
   return removed;
 }
@@ -60,7 +64,10 @@ let seq = 0;
  * document per request line. Requests: "info".
  */
 export class ControlEndpoint {
-  private constructor(private readonly server: Server, readonly path: string) {}
+  private constructor(
+    private readonly server: Server,
+    readonly path: string,
+  ) {}
 
   static async open(info: () => unknown, path?: string): Promise<ControlEndpoint> {
     const dir = controlDir();
@@ -72,7 +79,9 @@ export class ControlEndpoint {
     }
     try {
       unlinkSync(file);
-    } catch { /* none */ }
+    } catch {
+      /* none */
+    }
     const server = createServer((c) => {
       c.setEncoding('utf8');
       let buf = '';
@@ -82,7 +91,10 @@ export class ControlEndpoint {
         const nl = buf.indexOf('\n');
         if (nl < 0) return;
         const req = buf.slice(0, nl).trim();
-        const body = req === 'info' ? { pid: process.pid, ...(info() as object) } : { error: `unknown request ${JSON.stringify(req)}` };
+        const body =
+          req === 'info'
+            ? { pid: process.pid, ...(info() as object) }
+            : { error: `unknown request ${JSON.stringify(req)}` };
         c.end(`${JSON.stringify(body)}\n`);
       });
       c.on('error', () => {});
@@ -100,6 +112,8 @@ export class ControlEndpoint {
     await new Promise<void>((res) => this.server.close(() => res()));
     try {
       unlinkSync(this.path);
-    } catch { /* gone */ }
+    } catch {
+      /* gone */
+    }
   }
 }

@@ -19,7 +19,10 @@ export class CreditLedger {
   stalled = false;
   stalls = 0;
 
-  constructor(private readonly onResume: () => void = () => {}, private readonly onUpdateWanted: () => void = () => {}) {}
+  constructor(
+    private readonly onResume: () => void = () => {},
+    private readonly onUpdateWanted: () => void = () => {},
+  ) {}
 
   /** Credits arrived (h_credit of any header, or dp_credit at connect). */
   grant(n: number): void {

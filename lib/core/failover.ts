@@ -191,6 +191,6 @@ export class ConnFailover {
 
   setRef(p: RdsConnPath, ref: boolean): void {
     const t = this.st.get(p)?.timer;
-    if (t) (ref ? t.ref() : t.unref());
+    if (t) ref ? t.ref() : t.unref();
   }
 }

@@ -47,7 +47,7 @@ export class Heartbeat {
   }
 
   setRef(ref: boolean): void {
-    if (this.timer) (ref ? this.timer.ref() : this.timer.unref());
+    if (this.timer) ref ? this.timer.ref() : this.timer.unref();
   }
 
   private tick(): void {

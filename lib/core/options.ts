@@ -91,6 +91,14 @@ export interface RdsStackOptions {
    */
   recvHardLimitFactor?: number;
   /**
+   * The per-socket hard limit is never below this many bytes, whatever SO_RCVBUF says. A kernel
+   * sender that honours congestion still has a TCP window or more in flight when our map reaches
+   * it; with a small SO_RCVBUF (4 KiB) that overshoot alone passed 64 x SO_RCVBUF and paused the
+   * whole connection, other ports' messages included, until the application read the full one.
+   * Default 8 MiB; 0 lets small SO_RCVBUF values set the limit alone.
+   */
+  recvHardLimitMinBytes?: number;
+  /**
    * The same for all of the stack's sockets together, in bytes: past it, any socket over its
    * SO_RCVBUF stops the connection that delivers to it. Default 256 MiB.
    */
@@ -161,6 +169,7 @@ export const DEFAULTS: ResolvedStackOptions = Object.freeze({
   frameTimeoutMs: 30000,
   maxPartialFrameBytes: 64 << 20,
   recvHardLimitFactor: 64,
+  recvHardLimitMinBytes: 8 << 20,
   maxRecvQueueBytes: 256 << 20,
   maxOwnQueued: 256,
   failoverGraceMs: 2000,
@@ -200,6 +209,7 @@ const RULES: { readonly [K in Tunable]: Rule | 'boolean' } = {
   frameTimeoutMs: { min: 1 },
   maxPartialFrameBytes: { min: RDS_MAX_MSG_SIZE, why: 'one frame of the largest message must always fit' },
   recvHardLimitFactor: { min: 1 },
+  recvHardLimitMinBytes: { min: 0 },
   maxRecvQueueBytes: { min: 1 },
   maxOwnQueued: { min: 1 },
   failoverGraceMs: { min: 0, infinity: true },

@@ -1,5 +1,10 @@
 import {
-  RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_DOWN, RDS_CONN_ERROR, RDS_CONN_RESETTING, RDS_CONN_UP,
+  RDS_CONN_CONNECTING,
+  RDS_CONN_DISCONNECTING,
+  RDS_CONN_DOWN,
+  RDS_CONN_ERROR,
+  RDS_CONN_RESETTING,
+  RDS_CONN_UP,
 } from '../constants.js';
 import type { RdsExtension } from '../wire/extensions.js';
 import { AckPacer } from './ack-pacing.js';
@@ -18,7 +23,14 @@ import { RDS_CTR } from './stats.js';
 const RECONNECT_STABLE_MS = 1000;
 
 export type ConnState = 'DOWN' | 'CONNECTING' | 'DISCONNECTING' | 'UP' | 'RESETTING' | 'ERROR';
-export const CONN_STATE_NAMES: readonly ConnState[] = ['DOWN', 'CONNECTING', 'DISCONNECTING', 'UP', 'RESETTING', 'ERROR'];
+export const CONN_STATE_NAMES: readonly ConnState[] = [
+  'DOWN',
+  'CONNECTING',
+  'DISCONNECTING',
+  'UP',
+  'RESETTING',
+  'ERROR',
+];
 
 /**
  * The moves a path may make, by state number (as the RDS_CONN_* constants): DOWN connects, or
@@ -60,7 +72,10 @@ export class RdsConnPath {
   private failures = 0;
   private refusedMoves = 0;
 
-  constructor(readonly conn: RdsConnection, readonly index: number) {
+  constructor(
+    readonly conn: RdsConnection,
+    readonly index: number,
+  ) {
     this.tx = new PathSend(this);
     this.acks = new AckPacer(this);
     this.heartbeat = new Heartbeat(this);
@@ -115,7 +130,7 @@ export class RdsConnPath {
 
   /** The carrier object of `kind` if one was made (diagnostics, capability changes). */
   carrierIf<C>(kind: CarrierKind<C>): C | null {
-    return this.carrierKind === kind ? this.carrierObj as C : null;
+    return this.carrierKind === kind ? (this.carrierObj as C) : null;
   }
 
   /**
@@ -161,7 +176,11 @@ export class RdsConnPath {
   connectIfDown(): void {
     if (this.st !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing) return;
     // Lanes > 0: only the initiator opens them, and only once path 0 has settled the path count.
-    if (this.index > 0 && (!this.conn.transport.initiates(this) || !this.conn.lanesMayConnect() || this.index >= this.conn.npaths)) return;
+    if (
+      this.index > 0 &&
+      (!this.conn.transport.initiates(this) || !this.conn.lanesMayConnect() || this.index >= this.conn.npaths)
+    )
+      return;
     this.transition(RDS_CONN_DOWN, RDS_CONN_CONNECTING);
     this.conn.transport.connPathConnect(this);
   }
@@ -230,7 +249,9 @@ export class RdsConnPath {
     this.acks.carrierDown();
     this.transition(RDS_CONN_DISCONNECTING, RDS_CONN_DOWN);
     if (this.tx.sendQueue.length > 0) this.conn.failover.arm(this);
-    this.queueReconnect(wasUp && Date.now() - this.upAt >= Math.min(RECONNECT_STABLE_MS, this.stack.options.reconnectMaxDelayMs));
+    this.queueReconnect(
+      wasUp && Date.now() - this.upAt >= Math.min(RECONNECT_STABLE_MS, this.stack.options.reconnectMaxDelayMs),
+    );
   }
 
   /**
@@ -282,7 +303,7 @@ export class RdsConnPath {
   }
 
   setRef(ref: boolean): void {
-    if (this.reconnectTimer) (ref ? this.reconnectTimer.ref() : this.reconnectTimer.unref());
+    if (this.reconnectTimer) ref ? this.reconnectTimer.ref() : this.reconnectTimer.unref();
     this.heartbeat.setRef(ref);
     this.acks.setRef(ref);
     this.conn.failover.setRef(this, ref);
@@ -352,13 +373,25 @@ export class RdsConnPath {
 
   // ---- the parts' operations others call (send.c, ack pacing) ----
 
-  queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
-    owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
+  queue(
+    payload: Uint8Array | readonly Uint8Array[],
+    totalLen: number,
+    sport: number,
+    dport: number,
+    owner: SendOwner | null,
+    exts?: readonly RdsExtension[],
+  ): RdsOutgoing {
     return this.tx.queue(payload, totalLen, sport, dport, owner, exts);
   }
 
-  queueZeroCopy(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
-    owner: SendOwner, cookie: number): RdsOutgoing {
+  queueZeroCopy(
+    payload: Uint8Array | readonly Uint8Array[],
+    totalLen: number,
+    sport: number,
+    dport: number,
+    owner: SendOwner,
+    cookie: number,
+  ): RdsOutgoing {
     return this.tx.queueZeroCopy(payload, totalLen, sport, dport, owner, cookie);
   }
 
@@ -417,31 +450,81 @@ export class RdsConnPath {
 
   // ---- read-only views (diagnostics, rds-info, tests) ----
 
-  get sendQueue(): Fifo<RdsOutgoing> { return this.tx.sendQueue; }
-  get retrans(): Fifo<RdsOutgoing> { return this.tx.retrans; }
-  get awaitingRead(): Fifo<RdsOutgoing> { return this.tx.confirms.awaitingRead; }
-  get own(): OwnAccount { return this.tx.own; }
-  get rx(): RxAckTracker { return this.acks.rx; }
-  get nextTxSeq(): number { return this.tx.nextTxSeq; }
-  get nextRxSeq(): number { return this.rxSeq.next; }
-  get nativeRxSeq(): number { return this.rxSeq.nativeNextSeq; }
-  get movedFloor(): number { return this.rxSeq.movedFloor; }
-  get lastProbe(): RdsOutgoing | null { return this.tx.lastProbe; }
-  get lastRxAt(): number { return this.heartbeat.lastRxAt; }
-  get peerHelloSeen(): boolean { return this.acks.peerHelloSeen; }
-  get failedOverTo(): RdsConnPath | null { return this.conn.failover.failedOverTo(this); }
-  get movedByFailover(): number { return this.conn.failover.movedBy(this); }
-  get holdingBehind(): RdsConnPath | null { return this.conn.failover.holdingBehind(this); }
-  get sentMessages(): number { return this.tx.sentMessages; }
-  get sentBytes(): number { return this.tx.sentBytes; }
-  get recvMessages(): number { return this.rxSeq.acceptedMessages; }
-  get recvBytes(): number { return this.rxSeq.acceptedBytes; }
-  get upCount(): number { return this.ups; }
-  get connectFailures(): number { return this.failures; }
-  get acksSent(): number { return this.acks.acksSent; }
-  get heartbeatsSent(): number { return this.heartbeat.heartbeatsSent; }
-  get latencyHistogram(): readonly number[] { return this.tx.latencyHistogram; }
-  get latencySumMs(): number { return this.tx.latencySumMs; }
+  get sendQueue(): Fifo<RdsOutgoing> {
+    return this.tx.sendQueue;
+  }
+  get retrans(): Fifo<RdsOutgoing> {
+    return this.tx.retrans;
+  }
+  get awaitingRead(): Fifo<RdsOutgoing> {
+    return this.tx.confirms.awaitingRead;
+  }
+  get own(): OwnAccount {
+    return this.tx.own;
+  }
+  get rx(): RxAckTracker {
+    return this.acks.rx;
+  }
+  get nextTxSeq(): number {
+    return this.tx.nextTxSeq;
+  }
+  get nextRxSeq(): number {
+    return this.rxSeq.next;
+  }
+  get nativeRxSeq(): number {
+    return this.rxSeq.nativeNextSeq;
+  }
+  get movedFloor(): number {
+    return this.rxSeq.movedFloor;
+  }
+  get lastProbe(): RdsOutgoing | null {
+    return this.tx.lastProbe;
+  }
+  get lastRxAt(): number {
+    return this.heartbeat.lastRxAt;
+  }
+  get peerHelloSeen(): boolean {
+    return this.acks.peerHelloSeen;
+  }
+  get failedOverTo(): RdsConnPath | null {
+    return this.conn.failover.failedOverTo(this);
+  }
+  get movedByFailover(): number {
+    return this.conn.failover.movedBy(this);
+  }
+  get holdingBehind(): RdsConnPath | null {
+    return this.conn.failover.holdingBehind(this);
+  }
+  get sentMessages(): number {
+    return this.tx.sentMessages;
+  }
+  get sentBytes(): number {
+    return this.tx.sentBytes;
+  }
+  get recvMessages(): number {
+    return this.rxSeq.acceptedMessages;
+  }
+  get recvBytes(): number {
+    return this.rxSeq.acceptedBytes;
+  }
+  get upCount(): number {
+    return this.ups;
+  }
+  get connectFailures(): number {
+    return this.failures;
+  }
+  get acksSent(): number {
+    return this.acks.acksSent;
+  }
+  get heartbeatsSent(): number {
+    return this.heartbeat.heartbeatsSent;
+  }
+  get latencyHistogram(): readonly number[] {
+    return this.tx.latencyHistogram;
+  }
+  get latencySumMs(): number {
+    return this.tx.latencySumMs;
+  }
 }
 
 export { RDS_CONN_DOWN, RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_UP, RDS_CONN_RESETTING, RDS_CONN_ERROR };

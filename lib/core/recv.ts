@@ -1,5 +1,9 @@
 import {
-  RDS_CONG_MAP_BYTES, RDS_FLAG_ACK_REQUIRED, RDS_FLAG_CONG_BITMAP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED,
+  RDS_CONG_MAP_BYTES,
+  RDS_FLAG_ACK_REQUIRED,
+  RDS_FLAG_CONG_BITMAP,
+  RDS_FLAG_PROBE_PORT,
+  RDS_FLAG_RETRANSMITTED,
   RDSSOCK_EXTHDR_MOVED,
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
@@ -63,15 +67,23 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   // A probe or pong carries the peer's generation: look at it before the duplicate check, so a
   // restarted peer's first frames are not taken for old retransmissions (they may come again,
   // RETRANSMITTED, on a later carrier, still numbered in the new life).
-  const handshake = payload.length === 0 && ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
+  const handshake =
+    payload.length === 0 &&
+    ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
   if (handshake) conn.handshake.generationReceived(cp, header);
 
   // Failover between rds-socket peers: a message moved from a dead path carries that path's index
   // and its sequence there (its original number). Kernels never send the record.
   const moved = header[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED;
   const verdict = moved
-    ? cp.rxSeq.accept(seq, (flags & RDS_FLAG_RETRANSMITTED) !== 0, payload.length, true,
-      conn.paths[header[OFF_EXTHDR + 1]!]?.rxSeq, readU64(header, OFF_EXTHDR + 2))
+    ? cp.rxSeq.accept(
+        seq,
+        (flags & RDS_FLAG_RETRANSMITTED) !== 0,
+        payload.length,
+        true,
+        conn.paths[header[OFF_EXTHDR + 1]!]?.rxSeq,
+        readU64(header, OFF_EXTHDR + 2),
+      )
     : cp.rxSeq.accept(seq, (flags & RDS_FLAG_RETRANSMITTED) !== 0, payload.length);
   if (verdict === 'old') {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
@@ -87,8 +99,13 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
     const fate = origin?.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
     if (fate === undefined || typeof fate === 'number') {
-      const e = cp.recordReceived(seq, fate === undefined || (fate !== RX_REFUSED && fate !== RX_DISCARDED), ackRequired);
-      if (e !== null && typeof fate === 'number' && (fate === RX_REFUSED || fate === RX_DISCARDED)) cp.consumed(e, fate);
+      const e = cp.recordReceived(
+        seq,
+        fate === undefined || (fate !== RX_REFUSED && fate !== RX_DISCARDED),
+        ackRequired,
+      );
+      if (e !== null && typeof fate === 'number' && (fate === RX_REFUSED || fate === RX_DISCARDED))
+        cp.consumed(e, fate);
     } else {
       const e = cp.recordReceived(seq, false, ackRequired);
       if (e !== null) (fate.followers ??= []).push(e);
@@ -119,7 +136,8 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
   const entry = cp.recordReceived(seq, false, ackRequired);
   // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null) cp.consumed(entry, RX_REFUSED);
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null)
+    cp.consumed(entry, RX_REFUSED);
 }
 
 /** A pong, unless the peer already holds maxOwnQueued of the path's own messages: then counted. */

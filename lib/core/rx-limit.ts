@@ -25,7 +25,12 @@ export class RxLimiter {
   /** Paths whose carrier the node stopped reading, and the socket each one last overfilled. */
   private readonly paused = new Map<RdsConnPath, BoundSocket>();
 
-  constructor(private readonly maxBytes: number, private readonly hardFactor: number, private readonly counters: RdsStats) {}
+  constructor(
+    private readonly maxBytes: number,
+    private readonly hardFactor: number,
+    private readonly counters: RdsStats,
+    private readonly hardMinBytes = 0,
+  ) {}
 
   /** Paths currently paused by a receive limit. */
   get pausedPaths(): number {
@@ -58,7 +63,7 @@ export class RxLimiter {
    */
   private over(sock: BoundSocket): boolean {
     if (sock.rxOverLimit === undefined) return false;
-    return sock.rxOverLimit(this.hardFactor) || (this.queued > this.maxBytes && sock.rxOverLimit(1));
+    return sock.rxOverLimit(this.hardFactor, this.hardMinBytes) || (this.queued > this.maxBytes && sock.rxOverLimit(1));
   }
 
   /** Resume every paused path whose socket, and the stack, are back under their limits. */

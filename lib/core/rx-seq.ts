@@ -52,9 +52,16 @@ export class RxSequence {
    * moves, so a moved message is a copy if a message of its origin with the same or a later
    * original number was already accepted, natively or moved. Kernels never send the record.
    */
-  accept(seq: number, retransmitted: boolean, len: number, moved = false, origin?: RxSequence, originSeq = 0): RxVerdict {
+  accept(
+    seq: number,
+    retransmitted: boolean,
+    len: number,
+    moved = false,
+    origin?: RxSequence,
+    originSeq = 0,
+  ): RxVerdict {
     if (seq < this.nextSeq && retransmitted) return 'old';
-    if (moved ? origin !== undefined && origin.movedCopy(originSeq) : seq < this.floor) {
+    if (moved ? origin?.movedCopy(originSeq) : seq < this.floor) {
       this.nextSeq = Math.max(this.nextSeq, seq + 1);
       return 'dup';
     }

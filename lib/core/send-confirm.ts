@@ -23,7 +23,10 @@ export class ReadConfirmations {
   /** The highest read cursor the peer reported. */
   private readReported = 0;
 
-  constructor(private readonly counters: RdsStats, private readonly faddr: string) {}
+  constructor(
+    private readonly counters: RdsStats,
+    private readonly faddr: string,
+  ) {}
 
   /** An acknowledged message whose confirmation must still wait for a read report. */
   mustWait(m: RdsOutgoing): boolean {
@@ -50,7 +53,12 @@ export class ReadConfirmations {
     const unplaced = (m: RdsOutgoing): void => {
       if (m.settle === null) return;
       this.counters.add(RDS_CTR.send_confirm_reset);
-      m.confirm(new RdsError('ECONNRESET', `${this.faddr} lost its report of which messages it read (a connection reset); this one may not have been read`));
+      m.confirm(
+        new RdsError(
+          'ECONNRESET',
+          `${this.faddr} lost its report of which messages it read (a connection reset); this one may not have been read`,
+        ),
+      );
     };
     for (;;) {
       const m = this.awaitingRead.peek();
@@ -74,9 +82,11 @@ export class ReadConfirmations {
     const m = findBySeq(this.awaitingRead, seq) ?? find(seq);
     if (m === undefined || m.settle === null) return;
     const where = `${this.faddr}:${m.dport}`;
-    m.confirm(noSock
-      ? new RdsError('ECONNREFUSED', `no socket is bound to ${where}: the peer dropped the message`)
-      : new RdsError('ECONNRESET', `the socket bound to ${where} was closed before reading the message`));
+    m.confirm(
+      noSock
+        ? new RdsError('ECONNREFUSED', `no socket is bound to ${where}: the peer dropped the message`)
+        : new RdsError('ECONNRESET', `the socket bound to ${where} was closed before reading the message`),
+    );
   }
 
   /** The peer restarted: confirmations waiting for its old life's read cursor will never resolve. */
@@ -84,7 +94,12 @@ export class ReadConfirmations {
     for (const m of this.awaitingRead.drain()) {
       if (m.settle === null) continue;
       this.counters.add(RDS_CTR.send_confirm_reset);
-      m.confirm(new RdsError('ECONNRESET', `${this.faddr} restarted before its application read the message (it had acknowledged it as queued)`));
+      m.confirm(
+        new RdsError(
+          'ECONNRESET',
+          `${this.faddr} restarted before its application read the message (it had acknowledged it as queued)`,
+        ),
+      );
     }
     this.refusalsAhead.clear();
     this.refusalsCounted = 0;

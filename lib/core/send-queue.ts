@@ -1,4 +1,4 @@
-import { RDS_CONN_DOWN, RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
+import { RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
 import { encodeDataHeader, OFF_EXTHDR } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { defer } from './defer.js';
@@ -85,8 +85,14 @@ export class PathSend {
   }
 
   /** Encodes and queues a message; the caller has done every check. */
-  queue(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
-    owner: SendOwner | null, exts?: readonly RdsExtension[]): RdsOutgoing {
+  queue(
+    payload: Uint8Array | readonly Uint8Array[],
+    totalLen: number,
+    sport: number,
+    dport: number,
+    owner: SendOwner | null,
+    exts?: readonly RdsExtension[],
+  ): RdsOutgoing {
     this.probeFirst();
     const slab = this.stack.wireSlab;
     const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
@@ -111,8 +117,14 @@ export class PathSend {
    * MSG_ZEROCOPY: queues a message whose payload stays in the caller's buffers (only the header is
    * encoded); `cookie` is reported to the owner once nothing references them any more.
    */
-  queueZeroCopy(payload: Uint8Array | readonly Uint8Array[], totalLen: number, sport: number, dport: number,
-    owner: SendOwner, cookie: number): RdsOutgoing {
+  queueZeroCopy(
+    payload: Uint8Array | readonly Uint8Array[],
+    totalLen: number,
+    sport: number,
+    dport: number,
+    owner: SendOwner,
+    cookie: number,
+  ): RdsOutgoing {
     this.probeFirst();
     const wire = this.stack.wireSlab.alloc(RDS_HEADER_SIZE);
     const seq = this.nextSeq++;
@@ -124,7 +136,8 @@ export class PathSend {
   }
 
   private probeFirst(): void {
-    if (!this.probeQueued && this.path.index === 0 && !this.path.conn.isLoopback) this.path.conn.handshake.queueProbe(this.path);
+    if (!this.probeQueued && this.path.index === 0 && !this.path.conn.isLoopback)
+      this.path.conn.handshake.queueProbe(this.path);
   }
 
   private enlist(msg: RdsOutgoing): RdsOutgoing {

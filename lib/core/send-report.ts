@@ -20,7 +20,8 @@ export function budgetReport(pending: RdsSendList, unreachableMs: (address: stri
   const ep = top.address.includes(':') ? `[${top.address}]:${top.port}` : `${top.address}:${top.port}`;
   const where = `${top.messages} message${top.messages === 1 ? '' : 's'} / ${formatBytes(top.bytes)} queued to ${ep}`;
   const ms = unreachableMs(top.address);
-  if (ms > 0) return `${where}, unreachable for ${formatDuration(ms)}; cancel with RDS_CANCEL_SENT_TO or set SO_SNDTIMEO`;
+  if (ms > 0)
+    return `${where}, unreachable for ${formatDuration(ms)}; cancel with RDS_CANCEL_SENT_TO or set SO_SNDTIMEO`;
   return `${where}, reachable but not yet acknowledged; wait for 'writable' or use send()`;
 }
 

@@ -76,7 +76,10 @@ export class SendTimeout {
         if (!dests.has(k)) continue;
         let err = errs.get(k);
         if (err === undefined) {
-          err = new RdsError('ETIMEDOUT', `no acknowledgement from ${k} within SO_SNDTIMEO (${this.ms} ms); its messages were removed as by RDS_CANCEL_SENT_TO`);
+          err = new RdsError(
+            'ETIMEDOUT',
+            `no acknowledgement from ${k} within SO_SNDTIMEO (${this.ms} ms); its messages were removed as by RDS_CANCEL_SENT_TO`,
+          );
           errs.set(k, err);
         }
         m.complete(err);

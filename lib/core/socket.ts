@@ -1,20 +1,51 @@
 import { isIPv4 } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import {
-  POLLIN, POLLOUT, POLLRDNORM, POLLWRBAND, POLLWRNORM, RDS_CANCEL_SENT_TO, RDS_CONG_MONITOR, RDS_MAX_MSG_SIZE,
-  RDS_RECVERR, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, RMEM_DEFAULT, SOCK_MIN_RCVBUF, SOCK_MIN_SNDBUF,
-  SOL_RDS, SOL_SOCKET, SO_RCVBUF, SO_RDS_TRANSPORT, SO_SNDBUF, SO_TIMESTAMP, SO_TIMESTAMP_NEW, WMEM_DEFAULT,
-  MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, RDS_MAX_ZCOOKIES, SO_ZEROCOPY, SO_SNDTIMEO, SO_SNDTIMEO_NEW,
+  POLLIN,
+  POLLOUT,
+  POLLRDNORM,
+  POLLWRBAND,
+  POLLWRNORM,
+  RDS_CANCEL_SENT_TO,
+  RDS_CONG_MONITOR,
+  RDS_MAX_MSG_SIZE,
+  RDS_RECVERR,
+  RDS_TRANS_IB,
+  RDS_TRANS_NONE,
+  RDS_TRANS_TCP,
+  RMEM_DEFAULT,
+  SOCK_MIN_RCVBUF,
+  SOCK_MIN_SNDBUF,
+  SOL_RDS,
+  SOL_SOCKET,
+  SO_RCVBUF,
+  SO_RDS_TRANSPORT,
+  SO_SNDBUF,
+  SO_TIMESTAMP,
+  SO_TIMESTAMP_NEW,
+  WMEM_DEFAULT,
+  MSG_CMSG_COMPAT,
+  MSG_DONTWAIT,
+  MSG_ZEROCOPY,
+  RDS_MAX_ZCOOKIES,
+  SO_ZEROCOPY,
+  SO_SNDTIMEO,
+  SO_SNDTIMEO_NEW,
 } from '../constants.js';
 import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
 import {
-  checkedAddress, isHostLocalAddress, nonUnicastReason, parseEndpoint, validatePort, type RdsAddress,
+  checkedAddress,
+  isHostLocalAddress,
+  nonUnicastReason,
+  parseEndpoint,
+  validatePort,
+  type RdsAddress,
 } from './address.js';
 import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
-import { RdsSendList, type RdsOutgoing, type SendOwner } from './message.js';
+import { RdsSendList, type RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
-import { RdsStack, type BoundSocket, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
+import { RdsStack, type MessageInfo, type RdsMessage, type Receipt, type SocketInfo } from './stack.js';
 import type { RdsTransport } from './transport.js';
 import { RDS_CTR } from './stats.js';
 import { RX_MSG_OVERHEAD } from './rx-limit.js';
@@ -150,7 +181,9 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   private sameFamilyAs = '';
   /** @internal */ private readonly pending = new RdsSendList();
   /** SO_SNDTIMEO over `pending`. */
-  private readonly sendTimeout = new SendTimeout(this.pending, (n) => this.stack.counters.add(RDS_CTR.send_cancelled, n));
+  private readonly sendTimeout = new SendTimeout(this.pending, (n) =>
+    this.stack.counters.add(RDS_CTR.send_cancelled, n),
+  );
   /** Reachability of lastConn's peer, read on every send (cheap) to report a peer already down. */
   private lastPeer: PeerState | null = null;
   /** Peers this socket reported 'peer-down' for and not yet 'peer-up'. */
@@ -167,13 +200,15 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     // host node answers, is an AttachedSocket (a subclass) talking to that node.
     if (new.target === RdsSocket && hostHooks.socket !== null) {
       const attached = hostHooks.socket(opts);
+      // biome-ignore lint/correctness/noConstructorReturn: `new RdsSocket()` must stay the way to get a socket, attached or not.
       if (attached !== null) return attached;
     }
     this.stack = opts.stack ?? RdsStack.default();
     if (!(this.stack instanceof RdsStack)) throw new RdsError('EINVAL', 'options.stack must be an RdsStack');
     if (opts.transport !== undefined) {
       const t = TRANSPORT_BY_NAME[opts.transport as string];
-      if (t === undefined) throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
+      if (t === undefined)
+        throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
       this.setTransport(t);
     }
     this.lastPollCongGen = this.stack.congGeneration;
@@ -195,9 +230,14 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** BoundSocket: what rds-info -k shows. @internal */
   info(): SocketInfo {
     return {
-      boundAddress: this.bound?.address ?? '0.0.0.0', boundPort: this.bound?.port ?? 0,
-      connectedAddress: this.peer?.address ?? '0.0.0.0', connectedPort: this.peer?.port ?? 0,
-      sndbuf: this.sndbuf, rcvbuf: this.rcvbuf, inode: this.inode, transport: this.transport?.name ?? 'none',
+      boundAddress: this.bound?.address ?? '0.0.0.0',
+      boundPort: this.bound?.port ?? 0,
+      connectedAddress: this.peer?.address ?? '0.0.0.0',
+      connectedPort: this.peer?.port ?? 0,
+      sndbuf: this.sndbuf,
+      rcvbuf: this.rcvbuf,
+      inode: this.inode,
+      transport: this.transport?.name ?? 'none',
     };
   }
 
@@ -206,8 +246,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     const out: MessageInfo[] = [];
     for (const q of this.rxQueue) {
       out.push({
-        localAddress: this.boundAddress, localPort: this.boundPort, peerAddress: q.msg.address, peerPort: q.msg.port,
-        seq: q.receipt?.seq ?? 0, bytes: q.msg.data.length,
+        localAddress: this.boundAddress,
+        localPort: this.boundPort,
+        peerAddress: q.msg.address,
+        peerPort: q.msg.port,
+        seq: q.receipt?.seq ?? 0,
+        bytes: q.msg.data.length,
       });
     }
     return out;
@@ -240,11 +284,13 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** bind(2). Port 0 picks an ephemeral port. Resolves once the address is reachable by peers. */
   async bind(addr: { address: string; port?: number }): Promise<void> {
     this.checkOpen('bind()');
-    if (this.bound !== null || this.binding) throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
+    if (this.bound !== null || this.binding)
+      throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
     const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
     const why = nonUnicastReason(ep.address);
     if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
-    if (ep.port === 1) throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
+    if (ep.port === 1)
+      throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
     if (this.peer !== null && isIPv4(this.peer.address) !== isIPv4(ep.address)) {
       throw new RdsError('EINVAL', 'the default destination set with connect() is of the other address family');
     }
@@ -252,7 +298,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     let port = 0;
     try {
       if (!(await isHostLocalAddress(ep.address))) {
-        throw new RdsError('EADDRNOTAVAIL', `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`);
+        throw new RdsError(
+          'EADDRNOTAVAIL',
+          `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`,
+        );
       }
       port = ep.port === 0 ? this.stack.ephemeralPort(ep.address) : ep.port;
       this.stack.bindReserve(ep.address, port, this);
@@ -280,7 +329,11 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
       } catch (e) {
         // With SO_RDS_TRANSPORT preset the kernel answers ENOPROTOOPT; keep our reason.
         if (e instanceof RdsError && e.code !== 'EADDRINUSE') {
-          throw new RdsError('ENOPROTOOPT', `${address} cannot be used with the ${this.transport.name} transport: ${e.message}`, { cause: e });
+          throw new RdsError(
+            'ENOPROTOOPT',
+            `${address} cannot be used with the ${this.transport.name} transport: ${e.message}`,
+            { cause: e },
+          );
         }
         throw e;
       }
@@ -304,7 +357,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   connect(addr: { address: string; port: number }): void {
     this.checkOpen('connect()');
     const ep = parseEndpoint(addr, 'destination');
-    if (/^(0\.0\.0\.0|::)$/.test(ep.address)) throw new RdsError('EDESTADDRREQ', 'destination address is unspecified; give a peer address');
+    if (/^(0\.0\.0\.0|::)$/.test(ep.address))
+      throw new RdsError('EDESTADDRREQ', 'destination address is unspecified; give a peer address');
     const why = nonUnicastReason(ep.address);
     if (why !== null) throw new RdsError('EINVAL', `cannot send to ${ep.address}: it ${why}`);
     this.peer = ep;
@@ -334,8 +388,11 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     return this.enqueue(data, dest, opts).len;
   }
 
-  /** @internal */ private enqueue(data: RdsData, dest: { address: string; port: number } | undefined | null,
-    opts: SendmsgOptions | undefined): RdsOutgoing {
+  /** @internal */ private enqueue(
+    data: RdsData,
+    dest: { address: string; port: number } | undefined | null,
+    opts: SendmsgOptions | undefined,
+  ): RdsOutgoing {
     this.checkOpen('sendmsg()');
     const zcopy = opts === undefined || opts === null ? false : this.zeroCopyRequested(opts);
     let len: number;
@@ -363,16 +420,21 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
     if (address === null) {
-      if (this.peer === null) throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
+      if (this.peer === null)
+        throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
       ({ address, port } = this.peer);
     }
     if (address !== this.sameFamilyAs && isIPv4(address) !== isIPv4(this.bound.address)) {
       throw new RdsError('EOPNOTSUPP', `cannot send from ${this.bound.address} to ${address}: address families differ`);
     }
     this.sameFamilyAs = address;
-    if (len > RDS_MAX_MSG_SIZE) throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
+    if (len > RDS_MAX_MSG_SIZE)
+      throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
     if (len > this.sndbuf) {
-      throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds the send buffer (${this.sndbuf} bytes); raise SO_SNDBUF`);
+      throw new RdsError(
+        'EMSGSIZE',
+        `message of ${len} bytes exceeds the send buffer (${this.sndbuf} bytes); raise SO_SNDBUF`,
+      );
     }
     // Senders talk to the same few peers: keep the last connection rather than rebuild its key.
     let conn = this.lastConn;
@@ -386,7 +448,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
       if (this.congMonitor) this.congMask |= 1n << BigInt(port % 64);
       // Re-test once: an update may have arrived between the test and recording the mask.
       if (conn.peerCong.test(port)) {
-        throw flowControlError('ENOBUFS', `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
+        throw flowControlError(
+          'ENOBUFS',
+          `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`,
+        );
       }
     }
     if (this.sndBytes >= this.sndbuf) {
@@ -415,9 +480,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     const err = flowControlError('EAGAIN', '');
     let text: string | null = null;
     Object.defineProperty(err, 'message', {
-      configurable: true, enumerable: false,
+      configurable: true,
+      enumerable: false,
       get: () => (text ??= `${head}: ${budgetReport(this.pending, (a) => this.stack.peerUnreachableMs(a))}`),
-      set: (v: string) => { text = v; },
+      set: (v: string) => {
+        text = v;
+      },
     });
     return err;
   }
@@ -459,9 +527,13 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   private zeroCopyRequested(opts: SendmsgOptions): boolean {
     if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
     const flags = opts.flags ?? 0;
-    if (typeof flags !== 'number' || !Number.isInteger(flags)) throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
+    if (typeof flags !== 'number' || !Number.isInteger(flags))
+      throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
     if ((flags & ~(MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY)) !== 0) {
-      throw new RdsError('EOPNOTSUPP', `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`);
+      throw new RdsError(
+        'EOPNOTSUPP',
+        `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`,
+      );
     }
     // As in the kernel, MSG_ZEROCOPY means zero-copy only on a socket that opted in with SO_ZEROCOPY.
     const zcopy = (flags & MSG_ZEROCOPY) !== 0 && this.zerocopy;
@@ -474,8 +546,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
       return false;
     }
     if (!zcopy) {
-      throw new RdsError('EINVAL', this.zerocopy ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
-        : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY');
+      throw new RdsError(
+        'EINVAL',
+        this.zerocopy
+          ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
+          : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY',
+      );
     }
     if (typeof cookie !== 'number' || !Number.isInteger(cookie) || cookie < 0 || cookie > 0xffffffff) {
       throw new RdsError('EINVAL', `zcopyCookie must be an integer in [0, 2^32), got ${String(cookie)}`);
@@ -647,7 +723,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     this.readableQueued = true;
     defer(() => {
       this.readableQueued = false;
-      if (!this.closed && (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0)) this.emit('readable');
+      if (!this.closed && (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0))
+        this.emit('readable');
     });
   }
 
@@ -660,7 +737,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
       if (this.stack.congMap(this.bound.address).set(this.bound.port)) this.stack.localCongChanged(this.bound.address);
     } else if (this.congested && this.rcvBytes < this.rcvbuf / 2) {
       this.congested = false;
-      if (this.stack.congMap(this.bound.address).clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
+      if (this.stack.congMap(this.bound.address).clear(this.bound.port))
+        this.stack.localCongChanged(this.bound.address);
     }
   }
 
@@ -670,8 +748,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   }
 
   /** BoundSocket: unread messages past `factor` x SO_RCVBUF (see RxLimiter). @internal */
-  rxOverLimit(factor: number): boolean {
-    return this.rxMem > this.rcvbuf * factor;
+  rxOverLimit(factor: number, minBytes = 0): boolean {
+    return this.rxMem > Math.max(this.rcvbuf * factor, minBytes);
   }
 
   /** recvmsg(2), non-blocking: the next message, or null when none is queued. */
@@ -755,8 +833,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   // ---- waiting ----
 
   /** @internal */
-  private waitFor(what: 'data' | 'room' | 'cong' | 'flush', signal: AbortSignal | undefined, op: string,
-    reasonOf: (signal: AbortSignal, op: string) => unknown = abortError): Promise<void> {
+  private waitFor(
+    what: 'data' | 'room' | 'cong' | 'flush',
+    signal: AbortSignal | undefined,
+    op: string,
+    reasonOf: (signal: AbortSignal, op: string) => unknown = abortError,
+  ): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       if (this.closed) {
         reject(new RdsError('EBADF', `${op} interrupted: the socket was closed`));
@@ -812,13 +894,25 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   // ---- options ----
 
   /** SO_SNDBUF, SO_RCVBUF (bytes), SO_TIMESTAMP, SO_TIMESTAMP_NEW, SO_ZEROCOPY (0/1 or a boolean). */
-  setsockopt(level: typeof SOL_SOCKET, optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY, value: number | boolean): void;
+  setsockopt(
+    level: typeof SOL_SOCKET,
+    optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY,
+    value: number | boolean,
+  ): void;
   /** RDS_CANCEL_SENT_TO: drops every queued or unacknowledged message to this destination. */
   setsockopt(level: typeof SOL_RDS, optname: typeof RDS_CANCEL_SENT_TO, value: { address: string; port: number }): void;
   /** RDS_RECVERR, RDS_CONG_MONITOR (0/1 or a boolean). */
-  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR, value: number | boolean): void;
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR,
+    value: number | boolean,
+  ): void;
   /** SO_RDS_TRANSPORT before bind: RDS_TRANS_TCP or RDS_TRANS_IB. */
-  setsockopt(level: typeof SOL_RDS, optname: typeof SO_RDS_TRANSPORT, value: typeof RDS_TRANS_TCP | typeof RDS_TRANS_IB): void;
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof SO_RDS_TRANSPORT,
+    value: typeof RDS_TRANS_TCP | typeof RDS_TRANS_IB,
+  ): void;
   /** An option given by a computed number; checked at run time (ENOPROTOOPT, EINVAL). */
   setsockopt(level: number, optname: number, value: number | boolean): void;
   setsockopt(level: number, optname: number, value: unknown): void {
@@ -854,10 +948,14 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
           this.sendTimeout.set(intValue(value, 'SO_SNDTIMEO'));
           return;
         default:
-          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY, SO_SNDTIMEO)`);
+          throw new RdsError(
+            'ENOPROTOOPT',
+            `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY, SO_SNDTIMEO)`,
+          );
       }
     }
-    if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}; use SOL_RDS (276) or SOL_SOCKET (1)`);
+    if (level !== SOL_RDS)
+      throw new RdsError('ENOPROTOOPT', `unknown option level ${level}; use SOL_RDS (276) or SOL_SOCKET (1)`);
     switch (optname) {
       case RDS_CANCEL_SENT_TO:
         this.cancelSentTo(value);
@@ -877,7 +975,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
         if (this.transport !== null || this.bound !== null || this.binding) {
           throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
         }
-        if (v < 0 || v >= 3) throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
+        if (v < 0 || v >= 3)
+          throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
         this.setTransport(v);
         return;
       }
@@ -887,9 +986,15 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   }
 
   /** SO_SNDBUF, SO_RCVBUF: twice the value set, as Linux reports; SO_TIMESTAMP, SO_ZEROCOPY: 0 or 1. */
-  getsockopt(level: typeof SOL_SOCKET, optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY): number;
+  getsockopt(
+    level: typeof SOL_SOCKET,
+    optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY,
+  ): number;
   /** RDS_RECVERR, RDS_CONG_MONITOR: 0 or 1; SO_RDS_TRANSPORT: RDS_TRANS_TCP, RDS_TRANS_IB or RDS_TRANS_NONE. */
-  getsockopt(level: typeof SOL_RDS, optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR | typeof SO_RDS_TRANSPORT): number;
+  getsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR | typeof SO_RDS_TRANSPORT,
+  ): number;
   /** An option given by a computed number; checked at run time (ENOPROTOOPT). */
   getsockopt(level: number, optname: number): number;
   getsockopt(level: number, optname: number): number {
@@ -897,22 +1002,32 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     if (level === SOL_SOCKET) {
       switch (optname) {
         // Linux reports twice the value set (the kernel's bookkeeping overhead allowance).
-        case SO_SNDBUF: return this.sndbuf * 2;
-        case SO_RCVBUF: return this.rcvbuf * 2;
+        case SO_SNDBUF:
+          return this.sndbuf * 2;
+        case SO_RCVBUF:
+          return this.rcvbuf * 2;
         case SO_TIMESTAMP:
-        case SO_TIMESTAMP_NEW: return this.timestamps ? 1 : 0;
-        case SO_ZEROCOPY: return this.zerocopy ? 1 : 0;
+        case SO_TIMESTAMP_NEW:
+          return this.timestamps ? 1 : 0;
+        case SO_ZEROCOPY:
+          return this.zerocopy ? 1 : 0;
         case SO_SNDTIMEO:
-        case SO_SNDTIMEO_NEW: return this.sendTimeout.ms;
-        default: throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname}`);
+        case SO_SNDTIMEO_NEW:
+          return this.sendTimeout.ms;
+        default:
+          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname}`);
       }
     }
     if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}`);
     switch (optname) {
-      case RDS_RECVERR: return this.recvErr ? 1 : 0;
-      case RDS_CONG_MONITOR: return this.congMonitor ? 1 : 0;
-      case SO_RDS_TRANSPORT: return this.transportType;
-      default: throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
+      case RDS_RECVERR:
+        return this.recvErr ? 1 : 0;
+      case RDS_CONG_MONITOR:
+        return this.congMonitor ? 1 : 0;
+      case SO_RDS_TRANSPORT:
+        return this.transportType;
+      default:
+        throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
     }
   }
 
@@ -942,8 +1057,10 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     this.zcookies = [];
     this.sendTimeout.stop();
     this.downPeers = null;
-    for (const m of this.pending.toArray()) m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
-    for (const m of [...this.confirming]) m.confirm(new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read'));
+    for (const m of this.pending.toArray())
+      m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
+    for (const m of [...this.confirming])
+      m.confirm(new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read'));
     this.wakeAll();
     this.stack.socketClosed();
     this.emit('close');
@@ -955,7 +1072,8 @@ function gather(data: RdsData): { parts: Uint8Array[]; len: number } {
   if (Array.isArray(data)) {
     let len = 0;
     for (const p of data) {
-      if (!(p instanceof Uint8Array)) throw new RdsError('EINVAL', 'every element of a data array must be a Buffer or Uint8Array');
+      if (!(p instanceof Uint8Array))
+        throw new RdsError('EINVAL', 'every element of a data array must be a Buffer or Uint8Array');
       len += p.length;
     }
     return { parts: data as Uint8Array[], len };
@@ -965,7 +1083,8 @@ function gather(data: RdsData): { parts: Uint8Array[]; len: number } {
 
 function intValue(v: unknown, name: string): number {
   if (typeof v === 'boolean') return v ? 1 : 0;
-  if (typeof v !== 'number' || !Number.isInteger(v)) throw new RdsError('EINVAL', `${name} takes an integer, got ${typeof v === 'number' ? v : typeof v}`);
+  if (typeof v !== 'number' || !Number.isInteger(v))
+    throw new RdsError('EINVAL', `${name} takes an integer, got ${typeof v === 'number' ? v : typeof v}`);
   return v;
 }
 

@@ -11,7 +11,13 @@ import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { defer } from './defer.js';
 import { ControlEndpoint } from './control.js';
-import { controlFromEnv, resolveStackOptions, warnUnhandledError, type RdsStackOptions, type ResolvedStackOptions } from './options.js';
+import {
+  controlFromEnv,
+  resolveStackOptions,
+  warnUnhandledError,
+  type RdsStackOptions,
+  type ResolvedStackOptions,
+} from './options.js';
 import { parseCidr } from './address.js';
 import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer-state.js';
 import { RdsStats, RDS_CTR } from './stats.js';
@@ -29,7 +35,15 @@ import type { RdsCounterName } from './stats.js';
 // transport registry, the congestion maps and the events. Types users see live in types.ts and
 // are re-exported here, where they were first published.
 export type { RdsStackOptions, ResolvedStackOptions } from './options.js';
-export type { RdsMessage, MessageInfo, SocketInfo, PathInfo, ConnectionInfo, PathStateEvent, RdsStackEvents } from './types.js';
+export type {
+  RdsMessage,
+  MessageInfo,
+  SocketInfo,
+  PathInfo,
+  ConnectionInfo,
+  PathStateEvent,
+  RdsStackEvents,
+} from './types.js';
 /** @internal */ export type { Receipt, BoundSocket } from './types.js';
 export type { RdsTransportHost } from './transport.js';
 
@@ -94,13 +108,15 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * Unix socket (see README, "Processes, threads and the host node").
    */
   serve(opts: ServeOptions = {}): Promise<HostNodeHandle> {
-    if (hostHooks.serve === null) throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
+    if (hostHooks.serve === null)
+      throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
     return hostHooks.serve(this, opts);
   }
 
   /** A stack whose sockets live in the host node at `path` (default: $RDS_SOCKET_NODE or the default node path). */
   static attach(path?: string): Promise<RdsStack> {
-    if (hostHooks.attach === null) throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
+    if (hostHooks.attach === null)
+      throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
     return hostHooks.attach(path);
   }
 
@@ -110,7 +126,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   constructor(opts: RdsStackOptions = {}) {
     super();
     this.options = resolveStackOptions(opts);
-    this.rxLimit = new RxLimiter(this.options.maxRecvQueueBytes, this.options.recvHardLimitFactor, this.counters);
+    this.rxLimit = new RxLimiter(
+      this.options.maxRecvQueueBytes,
+      this.options.recvHardLimitFactor,
+      this.counters,
+      this.options.recvHardLimitMinBytes,
+    );
     this.peerTable = new PeerTable(this.options.peerDownMs, {
       peerDown: (ev) => this.peerWentDown(ev),
       peerUp: (ev) => this.peerCameUp(ev),
@@ -122,12 +143,17 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
     for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
     if (opts.control) {
-      this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) => this.emit('error', e as Error));
+      this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) =>
+        this.emit('error', e as Error),
+      );
     }
   }
 
   /** Like Node's EventEmitter, an 'error' nobody listens for is not dropped (eventemitter3 would): it becomes a process warning. */
-  override emit<T extends EventEmitter.EventNames<RdsStackEvents>>(event: T, ...args: EventEmitter.EventArgs<RdsStackEvents, T>): boolean {
+  override emit<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    ...args: EventEmitter.EventArgs<RdsStackEvents, T>
+  ): boolean {
     if (event === 'error' && this.listenerCount('error') === 0) {
       warnUnhandledError(args[0]);
       return false;
@@ -286,8 +312,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     conn.stateChangedAt = Date.now();
     if (from === 'UP' || to === 'UP') conn.lastUpAt = conn.stateChangedAt;
     this.emit('state', {
-      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name,
-      path: cp.index, from, to,
+      localAddress: cp.conn.laddr,
+      peerAddress: cp.conn.faddr,
+      transport: cp.conn.transport.name,
+      path: cp.index,
+      from,
+      to,
     });
     this.peerTable.pathChanged(cp.conn.faddr, from, to);
   }
@@ -331,14 +361,23 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
   pathDropped(cp: RdsConnPath, reason: string): void {
     this.emit('drop', {
-      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, reason,
+      localAddress: cp.conn.laddr,
+      peerAddress: cp.conn.faddr,
+      transport: cp.conn.transport.name,
+      path: cp.index,
+      reason,
     });
   }
 
   /** A path's messages moved to a live one: a 'failover' event. @internal */
   pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
     this.emit('failover', {
-      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, to: to.index, moved,
+      localAddress: cp.conn.laddr,
+      peerAddress: cp.conn.faddr,
+      transport: cp.conn.transport.name,
+      path: cp.index,
+      to: to.index,
+      moved,
     });
   }
 
@@ -346,7 +385,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   reportProtocolError(cp: RdsConnPath, error: Error): void {
     this.counters.add(RDS_CTR.recv_drop_protocol_error);
     this.emit('protocol-error', {
-      localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index, error,
+      localAddress: cp.conn.laddr,
+      peerAddress: cp.conn.faddr,
+      transport: cp.conn.transport.name,
+      path: cp.index,
+      error,
     });
   }
 
@@ -377,7 +420,15 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * receive limit (see RxLimiter).
    * @internal
    */
-  deliver(laddr: string, dport: number, faddr: string, sport: number, data: Buffer, receipt: Receipt | null, from?: RdsConnPath): boolean {
+  deliver(
+    laddr: string,
+    dport: number,
+    faddr: string,
+    sport: number,
+    data: Buffer,
+    receipt: Receipt | null,
+    from?: RdsConnPath,
+  ): boolean {
     const sock = this.bindTable.get(laddr, dport);
     if (sock === undefined) {
       this.counters.add(RDS_CTR.recv_drop_no_sock);
@@ -446,11 +497,17 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
  */
 function transportHostOf(stack: RdsStack): TransportHost {
   return {
-    get options() { return stack.options; },
+    get options() {
+      return stack.options;
+    },
     // Read on every frame: a plain value (made after the counters, before the constructor runs).
     counters: stack.counters,
-    get closing() { return stack.closing; },
-    get referenced() { return stack.referenced; },
+    get closing() {
+      return stack.closing;
+    },
+    get referenced() {
+      return stack.referenced;
+    },
     peerAllowed: (address) => stack.peerAllowed(address),
     isLocalAddress: (address) => stack.isLocalAddress(address),
     isBound: (address, port) => stack.isBound(address, port),

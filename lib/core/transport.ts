@@ -34,7 +34,10 @@ export interface TransportHost {
   /** The peer broke the protocol on `cp`: counted and reported ('protocol-error'). */
   reportProtocolError(cp: RdsConnPath, error: Error): void;
   /** Emits a stack event; transports emit 'error' for an asynchronous failure no call waits for (a listener died). */
-  emit<T extends EventEmitter.EventNames<RdsStackEvents>>(event: T, ...args: EventEmitter.EventArgs<RdsStackEvents, T>): boolean;
+  emit<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    ...args: EventEmitter.EventArgs<RdsStackEvents, T>
+  ): boolean;
 }
 
 /** The name this interface was first published under (a Pick of RdsStack); the same interface. */

@@ -58,7 +58,7 @@ export interface BoundSocket {
   /** Queue a message; false if the socket is gone (the message is dropped). */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
   /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over `factor` x SO_RCVBUF. */
-  rxOverLimit?(factor: number): boolean;
+  rxOverLimit?(factor: number, minBytes?: number): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
   /** A peer was declared down or came back (the socket decides whether it has traffic for it). */
   peerDown?(ev: PeerEvent): void;

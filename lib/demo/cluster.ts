@@ -21,19 +21,47 @@ interface Args {
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { node: null, messages: 5, maxSize: 64 * 1024, quiet: false, tcpPort: constants.RDS_TCP_PORT,
-    nodes: ['127.0.0.1', '127.0.0.2', '127.0.0.3'], port: 4000 };
+  const a: Args = {
+    node: null,
+    messages: 5,
+    maxSize: 64 * 1024,
+    quiet: false,
+    tcpPort: constants.RDS_TCP_PORT,
+    nodes: ['127.0.0.1', '127.0.0.2', '127.0.0.3'],
+    port: 4000,
+  };
   for (let i = 0; i < argv.length; i++) {
     const v = argv[i + 1];
     switch (argv[i]) {
-      case '--node': a.node = Number(v); i++; break;
-      case '--messages': a.messages = Number(v); i++; break;
-      case '--max-size': a.maxSize = Number(v); i++; break;
-      case '--tcp-port': a.tcpPort = Number(v); i++; break;
-      case '--nodes': a.nodes = String(v).split(','); i++; break;
-      case '--port': a.port = Number(v); i++; break;
-      case '--quiet': a.quiet = true; break;
-      default: throw new Error(`unknown argument ${argv[i]}`);
+      case '--node':
+        a.node = Number(v);
+        i++;
+        break;
+      case '--messages':
+        a.messages = Number(v);
+        i++;
+        break;
+      case '--max-size':
+        a.maxSize = Number(v);
+        i++;
+        break;
+      case '--tcp-port':
+        a.tcpPort = Number(v);
+        i++;
+        break;
+      case '--nodes':
+        a.nodes = String(v).split(',');
+        i++;
+        break;
+      case '--port':
+        a.port = Number(v);
+        i++;
+        break;
+      case '--quiet':
+        a.quiet = true;
+        break;
+      default:
+        throw new Error(`unknown argument ${argv[i]}`);
     }
   }
   return a;
@@ -82,19 +110,29 @@ async function runNode(args: Args): Promise<void> {
   sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, Math.max(4 << 20, args.maxSize * 4));
   sock.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
   const say = (s: string): void => console.log(`[${self}] ${s}`);
-  say(`bound ${self}:${args.port}, sending ${args.messages} messages to each of ${peers.map((p) => p.address).join(', ')}`);
+  say(
+    `bound ${self}:${args.port}, sending ${args.messages} messages to each of ${peers.map((p) => p.address).join(', ')}`,
+  );
 
-  const expected = new Map(peers.map((p) => [p.address, { id: p.id, next: 0, bytes: 0, sizes: streamSizes(p.id, me, args.messages, args.maxSize) }]));
+  const expected = new Map(
+    peers.map((p) => [
+      p.address,
+      { id: p.id, next: 0, bytes: 0, sizes: streamSizes(p.id, me, args.messages, args.maxSize) },
+    ]),
+  );
   const receiving = (async () => {
     let remaining = peers.length * args.messages;
     if (remaining === 0) return;
     for await (const msg of sock) {
       const e = expected.get(msg.address);
-      if (e === undefined || msg.port !== args.port) throw new Error(`unexpected message from ${msg.address}:${msg.port}`);
+      if (e === undefined || msg.port !== args.port)
+        throw new Error(`unexpected message from ${msg.address}:${msg.port}`);
       if (e.next >= args.messages) throw new Error(`extra message from ${msg.address}`);
       const want = streamPayload(e.id, me, e.next, e.sizes[e.next]!);
       if (!msg.data.equals(want)) {
-        throw new Error(`message ${e.next} from ${msg.address} is wrong: ${msg.data.length} bytes, expected ${want.length}`);
+        throw new Error(
+          `message ${e.next} from ${msg.address} is wrong: ${msg.data.length} bytes, expected ${want.length}`,
+        );
       }
       if (!args.quiet) say(`got #${e.next} from ${msg.address}:${msg.port} (${msg.data.length} bytes)`);
       e.next++;
@@ -112,7 +150,8 @@ async function runNode(args: Args): Promise<void> {
   }
   await receiving;
   await sock.flush();
-  for (const [addr, e] of expected) say(`received ${e.next}/${args.messages} messages (${e.bytes} bytes) from ${addr}, all in order and intact`);
+  for (const [addr, e] of expected)
+    say(`received ${e.next}/${args.messages} messages (${e.bytes} bytes) from ${addr}, all in order and intact`);
   await sock.close();
   await stack.close();
 }
@@ -120,8 +159,12 @@ async function runNode(args: Args): Promise<void> {
 async function runCluster(args: Args): Promise<void> {
   const script = fileURLToPath(import.meta.url);
   const extra = process.argv.slice(2);
-  const kids = args.nodes.map((_, i) => spawn(process.execPath, [script, ...extra, '--node', String(i)], { stdio: 'inherit' }));
-  const codes = await Promise.all(kids.map((k) => new Promise<number>((res) => k.on('exit', (c, sig) => res(c ?? (sig ? 1 : 0))))));
+  const kids = args.nodes.map((_, i) =>
+    spawn(process.execPath, [script, ...extra, '--node', String(i)], { stdio: 'inherit' }),
+  );
+  const codes = await Promise.all(
+    kids.map((k) => new Promise<number>((res) => k.on('exit', (c, sig) => res(c ?? (sig ? 1 : 0))))),
+  );
   if (codes.some((c) => c !== 0)) {
     console.error(`cluster demo failed: exit codes ${codes.join(', ')}`);
     process.exitCode = 1;

@@ -1,18 +1,55 @@
 import { isIPv4 } from 'node:net';
 import { connect, type Socket } from 'node:net';
 import {
-  MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, POLLIN, POLLOUT, POLLRDNORM, POLLWRNORM, RDS_CANCEL_SENT_TO, RDS_MAX_MSG_SIZE,
-  RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, SO_RDS_TRANSPORT, SO_SNDBUF, SO_ZEROCOPY, SOL_RDS, SOL_SOCKET,
+  MSG_CMSG_COMPAT,
+  MSG_DONTWAIT,
+  MSG_ZEROCOPY,
+  POLLIN,
+  POLLOUT,
+  POLLRDNORM,
+  POLLWRNORM,
+  RDS_CANCEL_SENT_TO,
+  RDS_MAX_MSG_SIZE,
+  RDS_TRANS_IB,
+  RDS_TRANS_NONE,
+  RDS_TRANS_TCP,
+  SO_RDS_TRANSPORT,
+  SO_SNDBUF,
+  SO_ZEROCOPY,
+  SOL_RDS,
+  SOL_SOCKET,
 } from '../constants.js';
 import { abortError, abortReason, combineSignals, flowControlError, RdsError, type RdsErrorCode } from '../errors.js';
 import { checkedAddress, nonUnicastReason, parseEndpoint, type RdsAddress } from '../core/address.js';
 import { defer } from '../core/defer.js';
 import { Fifo } from '../core/fifo.js';
-import { RdsSocket, type RdsData, type RdsSocketOptions, type SendmsgOptions, type SendOptions, type WaitOptions } from '../core/socket.js';
+import {
+  RdsSocket,
+  type RdsData,
+  type RdsSocketOptions,
+  type SendmsgOptions,
+  type SendOptions,
+  type WaitOptions,
+} from '../core/socket.js';
 import { RdsStack, type RdsMessage } from '../core/stack.js';
 import {
-  C_ABORT, C_CREDIT, C_HELLO, C_REQ, C_SEND, encodeFrame, type Frame, FrameParser, FrameWriter, N_EVENT, N_MSG, N_RESP, N_SENT,
-  N_WELCOME, writeBatch, PROTOCOL_VERSION, ProtocolError,
+  C_ABORT,
+  C_CREDIT,
+  C_HELLO,
+  C_REQ,
+  C_SEND,
+  encodeFrame,
+  type Frame,
+  FrameParser,
+  FrameWriter,
+  N_EVENT,
+  N_MSG,
+  N_RESP,
+  N_SENT,
+  N_WELCOME,
+  writeBatch,
+  PROTOCOL_VERSION,
+  ProtocolError,
 } from './protocol.js';
 import { defaultNodePath } from './paths.js';
 
@@ -225,7 +262,8 @@ export class AttachedSocket extends RdsSocket {
     super({ stack, ...(opts.sendTimeout !== undefined ? { sendTimeout: opts.sendTimeout } : {}) });
     if (opts.transport !== undefined) {
       const t = TRANSPORT_BY_NAME[opts.transport as string];
-      if (t === undefined) throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
+      if (t === undefined)
+        throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
       this.#transport = t;
     }
     this.#link = stack.currentLink();
@@ -262,16 +300,20 @@ export class AttachedSocket extends RdsSocket {
 
   override async bind(addr: { address: string; port?: number }): Promise<void> {
     this.#check('bind()');
-    if (this.#bound !== null || this.#binding) throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
+    if (this.#bound !== null || this.#binding)
+      throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
     const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
     const why = nonUnicastReason(ep.address);
     if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
-    if (ep.port === 1) throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
+    if (ep.port === 1)
+      throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
     this.#binding = true;
     let r: { address: string; port: number; transport: number };
     try {
       r = (await this.#link.request('bind', this.#sid, {
-        address: ep.address, port: ep.port, ...(this.#transport !== null ? { transport: this.#transport } : {}),
+        address: ep.address,
+        port: ep.port,
+        ...(this.#transport !== null ? { transport: this.#transport } : {}),
       })) as typeof r;
     } finally {
       this.#binding = false;
@@ -296,16 +338,25 @@ export class AttachedSocket extends RdsSocket {
   }
 
   /** Checks and queues one message to the node; `id` non-zero asks for its confirmation. */
-  #enqueue(data: RdsData, dest: { address: string; port: number } | null | undefined, opts: SendmsgOptions | undefined, id: number): number {
+  #enqueue(
+    data: RdsData,
+    dest: { address: string; port: number } | null | undefined,
+    opts: SendmsgOptions | undefined,
+    id: number,
+  ): number {
     this.#check('sendmsg()');
     let zcopy = false;
     let flags = 0;
     if (opts !== undefined && opts !== null) {
       if (typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
       flags = opts.flags ?? 0;
-      if (typeof flags !== 'number' || !Number.isInteger(flags)) throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
+      if (typeof flags !== 'number' || !Number.isInteger(flags))
+        throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
       if ((flags & ~(MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY)) !== 0) {
-        throw new RdsError('EOPNOTSUPP', `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`);
+        throw new RdsError(
+          'EOPNOTSUPP',
+          `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`,
+        );
       }
       const zc = super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1;
       zcopy = (flags & MSG_ZEROCOPY) !== 0 && zc;
@@ -314,11 +365,16 @@ export class AttachedSocket extends RdsSocket {
       }
       const cookie = opts.zcopyCookie;
       if (cookie === undefined) {
-        if (zcopy) throw new RdsError('EINVAL', 'MSG_ZEROCOPY needs a zcopyCookie (a u32) to report the completion with');
+        if (zcopy)
+          throw new RdsError('EINVAL', 'MSG_ZEROCOPY needs a zcopyCookie (a u32) to report the completion with');
       } else {
         if (!zcopy) {
-          throw new RdsError('EINVAL', zc ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
-            : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY');
+          throw new RdsError(
+            'EINVAL',
+            zc
+              ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
+              : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY',
+          );
         }
         if (typeof cookie !== 'number' || !Number.isInteger(cookie) || cookie < 0 || cookie > 0xffffffff) {
           throw new RdsError('EINVAL', `zcopyCookie must be an integer in [0, 2^32), got ${String(cookie)}`);
@@ -332,7 +388,8 @@ export class AttachedSocket extends RdsSocket {
       len = data.length;
     } else if (Array.isArray(data)) {
       for (const p of data) {
-        if (!(p instanceof Uint8Array)) throw new RdsError('EINVAL', 'every element of a data array must be a Buffer or Uint8Array');
+        if (!(p instanceof Uint8Array))
+          throw new RdsError('EINVAL', 'every element of a data array must be a Buffer or Uint8Array');
         len += p.length;
       }
       parts = data.slice();
@@ -364,17 +421,31 @@ export class AttachedSocket extends RdsSocket {
       ({ address, port } = peer);
     }
     if (isIPv4(address) !== isIPv4(this.#bound.address)) {
-      throw new RdsError('EOPNOTSUPP', `cannot send from ${this.#bound.address} to ${address}: address families differ`);
+      throw new RdsError(
+        'EOPNOTSUPP',
+        `cannot send from ${this.#bound.address} to ${address}: address families differ`,
+      );
     }
-    if (len > RDS_MAX_MSG_SIZE) throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
+    if (len > RDS_MAX_MSG_SIZE)
+      throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
     const sndbuf = this.#sndbuf();
-    if (len > sndbuf) throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds the send buffer (${sndbuf} bytes); raise SO_SNDBUF`);
+    if (len > sndbuf)
+      throw new RdsError(
+        'EMSGSIZE',
+        `message of ${len} bytes exceeds the send buffer (${sndbuf} bytes); raise SO_SNDBUF`,
+      );
     if (this.#cong.has(`${address}:${port}`)) {
-      throw flowControlError('ENOBUFS', `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`);
+      throw flowControlError(
+        'ENOBUFS',
+        `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`,
+      );
     }
     if (this.#sndBytes >= sndbuf) {
       this.#full = true;
-      throw flowControlError('EAGAIN', `send buffer full (${this.#sndBytes} of ${sndbuf} bytes not yet handed to the host node)`);
+      throw flowControlError(
+        'EAGAIN',
+        `send buffer full (${this.#sndBytes} of ${sndbuf} bytes not yet handed to the host node)`,
+      );
     }
     // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
     // written as they are; otherwise copied now, as sendmsg(2) copies.
@@ -389,7 +460,11 @@ export class AttachedSocket extends RdsSocket {
     return len;
   }
 
-  override async send(data: RdsData, dest?: { address: string; port: number } | null, opts: SendOptions = {}): Promise<number> {
+  override async send(
+    data: RdsData,
+    dest?: { address: string; port: number } | null,
+    opts: SendOptions = {},
+  ): Promise<number> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
     const confirm = opts?.confirm === true;
     for (;;) {
@@ -423,7 +498,10 @@ export class AttachedSocket extends RdsSocket {
         };
         this.#confirms.set(id, done);
         signal?.addEventListener('abort', onAbort, { once: true });
-        answer.then(() => done(), (e: Error) => done(e));
+        answer.then(
+          () => done(),
+          (e: Error) => done(e),
+        );
       });
       return len;
     }
@@ -448,13 +526,16 @@ export class AttachedSocket extends RdsSocket {
       }
       const onAbort = (): void => reject(abortError(signal, 'flush()'));
       signal.addEventListener('abort', onAbort, { once: true });
-      done.then(() => {
-        signal.removeEventListener('abort', onAbort);
-        resolve();
-      }, (e: Error) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      });
+      done.then(
+        () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        },
+        (e: Error) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      );
     });
   }
 
@@ -534,7 +615,10 @@ export class AttachedSocket extends RdsSocket {
         if (err) reject(err);
         else resolve();
       };
-      const w: Waiter = () => finish(this.#closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : this.#dead ?? undefined);
+      const w: Waiter = () =>
+        finish(
+          this.#closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : (this.#dead ?? undefined),
+        );
       const onAbort = (): void => finish(reasonOf(signal!, op));
       this.#waiters.add(w);
       signal?.addEventListener('abort', onAbort, { once: true });
@@ -563,12 +647,14 @@ export class AttachedSocket extends RdsSocket {
       return;
     }
     if (level === SOL_RDS && optname === SO_RDS_TRANSPORT) {
-      if (typeof value !== 'number' && typeof value !== 'boolean') throw new RdsError('EINVAL', 'SO_RDS_TRANSPORT takes an integer');
+      if (typeof value !== 'number' && typeof value !== 'boolean')
+        throw new RdsError('EINVAL', 'SO_RDS_TRANSPORT takes an integer');
       const v = Number(value);
       if (this.#transport !== null || this.#bound !== null || this.#binding) {
         throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
       }
-      if (!Number.isInteger(v) || v < 0 || v >= 3) throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
+      if (!Number.isInteger(v) || v < 0 || v >= 3)
+        throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
       this.#transport = v;
       return;
     }

@@ -47,7 +47,13 @@ const EMPTY = Buffer.alloc(0);
 const EMPTY_META = Buffer.from('{}');
 
 /** One frame as the list of buffers to write (the payload is not copied here). */
-export function encodeFrame(type: number, sock: number, id: number, meta: object | null, data?: Uint8Array | readonly Uint8Array[]): Buffer[] {
+export function encodeFrame(
+  type: number,
+  sock: number,
+  id: number,
+  meta: object | null,
+  data?: Uint8Array | readonly Uint8Array[],
+): Buffer[] {
   const m = meta === null ? EMPTY_META : Buffer.from(JSON.stringify(meta));
   let dlen = 0;
   const parts: Uint8Array[] = data === undefined ? [] : data instanceof Uint8Array ? [data] : (data as Uint8Array[]);
@@ -83,7 +89,8 @@ export class FrameParser {
       if (this.need < 0) {
         if (this.buffered < 4) break;
         const len = this.peekLength();
-        if (len < HEADER_BYTES - 4 || len + 4 > this.maxFrame) throw new ProtocolError(`frame length ${len} out of bounds`);
+        if (len < HEADER_BYTES - 4 || len + 4 > this.maxFrame)
+          throw new ProtocolError(`frame length ${len} out of bounds`);
         this.need = len + 4;
       }
       if (this.buffered < this.need) break;
@@ -124,14 +131,16 @@ function decodeFrame(b: Buffer): Frame {
   const sock = b.readUInt32BE(5);
   const id = b.readUInt32BE(9);
   const mlen = b.readUInt32BE(13);
-  if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > b.length) throw new ProtocolError(`meta length ${mlen} out of bounds`);
+  if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > b.length)
+    throw new ProtocolError(`meta length ${mlen} out of bounds`);
   let meta: unknown;
   try {
     meta = mlen === 0 ? {} : JSON.parse(b.toString('utf8', HEADER_BYTES, HEADER_BYTES + mlen));
   } catch {
     throw new ProtocolError('meta is not JSON');
   }
-  if (meta === null || typeof meta !== 'object' || Array.isArray(meta)) throw new ProtocolError('meta is not a JSON object');
+  if (meta === null || typeof meta !== 'object' || Array.isArray(meta))
+    throw new ProtocolError('meta is not a JSON object');
   const data = b.length > HEADER_BYTES + mlen ? b.subarray(HEADER_BYTES + mlen) : EMPTY;
   return { type, sock, id, meta: meta as Record<string, unknown>, data };
 }

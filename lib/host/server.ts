@@ -9,8 +9,25 @@ import type { RdsStack, Receipt } from '../core/stack.js';
 import { Fifo } from '../core/fifo.js';
 import { RX_DISCARDED } from '../core/rx-ack.js';
 import {
-  C_ABORT, C_CREDIT, C_HELLO, C_REQ, C_SEND, encodeFrame, type Frame, FrameParser, FrameWriter, N_EVENT, N_MSG, N_RESP,
-  N_SENT, N_WELCOME, writeBatch, num, PROTOCOL_VERSION, ProtocolError, str,
+  C_ABORT,
+  C_CREDIT,
+  C_HELLO,
+  C_REQ,
+  C_SEND,
+  encodeFrame,
+  type Frame,
+  FrameParser,
+  FrameWriter,
+  N_EVENT,
+  N_MSG,
+  N_RESP,
+  N_SENT,
+  N_WELCOME,
+  writeBatch,
+  num,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  str,
 } from './protocol.js';
 import { defaultNodePath, pidFileOf } from './paths.js';
 
@@ -84,7 +101,10 @@ class Client {
   private gone = false;
   private infoAsked = false;
 
-  constructor(private readonly node: HostNode, private readonly conn: Socket) {
+  constructor(
+    private readonly node: HostNode,
+    private readonly conn: Socket,
+  ) {
     this.writer = new FrameWriter((parts) => {
       if (this.gone) return;
       if (conn.writableLength > MAX_CLIENT_WRITE_BACKLOG) {
@@ -181,7 +201,10 @@ class Client {
       const v = num(f.meta.v, 'v');
       this.pid = typeof f.meta.pid === 'number' && Number.isInteger(f.meta.pid) ? f.meta.pid : 0;
       if (v !== PROTOCOL_VERSION) {
-        this.send(N_WELCOME, 0, 0, { v: PROTOCOL_VERSION, err: { code: 'EPROTO', message: `protocol version ${v} is not ${PROTOCOL_VERSION}` } });
+        this.send(N_WELCOME, 0, 0, {
+          v: PROTOCOL_VERSION,
+          err: { code: 'EPROTO', message: `protocol version ${v} is not ${PROTOCOL_VERSION}` },
+        });
         this.writer.flush();
         throw new ProtocolError(`unsupported protocol version ${v}`);
       }
@@ -204,7 +227,8 @@ class Client {
         if (s === undefined) return; // closed meanwhile
         const n = num(f.meta.n, 'n');
         const k = num(f.meta.k, 'k');
-        if (n < 0 || n > s.inflight || k < 0 || k > s.held.length) throw new ProtocolError('credit for more than was delivered');
+        if (n < 0 || n > s.inflight || k < 0 || k > s.held.length)
+          throw new ProtocolError('credit for more than was delivered');
         s.inflight -= n;
         // The application has read these: now the senders may hear so (send({ confirm })).
         for (let i = 0; i < k; i++) {
@@ -242,10 +266,22 @@ class Client {
       switch (op) {
         case 'open': {
           if (this.sockets.has(f.sock)) throw new ProtocolError(`socket id ${f.sock} already open`);
-          if (this.sockets.size >= MAX_SOCKETS_PER_CLIENT) throw new RdsError('ENOBUFS', `at most ${MAX_SOCKETS_PER_CLIENT} sockets per attached process`);
+          if (this.sockets.size >= MAX_SOCKETS_PER_CLIENT)
+            throw new RdsError('ENOBUFS', `at most ${MAX_SOCKETS_PER_CLIENT} sockets per attached process`);
           const real = new RdsSocket({ stack: this.node.stack });
           const s: NodeSock = {
-            id: f.sock, real, backlog: [], backlogBytes: 0, running: false, closed: false, inflight: 0, sentAcc: 0, sentMsgs: 0, held: new Fifo(), takeReceipt: () => null, bound: '',
+            id: f.sock,
+            real,
+            backlog: [],
+            backlogBytes: 0,
+            running: false,
+            closed: false,
+            inflight: 0,
+            sentAcc: 0,
+            sentMsgs: 0,
+            held: new Fifo(),
+            takeReceipt: () => null,
+            bound: '',
           };
           this.sockets.set(f.sock, s);
           let last: Receipt | null = null;
@@ -265,12 +301,20 @@ class Client {
           const s = this.sockOf(f);
           const address = str(f.meta.address, 'address');
           const port = num(f.meta.port, 'port');
-          if (f.meta.transport !== undefined) s.real.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, num(f.meta.transport, 'transport'));
-          s.real.bind({ address, port }).then(() => {
-            const a = s.real.address();
-            s.bound = `${a.address}:${a.port}`;
-            this.answer(f.id, { address: a.address, port: a.port, transport: s.real.getsockopt(SOL_RDS, SO_RDS_TRANSPORT) });
-          }, (e) => this.fail(f.id, e));
+          if (f.meta.transport !== undefined)
+            s.real.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, num(f.meta.transport, 'transport'));
+          s.real.bind({ address, port }).then(
+            () => {
+              const a = s.real.address();
+              s.bound = `${a.address}:${a.port}`;
+              this.answer(f.id, {
+                address: a.address,
+                port: a.port,
+                transport: s.real.getsockopt(SOL_RDS, SO_RDS_TRANSPORT),
+              });
+            },
+            (e) => this.fail(f.id, e),
+          );
           return;
         }
         case 'setsockopt': {
@@ -286,7 +330,8 @@ class Client {
             this.cancelBacklog(s, address, port);
             s.real.setsockopt(level, name, { address, port } as never);
           } else {
-            if (typeof value !== 'number' && typeof value !== 'boolean') throw new ProtocolError('option value must be a number, boolean or address');
+            if (typeof value !== 'number' && typeof value !== 'boolean')
+              throw new ProtocolError('option value must be a number, boolean or address');
             s.real.setsockopt(level, name, value);
             if (level === SOL_SOCKET && name === SO_RCVBUF) this.pump(s);
           }
@@ -295,14 +340,19 @@ class Client {
         }
         case 'flush': {
           const s = this.sockOf(f);
-          s.real.flush().then(() => this.answer(f.id, null), (e) => this.fail(f.id, e));
+          s.real.flush().then(
+            () => this.answer(f.id, null),
+            (e) => this.fail(f.id, e),
+          );
           return;
         }
         case 'close': {
           const s = this.sockets.get(f.sock);
           if (s !== undefined) {
             this.sockets.delete(f.sock);
-            for (const it of s.backlog) if (it.id !== 0) this.fail(it.id, new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
+            for (const it of s.backlog)
+              if (it.id !== 0)
+                this.fail(it.id, new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
             this.closeSock(s);
           }
           this.answer(f.id, null);
@@ -327,7 +377,8 @@ class Client {
           continue;
         }
         this.handed(s, it);
-        if (it.id !== 0) this.fail(it.id, new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${address}:${port}`));
+        if (it.id !== 0)
+          this.fail(it.id, new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${address}:${port}`));
       } else {
         keep.push(it);
       }
@@ -338,7 +389,8 @@ class Client {
   private sendFrame(f: Frame): void {
     const s = this.sockets.get(f.sock);
     const confirm = f.meta.cf === 1;
-    if (confirm && ++this.outstanding > MAX_OUTSTANDING_PER_CLIENT) throw new ProtocolError('too many outstanding calls');
+    if (confirm && ++this.outstanding > MAX_OUTSTANDING_PER_CLIENT)
+      throw new ProtocolError('too many outstanding calls');
     if (s === undefined) {
       // Closed by a call already in flight: answer as a closed socket would.
       if (confirm) this.fail(f.id, new RdsError('EBADF', 'sendmsg() on a closed socket; make a new RdsSocket'));
@@ -357,7 +409,8 @@ class Client {
     s.backlogBytes += it.data.length;
     // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
     const limit = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) + RDS_MAX_MSG_SIZE;
-    if (s.backlogBytes > limit) throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
+    if (s.backlogBytes > limit)
+      throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
     if (!s.running) void this.run(s);
   }
 
@@ -381,15 +434,26 @@ class Client {
     try {
       while (s.backlog.length > 0 && !s.closed) {
         const it = s.backlog[0]!;
-        const opts = it.cookie !== undefined ? { flags: it.flags, zcopyCookie: it.cookie } : it.flags !== 0 ? { flags: it.flags } : undefined;
+        const opts =
+          it.cookie !== undefined
+            ? { flags: it.flags, zcopyCookie: it.cookie }
+            : it.flags !== 0
+              ? { flags: it.flags }
+              : undefined;
         if (it.confirm) {
           s.backlog.shift();
           this.handed(s, it);
           const ac = new AbortController();
           this.confirming.set(it.id, ac);
           s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
-            () => { this.confirming.delete(it.id); this.answer(it.id, null); },
-            (e) => { this.confirming.delete(it.id); this.fail(it.id, e); },
+            () => {
+              this.confirming.delete(it.id);
+              this.answer(it.id, null);
+            },
+            (e) => {
+              this.confirming.delete(it.id);
+              this.fail(it.id, e);
+            },
           );
           continue;
         }
@@ -450,22 +514,36 @@ export class HostNode implements HostNodeHandle {
   private readonly clientSet = new Set<Client>();
   private closed = false;
 
-  private constructor(readonly stack: RdsStack, readonly path: string, private readonly server: Server, readonly log: (line: string) => void) {}
+  private constructor(
+    readonly stack: RdsStack,
+    readonly path: string,
+    private readonly server: Server,
+    readonly log: (line: string) => void,
+  ) {}
 
   static async serve(stack: RdsStack, opts: ServeOptions = {}): Promise<HostNode> {
-    if (stack.hostNode !== null) throw new RdsError('EINVAL', `this stack already serves the node at ${stack.hostNode.path}`);
+    if (stack.hostNode !== null)
+      throw new RdsError('EINVAL', `this stack already serves the node at ${stack.hostNode.path}`);
     if (stack.closing) throw new RdsError('EBADF', 'the stack is closed');
     const path = opts.path ?? defaultNodePath();
     const log = opts.log ?? (() => {});
     mkdirSync(dirname(path), { recursive: true, mode: opts.group !== undefined ? 0o750 : 0o700 });
-    if (await answers(path)) throw new RdsError('EADDRINUSE', `a host node already answers at ${path}; attach to it with RdsStack.attach() or stop it`);
+    if (await answers(path))
+      throw new RdsError(
+        'EADDRINUSE',
+        `a host node already answers at ${path}; attach to it with RdsStack.attach() or stop it`,
+      );
     try {
       unlinkSync(path); // left by a node that died
-    } catch { /* none */ }
+    } catch {
+      /* none */
+    }
     let node: HostNode | null = null;
     const server = createServer((c) => node?.accept(c));
     await new Promise<void>((res, rej) => {
-      server.once('error', (e) => rej(new RdsError('EADDRINUSE', `cannot listen at ${path}: ${e.message}`, { cause: e })));
+      server.once('error', (e) =>
+        rej(new RdsError('EADDRINUSE', `cannot listen at ${path}: ${e.message}`, { cause: e })),
+      );
       server.listen(path, () => res());
     });
     chmodSync(path, opts.mode ?? 0o660);
@@ -522,7 +600,9 @@ export class HostNode implements HostNodeHandle {
     for (const f of [this.path, pidFileOf(this.path)]) {
       try {
         unlinkSync(f);
-      } catch { /* gone */ }
+      } catch {
+        /* gone */
+      }
     }
     this.log(`stopped serving ${this.path}`);
   }
@@ -546,7 +626,9 @@ function groupId(group: string | number): number {
   let text = '';
   try {
     text = readFileSync('/etc/group', 'utf8');
-  } catch { /* none */ }
+  } catch {
+    /* none */
+  }
   for (const line of text.split('\n')) {
     const [name, , gid] = line.split(':');
     if (name === group && gid !== undefined) return Number(gid);

@@ -75,17 +75,31 @@ const byRegistry = new WeakMap<object, { stacks: Registered[]; names: string[] }
  * Several stacks may share a registry (give each distinct `labels`). Returns a function that
  * stops exporting this stack.
  */
-export function registerMetrics(stack: RdsStack, registry: MetricsRegistry, opts: RegisterMetricsOptions = {}): () => void {
+export function registerMetrics(
+  stack: RdsStack,
+  registry: MetricsRegistry,
+  opts: RegisterMetricsOptions = {},
+): () => void {
   if (stack === null || typeof stack !== 'object' || typeof (stack as RdsStack).stats !== 'function') {
     throw new RdsError('EINVAL', 'registerMetrics(stack, registry): stack must be an RdsStack');
   }
   if (registry === null || typeof registry !== 'object' || typeof registry.registerMetric !== 'function') {
-    throw new RdsError('EINVAL', 'registerMetrics(stack, registry): registry must be a prom-client Registry (new Registry() or register)');
+    throw new RdsError(
+      'EINVAL',
+      'registerMetrics(stack, registry): registry must be a prom-client Registry (new Registry() or register)',
+    );
   }
   const labels: Labels = {};
   for (const [k, v] of Object.entries(opts.labels ?? {})) {
-    if (!/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(k) || k.startsWith('__') || ['local', 'peer', 'transport', 'path', 'state', 'le'].includes(k)) {
-      throw new RdsError('EINVAL', `label name ${JSON.stringify(k)} is not allowed: use [a-zA-Z_][a-zA-Z0-9_]*, not a label rds-socket sets`);
+    if (
+      !/^[a-zA-Z_][a-zA-Z0-9_]*$/.test(k) ||
+      k.startsWith('__') ||
+      ['local', 'peer', 'transport', 'path', 'state', 'le'].includes(k)
+    ) {
+      throw new RdsError(
+        'EINVAL',
+        `label name ${JSON.stringify(k)} is not allowed: use [a-zA-Z_][a-zA-Z0-9_]*, not a label rds-socket sets`,
+      );
     }
     labels[k] = String(v);
   }
@@ -117,75 +131,136 @@ export function registerMetrics(stack: RdsStack, registry: MetricsRegistry, opts
 
 function metric(name: string, help: string, type: CollectedMetric['type'], collect: () => Sample[]): CollectedMetric {
   return {
-    name, help, type, aggregator: 'sum',
+    name,
+    help,
+    type,
+    aggregator: 'sum',
     async get() {
       return { name, help, type, values: collect(), aggregator: 'sum' };
     },
-    reset() { /* values come from the stack; nothing is kept here */ },
+    reset() {
+      /* values come from the stack; nothing is kept here */
+    },
   };
 }
 
 function buildMetrics(stacks: Registered[]): CollectedMetric[] {
   const out: CollectedMetric[] = [];
   for (const c of RDS_COUNTER_NAMES) {
-    out.push(metric(`rds_${c}_total`, `RDS counter ${c} (as rds-info -c names it)`, 'counter',
-      () => stacks.map((s) => ({ value: s.stack.counters.get(c), labels: { ...s.labels } }))));
+    out.push(
+      metric(`rds_${c}_total`, `RDS counter ${c} (as rds-info -c names it)`, 'counter', () =>
+        stacks.map((s) => ({ value: s.stack.counters.get(c), labels: { ...s.labels } })),
+      ),
+    );
   }
   type P = ReturnType<RdsStack['connections']>[number]['paths'][number];
   const perPath = (name: string, help: string, type: 'counter' | 'gauge', value: (p: P) => number) =>
-    out.push(metric(name, help, type, () => {
-      const values: Sample[] = [];
-      for (const s of stacks) {
-        for (const c of s.stack.connections()) {
-          for (const p of c.paths) {
-            values.push({ value: value(p), labels: { ...s.labels, local: c.localAddress, peer: c.peerAddress, transport: c.transport, path: p.index } });
+    out.push(
+      metric(name, help, type, () => {
+        const values: Sample[] = [];
+        for (const s of stacks) {
+          for (const c of s.stack.connections()) {
+            for (const p of c.paths) {
+              values.push({
+                value: value(p),
+                labels: {
+                  ...s.labels,
+                  local: c.localAddress,
+                  peer: c.peerAddress,
+                  transport: c.transport,
+                  path: p.index,
+                },
+              });
+            }
           }
         }
-      }
-      return values;
-    }));
-  out.push(metric('rds_path_state', 'State of each RDS path: 1 for the current state (label state), 0 for the others', 'gauge', () => {
-    const values: Sample[] = [];
-    for (const s of stacks) {
-      for (const c of s.stack.connections()) {
-        for (const p of c.paths) {
-          const base = { ...s.labels, local: c.localAddress, peer: c.peerAddress, transport: c.transport, path: p.index };
-          for (const st of STATES) values.push({ value: p.state === st ? 1 : 0, labels: { ...base, state: st } });
+        return values;
+      }),
+    );
+  out.push(
+    metric(
+      'rds_path_state',
+      'State of each RDS path: 1 for the current state (label state), 0 for the others',
+      'gauge',
+      () => {
+        const values: Sample[] = [];
+        for (const s of stacks) {
+          for (const c of s.stack.connections()) {
+            for (const p of c.paths) {
+              const base = {
+                ...s.labels,
+                local: c.localAddress,
+                peer: c.peerAddress,
+                transport: c.transport,
+                path: p.index,
+              };
+              for (const st of STATES) values.push({ value: p.state === st ? 1 : 0, labels: { ...base, state: st } });
+            }
+          }
         }
-      }
-    }
-    return values;
-  }));
+        return values;
+      },
+    ),
+  );
   perPath('rds_path_sent_messages_total', 'Messages sent on the path', 'counter', (p) => p.sentMessages);
   perPath('rds_path_sent_bytes_total', 'Payload bytes sent on the path', 'counter', (p) => p.sentBytes);
   perPath('rds_path_received_messages_total', 'Messages received on the path', 'counter', (p) => p.recvMessages);
   perPath('rds_path_received_bytes_total', 'Payload bytes received on the path', 'counter', (p) => p.recvBytes);
   perPath('rds_path_up_total', 'Times the path came up', 'counter', (p) => p.upCount);
-  perPath('rds_path_reconnects_total', 'Times the path came up again after its first connection', 'counter', (p) => Math.max(0, p.upCount - 1));
-  perPath('rds_path_connect_failures_total', 'Connection attempts on the path that failed', 'counter', (p) => p.connectFailures);
-  perPath('rds_path_failover_moved_total', 'Messages the path handed to a live path while it was down', 'counter', (p) => p.movedByFailover);
+  perPath('rds_path_reconnects_total', 'Times the path came up again after its first connection', 'counter', (p) =>
+    Math.max(0, p.upCount - 1),
+  );
+  perPath(
+    'rds_path_connect_failures_total',
+    'Connection attempts on the path that failed',
+    'counter',
+    (p) => p.connectFailures,
+  );
+  perPath(
+    'rds_path_failover_moved_total',
+    'Messages the path handed to a live path while it was down',
+    'counter',
+    (p) => p.movedByFailover,
+  );
   perPath('rds_path_send_queue_messages', 'Messages queued on the path and not yet sent', 'gauge', (p) => p.sendQueue);
-  perPath('rds_path_retransmit_queue_messages', 'Messages sent on the path and not yet acknowledged', 'gauge', (p) => p.retransQueue);
+  perPath(
+    'rds_path_retransmit_queue_messages',
+    'Messages sent on the path and not yet acknowledged',
+    'gauge',
+    (p) => p.retransQueue,
+  );
   const h = 'rds_path_ack_latency_seconds';
-  out.push(metric(h, 'Time from sending a message to its acknowledgement', 'histogram', () => {
-    const values: Sample[] = [];
-    for (const s of stacks) {
-      for (const c of s.stack.connections()) {
-        for (const p of c.paths) {
-          const base = { ...s.labels, local: c.localAddress, peer: c.peerAddress, transport: c.transport, path: p.index };
-          let cum = 0;
-          for (let b = 0; b < ACK_LATENCY_BUCKETS_SECONDS.length; b++) {
-            cum += p.latencyHistogram[b] ?? 0;
-            values.push({ metricName: `${h}_bucket`, value: cum, labels: { ...base, le: ACK_LATENCY_BUCKETS_SECONDS[b]! } });
+  out.push(
+    metric(h, 'Time from sending a message to its acknowledgement', 'histogram', () => {
+      const values: Sample[] = [];
+      for (const s of stacks) {
+        for (const c of s.stack.connections()) {
+          for (const p of c.paths) {
+            const base = {
+              ...s.labels,
+              local: c.localAddress,
+              peer: c.peerAddress,
+              transport: c.transport,
+              path: p.index,
+            };
+            let cum = 0;
+            for (let b = 0; b < ACK_LATENCY_BUCKETS_SECONDS.length; b++) {
+              cum += p.latencyHistogram[b] ?? 0;
+              values.push({
+                metricName: `${h}_bucket`,
+                value: cum,
+                labels: { ...base, le: ACK_LATENCY_BUCKETS_SECONDS[b]! },
+              });
+            }
+            const count = p.latencyHistogram.reduce((a, v) => a + v, 0);
+            values.push({ metricName: `${h}_bucket`, value: count, labels: { ...base, le: '+Inf' } });
+            values.push({ metricName: `${h}_sum`, value: p.latencySumMs / 1000, labels: base });
+            values.push({ metricName: `${h}_count`, value: count, labels: base });
           }
-          const count = p.latencyHistogram.reduce((a, v) => a + v, 0);
-          values.push({ metricName: `${h}_bucket`, value: count, labels: { ...base, le: '+Inf' } });
-          values.push({ metricName: `${h}_sum`, value: p.latencySumMs / 1000, labels: base });
-          values.push({ metricName: `${h}_count`, value: count, labels: base });
         }
       }
-    }
-    return values;
-  }));
+      return values;
+    }),
+  );
   return out;
 }

@@ -2,7 +2,14 @@ import { randomInt } from 'node:crypto';
 import { RdsError, abortError } from '../errors.js';
 import type { RdsSocket, RdsData } from '../core/socket.js';
 import {
-  RPC_DUPLICATE, RPC_ERROR, RPC_EXPIRED, RPC_HEADER_SIZE, RPC_REPLY, RPC_REQUEST, decodeRpcHeader, encodeRpcHeader,
+  RPC_DUPLICATE,
+  RPC_ERROR,
+  RPC_EXPIRED,
+  RPC_HEADER_SIZE,
+  RPC_REPLY,
+  RPC_REQUEST,
+  decodeRpcHeader,
+  encodeRpcHeader,
 } from './wire.js';
 
 /** A request the server answered with an error (its handler threw), or refused as a duplicate. */
@@ -179,7 +186,9 @@ export class RpcClient {
       return Promise.resolve();
     }
     if (this.waiting.length >= this.maxQueued) {
-      return Promise.reject(new RdsError('EAGAIN', `${this.maxQueued} requests already wait for a slot; raise maxQueued or slow down`));
+      return Promise.reject(
+        new RdsError('EAGAIN', `${this.maxQueued} requests already wait for a slot; raise maxQueued or slow down`),
+      );
     }
     return new Promise<void>((resolve, reject) => {
       const w: SlotWaiter = {
@@ -231,9 +240,19 @@ export class RpcClient {
       } else if (h.type === RPC_ERROR) {
         p.reject(new RpcRemoteError('EREMOTE', `${m.address}:${m.port} failed the request: ${body.toString('utf8')}`));
       } else if (h.type === RPC_DUPLICATE) {
-        p.reject(new RpcRemoteError('EDUPLICATE', `${m.address}:${m.port} already handled request ${h.id} and no longer holds its reply`));
+        p.reject(
+          new RpcRemoteError(
+            'EDUPLICATE',
+            `${m.address}:${m.port} already handled request ${h.id} and no longer holds its reply`,
+          ),
+        );
       } else if (h.type === RPC_EXPIRED) {
-        p.reject(new RpcRemoteError('EEXPIRED', `${m.address}:${m.port} refused request ${h.id}: older than its duplicate window, not run`));
+        p.reject(
+          new RpcRemoteError(
+            'EEXPIRED',
+            `${m.address}:${m.port} refused request ${h.id}: older than its duplicate window, not run`,
+          ),
+        );
       }
     }
   }

@@ -2,7 +2,14 @@ import { RdsError } from '../errors.js';
 import type { RdsSocket } from '../core/socket.js';
 import type { RdsMessage } from '../core/stack.js';
 import {
-  RPC_DUPLICATE, RPC_ERROR, RPC_EXPIRED, RPC_HEADER_SIZE, RPC_REPLY, RPC_REQUEST, decodeRpcHeader, encodeRpcHeader,
+  RPC_DUPLICATE,
+  RPC_ERROR,
+  RPC_EXPIRED,
+  RPC_HEADER_SIZE,
+  RPC_REPLY,
+  RPC_REQUEST,
+  decodeRpcHeader,
+  encodeRpcHeader,
 } from './wire.js';
 
 /** Where a request came from and which it is. */
@@ -14,8 +21,10 @@ export interface RpcRequestInfo {
 }
 
 /** Answers one request: the reply body (a string is sent as UTF-8); a throw sends an ERROR reply. */
-export type RpcHandler = (data: Buffer, req: RpcRequestInfo) =>
-  Buffer | Uint8Array | string | undefined | void | Promise<Buffer | Uint8Array | string | undefined | void>;
+export type RpcHandler = (
+  data: Buffer,
+  req: RpcRequestInfo,
+) => Buffer | Uint8Array | string | undefined | void | Promise<Buffer | Uint8Array | string | undefined | void>;
 
 export interface RpcServerOptions {
   /** Handlers running at once; while at the limit the server stops reading (senders feel congestion). Default 64. */
@@ -60,7 +69,14 @@ interface ClientRecord {
  * held reply (or DUPLICATE once that is evicted) and never runs the handler again.
  */
 export class RpcServer {
-  readonly stats: RpcServerStats = { handled: 0, duplicates: 0, expired: 0, handlerErrors: 0, replyErrors: 0, malformed: 0 };
+  readonly stats: RpcServerStats = {
+    handled: 0,
+    duplicates: 0,
+    expired: 0,
+    handlerErrors: 0,
+    replyErrors: 0,
+    malformed: 0,
+  };
   private readonly socket: RdsSocket;
   private readonly handler: RpcHandler;
   private readonly concurrency: number;
@@ -169,23 +185,36 @@ export class RpcServer {
       return;
     }
     if (result instanceof Promise) {
-      result.then((r) => this.finish(key, c!, h.instance, h.id, dest, r, undefined),
-        (e: unknown) => this.finish(key, c!, h.instance, h.id, dest, null, e ?? new Error('handler rejected')));
+      result.then(
+        (r) => this.finish(key, c!, h.instance, h.id, dest, r, undefined),
+        (e: unknown) => this.finish(key, c!, h.instance, h.id, dest, null, e ?? new Error('handler rejected')),
+      );
     } else {
       this.finish(key, c, h.instance, h.id, dest, result, undefined);
     }
   }
 
-  private finish(key: string, c: ClientRecord, instance: number, id: number, dest: { address: string; port: number },
-    result: Buffer | Uint8Array | string | undefined | void | null, error: unknown): void {
+  private finish(
+    key: string,
+    c: ClientRecord,
+    instance: number,
+    id: number,
+    dest: { address: string; port: number },
+    result: Buffer | Uint8Array | string | undefined | void | null,
+    error: unknown,
+  ): void {
     let frame: Buffer[];
     if (error !== undefined) {
       this.stats.handlerErrors++;
       const text = error instanceof Error ? error.message : String(error);
       frame = [encodeRpcHeader(RPC_ERROR, instance, id), Buffer.from(text, 'utf8')];
     } else {
-      const body = typeof result === 'string' ? Buffer.from(result, 'utf8')
-        : result instanceof Uint8Array ? result : Buffer.alloc(0);
+      const body =
+        typeof result === 'string'
+          ? Buffer.from(result, 'utf8')
+          : result instanceof Uint8Array
+            ? result
+            : Buffer.alloc(0);
       frame = [encodeRpcHeader(RPC_REPLY, instance, id), body as Buffer];
     }
     c.running.delete(id);
@@ -222,6 +251,7 @@ export function serve(socket: RdsSocket, handler: RpcHandler, opts?: RpcServerOp
 
 function int(v: unknown, name: string, dflt: number, min = 1): number {
   if (v === undefined) return dflt;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) throw new RdsError('EINVAL', `${name} must be an integer >= ${min}, got ${String(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
+    throw new RdsError('EINVAL', `${name} must be an integer >= ${min}, got ${String(v)}`);
   return v;
 }

@@ -99,7 +99,10 @@ export class FaultProxy {
   refused = 0;
   private readonly rnd: () => number;
 
-  private constructor(private readonly opts: FaultProxyOptions, server: Server) {
+  private constructor(
+    private readonly opts: FaultProxyOptions,
+    server: Server,
+  ) {
     this.server = server;
     this.rnd = opts.random ?? Math.random;
     server.on('connection', (c) => this.onClient(c));
@@ -157,7 +160,12 @@ export class FaultProxy {
   private dial(residue: number): Socket {
     // A taken port fails this pair like any connect error; the RDS initiator simply reconnects.
     const base = 40000 + 8 * Math.floor(Math.random() * 2000);
-    return connect({ host: this.opts.target.host, port: this.opts.target.port, localAddress: this.opts.sourceAddress, localPort: base + residue });
+    return connect({
+      host: this.opts.target.host,
+      port: this.opts.target.port,
+      localAddress: this.opts.sourceAddress,
+      localPort: base + residue,
+    });
   }
 
   private forward(pair: Pair, dir: Direction, from: Socket, to: Socket, chunk: Buffer): void {
@@ -214,7 +222,12 @@ export class FaultProxy {
    */
   resetAt(dir: Direction, kind: CutKind): Promise<void> {
     return new Promise((resolve) => {
-      this.pendingCut = { dir, kind, at: kind === 'header' ? 1 + Math.floor(this.rnd() * (RDS_HEADER_SIZE - 1)) : this.rnd(), done: resolve };
+      this.pendingCut = {
+        dir,
+        kind,
+        at: kind === 'header' ? 1 + Math.floor(this.rnd() * (RDS_HEADER_SIZE - 1)) : this.rnd(),
+        done: resolve,
+      };
     });
   }
 
@@ -253,7 +266,7 @@ export class FaultProxy {
 
   /** Drops every byte in both directions without closing anything: a peer that vanished. */
   blackhole(on = true): void {
-    for (const d of ['forward', 'backward'] as Direction[]) (on ? this.blackholed.add(d) : this.blackholed.delete(d));
+    for (const d of ['forward', 'backward'] as Direction[]) on ? this.blackholed.add(d) : this.blackholed.delete(d);
   }
 
   delay(ms: number): void {

@@ -84,4 +84,3 @@ export const IB_CARRIER = new CarrierKind<CarrierSlot<IbPath>>('infiniband', (cp
 export function ibPath(cp: RdsConnPath): IbPath | null {
   return cp.carrier(IB_CARRIER).current;
 }
-

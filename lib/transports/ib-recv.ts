@@ -14,7 +14,10 @@ const EMPTY = Buffer.alloc(0);
  * receive buffers are posted again and advertised as credits.
  */
 export class IbReceiver {
-  constructor(private readonly ib: IbShared, private readonly sender: IbSender) {}
+  constructor(
+    private readonly ib: IbShared,
+    private readonly sender: IbSender,
+  ) {}
 
   /** A batch of work completions of cm id `id`, which carries `cp`: [slot, status, byte_len]... */
   onCompletions(cp: RdsConnPath, id: number, batch: Int32Array): void {
@@ -89,7 +92,8 @@ export class IbReceiver {
     }
     if (tp.rxHeader === null) {
       if (hLen > MAX_H_LEN) throw new RdsProtocolError(`h_len ${hLen} exceeds ${MAX_H_LEN}`);
-      if (dataLen !== Math.min(hLen, RDS_IB_FRAG_SIZE)) throw new RdsProtocolError(`first fragment carries ${dataLen} of ${hLen} bytes`);
+      if (dataLen !== Math.min(hLen, RDS_IB_FRAG_SIZE))
+        throw new RdsProtocolError(`first fragment carries ${dataLen} of ${hLen} bytes`);
       const header = Buffer.from(ring.subarray(base, base + RDS_HEADER_SIZE));
       const payload = Buffer.from(ring.subarray(base + RDS_HEADER_SIZE, base + byteLen));
       if (hLen <= RDS_IB_FRAG_SIZE) {
@@ -104,7 +108,10 @@ export class IbReceiver {
     }
     // A later fragment: same sequence, length and ports (h_ack, h_credit, h_csum may differ).
     const h = tp.rxHeader;
-    if (ring.compare(h, 0, 8, base, base + 8) !== 0 || ring.compare(h, OFF_LEN, OFF_LEN + 8, base + OFF_LEN, base + OFF_LEN + 8) !== 0) {
+    if (
+      ring.compare(h, 0, 8, base, base + 8) !== 0 ||
+      ring.compare(h, OFF_LEN, OFF_LEN + 8, base + OFF_LEN, base + OFF_LEN + 8) !== 0
+    ) {
       throw new RdsProtocolError('fragment header mismatch');
     }
     const want = Math.min(RDS_IB_FRAG_SIZE, hLen - tp.rxFilled);

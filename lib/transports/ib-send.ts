@@ -2,7 +2,17 @@ import { RDS_HEADER_SIZE } from '../constants.js';
 import { defer } from '../core/defer.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
-import { headerChecksum, OFF_ACK, OFF_CREDIT, OFF_CSUM, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, writeU64 } from '../wire/header.js';
+import {
+  headerChecksum,
+  OFF_ACK,
+  OFF_CREDIT,
+  OFF_CSUM,
+  OFF_DPORT,
+  OFF_LEN,
+  OFF_SPORT,
+  readU64,
+  writeU64,
+} from '../wire/header.js';
 import { encodeCongUpdate } from '../wire/header.js';
 import { ibPath, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
 
@@ -45,7 +55,10 @@ export class IbSender {
     }
     // Ack-only frames may go between the fragments of a message (the kernel handles them before
     // reassembly); anything else (the hello) waits for a message boundary.
-    const ackOnly = header.readUInt16BE(OFF_SPORT) === 0 && header.readUInt16BE(OFF_DPORT) === 0 && header.readUInt32BE(OFF_LEN) === 0;
+    const ackOnly =
+      header.readUInt16BE(OFF_SPORT) === 0 &&
+      header.readUInt16BE(OFF_DPORT) === 0 &&
+      header.readUInt32BE(OFF_LEN) === 0;
     tp.controls.push({ header, done, ackOnly });
     this.push(cp, tp);
   }

@@ -6,7 +6,13 @@ import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
 import { RdsError } from '../errors.js';
 import { native, nativeLoadError, type IbEndpointBinding } from '../native.js';
-import { decodeIbPrivateData, encodeIbPrivateData, negotiateIbVersion, RDS_PROTOCOL_3_1, type IbPrivateData } from '../wire/ib-private-data.js';
+import {
+  decodeIbPrivateData,
+  encodeIbPrivateData,
+  negotiateIbVersion,
+  RDS_PROTOCOL_3_1,
+  type IbPrivateData,
+} from '../wire/ib-private-data.js';
 import { RDS_CTR } from '../core/stats.js';
 
 import { IB_CARRIER, ibPath, IbShared, SLOT_SIZE, type IbPath } from './ib-path.js';
@@ -66,7 +72,8 @@ export class IbTransport implements RdsTransport {
     this.sendSlots = opts.sendSlots ?? 128;
     this.recvSlots = opts.recvSlots ?? 256;
     this.resolveTimeoutMs = opts.resolveTimeoutMs ?? 5000;
-    if (!Number.isInteger(this.port) || this.port < 1 || this.port > 65535) throw new RdsError('EINVAL', `IB port must be 1..65535, got ${this.port}`);
+    if (!Number.isInteger(this.port) || this.port < 1 || this.port > 65535)
+      throw new RdsError('EINVAL', `IB port must be 1..65535, got ${this.port}`);
     if (!(this.sendSlots >= 4 && this.sendSlots <= 4096) || !(this.recvSlots >= 16 && this.recvSlots <= 4096)) {
       throw new RdsError('EINVAL', 'IB ring sizes: sendSlots 4..4096, recvSlots 16..4096');
     }
@@ -89,23 +96,34 @@ export class IbTransport implements RdsTransport {
     if (this.closed) throw new RdsError('ENOPROTOOPT', 'the InfiniBand transport is closed');
     const n = native();
     if (n === null) {
-      throw new RdsError('ENOPROTOOPT', `the InfiniBand transport needs the rds-socket native addon, which did not load here: ${nativeLoadError()?.message ?? 'unknown reason'}`);
+      throw new RdsError(
+        'ENOPROTOOPT',
+        `the InfiniBand transport needs the rds-socket native addon, which did not load here: ${nativeLoadError()?.message ?? 'unknown reason'}`,
+      );
     }
     const why = n.ibLoad();
     if (why !== null) {
-      throw new RdsError('ENOPROTOOPT', `the InfiniBand transport needs rdma-core's libibverbs.so.1 and librdmacm.so.1 (Debian/Ubuntu: apt-get install ibverbs-providers librdmacm1): ${why}`);
+      throw new RdsError(
+        'ENOPROTOOPT',
+        `the InfiniBand transport needs rdma-core's libibverbs.so.1 and librdmacm.so.1 (Debian/Ubuntu: apt-get install ibverbs-providers librdmacm1): ${why}`,
+      );
     }
     try {
       this.ep = new n.IbEndpoint(
         (id, event, status, pdata, info) => this.guard(() => this.onCmEvent(id, event, status, pdata, info)),
-        (id, batch) => this.guard(() => {
-          const cp = this.byId.get(id);
-          if (cp !== undefined) this.receiver.onCompletions(cp, id, batch);
-        }),
+        (id, batch) =>
+          this.guard(() => {
+            const cp = this.byId.get(id);
+            if (cp !== undefined) this.receiver.onCompletions(cp, id, batch);
+          }),
       );
       this.shared.setEndpoint(this.ep);
     } catch (e) {
-      throw new RdsError('ENOPROTOOPT', `no RDMA device is usable (rdma_cm: ${(e as Error).message}); check ibv_devices, or add a Soft-RoCE device: rdma link add rxe0 type rxe netdev <if>`, { cause: e });
+      throw new RdsError(
+        'ENOPROTOOPT',
+        `no RDMA device is usable (rdma_cm: ${(e as Error).message}); check ibv_devices, or add a Soft-RoCE device: rdma link add rxe0 type rxe netdev <if>`,
+        { cause: e },
+      );
     }
     if (!this.ref) this.ep.unref();
     return this.ep;
@@ -124,15 +142,23 @@ export class IbTransport implements RdsTransport {
   async laddrCheck(laddr: string): Promise<void> {
     if (this.listeners.has(laddr)) return;
     const ep = this.endpoint();
-    if (laddr.includes(':')) throw new RdsError('EAFNOSUPPORT', 'the InfiniBand transport supports IPv4 addresses only');
+    if (laddr.includes(':'))
+      throw new RdsError('EAFNOSUPPORT', 'the InfiniBand transport supports IPv4 addresses only');
     const dev = native()!.ibDeviceFor(laddr);
     if (dev === null) {
-      throw new RdsError('EADDRNOTAVAIL', `${laddr} is not an address of an RDMA device (see ibv_devices and rdma link; Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)`);
+      throw new RdsError(
+        'EADDRNOTAVAIL',
+        `${laddr} is not an address of an RDMA device (see ibv_devices and rdma link; Soft-RoCE: rdma link add rxe0 type rxe netdev <if>)`,
+      );
     }
     try {
       this.listeners.set(laddr, ep.listen(laddr, this.port));
     } catch (e) {
-      throw new RdsError('EADDRINUSE', `cannot listen for RDS/IB on ${laddr}:${this.port} (${(e as Error).message}); the kernel's rds_rdma module may hold it`, { cause: e });
+      throw new RdsError(
+        'EADDRINUSE',
+        `cannot listen for RDS/IB on ${laddr}:${this.port} (${(e as Error).message}); the kernel's rds_rdma module may hold it`,
+        { cause: e },
+      );
     }
   }
 
@@ -143,9 +169,26 @@ export class IbTransport implements RdsTransport {
 
   private newPath(id: number, passive: boolean, cp: RdsConnPath): IbPath {
     const tp: IbPath = {
-      id, established: false, passive, ring: null, freeSend: [], ackSlotBusy: false, ackDone: null,
-      flowControl: false, ledger: new CreditLedger(() => this.sender.resume(cp), () => this.sender.creditUpdate(cp)),
-      current: null, controls: [], lastAck: 0, rxHeader: null, rxPayload: null, rxFilled: 0, blocked: false, coreWaiting: false,
+      id,
+      established: false,
+      passive,
+      ring: null,
+      freeSend: [],
+      ackSlotBusy: false,
+      ackDone: null,
+      flowControl: false,
+      ledger: new CreditLedger(
+        () => this.sender.resume(cp),
+        () => this.sender.creditUpdate(cp),
+      ),
+      current: null,
+      controls: [],
+      lastAck: 0,
+      rxHeader: null,
+      rxPayload: null,
+      rxFilled: 0,
+      blocked: false,
+      coreWaiting: false,
       version: 0,
     };
     cp.carrier(IB_CARRIER).set(tp);
@@ -184,12 +227,24 @@ export class IbTransport implements RdsTransport {
     // stale one would free messages the peer never saw. Acks flow in headers once connected.
     const credits = offerCredits ? tp.ledger.advertise() : 0;
     return encodeIbPrivateData({
-      saddr: cp.conn.laddr, daddr: cp.conn.faddr, major: version >> 8, minor: version & 0xff,
-      minorMask: 0x0003, tos: 0, ackSeq: 0, credit: credits,
+      saddr: cp.conn.laddr,
+      daddr: cp.conn.faddr,
+      major: version >> 8,
+      minor: version & 0xff,
+      minorMask: 0x0003,
+      tos: 0,
+      ackSeq: 0,
+      credit: credits,
     });
   }
 
-  private onCmEvent(id: number, event: string, status: number, pdata: Buffer | undefined, info: Record<string, unknown>): void {
+  private onCmEvent(
+    id: number,
+    event: string,
+    status: number,
+    pdata: Buffer | undefined,
+    info: Record<string, unknown>,
+  ): void {
     if (event === 'RDMA_CM_EVENT_CONNECT_REQUEST') {
       this.onConnectRequest(id, pdata, info);
       return;
@@ -352,7 +407,7 @@ export class IbTransport implements RdsTransport {
 
   setRef(ref: boolean): void {
     this.ref = ref;
-    if (this.ep !== null) (ref ? this.ep.ref() : this.ep.unref());
+    if (this.ep !== null) ref ? this.ep.ref() : this.ep.unref();
   }
 
   async close(): Promise<void> {
@@ -372,9 +427,14 @@ export class IbTransport implements RdsTransport {
     const tp = ibPath(cp);
     if (tp === null) return null;
     return {
-      id: tp.id, established: tp.established, protocol: tp.version ? `${tp.version >> 8}.${tp.version & 0xff}` : null,
-      flowControl: tp.flowControl, sendCredits: tp.ledger.sendCredits, postedUnadvertised: tp.ledger.postedUnadvertised,
-      freeSendSlots: tp.freeSend.length, reassembling: tp.rxHeader !== null,
+      id: tp.id,
+      established: tp.established,
+      protocol: tp.version ? `${tp.version >> 8}.${tp.version & 0xff}` : null,
+      flowControl: tp.flowControl,
+      sendCredits: tp.ledger.sendCredits,
+      postedUnadvertised: tp.ledger.postedUnadvertised,
+      freeSendSlots: tp.freeSend.length,
+      reassembling: tp.rxHeader !== null,
     };
   }
 }
@@ -385,4 +445,3 @@ function rejectIncompatible(): Buffer {
   b.writeInt32LE(1, 0);
   return b;
 }
-

@@ -54,7 +54,9 @@ export class LoopTransport implements RdsTransport {
     // as an rds-socket peer would tell it over TCP.
     if (msg.dport !== 0 && !this.host.isBound(cp.conn.faddr, msg.dport)) {
       this.host.counters.add(RDS_CTR.send_refused_no_sock);
-      msg.confirm(new RdsError('ECONNREFUSED', `no socket is bound to ${cp.conn.faddr}:${msg.dport}: the message was dropped`));
+      msg.confirm(
+        new RdsError('ECONNREFUSED', `no socket is bound to ${cp.conn.faddr}:${msg.dport}: the message was dropped`),
+      );
     }
     rcp.noteRxActivity();
     this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);

@@ -104,14 +104,19 @@ export class TcpShared {
   private isClosed = false;
   readonly sockets = new Set<Socket>();
 
-  constructor(readonly topts: TcpTransportOptions, readonly transport: RdsTransport) {
+  constructor(
+    readonly topts: TcpTransportOptions,
+    readonly transport: RdsTransport,
+  ) {
     for (const k of TCP_KNOBS) checkOption(k, topts[k], 'TcpTransport');
   }
 
   attach(host: RdsTransportHost): void {
     // The transport's own knobs over the stack's: the host it reads options from says so.
     const own = Object.fromEntries(TCP_KNOBS.filter((k) => this.topts[k] !== undefined).map((k) => [k, this.topts[k]]));
-    this.host = Object.create(host, { options: { value: Object.freeze({ ...host.options, ...own }) } }) as RdsTransportHost;
+    this.host = Object.create(host, {
+      options: { value: Object.freeze({ ...host.options, ...own }) },
+    }) as RdsTransportHost;
   }
 
   get ref(): boolean {
@@ -124,7 +129,7 @@ export class TcpShared {
 
   setRef(ref: boolean): void {
     this.referenced = ref;
-    for (const s of this.sockets) (ref ? s.ref() : s.unref());
+    for (const s of this.sockets) ref ? s.ref() : s.unref();
   }
 
   markClosed(): void {
@@ -146,7 +151,9 @@ export class TcpShared {
       if (fd >= 0 && n !== null) {
         try {
           n.tcpKeepalive(fd, KEEPALIVE_MS / 1000, KEEPALIVE_MS / 1000, 5);
-        } catch { /* keep Node's setting */ }
+        } catch {
+          /* keep Node's setting */
+        }
       }
     };
     if (socketFd(sock) >= 0) full();
@@ -165,7 +172,9 @@ export function localPortRange(): [number, number] {
     try {
       const [a, b] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
       if (a! > 0 && b! >= a!) [lo, hi] = [a!, b!];
-    } catch { /* not Linux: use the default range */ }
+    } catch {
+      /* not Linux: use the default range */
+    }
     portRange = [Math.ceil(lo / 8) * 8, hi];
   }
   return portRange;
@@ -178,7 +187,13 @@ export function socketFd(sock: Socket): number {
 
 /** net's onread options that read into `reader`'s slabs and hand each read's length to `received`. */
 export function slabOnread(reader: FrameReader, received: (n: number) => void): OnReadOpts {
-  return { buffer: () => reader.readBuffer(), callback: (n: number): boolean => { received(n); return true; } };
+  return {
+    buffer: () => reader.readBuffer(),
+    callback: (n: number): boolean => {
+      received(n);
+      return true;
+    },
+  };
 }
 
 /**

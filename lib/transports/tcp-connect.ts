@@ -14,18 +14,36 @@ export class TcpConnector {
   /** Rotating group for cp_index-encoded source ports (spec §3.6). */
   private portGroup = 0;
 
-  constructor(private readonly ctx: TcpShared, private readonly receiver: TcpReceiver) {}
+  constructor(
+    private readonly ctx: TcpShared,
+    private readonly receiver: TcpReceiver,
+  ) {}
 
   /**
    * Opens a carrier (plain or TLS); `ready` fires once it can carry RDS frames. A plain carrier
    * reads straight into the reader's slabs through `received` (net's onread; `slab` is then true).
    */
-  private dialSocket(laddr: string, faddr: string, localPort?: number, reader?: FrameReader, received?: (n: number) => void): { sock: Socket; ready: string; slab: boolean } {
-    const opts = { ...this.target(laddr, faddr), localAddress: laddr, ...(localPort === undefined ? {} : { localPort }) };
+  private dialSocket(
+    laddr: string,
+    faddr: string,
+    localPort?: number,
+    reader?: FrameReader,
+    received?: (n: number) => void,
+  ): { sock: Socket; ready: string; slab: boolean } {
+    const opts = {
+      ...this.target(laddr, faddr),
+      localAddress: laddr,
+      ...(localPort === undefined ? {} : { localPort }),
+    };
     const topts = this.ctx.topts;
     if (topts.tls) {
       // Authenticate the peer by the shared CA; RDS peers are addressed by IP, not by name.
-      const sock = tls.connect({ ...opts, ...topts.tls, rejectUnauthorized: true, checkServerIdentity: () => undefined });
+      const sock = tls.connect({
+        ...opts,
+        ...topts.tls,
+        rejectUnauthorized: true,
+        checkServerIdentity: () => undefined,
+      });
       sock.on('error', (e: NodeJS.ErrnoException) => {
         if (!e.code?.startsWith('E')) this.ctx.host.counters.add(RDS_CTR.conn_refused_tls);
       });

@@ -23,7 +23,11 @@ export class TcpListener {
   /** Admitted connections whose TLS handshake is under way, by their TCP socket. */
   private readonly handshaking = new WeakMap<Socket, { slot: AdmissionSlot; local: string; remote: string }>();
 
-  constructor(private readonly ctx: TcpShared, private readonly admission: TcpAdmission, private readonly receiver: TcpReceiver) {}
+  constructor(
+    private readonly ctx: TcpShared,
+    private readonly admission: TcpAdmission,
+    private readonly receiver: TcpReceiver,
+  ) {}
 
   laddrCheck(laddr: string): Promise<void> {
     let p = this.listeners.get(laddr);
@@ -43,9 +47,15 @@ export class TcpListener {
   private tlsHandshaker(): tls.Server {
     if (this.tlsServer === null) {
       const host = this.ctx.host;
-      this.tlsServer = tls.createServer({
-        ...this.ctx.topts.tls, requestCert: true, rejectUnauthorized: true, handshakeTimeout: host.options.headerTimeoutMs,
-      }, (s) => this.acceptSecure(s));
+      this.tlsServer = tls.createServer(
+        {
+          ...this.ctx.topts.tls,
+          requestCert: true,
+          rejectUnauthorized: true,
+          handshakeTimeout: host.options.headerTimeoutMs,
+        },
+        (s) => this.acceptSecure(s),
+      );
       // Failed and timed-out handshakes: Node leaves the socket open when someone listens here.
       // A peer that hung up mid-handshake was not refused (the larger side drops a poke still in
       // flight once our connection reaches it): not counted.
@@ -60,10 +70,19 @@ export class TcpListener {
   private listen(laddr: string): Promise<Server> {
     const port = this.ctx.host.options.tcpPort;
     return new Promise<Server>((resolve, reject) => {
-      const server: Server = createServer({ noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS, pauseOnConnect: true }, (s) => this.accept(s));
+      const server: Server = createServer(
+        { noDelay: true, keepAlive: true, keepAliveInitialDelay: KEEPALIVE_MS, pauseOnConnect: true },
+        (s) => this.accept(s),
+      );
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code === 'EADDRINUSE') {
-          reject(new RdsError('EADDRINUSE', `TCP port ${port} on ${laddr} is already in use (another rds-socket stack, or the kernel's rds_tcp module); give this stack another one with new RdsStack({ tcpPort })`, { cause: err }));
+          reject(
+            new RdsError(
+              'EADDRINUSE',
+              `TCP port ${port} on ${laddr} is already in use (another rds-socket stack, or the kernel's rds_tcp module); give this stack another one with new RdsStack({ tcpPort })`,
+              { cause: err },
+            ),
+          );
         } else if (err.code === 'EADDRNOTAVAIL') {
           reject(new RdsError('EADDRNOTAVAIL', `${laddr} is not an address of this host`, { cause: err }));
         } else {
@@ -106,7 +125,7 @@ export class TcpListener {
       return;
     }
     const conn = host.findConn(local, remote, this.ctx.transport);
-    const known = conn !== undefined && conn.isKnownPeer();
+    const known = conn?.isKnownPeer();
     const { maxConnections, maxUnidentifiedConnections } = host.options;
     if (!this.ctx.topts.tls && compareAddresses(remote, local) > 0) {
       // A plain poke holds nothing: answered (or refused) and reset at once. A stranger's poke
@@ -121,9 +140,12 @@ export class TcpListener {
       return;
     }
     const peerSlots = known ? adm.knownSlots(remote) : 0;
-    if (adm.carriers >= maxConnections
-      || (known ? peerSlots >= KNOWN_PEER_UNIDENTIFIED && adm.unidentified >= maxUnidentifiedConnections
-        : adm.unidentified >= maxUnidentifiedConnections)) {
+    if (
+      adm.carriers >= maxConnections ||
+      (known
+        ? peerSlots >= KNOWN_PEER_UNIDENTIFIED && adm.unidentified >= maxUnidentifiedConnections
+        : adm.unidentified >= maxUnidentifiedConnections)
+    ) {
       host.counters.add(RDS_CTR.conn_refused_limit);
       refuse(raw);
       return;
@@ -209,14 +231,19 @@ export class TcpListener {
 
   /** Applies the transport's setRef (TcpShared.ref) to the listeners. */
   syncRef(): void {
-    for (const p of this.listeners.values()) p.then((s) => (this.ctx.ref ? s.ref() : s.unref()), () => {});
+    for (const p of this.listeners.values())
+      p.then(
+        (s) => (this.ctx.ref ? s.ref() : s.unref()),
+        () => {},
+      );
   }
 
   /** Stops listening: resolves once every accepted connection is gone too (see TcpTransport.close). */
   async closeAll(): Promise<Promise<void>[]> {
     const servers = await Promise.allSettled([...this.listeners.values()]);
-    return servers.map((r) => r.status === 'fulfilled'
-      ? new Promise<void>((res) => r.value.close(() => res())) : Promise.resolve());
+    return servers.map((r) =>
+      r.status === 'fulfilled' ? new Promise<void>((res) => r.value.close(() => res())) : Promise.resolve(),
+    );
   }
 }
 

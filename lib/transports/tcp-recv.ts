@@ -16,7 +16,11 @@ export class TcpReceiver {
   /** Frames in progress on every carrier, bounded by maxPartialFrameBytes. */
   private partial!: PartialFrameBudget;
 
-  constructor(private readonly ctx: TcpShared, private readonly admission: TcpAdmission, private readonly sender: TcpSender) {}
+  constructor(
+    private readonly ctx: TcpShared,
+    private readonly admission: TcpAdmission,
+    private readonly sender: TcpSender,
+  ) {}
 
   attach(): void {
     this.partial = new PartialFrameBudget(this.ctx.host.options.maxPartialFrameBytes);
@@ -62,7 +66,13 @@ export class TcpReceiver {
    * Makes `sock` the path's carrier. Bytes arrive as 'data' chunks, or (slab) as counts of bytes
    * read into `reader`'s memory, which the returned function takes.
    */
-  attachCarrier(cp: RdsConnPath, sock: Socket, reader: FrameReader, slab: boolean, accepted?: AdmissionSlot): (n: number) => void {
+  attachCarrier(
+    cp: RdsConnPath,
+    sock: Socket,
+    reader: FrameReader,
+    slab: boolean,
+    accepted?: AdmissionSlot,
+  ): (n: number) => void {
     const host = this.ctx.host;
     const tp = tcpPath(cp);
     const carrier = tp.slot;
@@ -119,7 +129,11 @@ export class TcpReceiver {
           armFrameTimer(frameTimeoutMs - late);
           return;
         }
-        violation(RDS_CTR.recv_drop_frame_timeout, `frame payload not complete within ${frameTimeoutMs} ms`, 'frame timeout');
+        violation(
+          RDS_CTR.recv_drop_frame_timeout,
+          `frame payload not complete within ${frameTimeoutMs} ms`,
+          'frame timeout',
+        );
       }, ms);
       frameTimer.unref();
     };
@@ -160,10 +174,12 @@ export class TcpReceiver {
       checkHeader();
     });
     // An accepted connection must send a complete frame in time, or it only holds a slot.
-    const identifyTimer = identified ? null : setTimeout(() => {
-      if (identified || !carrier.is(sock)) return;
-      violation(RDS_CTR.recv_drop_header_timeout, null, 'no frame from a new connection');
-    }, headerTimeoutMs);
+    const identifyTimer = identified
+      ? null
+      : setTimeout(() => {
+          if (identified || !carrier.is(sock)) return;
+          violation(RDS_CTR.recv_drop_header_timeout, null, 'no frame from a new connection');
+        }, headerTimeoutMs);
     identifyTimer?.unref();
     sock.once('close', () => {
       if (reader.frames > 0) cp.conn.heardAt = Date.now();
@@ -182,7 +198,11 @@ export class TcpReceiver {
           headerTimer = setTimeout(() => {
             headerTimer = null;
             if (!carrier.is(sock) || !reader.partialHeader || cp.readPaused) return;
-            violation(RDS_CTR.recv_drop_header_timeout, `no complete header within ${headerTimeoutMs} ms`, 'header timeout');
+            violation(
+              RDS_CTR.recv_drop_header_timeout,
+              `no complete header within ${headerTimeoutMs} ms`,
+              'header timeout',
+            );
           }, headerTimeoutMs);
           headerTimer.unref();
         }
@@ -214,14 +234,19 @@ export class TcpReceiver {
       }
     });
     if (!slab) sock.on('data', received);
-    sock.on('drain', carrier.guard(sock, () => {
-      host.counters.add(RDS_CTR.tcp_write_space_calls);
-      cp.kick();
-    }));
+    sock.on(
+      'drain',
+      carrier.guard(sock, () => {
+        host.counters.add(RDS_CTR.tcp_write_space_calls);
+        cp.kick();
+      }),
+    );
     sock.on('error', () => {});
-    sock.once('close', () => carrier.lost(sock, 'connection closed', () => {
-      tp.reader = null;
-    }));
+    sock.once('close', () =>
+      carrier.lost(sock, 'connection closed', () => {
+        tp.reader = null;
+      }),
+    );
     return received;
   }
 }

@@ -115,10 +115,11 @@ export class TcpSender {
     // Any write refused means 'drain' will come: only then may the batch stop.
     let ok = true;
     for (let i = 0; i < last; i++) ok = sock.write(writes[i]!) && ok;
-    ok = sock.write(writes[last]!, (err) => {
-      msg.xmitDone();
-      if (!ackMode && !err) this.flushedTo(cp, tp, sock, end);
-    }) && ok;
+    ok =
+      sock.write(writes[last]!, (err) => {
+        msg.xmitDone();
+        if (!ackMode && !err) this.flushedTo(cp, tp, sock, end);
+      }) && ok;
     return ok;
   }
 
@@ -141,7 +142,11 @@ export class TcpSender {
     tp.wrote += frame.length;
     const end = tp.wrote;
     // Its write completing counts for releaseAcked too: it may be the byte that follows a proof.
-    if (!sock.write(frame, (err) => { if (!err && !cp.conn.ackMode) this.flushedTo(cp, tp, sock, end); })) {
+    if (
+      !sock.write(frame, (err) => {
+        if (!err && !cp.conn.ackMode) this.flushedTo(cp, tp, sock, end);
+      })
+    ) {
       this.ctx.host.counters.add(RDS_CTR.tcp_sndbuf_full);
       return false;
     }

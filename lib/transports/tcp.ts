@@ -115,11 +115,17 @@ export class TcpTransport implements RdsTransport {
     if (!sock) return null;
     const [hdrRem, dataRem] = tp!.reader?.remaining ?? [0, 0];
     return {
-      localPort: sock.localPort, peerPort: sock.remotePort, bytesWritten: sock.bytesWritten,
-      bytesRead: sock.bytesRead, writeQueued: sock.writableLength, hdrRemaining: hdrRem, dataRemaining: dataRem,
+      localPort: sock.localPort,
+      peerPort: sock.remotePort,
+      bytesWritten: sock.bytesWritten,
+      bytesRead: sock.bytesRead,
+      writeQueued: sock.writableLength,
+      hdrRemaining: hdrRem,
+      dataRemaining: dataRem,
       // Receive limits: the node has stopped reading this connection (queue limit, or waiting for
       // room for its frame in maxPartialFrameBytes).
-      readPaused: cp.readPaused, waitingForFrameRoom: tp!.waiting,
+      readPaused: cp.readPaused,
+      waitingForFrameRoom: tp!.waiting,
     };
   }
 
@@ -133,16 +139,21 @@ export class TcpTransport implements RdsTransport {
     this.ctx.markClosed();
     // server.close() only calls back once every accepted connection is gone, so end those at the same time.
     const closing = await this.listener.closeAll();
-    await Promise.all([...this.ctx.sockets].map((s) => new Promise<void>((res) => {
-      if (s.destroyed) return res();
-      const t = setTimeout(() => s.destroy(), CLOSE_LINGER_MS);
-      s.once('close', () => {
-        clearTimeout(t);
-        res();
-      });
-      s.resume();
-      s.end();
-    })));
+    await Promise.all(
+      [...this.ctx.sockets].map(
+        (s) =>
+          new Promise<void>((res) => {
+            if (s.destroyed) return res();
+            const t = setTimeout(() => s.destroy(), CLOSE_LINGER_MS);
+            s.once('close', () => {
+              clearTimeout(t);
+              res();
+            });
+            s.resume();
+            s.end();
+          }),
+      ),
+    );
     await Promise.all(closing);
   }
 }

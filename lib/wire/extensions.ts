@@ -1,7 +1,18 @@
 import {
-  RDS_EXTHDR_NONE, RDS_EXTHDR_VERSION, RDS_EXTHDR_RDMA, RDS_EXTHDR_RDMA_DEST, RDS_EXTHDR_RDMA_BYTES,
-  RDS_EXTHDR_NPATHS, RDS_EXTHDR_GEN_NUM, RDS_EXTHDR_CAP_BITS, RDS_EXTHDR_SPORT_IDX, RDS_EXTHDR_CSUM,
-  RDSSOCK_EXTHDR_CAPS, RDSSOCK_EXTHDR_MOVED, RDSSOCK_EXTHDR_READ, RDSSOCK_EXTHDR_REFUSED,
+  RDS_EXTHDR_NONE,
+  RDS_EXTHDR_VERSION,
+  RDS_EXTHDR_RDMA,
+  RDS_EXTHDR_RDMA_DEST,
+  RDS_EXTHDR_RDMA_BYTES,
+  RDS_EXTHDR_NPATHS,
+  RDS_EXTHDR_GEN_NUM,
+  RDS_EXTHDR_CAP_BITS,
+  RDS_EXTHDR_SPORT_IDX,
+  RDS_EXTHDR_CSUM,
+  RDSSOCK_EXTHDR_CAPS,
+  RDSSOCK_EXTHDR_MOVED,
+  RDSSOCK_EXTHDR_READ,
+  RDSSOCK_EXTHDR_REFUSED,
 } from '../constants.js';
 import { EXTHDR_SIZE } from './header.js';
 
@@ -137,12 +148,23 @@ export function decodeHandshake(exts: readonly RdsExtension[]): HandshakeExtensi
   for (const e of exts) {
     const dv = new DataView(e.data.buffer, e.data.byteOffset, e.data.byteLength);
     switch (e.type) {
-      case RDS_EXTHDR_NPATHS: hs.npaths = dv.getUint16(0); break;
-      case RDS_EXTHDR_GEN_NUM: hs.genNum = dv.getUint32(0); break;
-      case RDS_EXTHDR_SPORT_IDX: hs.sportIdx = true; break;
-      case RDS_EXTHDR_CAP_BITS: hs.capBits = dv.getUint32(0); break;
-      case RDSSOCK_EXTHDR_CAPS: hs.rdsCaps = dv.getUint32(0); break;
-      default: break;
+      case RDS_EXTHDR_NPATHS:
+        hs.npaths = dv.getUint16(0);
+        break;
+      case RDS_EXTHDR_GEN_NUM:
+        hs.genNum = dv.getUint32(0);
+        break;
+      case RDS_EXTHDR_SPORT_IDX:
+        hs.sportIdx = true;
+        break;
+      case RDS_EXTHDR_CAP_BITS:
+        hs.capBits = dv.getUint32(0);
+        break;
+      case RDSSOCK_EXTHDR_CAPS:
+        hs.rdsCaps = dv.getUint32(0);
+        break;
+      default:
+        break;
     }
   }
   return hs;

@@ -58,7 +58,10 @@ export class FrameReader {
    */
   holdGrowth = false;
 
-  constructor(private readonly onFrame: FrameHandler, private readonly maxLen = RDS_MAX_MSG_SIZE) {}
+  constructor(
+    private readonly onFrame: FrameHandler,
+    private readonly maxLen = RDS_MAX_MSG_SIZE,
+  ) {}
 
   /** Bytes still missing from the frame in progress: [header bytes, payload bytes] (rds-info -T). */
   get remaining(): [number, number] {
@@ -113,12 +116,18 @@ export class FrameReader {
     const have = this.slabFill - this.slabParse;
     // filled() has bounded h_len, so a frame in progress is at most maxLen + header bytes.
     // While growth is held, only room for one more read: the frame gets its memory once it may.
-    const need = have < RDS_HEADER_SIZE ? RDS_HEADER_SIZE
-      : this.holdGrowth ? have + MIN_READ : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
+    const need =
+      have < RDS_HEADER_SIZE
+        ? RDS_HEADER_SIZE
+        : this.holdGrowth
+          ? have + MIN_READ
+          : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
     if (slab === null || slab.length - this.slabParse < need || slab.length - this.slabFill < MIN_READ) {
       // The first slab is one read's worth: a connection that only ever carries a few messages
       // holds no more than Node's own read buffer would; one that streams moves to full slabs.
-      const next = Buffer.allocUnsafe(this.holdGrowth ? need : Math.max(slab === null ? READ_MAX : READ_SLAB_SIZE, need));
+      const next = Buffer.allocUnsafe(
+        this.holdGrowth ? need : Math.max(slab === null ? READ_MAX : READ_SLAB_SIZE, need),
+      );
       if (have > 0) slab!.copy(next, 0, this.slabParse, this.slabFill);
       this.slab = slab = next;
       this.slabParse = 0;

@@ -54,7 +54,14 @@ export function readU64(buf: Uint8Array, off: number): number {
  * Writes a data message's header at off: h_ack, flags, credit, checksum and the extension area
  * zero (the sender fills h_ack and flags as it transmits). Positional, for the send path.
  */
-export function encodeDataHeader(buf: Uint8Array, off: number, seq: number, len: number, sport: number, dport: number): void {
+export function encodeDataHeader(
+  buf: Uint8Array,
+  off: number,
+  seq: number,
+  len: number,
+  sport: number,
+  dport: number,
+): void {
   writeU64(buf, off + OFF_SEQUENCE, seq);
   put32(buf, off + OFF_ACK, 0);
   put32(buf, off + OFF_ACK + 4, 0);

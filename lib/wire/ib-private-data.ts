@@ -53,8 +53,14 @@ export function decodeIbPrivateData(buf: Uint8Array): IbPrivateData | null {
   const b = Buffer.alloc(RDS_IB_PRIVATE_DATA_SIZE);
   b.set(buf.subarray(0, RDS_IB_PRIVATE_DATA_SIZE));
   return {
-    saddr: ipv4(b, 0), daddr: ipv4(b, 4), major: b[8]!, minor: b[9]!, minorMask: b.readUInt16BE(10),
-    tos: b[12]!, ackSeq: readU64(b, 16), credit: b.readUInt32BE(24),
+    saddr: ipv4(b, 0),
+    daddr: ipv4(b, 4),
+    major: b[8]!,
+    minor: b[9]!,
+    minorMask: b.readUInt16BE(10),
+    tos: b[12]!,
+    ackSeq: readU64(b, 16),
+    credit: b.readUInt32BE(24),
   };
 }
 

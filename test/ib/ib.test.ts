@@ -15,11 +15,20 @@ afterEach(async () => {
 });
 
 /** Starts test/ib/peer.mjs and resolves once it is bound. */
-function startPeer(address: string, port: number, count: number, exit = false): Promise<{ p: ChildProcess; out: () => string; exited: Promise<number> }> {
-  const p = spawn(process.execPath, [PEER, address, String(port), String(count), ...(exit ? ['exit'] : [])], { stdio: ['ignore', 'pipe', 'pipe'] });
+function startPeer(
+  address: string,
+  port: number,
+  count: number,
+  exit = false,
+): Promise<{ p: ChildProcess; out: () => string; exited: Promise<number> }> {
+  const p = spawn(process.execPath, [PEER, address, String(port), String(count), ...(exit ? ['exit'] : [])], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   const exited = new Promise<number>((res) => p.on('exit', (code) => res(code ?? -1)));
-  cleanups.push(() => { p.kill('SIGKILL'); });
+  cleanups.push(() => {
+    p.kill('SIGKILL');
+  });
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`peer did not start: ${out}`)), 60000);
     const on = (d: Buffer): void => {
@@ -73,7 +82,10 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
   });
 
   it('the benchmark runs (smoke: correctness of bench/ib.mjs, no timing asserted)', async () => {
-    const r = await runNode([fileURLToPath(new URL('../../bench/ib.mjs', import.meta.url)), '--smoke', '--a', A, '--b', B], 300_000);
+    const r = await runNode(
+      [fileURLToPath(new URL('../../bench/ib.mjs', import.meta.url)), '--smoke', '--a', A, '--b', B],
+      300_000,
+    );
     expect(r.code, r.out).toBe(0);
     const res = JSON.parse(r.out.trim().split('\n').pop()!) as Record<string, number>;
     for (const k of ['rdsMBs', 'verbsMBs', 'rdsRttUs', 'verbsRttUs']) expect(res[k]).toBeGreaterThan(0);

@@ -1,6 +1,18 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack } from '../../lib/index.js';
-import { KERNEL6, KERNEL_GEN, LARGE6, SMALL6, bound, guest, pattern, peer, readyFile, reloadRds, sha } from './kernel-lib.js';
+import {
+  KERNEL6,
+  KERNEL_GEN,
+  LARGE6,
+  SMALL6,
+  bound,
+  guest,
+  pattern,
+  peer,
+  readyFile,
+  reloadRds,
+  sha,
+} from './kernel-lib.js';
 
 // The main scenarios over IPv6 (kernel RDS/TCP since 4.19: same header and map, 128-bit address
 // comparison for who connects). The guest is fd77::2; rds-socket is fd77::1 (smaller) and
@@ -19,7 +31,10 @@ function node(): RdsStack {
 const smallNode = node();
 const largeNode = node();
 
-for (const [role, stack, me] of [['smaller', smallNode, SMALL6], ['larger', largeNode, LARGE6]] as const) {
+for (const [role, stack, me] of [
+  ['smaller', smallNode, SMALL6],
+  ['larger', largeNode, LARGE6],
+] as const) {
   describe(`IPv6, rds-socket as the ${role} address (${me}) with Linux ${KERNEL_GEN} at ${KERNEL6}`, () => {
     const base = role === 'smaller' ? 0 : 100;
 
@@ -72,7 +87,9 @@ for (const [role, stack, me] of [['smaller', smallNode, SMALL6], ['larger', larg
       const N = 150;
       const rx = peer(`recv ${KERNEL6} ${port} ${N} file`);
       await readyFile(port);
-      const kills = guest(`modprobe tcp_diag; for i in 1 2 3; do sleep 0.4; ss -K -t dst ${me} >/dev/null; done; echo '{"killed":3}'`);
+      const kills = guest(
+        `modprobe tcp_diag; for i in 1 2 3; do sleep 0.4; ss -K -t dst ${me} >/dev/null; done; echo '{"killed":3}'`,
+      );
       const want: string[] = [];
       for (let i = 0; i < N; i++) {
         const d = pattern(i, 1 + ((i * 7919) % 40000), 13);

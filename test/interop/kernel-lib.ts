@@ -22,7 +22,11 @@ export const KERNEL_GEN = process.env.RDS_KERNEL ?? '6.1';
 /** Kernels 7.0 and later: SPORT_IDX, several extensions per header, half-close on shutdown. */
 export const IS_7X = Number.parseInt(KERNEL_GEN, 10) >= 7;
 
-export interface GuestRun { code: number; out: string; lines: Record<string, unknown>[] }
+export interface GuestRun {
+  code: number;
+  out: string;
+  lines: Record<string, unknown>[];
+}
 
 /** Runs a command in the guest; resolves with its output once it exits. */
 export function guest(cmd: string): Promise<GuestRun> {
@@ -32,14 +36,18 @@ export function guest(cmd: string): Promise<GuestRun> {
     p.stdout.on('data', (d) => (out += d));
     p.stderr.on('data', (d) => (out += d));
     p.on('exit', (code) => {
-      const lines = out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+      const lines = out
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
       resolve({ code: code ?? 1, out, lines });
     });
   });
 }
 
 /** rdspeer.py in the guest, killed after `limitS` seconds. */
-export const peer = (args: string, limitS = 150): Promise<GuestRun> => guest(`timeout ${limitS} python3 ${PEER} ${args}`);
+export const peer = (args: string, limitS = 150): Promise<GuestRun> =>
+  guest(`timeout ${limitS} python3 ${PEER} ${args}`);
 export const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 
 /** Same pattern as rdspeer.py: byte k of message i is (i*131 + k*7 + seed) & 0xff. */

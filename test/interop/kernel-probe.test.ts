@@ -35,7 +35,7 @@ describe(`blocking kernel senders on the larger address (Linux ${KERNEL_GEN})`, 
     await kernelSends(4000, [6001, 6002, 6003, 6005], 3);
   });
 
-  it('after the kernel\'s connection was killed, they arrive', async () => {
+  it("after the kernel's connection was killed, they arrive", async () => {
     const k = await guest('modprobe tcp_diag; ss -K -t dst 10.77.0.1 >/dev/null; echo killed');
     expect(k.out).toContain('killed');
     await kernelSends(4001, [6011, 6012, 6013], 3);

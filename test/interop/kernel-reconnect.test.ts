@@ -72,7 +72,9 @@ describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`,
     const s = await bound(stack, SMALL, 5400);
     await pingRoundTrip(s, 30_000);
     const times = await killAndTime(stack, s, SMALL, 4);
-    console.log(`Linux ${KERNEL_GEN}, rds-socket smaller: drop to pong ${times.map((t) => t.toFixed(0)).join(', ')} ms`);
+    console.log(
+      `Linux ${KERNEL_GEN}, rds-socket smaller: drop to pong ${times.map((t) => t.toFixed(0)).join(', ')} ms`,
+    );
     expectQuick(times);
   });
 
@@ -124,7 +126,9 @@ describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`,
     expect(r.code, r.out).toBe(0);
     expect(r.lines.map((l) => l.sha256)).toEqual(want);
     await pongs;
-    console.log(`Linux ${KERNEL_GEN}, kernel-initiated shutdown: drop to pong ${gaps.map((t) => t.toFixed(0)).join(', ')} ms`);
+    console.log(
+      `Linux ${KERNEL_GEN}, kernel-initiated shutdown: drop to pong ${gaps.map((t) => t.toFixed(0)).join(', ')} ms`,
+    );
     expect(gaps.length).toBe(3);
     expectQuick(gaps);
     await guest('sysctl -qw net.rds.tcp.rds_tcp_rcvbuf=0');

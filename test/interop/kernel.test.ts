@@ -3,7 +3,21 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
-import { KERNEL, LARGE, PEER, SMALL, bound, guest, kernelCounters, pattern, peer, ready, readyFile, sha, type GuestRun } from './kernel-lib.js';
+import {
+  KERNEL,
+  LARGE,
+  PEER,
+  SMALL,
+  bound,
+  guest,
+  kernelCounters,
+  pattern,
+  peer,
+  ready,
+  readyFile,
+  sha,
+  type GuestRun,
+} from './kernel-lib.js';
 
 // Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3, the
 // guest kernel is 10.77.0.2 with rds_tcp loaded. Guest programs are python AF_RDS sockets; the
@@ -33,7 +47,10 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
     const b = await bound(stack, SMALL, 5001);
     const rx = peer(`recv ${KERNEL} 4000 ${SIZES.length * 2} ${SMALL} 5000`);
     await ready(a);
-    const want = new Map<number, string[]>([[5000, []], [5001, []]]);
+    const want = new Map<number, string[]>([
+      [5000, []],
+      [5001, []],
+    ]);
     for (let i = 0; i < SIZES.length; i++) {
       for (const s of [a, b]) {
         const data = pattern(i, SIZES[i]!, s.address().port);
@@ -43,7 +60,10 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
     }
     const r = await rx;
     expect(r.code, r.out).toBe(0);
-    const got = new Map<number, string[]>([[5000, []], [5001, []]]);
+    const got = new Map<number, string[]>([
+      [5000, []],
+      [5001, []],
+    ]);
     for (const l of r.lines) {
       expect(l.from).toBe(SMALL);
       got.get(l.port as number)!.push(l.sha256 as string);
@@ -66,7 +86,7 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
     expect(got).toEqual(sent);
   });
 
-  it('pings the kernel (pong from port 0) and answers the kernel\'s ping', async () => {
+  it("pings the kernel (pong from port 0) and answers the kernel's ping", async () => {
     const s = await bound(stack, SMALL, 5002);
     s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
     const pong = await s.recv({ signal: AbortSignal.timeout(20_000) });
@@ -120,7 +140,9 @@ describe('congestion from our side (rds-socket at 10.77.0.1)', () => {
     const m = await ctrl.recv({ timeout: 60_000 });
     expect(m.data.toString()).toBe('enobufs');
     expect(stack.congMap(SMALL).test(5310)).toBe(true);
-    for (let q = data.recvmsg(); q !== null; q = data.recvmsg()) { /* drain: the port clears below half */ }
+    for (let q = data.recvmsg(); q !== null; q = data.recvmsg()) {
+      /* drain: the port clears below half */
+    }
     const m2 = await ctrl.recv({ timeout: 60_000 });
     expect(m2.data.toString()).toBe('resumed');
     const r = await flood;
@@ -147,7 +169,10 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
     // We poked: either the poke reached ESTABLISHED here (conn_poke_sent), or the kernel's reset
     // of it arrived before our connect completed, which counts as a failed connect of path 0.
-    if (!upBefore) expect(stack.counters.get('conn_poke_sent') - pokesBefore + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(1);
+    if (!upBefore)
+      expect(stack.counters.get('conn_poke_sent') - pokesBefore + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(
+        1,
+      );
     expect(c.initiator).toBe(false);
     expect(c.paths[0]!.state).toBe('UP');
   });
@@ -178,10 +203,11 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
   });
 });
 
-
 /** Kills the guest's TCP connections to `addr` a few times while traffic flows (tcp_diag's SOCK_DESTROY). */
 const killLoop = (addr: string, times: number): Promise<GuestRun> =>
-  guest(`modprobe tcp_diag; for i in $(seq ${times}); do sleep 0.4; ss -K dst ${addr} >/dev/null; done; echo '{"killed":${times}}'`);
+  guest(
+    `modprobe tcp_diag; for i in $(seq ${times}); do sleep 0.4; ss -K dst ${addr} >/dev/null; done; echo '{"killed":${times}}'`,
+  );
 
 describe('faults with a kernel peer (rds-socket at 10.77.0.1)', () => {
   const stack = smallNode;
@@ -208,7 +234,11 @@ describe('faults with a kernel peer (rds-socket at 10.77.0.1)', () => {
       const data = ring[i % 8]!.subarray(0, 1 + ((i * 7919) % 60000));
       pattern(i, data.length, 12).copy(data);
       want.push(sha(data));
-      await s.send(data, { address: KERNEL, port: 4320 }, { timeout: 60_000, flags: constants.MSG_ZEROCOPY, zcopyCookie: i });
+      await s.send(
+        data,
+        { address: KERNEL, port: 4320 },
+        { timeout: 60_000, flags: constants.MSG_ZEROCOPY, zcopyCookie: i },
+      );
     }
     await kills;
     const r = await rx;
@@ -308,10 +338,12 @@ describe('faults with a kernel peer (rds-socket at 10.77.0.1)', () => {
 });
 
 describe('tools against the kernel', () => {
-  it('rds-ping gets the kernel\'s pongs (rds-ping runs as its own node at 10.77.0.4)', async () => {
+  it("rds-ping gets the kernel's pongs (rds-ping runs as its own node at 10.77.0.4)", async () => {
     const PING = fileURLToPath(new URL('../../dist/cli/rds-ping.js', import.meta.url));
     const r = await new Promise<{ code: number; out: string }>((resolve) => {
-      const p = spawn(process.execPath, [PING, '-c', '3', '-i', '0.2', '-I', '10.77.0.4', KERNEL], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const p = spawn(process.execPath, [PING, '-c', '3', '-i', '0.2', '-I', '10.77.0.4', KERNEL], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       p.stdout.on('data', (d) => (out += d));
       p.stderr.on('data', (d) => (out += d));
@@ -344,7 +376,8 @@ describe('the kernel sees nothing from rds-socket that a kernel peer would not c
     const exchange = async (round: number): Promise<void> => {
       const rx = peer(`recv ${KERNEL} 4330 ${N} ${SMALL} 5330`);
       await ready(s);
-      for (let i = 0; i < N; i++) await s.send(pattern(i, 100 + i * 50, round), { address: KERNEL, port: 4330 }, { timeout: 30_000 });
+      for (let i = 0; i < N; i++)
+        await s.send(pattern(i, 100 + i * 50, round), { address: KERNEL, port: 4330 }, { timeout: 30_000 });
       const r = await rx;
       expect(r.code, r.out).toBe(0);
       const tx = peer(`send ${KERNEL} 6330 ${SMALL} 5330 ${N} 5000 ${round}`);
@@ -398,7 +431,10 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
 
   it(`${N} messages per socket pair, 16 pairs (both directions, both address orders): every message once, in order, intact`, async () => {
     const pairs: { stack: RdsStack; local: string; port: number; kport: number; toKernel: boolean }[] = [];
-    for (const [stack, local, base] of [[smallNode, SMALL, 0], [largeNode, LARGE, 10]] as const) {
+    for (const [stack, local, base] of [
+      [smallNode, SMALL, 0],
+      [largeNode, LARGE, 10],
+    ] as const) {
       for (let k = 0; k < 4; k++) {
         pairs.push({ stack, local, port: 5400 + base + k, kport: 4400 + base + k, toKernel: true });
         pairs.push({ stack, local, port: 4600 + base + k, kport: 6400 + base + k, toKernel: false });
@@ -406,9 +442,12 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
     }
     const socks = new Map<number, RdsSocket>();
     for (const p of pairs) socks.set(p.port, await bound(p.stack, p.local, p.port));
-    const retransmitted = (): number => smallNode.counters.get('send_retransmitted') + largeNode.counters.get('send_retransmitted');
+    const retransmitted = (): number =>
+      smallNode.counters.get('send_retransmitted') + largeNode.counters.get('send_retransmitted');
     const retransBefore = retransmitted();
-    const upBefore = [smallNode, largeNode].flatMap((s) => s.connections()).reduce((a, c) => a + c.paths[0]!.upCount, 0);
+    const upBefore = [smallNode, largeNode]
+      .flatMap((s) => s.connections())
+      .reduce((a, c) => a + c.paths[0]!.upCount, 0);
     const setup = await guest(netemSetup);
     expect(setup.code, setup.out).toBe(0);
     const t0 = Date.now();
@@ -419,40 +458,50 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
       expect(existsSync(`${INST}/ready.mesh`), 'guest mesh never became ready').toBe(true);
       // Connections reset from the guest while traffic flows (both address orders): a pause of
       // KILL_EVERY_S, then ss -K, which itself takes seconds under emulation.
-      const kills = guest(`i=0; while [ ! -e /rdsinst/kills.stop ] && [ $i -lt 300 ]; do sleep ${KILL_EVERY_S}; ss -K '( dst ${SMALL} or dst ${LARGE} )' >/dev/null; i=$((i+1)); done; echo "{\\"killed\\":$i}"`);
-      const senders = pairs.filter((p) => p.toKernel).map(async (p) => {
-        const s = socks.get(p.port)!;
-        let x = (p.port * 2654435761) % 0x7fffffff;
-        for (let i = 0; i < N; i++) {
-          x = (x * 1103515245 + 12345) % 0x80000000;
-          await s.send(meshBody(i, 4 + (x % (MAX - 3)), SEED + p.port), { address: KERNEL, port: p.kport }, { timeout: 300_000 });
-        }
-      });
-      const receivers = pairs.filter((p) => !p.toKernel).map(async (p) => {
-        const s = socks.get(p.port)!;
-        const st = { port: p.port, got: 0, dups: 0, gaps: 0, bad: 0, strangers: 0, next: 0, timeout: false };
-        try {
-          while (st.next < N) {
-            const m = await s.recv({ timeout: 120_000 });
-            if (m.address !== KERNEL || m.port !== p.kport) {
-              st.strangers++;
-              continue;
-            }
-            const i = m.data.length >= 4 ? m.data.readUInt32BE(0) : -1;
-            if (i < st.next) {
-              st.dups++;
-              continue;
-            }
-            if (i > st.next) st.gaps += i - st.next;
-            if (!m.data.equals(meshBody(i, m.data.length, SEED + p.kport))) st.bad++;
-            st.got++;
-            st.next = i + 1;
+      const kills = guest(
+        `i=0; while [ ! -e /rdsinst/kills.stop ] && [ $i -lt 300 ]; do sleep ${KILL_EVERY_S}; ss -K '( dst ${SMALL} or dst ${LARGE} )' >/dev/null; i=$((i+1)); done; echo "{\\"killed\\":$i}"`,
+      );
+      const senders = pairs
+        .filter((p) => p.toKernel)
+        .map(async (p) => {
+          const s = socks.get(p.port)!;
+          let x = (p.port * 2654435761) % 0x7fffffff;
+          for (let i = 0; i < N; i++) {
+            x = (x * 1103515245 + 12345) % 0x80000000;
+            await s.send(
+              meshBody(i, 4 + (x % (MAX - 3)), SEED + p.port),
+              { address: KERNEL, port: p.kport },
+              { timeout: 300_000 },
+            );
           }
-        } catch {
-          st.timeout = true;
-        }
-        return st;
-      });
+        });
+      const receivers = pairs
+        .filter((p) => !p.toKernel)
+        .map(async (p) => {
+          const s = socks.get(p.port)!;
+          const st = { port: p.port, got: 0, dups: 0, gaps: 0, bad: 0, strangers: 0, next: 0, timeout: false };
+          try {
+            while (st.next < N) {
+              const m = await s.recv({ timeout: 120_000 });
+              if (m.address !== KERNEL || m.port !== p.kport) {
+                st.strangers++;
+                continue;
+              }
+              const i = m.data.length >= 4 ? m.data.readUInt32BE(0) : -1;
+              if (i < st.next) {
+                st.dups++;
+                continue;
+              }
+              if (i > st.next) st.gaps += i - st.next;
+              if (!m.data.equals(meshBody(i, m.data.length, SEED + p.kport))) st.bad++;
+              st.got++;
+              st.next = i + 1;
+            }
+          } catch {
+            st.timeout = true;
+          }
+          return st;
+        });
       await Promise.all(senders);
       const ours = await Promise.all(receivers);
       writeFileSync(`${INST}/mesh.done`, '');
@@ -461,16 +510,37 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
       const k = await kills;
       const theirs = r.lines.filter((l) => l.dir === 'to-kernel');
       const retrans = retransmitted() - retransBefore;
-      const ups = [smallNode, largeNode].flatMap((s) => s.connections()).reduce((a, c) => a + c.paths[0]!.upCount, 0) - upBefore;
-      const both = (c: 'tcp_accept_no_free_path' | 'tcp_connect_raced'): number => smallNode.counters.get(c) + largeNode.counters.get(c);
-      console.log(JSON.stringify({ lossTest: {
-        seconds: (Date.now() - t0) / 1000, killed: k.lines[0]?.killed, retransmitted: retrans, connectionsUp: ups,
-        acceptsRefused: both('tcp_accept_no_free_path'), carriersReplaced: both('tcp_connect_raced'), messages: N * pairs.length,
-      } }));
+      const ups =
+        [smallNode, largeNode].flatMap((s) => s.connections()).reduce((a, c) => a + c.paths[0]!.upCount, 0) - upBefore;
+      const both = (c: 'tcp_accept_no_free_path' | 'tcp_connect_raced'): number =>
+        smallNode.counters.get(c) + largeNode.counters.get(c);
+      console.log(
+        JSON.stringify({
+          lossTest: {
+            seconds: (Date.now() - t0) / 1000,
+            killed: k.lines[0]?.killed,
+            retransmitted: retrans,
+            connectionsUp: ups,
+            acceptsRefused: both('tcp_accept_no_free_path'),
+            carriersReplaced: both('tcp_connect_raced'),
+            messages: N * pairs.length,
+          },
+        }),
+      );
       expect(r.code, r.out).toBe(0);
       expect(theirs.length, r.out).toBe(pairs.filter((p) => p.toKernel).length);
-      for (const t of theirs) expect(t, JSON.stringify(t)).toMatchObject({ got: N, next: N, dups: 0, gaps: 0, bad: 0, strangers: 0 });
-      for (const o of ours) expect(o, JSON.stringify(o)).toMatchObject({ got: N, next: N, dups: 0, gaps: 0, bad: 0, strangers: 0, timeout: false });
+      for (const t of theirs)
+        expect(t, JSON.stringify(t)).toMatchObject({ got: N, next: N, dups: 0, gaps: 0, bad: 0, strangers: 0 });
+      for (const o of ours)
+        expect(o, JSON.stringify(o)).toMatchObject({
+          got: N,
+          next: N,
+          dups: 0,
+          gaps: 0,
+          bad: 0,
+          strangers: 0,
+          timeout: false,
+        });
       const killed = k.lines[0]?.killed as number;
       expect(killed).toBeGreaterThanOrEqual(2);
       // Each kill takes down one connection per address order; reconnects back off, so a

@@ -34,7 +34,7 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
     expect(asked).toEqual([false, false, true, false, false, true, true]);
   });
 
-  it('puts no ack in h_ack before the peer\'s generation arrived on this carrier, then its ack', async () => {
+  it("puts no ack in h_ack before the peer's generation arrived on this carrier, then its ack", async () => {
     const { t, cp } = await ackPath();
     cp.recordReceived(1, true, false);
     cp.recordReceived(2, true, false);
@@ -48,7 +48,7 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
     expect(t.sent[1]!.ack).toBe(2n);
   });
 
-  it('a heartbeat\'s ACK_REQUIRED gets an ack-only frame back; one frame in flight at a time', async () => {
+  it("a heartbeat's ACK_REQUIRED gets an ack-only frame back; one frame in flight at a time", async () => {
     const { t, cp } = await ackPath();
     cp.helloReceived();
     cp.recordReceived(1, true, false);

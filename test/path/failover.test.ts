@@ -1,5 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RDS_CONN_UP, RDSSOCK_CAP_ACK, RDSSOCK_CAP_FAILOVER, RDSSOCK_CAP_NO_HELLO, RDSSOCK_CAP_PATHS_SHIFT, RDSSOCK_EXTHDR_MOVED } from '../../lib/constants.js';
+import {
+  RDS_CONN_UP,
+  RDSSOCK_CAP_ACK,
+  RDSSOCK_CAP_FAILOVER,
+  RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_PATHS_SHIFT,
+  RDSSOCK_EXTHDR_MOVED,
+} from '../../lib/constants.js';
 import type { RdsStack } from '../../lib/core/stack.js';
 import { fakeConn, turn, until } from './fake-transport.js';
 
@@ -15,7 +22,7 @@ const owner = { messageDone() {} };
 async function twoLanes(caps = RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_CAP_NO_HELLO) {
   const f = fakeConn({ npaths: 2, failoverGraceMs: 10, heartbeatIntervalMs: 0 });
   stack = f.stack;
-  const [p0, p1] = f.conn.paths as [typeof f.conn.paths[0], typeof f.conn.paths[0]];
+  const [p0, p1] = f.conn.paths as [(typeof f.conn.paths)[0], (typeof f.conn.paths)[0]];
   p0!.connectIfDown();
   p0!.connectComplete();
   f.conn.handshake.settle(caps | (2 << RDSSOCK_CAP_PATHS_SHIFT));

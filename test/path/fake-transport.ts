@@ -53,7 +53,11 @@ export class FakeTransport implements RdsTransport {
 }
 
 /** A stack with only the fake transport, and one connection to a peer over it. */
-export function fakeConn(opts: ConstructorParameters<typeof RdsStack>[0] = {}): { stack: RdsStack; t: FakeTransport; conn: RdsConnection } {
+export function fakeConn(opts: ConstructorParameters<typeof RdsStack>[0] = {}): {
+  stack: RdsStack;
+  t: FakeTransport;
+  conn: RdsConnection;
+} {
   const t = new FakeTransport();
   const stack = new RdsStack({ ...opts, transports: [t] });
   const conn = stack.connFor('127.140.0.1', '127.140.0.2', t);

@@ -1,5 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RDS_CONN_UP, RDS_FLAG_ACK_REQUIRED, RDSSOCK_CAP_ACK, RDSSOCK_CAP_HEARTBEAT, RDSSOCK_CAP_NO_HELLO } from '../../lib/constants.js';
+import {
+  RDS_CONN_UP,
+  RDS_FLAG_ACK_REQUIRED,
+  RDSSOCK_CAP_ACK,
+  RDSSOCK_CAP_HEARTBEAT,
+  RDSSOCK_CAP_NO_HELLO,
+} from '../../lib/constants.js';
 import type { RdsStack } from '../../lib/core/stack.js';
 import { fakeConn, until } from './fake-transport.js';
 
@@ -10,7 +16,12 @@ afterEach(async () => {
 });
 
 function hbPath() {
-  const f = fakeConn({ heartbeatIntervalMs: 20, heartbeatMissedLimit: 4, reconnectMinDelayMs: 60000, reconnectMaxDelayMs: 60000 });
+  const f = fakeConn({
+    heartbeatIntervalMs: 20,
+    heartbeatMissedLimit: 4,
+    reconnectMinDelayMs: 60000,
+    reconnectMaxDelayMs: 60000,
+  });
   stack = f.stack;
   const cp = f.conn.paths[0]!;
   cp.connectIfDown();
@@ -49,7 +60,7 @@ describe('Heartbeat: liveness between rds-socket peers', () => {
     expect(s.counters.get('heartbeat_timeout')).toBe(0);
   });
 
-  it('no heartbeat without the peer\'s capability', async () => {
+  it("no heartbeat without the peer's capability", async () => {
     const f = fakeConn({ heartbeatIntervalMs: 20 });
     stack = f.stack;
     const cp = f.conn.paths[0]!;

@@ -1,6 +1,11 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  RDS_CONN_CONNECTING, RDS_CONN_DISCONNECTING, RDS_CONN_DOWN, RDS_CONN_ERROR, RDS_CONN_RESETTING, RDS_CONN_UP,
+  RDS_CONN_CONNECTING,
+  RDS_CONN_DISCONNECTING,
+  RDS_CONN_DOWN,
+  RDS_CONN_ERROR,
+  RDS_CONN_RESETTING,
+  RDS_CONN_UP,
 } from '../../lib/constants.js';
 import type { RdsStack } from '../../lib/core/stack.js';
 import { fakeConn } from './fake-transport.js';
@@ -51,8 +56,15 @@ describe('a path moves only through transition(from, to)', () => {
     cp.connectComplete();
     expect(cp.upCount).toBe(2);
     cp.drop('test');
-    expect(moves).toEqual(['DOWN>CONNECTING', 'CONNECTING>UP', 'UP>RESETTING', 'RESETTING>UP',
-      'UP>ERROR', 'ERROR>DISCONNECTING', 'DISCONNECTING>DOWN']);
+    expect(moves).toEqual([
+      'DOWN>CONNECTING',
+      'CONNECTING>UP',
+      'UP>RESETTING',
+      'RESETTING>UP',
+      'UP>ERROR',
+      'ERROR>DISCONNECTING',
+      'DISCONNECTING>DOWN',
+    ]);
     expect(f.stack.counters.get('conn_transition_refused')).toBe(0);
   });
 

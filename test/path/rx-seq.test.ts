@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { RxSequence } from '../../lib/core/rx-seq.js';
 
-describe('RxSequence: a path\'s receive sequence space', () => {
+describe("RxSequence: a path's receive sequence space", () => {
   it('accepts in order, counts what it accepts, and drops a retransmission below what it has as old', () => {
     const r = new RxSequence();
     expect(r.accept(1, false, 10)).toBe('new');
@@ -23,7 +23,7 @@ describe('RxSequence: a path\'s receive sequence space', () => {
     expect(r.next).toBe(2);
   });
 
-  it('a moved message raises its origin\'s floor; a late native copy, or a second moved copy, is a dup', () => {
+  it("a moved message raises its origin's floor; a late native copy, or a second moved copy, is a dup", () => {
     const origin = new RxSequence();
     const here = new RxSequence();
     origin.accept(1, false, 0);
@@ -50,7 +50,7 @@ describe('RxSequence: a path\'s receive sequence space', () => {
     expect(r.acceptedMessages).toBe(1);
   });
 
-  it('reset forgets the numbering (peer restarted); restore brings a forgotten connection\'s back', () => {
+  it("reset forgets the numbering (peer restarted); restore brings a forgotten connection's back", () => {
     const r = new RxSequence();
     r.restore(10, 20, 9);
     expect([r.next, r.movedFloor, r.nativeNextSeq]).toEqual([10, 20, 9]);

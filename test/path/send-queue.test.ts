@@ -10,7 +10,12 @@ afterEach(async () => {
   stack = null;
 });
 
-const owner = (): SendOwner & { done: number } => ({ done: 0, messageDone() { this.done++; } });
+const owner = (): SendOwner & { done: number } => ({
+  done: 0,
+  messageDone() {
+    this.done++;
+  },
+});
 
 /** A path that is UP with its probe and map already out, on a loopback-free fake connection. */
 async function upPath(opts = {}) {

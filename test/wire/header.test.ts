@@ -6,8 +6,17 @@ const { encodeHeader, decodeHeader, headerChecksum, verifyHeaderChecksum } = wir
 // A header built by hand from spec §1.1: seq 0x001a030405060708, ack 0x0011121314151617,
 // len 0x21222324, sport 0x3132, dport 0x4142, flags 0x04, credit 0x07, csum 0, exthdr NPATHS=8.
 const VECTOR = Buffer.from(
-  '001a030405060708' + '0011121314151617' + '21222324' + '3132' + '4142' + '04' + '07' + '00000000' + '0000' +
-  '050008' + '00'.repeat(13),
+  '001a030405060708' +
+    '0011121314151617' +
+    '21222324' +
+    '3132' +
+    '4142' +
+    '04' +
+    '07' +
+    '00000000' +
+    '0000' +
+    '050008' +
+    '00'.repeat(13),
   'hex',
 );
 
@@ -37,7 +46,16 @@ describe('RDS header (spec §1.1)', () => {
     const out = Buffer.alloc(48, 0xff);
     encodeHeader(out, 0, { sequence: 1, len: 5, sport: 4000, dport: 4001 });
     expect(out.toString('hex')).toBe(
-      '0000000000000001' + '0000000000000000' + '00000005' + '0fa0' + '0fa1' + '00' + '00' + '00000000' + '0000' + '00'.repeat(16),
+      '0000000000000001' +
+        '0000000000000000' +
+        '00000005' +
+        '0fa0' +
+        '0fa1' +
+        '00' +
+        '00' +
+        '00000000' +
+        '0000' +
+        '00'.repeat(16),
     );
   });
 

@@ -26,7 +26,12 @@ describe('IB connection private data (spec §7.1)', () => {
 
   it('short or missing data: addresses are needed to find the connection', () => {
     expect(wire.decodeIbPrivateData(new Uint8Array(7))).toBeNull();
-    expect(wire.decodeIbPrivateData(Uint8Array.of(10, 0, 0, 1, 10, 0, 0, 2))).toMatchObject({ saddr: '10.0.0.1', daddr: '10.0.0.2', major: 0, credit: 0 });
+    expect(wire.decodeIbPrivateData(Uint8Array.of(10, 0, 0, 1, 10, 0, 0, 2))).toMatchObject({
+      saddr: '10.0.0.1',
+      daddr: '10.0.0.2',
+      major: 0,
+      credit: 0,
+    });
     expect(() => wire.encodeIbPrivateData({ ...base, saddr: '::1' })).toThrow();
   });
 });
