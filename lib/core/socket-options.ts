@@ -1,0 +1,178 @@
+// Socket options (the kernel's af_rds.c setsockopt/getsockopt and sock_setsockopt's SOL_SOCKET
+// part) with their typed overloads.
+import {
+  RDS_CANCEL_SENT_TO,
+  RDS_CONG_MONITOR,
+  RDS_RECVERR,
+  type RDS_TRANS_IB,
+  type RDS_TRANS_TCP,
+  SOCK_MIN_RCVBUF,
+  SOCK_MIN_SNDBUF,
+  SOL_RDS,
+  SOL_SOCKET,
+  SO_RCVBUF,
+  SO_RDS_TRANSPORT,
+  SO_SNDBUF,
+  SO_TIMESTAMP,
+  SO_TIMESTAMP_NEW,
+  SO_ZEROCOPY,
+  SO_SNDTIMEO,
+  SO_SNDTIMEO_NEW,
+} from '../constants.js';
+import { RdsError } from '../errors.js';
+import { SocketRecv } from './socket-recv.js';
+
+/** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
+export abstract class SocketOptions extends SocketRecv {
+  // ---- options ----
+
+  /** SO_SNDBUF, SO_RCVBUF (bytes), SO_TIMESTAMP, SO_TIMESTAMP_NEW, SO_ZEROCOPY (0/1 or a boolean). */
+  setsockopt(
+    level: typeof SOL_SOCKET,
+    optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY,
+    value: number | boolean,
+  ): void;
+  /** RDS_CANCEL_SENT_TO: drops every queued or unacknowledged message to this destination. */
+  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_CANCEL_SENT_TO, value: { address: string; port: number }): void;
+  /** RDS_RECVERR, RDS_CONG_MONITOR (0/1 or a boolean). */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR,
+    value: number | boolean,
+  ): void;
+  /** SO_RDS_TRANSPORT before bind: RDS_TRANS_TCP or RDS_TRANS_IB. */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof SO_RDS_TRANSPORT,
+    value: typeof RDS_TRANS_TCP | typeof RDS_TRANS_IB,
+  ): void;
+  /** An option given by a computed number; checked at run time (ENOPROTOOPT, EINVAL). */
+  setsockopt(level: number, optname: number, value: number | boolean): void;
+  setsockopt(level: number, optname: number, value: unknown): void {
+    this.checkOpen('setsockopt()');
+    if (level === SOL_SOCKET) {
+      switch (optname) {
+        case SO_SNDBUF: {
+          const v = intValue(value, 'SO_SNDBUF');
+          if (v < 0) throw new RdsError('EINVAL', 'SO_SNDBUF must not be negative');
+          this.sndbuf = Math.max(v, SOCK_MIN_SNDBUF / 2);
+          if (this.sndBytes < this.sndbuf) this.wakeAll();
+          return;
+        }
+        case SO_RCVBUF: {
+          const v = intValue(value, 'SO_RCVBUF');
+          if (v < 0) throw new RdsError('EINVAL', 'SO_RCVBUF must not be negative');
+          this.rcvbuf = Math.max(v, SOCK_MIN_RCVBUF / 2);
+          this.rcvDelta(0);
+          return;
+        }
+        case SO_TIMESTAMP:
+        case SO_TIMESTAMP_NEW:
+          this.timestamps = boolValue(value, 'SO_TIMESTAMP');
+          return;
+        case SO_ZEROCOPY: {
+          const v = intValue(value, 'SO_ZEROCOPY');
+          if (v !== 0 && v !== 1) throw new RdsError('EINVAL', `SO_ZEROCOPY takes 0 or 1, got ${v}`);
+          this.zerocopy = v === 1;
+          return;
+        }
+        case SO_SNDTIMEO:
+        case SO_SNDTIMEO_NEW:
+          this.sendTimeout.set(intValue(value, 'SO_SNDTIMEO'));
+          return;
+        default:
+          throw new RdsError(
+            'ENOPROTOOPT',
+            `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY, SO_SNDTIMEO)`,
+          );
+      }
+    }
+    if (level !== SOL_RDS)
+      throw new RdsError('ENOPROTOOPT', `unknown option level ${level}; use SOL_RDS (276) or SOL_SOCKET (1)`);
+    switch (optname) {
+      case RDS_CANCEL_SENT_TO:
+        this.cancelSentTo(value);
+        return;
+      case RDS_RECVERR:
+        this.recvErr = boolValue(value, 'RDS_RECVERR');
+        return;
+      case RDS_CONG_MONITOR:
+        this.congMonitor = boolValue(value, 'RDS_CONG_MONITOR');
+        if (!this.congMonitor) {
+          this.congMask = 0n;
+          this.congNotify = 0n;
+        }
+        return;
+      case SO_RDS_TRANSPORT: {
+        const v = intValue(value, 'SO_RDS_TRANSPORT');
+        if (this.transport !== null || this.bound !== null || this.binding) {
+          throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
+        }
+        if (v < 0 || v >= 3)
+          throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
+        this.setTransport(v);
+        return;
+      }
+      default:
+        throw new RdsError('ENOPROTOOPT', `unknown SOL_RDS option ${optname}`);
+    }
+  }
+
+  /** SO_SNDBUF, SO_RCVBUF: twice the value set, as Linux reports; SO_TIMESTAMP, SO_ZEROCOPY: 0 or 1. */
+  getsockopt(
+    level: typeof SOL_SOCKET,
+    optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY,
+  ): number;
+  /** RDS_RECVERR, RDS_CONG_MONITOR: 0 or 1; SO_RDS_TRANSPORT: RDS_TRANS_TCP, RDS_TRANS_IB or RDS_TRANS_NONE. */
+  getsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR | typeof SO_RDS_TRANSPORT,
+  ): number;
+  /** An option given by a computed number; checked at run time (ENOPROTOOPT). */
+  getsockopt(level: number, optname: number): number;
+  getsockopt(level: number, optname: number): number {
+    this.checkOpen('getsockopt()');
+    if (level === SOL_SOCKET) {
+      switch (optname) {
+        // Linux reports twice the value set (the kernel's bookkeeping overhead allowance).
+        case SO_SNDBUF:
+          return this.sndbuf * 2;
+        case SO_RCVBUF:
+          return this.rcvbuf * 2;
+        case SO_TIMESTAMP:
+        case SO_TIMESTAMP_NEW:
+          return this.timestamps ? 1 : 0;
+        case SO_ZEROCOPY:
+          return this.zerocopy ? 1 : 0;
+        case SO_SNDTIMEO:
+        case SO_SNDTIMEO_NEW:
+          return this.sendTimeout.ms;
+        default:
+          throw new RdsError('ENOPROTOOPT', `unknown SOL_SOCKET option ${optname}`);
+      }
+    }
+    if (level !== SOL_RDS) throw new RdsError('ENOPROTOOPT', `unknown option level ${level}`);
+    switch (optname) {
+      case RDS_RECVERR:
+        return this.recvErr ? 1 : 0;
+      case RDS_CONG_MONITOR:
+        return this.congMonitor ? 1 : 0;
+      case SO_RDS_TRANSPORT:
+        return this.transportType;
+      default:
+        throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
+    }
+  }
+}
+
+/** An integer option value (a boolean counts as 0/1); EINVAL otherwise. @internal */
+export function intValue(v: unknown, name: string): number {
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  if (typeof v !== 'number' || !Number.isInteger(v))
+    throw new RdsError('EINVAL', `${name} takes an integer, got ${typeof v === 'number' ? v : typeof v}`);
+  return v;
+}
+
+function boolValue(v: unknown, name: string): boolean {
+  return intValue(v, name) !== 0;
+}

@@ -1,0 +1,76 @@
+import type { PeerEvent } from './peer-state.js';
+import type { RdsStack } from './stack.js';
+
+export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
+
+export interface RdsSocketOptions {
+  /** SO_RDS_TRANSPORT before bind: 'tcp' or 'ib'. Default: the first that accepts the bound address. */
+  transport?: 'tcp' | 'ib';
+  /** The node this socket belongs to; default RdsStack.default(). */
+  stack?: RdsStack;
+  /**
+   * SO_SNDTIMEO in ms (0 = never, the default): messages unacknowledged this long are removed
+   * with every other message to the same destination port, as RDS_CANCEL_SENT_TO removes them;
+   * pending send() confirmations reject with ETIMEDOUT.
+   */
+  sendTimeout?: number;
+}
+
+export interface WaitOptions {
+  /**
+   * Abort the wait. recv() and messages() then throw the signal's reason (an AbortSignal.timeout()
+   * gives ETIMEDOUT); send() and flush() an RdsError named AbortError (ECANCELED), or ETIMEDOUT
+   * for an AbortSignal.timeout(). A signal already aborted rejects at once.
+   */
+  signal?: AbortSignal;
+  /**
+   * Give up after this many milliseconds: ETIMEDOUT naming the call ("recv() timed out after
+   * 100 ms"). 0 to 2147483647 (what a timer takes); anything else is EINVAL.
+   */
+  timeout?: number;
+}
+
+/** What sendmsg(2) takes besides data and destination: its flags and control messages. */
+export interface SendmsgOptions {
+  /**
+   * MSG_DONTWAIT (implied: sendmsg never waits) and MSG_ZEROCOPY. With MSG_ZEROCOPY on a socket
+   * that has SO_ZEROCOPY set, the payload is not copied: the caller must leave its buffers
+   * untouched until recvmsg() reports `zcopyCookie` in `zcopyCompletions`. TCP sockets only.
+   */
+  flags?: number;
+  /** RDS_CMSG_ZCOPY_COOKIE: a u32 naming this message in completions; required with MSG_ZEROCOPY. */
+  zcopyCookie?: number;
+}
+
+export interface SendOptions extends WaitOptions, SendmsgOptions {
+  /**
+   * Resolve only once the peer has the message. With an rds-socket peer: once the receiving
+   * application has read it (recvmsg, recv, the iterator); being acknowledged as queued
+   * (`ackDelayMaxMs`, flow control) does not count. Rejects with ECONNREFUSED when no socket is
+   * bound at the destination port (the message is dropped, as the kernel drops it), ECONNRESET
+   * when the receiving socket was closed with it unread or the receiving node restarted before
+   * reading it. With a kernel peer the guarantee is the kernel's: TCP has acknowledged it, which
+   * says nothing about the receiving application. Older rds-socket peers (no
+   * RDSSOCK_CAP_CONFIRM) confirm on their acknowledgement, "queued" included. Over loopback it
+   * resolves once the receiving socket has it queued. If the signal or timeout fires first, a
+   * message not yet acknowledged is removed as RDS_CANCEL_SENT_TO would remove it (ETIMEDOUT /
+   * ECANCELED).
+   */
+  confirm?: boolean;
+}
+
+export interface RdsSocketEvents {
+  readable: () => void;
+  writable: () => void;
+  close: () => void;
+  /** @deprecated Never emitted: a socket reports failures by throwing or rejecting the call. Kept so existing listeners still type-check. */
+  error: (err: Error) => void;
+  /**
+   * A peer this socket has messages queued or unacknowledged to (or sends to later) has had no
+   * path UP for the stack's peerDownMs. The messages stay queued (RDS retries forever): cancel
+   * them with RDS_CANCEL_SENT_TO, or let SO_SNDTIMEO do it.
+   */
+  'peer-down': (ev: PeerEvent) => void;
+  /** A peer this socket was told was down (or has messages for) is reachable again. */
+  'peer-up': (ev: PeerEvent) => void;
+}
