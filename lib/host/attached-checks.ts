@@ -1,0 +1,134 @@
+// Argument checks of AttachedSocket's bind() and sendmsg(), made here with the same errors RdsSocket
+// gives, since an attached socket answers them before the host node sees the call; and the abort race
+// of its flush().
+import { MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, RDS_TRANS_IB, RDS_TRANS_TCP } from '../constants.js';
+import { abortError, RdsError } from '../errors.js';
+import { checkedAddress, nonUnicastReason, parseEndpoint } from '../core/address.js';
+import type { RdsData, SendmsgOptions } from '../core/socket.js';
+
+/**
+ * sendmsg flags and the zero-copy cookie of an attached socket, checked with RdsSocket's errors;
+ * `zeroCopyOn` reads SO_ZEROCOPY (only when options are given) and `transport` is SO_RDS_TRANSPORT.
+ */
+export function sendFlags(
+  opts: SendmsgOptions | undefined,
+  zeroCopyOn: () => boolean,
+  transport: number | null,
+): { zcopy: boolean; flags: number } {
+  let zcopy = false;
+  let flags = 0;
+  if (opts !== undefined && opts !== null) {
+    if (typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
+    flags = opts.flags ?? 0;
+    if (typeof flags !== 'number' || !Number.isInteger(flags))
+      throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
+    if ((flags & ~(MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY)) !== 0) {
+      throw new RdsError(
+        'EOPNOTSUPP',
+        `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`,
+      );
+    }
+    const zc = zeroCopyOn();
+    zcopy = (flags & MSG_ZEROCOPY) !== 0 && zc;
+    if (zcopy && transport !== null && transport !== RDS_TRANS_TCP) {
+      throw new RdsError('EOPNOTSUPP', 'MSG_ZEROCOPY works on TCP sockets only');
+    }
+    const cookie = opts.zcopyCookie;
+    if (cookie === undefined) {
+      if (zcopy) throw new RdsError('EINVAL', 'MSG_ZEROCOPY needs a zcopyCookie (a u32) to report the completion with');
+    } else {
+      if (!zcopy) {
+        throw new RdsError(
+          'EINVAL',
+          zc
+            ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
+            : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY',
+        );
+      }
+      if (typeof cookie !== 'number' || !Number.isInteger(cookie) || cookie < 0 || cookie > 0xffffffff) {
+        throw new RdsError('EINVAL', `zcopyCookie must be an integer in [0, 2^32), got ${String(cookie)}`);
+      }
+    }
+  }
+  return { zcopy, flags };
+}
+
+/** The parts and total length of a message's data; the array is copied, as sendmsg(2) copies the iovec. */
+export function dataParts(data: RdsData): { parts: Uint8Array[]; len: number } {
+  let parts: Uint8Array[];
+  let len = 0;
+  if (data instanceof Uint8Array) {
+    parts = [data];
+    len = data.length;
+  } else if (Array.isArray(data)) {
+    for (const p of data) {
+      if (!(p instanceof Uint8Array))
+        throw new RdsError('EINVAL', 'every element of a data array must be a Buffer or Uint8Array');
+      len += p.length;
+    }
+    parts = data.slice();
+  } else {
+    throw new RdsError('EINVAL', 'data must be a Buffer, a Uint8Array or an array of them');
+  }
+  return { parts, len };
+}
+
+/** A checked unicast destination, or address '' (and port 0) when none is given: connect()'s is used. */
+export function destination(dest: { address: string; port: number } | null | undefined): {
+  address: string;
+  port: number;
+} {
+  let address: string;
+  let port: number;
+  if (dest !== undefined && dest !== null) {
+    const to = parseEndpoint(dest, 'destination');
+    const why = checkedAddress(to.address).nonUnicast;
+    if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
+    ({ address, port } = to);
+  } else {
+    address = '';
+    port = 0;
+  }
+  return { address, port };
+}
+
+/** bind()'s address, checked as RdsSocket.bind() checks it before asking the node. */
+export function bindEndpoint(addr: { address: string; port?: number }): { address: string; port: number } {
+  const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
+  const why = nonUnicastReason(ep.address);
+  if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
+  if (ep.port === 1)
+    throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
+  return ep;
+}
+
+/** Settles as `done` does, or rejects with the signal's reason for `op` once it aborts first. */
+export function untilDoneOrAborted(done: Promise<unknown>, signal: AbortSignal, op: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal.aborted) {
+      reject(abortError(signal, op));
+      return;
+    }
+    const onAbort = (): void => reject(abortError(signal, op));
+    signal.addEventListener('abort', onAbort, { once: true });
+    done.then(
+      () => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      },
+      (e: Error) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_TRANS_IB };
+
+/** The transport option of the constructor ('tcp' or 'ib') as its SO_RDS_TRANSPORT number. */
+export function transportByName(name: unknown): number {
+  const t = TRANSPORT_BY_NAME[name as string];
+  if (t === undefined) throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(name)}`);
+  return t;
+}

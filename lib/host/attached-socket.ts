@@ -1,0 +1,459 @@
+import { isIPv4 } from 'node:net';
+import {
+  POLLIN,
+  POLLOUT,
+  POLLRDNORM,
+  POLLWRNORM,
+  RDS_CANCEL_SENT_TO,
+  RDS_MAX_MSG_SIZE,
+  RDS_TRANS_NONE,
+  SO_RDS_TRANSPORT,
+  SO_SNDBUF,
+  SO_ZEROCOPY,
+  SOL_RDS,
+  SOL_SOCKET,
+} from '../constants.js';
+import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
+import { parseEndpoint, type RdsAddress } from '../core/address.js';
+import { defer } from '../core/defer.js';
+import { Fifo } from '../core/fifo.js';
+import {
+  RdsSocket,
+  type RdsData,
+  type RdsSocketOptions,
+  type SendmsgOptions,
+  type SendOptions,
+  type WaitOptions,
+} from '../core/socket.js';
+import type { RdsMessage } from '../core/stack.js';
+import { C_ABORT, C_CREDIT, C_SEND, encodeFrame, type Frame } from './protocol.js';
+import type { AttachedStack, NodeLink } from './client.js';
+import {
+  bindEndpoint,
+  dataParts,
+  transportByName,
+  destination,
+  sendFlags,
+  untilDoneOrAborted,
+} from './attached-checks.js';
+
+type Waiter = () => void;
+
+/**
+ * A socket living in a host node. The API is RdsSocket's; calls go over the node's control
+ * socket. Synchronous calls (sendmsg, recvmsg, poll, getsockopt, setsockopt) answer from state
+ * kept here: arguments are checked here with the same errors, the send budget (SO_SNDBUF)
+ * counts bytes not yet handed to the node's socket, received messages wait here once the node
+ * has read them from its socket (at most SO_RCVBUF bytes per socket; the rest stays queued in the node,
+ * where it counts against SO_RCVBUF and sets congestion as usual).
+ */
+export class AttachedSocket extends RdsSocket {
+  readonly #link: NodeLink;
+  readonly #sid: number;
+  #bound: RdsAddress | null = null;
+  #binding = false;
+  #closed = false;
+  #dead: RdsError | null = null;
+  #transport: number | null = null;
+  readonly #rx = new Fifo<RdsMessage>();
+  #credit = 0;
+  #creditQueued = false;
+  #creditMsgs = 0;
+  #sndBytes = 0;
+  #unhanded = 0;
+  #full = false;
+  readonly #waiters = new Set<Waiter>();
+  readonly #cong = new Set<string>();
+  readonly #confirms = new Map<number, (e: Error) => void>();
+  #readableQueued = false;
+
+  constructor(stack: AttachedStack, opts: RdsSocketOptions) {
+    super({ stack, ...(opts.sendTimeout !== undefined ? { sendTimeout: opts.sendTimeout } : {}) });
+    if (opts.transport !== undefined) this.#transport = transportByName(opts.transport);
+    this.#link = stack.currentLink();
+    this.#sid = this.#link.addSocket(this);
+    this.#call('open');
+    if (opts.sendTimeout !== undefined) this.#forward(SOL_SOCKET, 62 /* SO_SNDTIMEO */, opts.sendTimeout);
+  }
+
+  /** The node's path. */
+  get nodePath(): string {
+    return this.#link.path;
+  }
+
+  #call(op: string, meta: Record<string, unknown> = {}): void {
+    this.#link.request(op, this.#sid, meta).catch(() => {});
+  }
+
+  #forward(level: number, name: number, value: unknown): void {
+    this.#call('setsockopt', { level, name, value });
+  }
+
+  #check(what: string): void {
+    if (this.#closed) throw new RdsError('EBADF', `${what} on a closed socket; make a new RdsSocket`);
+    if (this.#dead !== null) throw this.#dead;
+  }
+
+  override get isClosed(): boolean {
+    return this.#closed;
+  }
+
+  #sndbuf(): number {
+    return super.getsockopt(SOL_SOCKET, SO_SNDBUF) / 2;
+  }
+
+  override async bind(addr: { address: string; port?: number }): Promise<void> {
+    this.#check('bind()');
+    if (this.#bound !== null || this.#binding)
+      throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
+    const ep = bindEndpoint(addr);
+    this.#binding = true;
+    let r: { address: string; port: number; transport: number };
+    try {
+      r = (await this.#link.request('bind', this.#sid, {
+        address: ep.address,
+        port: ep.port,
+        ...(this.#transport !== null ? { transport: this.#transport } : {}),
+      })) as typeof r;
+    } finally {
+      this.#binding = false;
+    }
+    if (this.#closed) throw new RdsError('EBADF', 'socket was closed while bind() was in progress');
+    this.#bound = { address: r.address, port: r.port };
+    this.#transport = r.transport;
+  }
+
+  override connect(addr: { address: string; port: number }): void {
+    this.#check('connect()');
+    super.connect(addr);
+  }
+
+  override address(): RdsAddress {
+    if (this.#bound === null) throw new RdsError('EINVAL', 'socket is not bound; call bind() first');
+    return { ...this.#bound };
+  }
+
+  override sendmsg(data: RdsData, dest?: { address: string; port: number } | null, opts?: SendmsgOptions): number {
+    return this.#enqueue(data, dest, opts, 0);
+  }
+
+  /** Checks and queues one message to the node; `id` non-zero asks for its confirmation. */
+  #enqueue(
+    data: RdsData,
+    dest: { address: string; port: number } | null | undefined,
+    opts: SendmsgOptions | undefined,
+    id: number,
+  ): number {
+    this.#check('sendmsg()');
+    const { zcopy, flags } = sendFlags(opts, () => super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1, this.#transport);
+    const { parts, len } = dataParts(data);
+    let { address, port } = destination(dest);
+    if (this.#bound === null) {
+      if (this.#binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
+      throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
+    }
+    if (address === '') {
+      let peer: RdsAddress;
+      try {
+        peer = super.remoteAddress();
+      } catch {
+        throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
+      }
+      ({ address, port } = peer);
+    }
+    if (isIPv4(address) !== isIPv4(this.#bound.address)) {
+      throw new RdsError(
+        'EOPNOTSUPP',
+        `cannot send from ${this.#bound.address} to ${address}: address families differ`,
+      );
+    }
+    if (len > RDS_MAX_MSG_SIZE)
+      throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
+    const sndbuf = this.#sndbuf();
+    if (len > sndbuf)
+      throw new RdsError(
+        'EMSGSIZE',
+        `message of ${len} bytes exceeds the send buffer (${sndbuf} bytes); raise SO_SNDBUF`,
+      );
+    if (this.#cong.has(`${address}:${port}`)) {
+      throw flowControlError(
+        'ENOBUFS',
+        `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`,
+      );
+    }
+    if (this.#sndBytes >= sndbuf) {
+      this.#full = true;
+      throw flowControlError(
+        'EAGAIN',
+        `send buffer full (${this.#sndBytes} of ${sndbuf} bytes not yet handed to the host node)`,
+      );
+    }
+    // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
+    // written as they are; otherwise copied now, as sendmsg(2) copies.
+    const payload = zcopy ? parts : parts.length === 1 ? Buffer.from(parts[0]!) : Buffer.concat(parts);
+    const meta: Record<string, unknown> = { a: address, p: port };
+    if (flags !== 0) meta.f = flags;
+    if (zcopy) meta.c = opts!.zcopyCookie;
+    if (id !== 0) meta.cf = 1;
+    this.#link.write(encodeFrame(C_SEND, this.#sid, id, meta, payload));
+    this.#sndBytes += len;
+    this.#unhanded++;
+    return len;
+  }
+
+  override async send(
+    data: RdsData,
+    dest?: { address: string; port: number } | null,
+    opts: SendOptions = {},
+  ): Promise<number> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    const confirm = opts?.confirm === true;
+    for (;;) {
+      if (signal?.aborted) throw abortError(signal, 'send()');
+      if (!this.#closed && this.#dead === null && this.#bound !== null && this.#sndBytes >= this.#sndbuf()) {
+        await this.#wait(signal, 'send()', abortError);
+        continue;
+      }
+      const id = confirm ? this.#link.newId() : 0;
+      let len: number;
+      try {
+        len = this.#enqueue(data, dest, opts, id);
+      } catch (e) {
+        if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
+        await this.#wait(signal, 'send()', abortError);
+        continue;
+      }
+      if (!confirm) return len;
+      const answer = this.#link.expect(id);
+      await new Promise<void>((resolve, reject) => {
+        const done = (err?: Error): void => {
+          signal?.removeEventListener('abort', onAbort);
+          this.#confirms.delete(id);
+          if (err) reject(err);
+          else resolve();
+        };
+        const onAbort = (): void => {
+          this.#link.forget(id);
+          this.#link.write(encodeFrame(C_ABORT, this.#sid, id, null));
+          done(abortError(signal!, 'send()'));
+        };
+        this.#confirms.set(id, done);
+        signal?.addEventListener('abort', onAbort, { once: true });
+        answer.then(
+          () => done(),
+          (e: Error) => done(e),
+        );
+      });
+      return len;
+    }
+  }
+
+  override async flush(opts: WaitOptions = {}): Promise<void> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    while (this.#unhanded > 0) {
+      this.#check('flush()');
+      await this.#wait(signal, 'flush()', abortError);
+    }
+    this.#check('flush()');
+    const done = this.#link.request('flush', this.#sid);
+    if (signal === undefined) {
+      await done;
+      return;
+    }
+    await untilDoneOrAborted(done, signal, 'flush()');
+  }
+
+  override recvmsg(): RdsMessage | null {
+    if (this.#closed) throw new RdsError('EBADF', 'recvmsg() on a closed socket; make a new RdsSocket');
+    const m = this.#rx.shift();
+    if (m === undefined) {
+      if (this.#dead !== null) throw this.#dead;
+      return null;
+    }
+    this.#giveCredit(m.data.length);
+    return m;
+  }
+
+  #giveCredit(n: number): void {
+    if (this.#dead !== null) return;
+    if (!this.#creditQueued) {
+      this.#creditQueued = true;
+      this.#link.writer.beforeFlush(() => {
+        this.#creditQueued = false;
+        const c = this.#credit;
+        const k = this.#creditMsgs;
+        this.#credit = 0;
+        this.#creditMsgs = 0;
+        if (!this.#closed) this.#link.write(encodeFrame(C_CREDIT, this.#sid, 0, { n: c, k }));
+      });
+    }
+    this.#credit += n;
+    this.#creditMsgs++;
+  }
+
+  override async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    for (;;) {
+      if (signal?.aborted) throw abortReason(signal, 'recv()');
+      const m = this.recvmsg();
+      if (m !== null) return m;
+      await this.#wait(signal, 'recv()', abortReason);
+    }
+  }
+
+  override async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
+    for (;;) {
+      if (this.#closed) return;
+      let m: RdsMessage;
+      try {
+        m = await this.recv(opts);
+      } catch (e) {
+        if (e instanceof RdsError && e.code === 'EBADF' && this.#closed) return;
+        throw e;
+      }
+      yield m;
+    }
+  }
+
+  override async *[Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
+    yield* this.messages();
+  }
+
+  #wait(signal: AbortSignal | undefined, op: string, reasonOf: (s: AbortSignal, op: string) => unknown): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      if (this.#closed) {
+        reject(new RdsError('EBADF', `${op} interrupted: the socket was closed`));
+        return;
+      }
+      if (this.#dead !== null) {
+        reject(this.#dead);
+        return;
+      }
+      if (signal?.aborted) {
+        reject(reasonOf(signal, op));
+        return;
+      }
+      const finish = (err?: unknown): void => {
+        this.#waiters.delete(w);
+        signal?.removeEventListener('abort', onAbort);
+        if (err) reject(err);
+        else resolve();
+      };
+      const w: Waiter = () =>
+        finish(
+          this.#closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : (this.#dead ?? undefined),
+        );
+      const onAbort = (): void => finish(reasonOf(signal!, op));
+      this.#waiters.add(w);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  #wakeAll(): void {
+    if (this.#waiters.size === 0) return;
+    for (const w of [...this.#waiters]) w();
+  }
+
+  override poll(): number {
+    if (this.#closed) return 0x20;
+    let mask = 0;
+    if (this.#rx.length > 0) mask |= POLLIN | POLLRDNORM;
+    if (this.#sndBytes < this.#sndbuf()) mask |= POLLOUT | POLLWRNORM;
+    return mask;
+  }
+
+  override setsockopt(level: number, optname: number, value: unknown): void {
+    this.#check('setsockopt()');
+    if (level === SOL_RDS && optname === RDS_CANCEL_SENT_TO) {
+      if (this.#bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
+      const ep = parseEndpoint(value, 'RDS_CANCEL_SENT_TO value');
+      this.#forward(level, optname, { address: ep.address, port: ep.port });
+      return;
+    }
+    if (level === SOL_RDS && optname === SO_RDS_TRANSPORT) {
+      if (typeof value !== 'number' && typeof value !== 'boolean')
+        throw new RdsError('EINVAL', 'SO_RDS_TRANSPORT takes an integer');
+      const v = Number(value);
+      if (this.#transport !== null || this.#bound !== null || this.#binding) {
+        throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
+      }
+      if (!Number.isInteger(v) || v < 0 || v >= 3)
+        throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
+      this.#transport = v;
+      return;
+    }
+    super.setsockopt(level, optname, value as number);
+    this.#forward(level, optname, value);
+    if (level === SOL_SOCKET && optname === SO_SNDBUF) this.#wakeAll();
+  }
+
+  override getsockopt(level: number, optname: number): number {
+    this.#check('getsockopt()');
+    if (level === SOL_RDS && optname === SO_RDS_TRANSPORT) return this.#transport ?? RDS_TRANS_NONE;
+    return super.getsockopt(level, optname);
+  }
+
+  override async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#link.request('close', this.#sid).catch(() => {});
+    this.#link.removeSocket(this.#sid);
+    this.#rx.drain();
+    const err = new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read');
+    for (const done of [...this.#confirms.values()]) done(err);
+    this.#wakeAll();
+    this.stack.socketClosed();
+    this.emit('close');
+  }
+
+  // ---- from the node ----
+
+  /** @internal */ fromNode(f: Frame): void {
+    if (this.#closed) return;
+    const meta = f.meta;
+    const m: RdsMessage = { data: f.data, address: String(meta.a ?? ''), port: Number(meta.p) || 0 };
+    if (typeof meta.ts === 'number') m.timestamp = meta.ts;
+    if (Array.isArray(meta.zc)) m.zcopyCompletions = meta.zc.map(Number);
+    if (typeof meta.cu === 'string') m.congestionUpdate = BigInt(meta.cu);
+    this.#rx.push(m);
+    this.#wakeAll();
+    if (!this.#readableQueued) {
+      this.#readableQueued = true;
+      defer(() => {
+        this.#readableQueued = false;
+        if (!this.#closed && this.#rx.length > 0) this.emit('readable');
+      });
+    }
+  }
+
+  /** @internal */ handed(bytes: number, msgs: number): void {
+    this.#sndBytes -= bytes;
+    this.#unhanded -= msgs;
+    this.#wakeAll();
+    const sndbuf = this.#sndbuf();
+    if (this.#full && this.#sndBytes * 2 <= sndbuf) {
+      this.#full = false;
+      if (!this.#closed) this.emit('writable');
+    }
+  }
+
+  /** @internal */ event(meta: Record<string, unknown>): void {
+    if (this.#closed) return;
+    const ev = meta.ev;
+    if (ev === 'cong') this.#cong.add(`${String(meta.a)}:${String(meta.p)}`);
+    else if (ev === 'uncong') {
+      this.#cong.delete(`${String(meta.a)}:${String(meta.p)}`);
+      this.#wakeAll();
+    } else if (ev === 'peer-down' || ev === 'peer-up') {
+      const { ev: _, ...rest } = meta;
+      this.emit(ev, rest as never);
+    }
+  }
+
+  /** @internal */ nodeGone(err: RdsError): void {
+    if (this.#closed || this.#dead !== null) return;
+    this.#dead = err;
+    for (const done of [...this.#confirms.values()]) done(err);
+    this.#wakeAll();
+  }
+}
