@@ -9,6 +9,7 @@ import type { RdsData, SendmsgOptions } from '../core/socket.js';
 /**
  * sendmsg flags and the zero-copy cookie of an attached socket, checked with RdsSocket's errors;
  * `zeroCopyOn` reads SO_ZEROCOPY (only when options are given) and `transport` is SO_RDS_TRANSPORT.
+ * @internal
  */
 export function sendFlags(
   opts: SendmsgOptions | undefined,
@@ -53,7 +54,7 @@ export function sendFlags(
   return { zcopy, flags };
 }
 
-/** The parts and total length of a message's data; the array is copied, as sendmsg(2) copies the iovec. */
+/** The parts and total length of a message's data; the array is copied, as sendmsg(2) copies the iovec. @internal */
 export function dataParts(data: RdsData): { parts: Uint8Array[]; len: number } {
   let parts: Uint8Array[];
   let len = 0;
@@ -73,7 +74,7 @@ export function dataParts(data: RdsData): { parts: Uint8Array[]; len: number } {
   return { parts, len };
 }
 
-/** A checked unicast destination, or address '' (and port 0) when none is given: connect()'s is used. */
+/** A checked unicast destination, or address '' (and port 0) when none is given: connect()'s is used. @internal */
 export function destination(dest: { address: string; port: number } | null | undefined): {
   address: string;
   port: number;
@@ -92,7 +93,7 @@ export function destination(dest: { address: string; port: number } | null | und
   return { address, port };
 }
 
-/** bind()'s address, checked as RdsSocket.bind() checks it before asking the node. */
+/** bind()'s address, checked as RdsSocket.bind() checks it before asking the node. @internal */
 export function bindEndpoint(addr: { address: string; port?: number }): { address: string; port: number } {
   const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
   const why = nonUnicastReason(ep.address);
@@ -102,7 +103,7 @@ export function bindEndpoint(addr: { address: string; port?: number }): { addres
   return ep;
 }
 
-/** Settles as `done` does, or rejects with the signal's reason for `op` once it aborts first. */
+/** Settles as `done` does, or rejects with the signal's reason for `op` once it aborts first. @internal */
 export function untilDoneOrAborted(done: Promise<unknown>, signal: AbortSignal, op: string): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     if (signal.aborted) {
@@ -126,7 +127,7 @@ export function untilDoneOrAborted(done: Promise<unknown>, signal: AbortSignal, 
 
 const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_TRANS_IB };
 
-/** The transport option of the constructor ('tcp' or 'ib') as its SO_RDS_TRANSPORT number. */
+/** The transport option of the constructor ('tcp' or 'ib') as its SO_RDS_TRANSPORT number. @internal */
 export function transportByName(name: unknown): number {
   const t = TRANSPORT_BY_NAME[name as string];
   if (t === undefined) throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(name)}`);

@@ -1,0 +1,77 @@
+// What one attached client may hold in the host node, and the per-socket state the node keeps for
+// each socket a client has open (its send backlog, what it was handed and not yet read), and how
+// an error travels back to the client.
+import { SO_RCVBUF, SOL_SOCKET } from '../constants.js';
+import type { RdsSocket } from '../core/socket.js';
+import type { Receipt } from '../core/stack.js';
+import type { Fifo } from '../core/fifo.js';
+import { RX_DISCARDED } from '../core/rx-ack.js';
+import { RdsError } from '../errors.js';
+
+/** Sockets one client may hold open. */
+export const MAX_SOCKETS_PER_CLIENT = 4096;
+/** Calls one client may have waiting for an answer (confirmations, flushes, binds). */
+export const MAX_OUTSTANDING_PER_CLIENT = 65536;
+/**
+ * Received bytes the node hands a client's socket before the client says it has read them: the
+ * socket's SO_RCVBUF (as set), so unread messages beyond it stay queued in the node, where they
+ * make the port congested as the kernel would.
+ * @internal
+ */
+export function recvWindow(s: NodeSock): number {
+  return s.real.getsockopt(SOL_SOCKET, SO_RCVBUF) / 2;
+}
+/** A client not reading its control socket is dropped once this much is waiting to be written to it. */
+export const MAX_CLIENT_WRITE_BACKLOG = 256 << 20;
+
+/** @internal */
+export interface Item {
+  data: Buffer;
+  dest: { address: string; port: number };
+  flags: number;
+  cookie: number | undefined;
+  confirm: boolean;
+  /** Request id to answer (confirm sends), 0 for none. */
+  id: number;
+  ac: AbortController | null;
+}
+
+/** @internal */
+export interface NodeSock {
+  id: number;
+  real: RdsSocket;
+  backlog: Item[];
+  backlogBytes: number;
+  running: boolean;
+  closed: boolean;
+  /** Bytes handed to the client not yet reported read (CREDIT). */
+  inflight: number;
+  /** Bytes handed to the real socket since the last SENT frame. */
+  sentAcc: number;
+  /** Messages handed since the last SENT frame. */
+  sentMsgs: number;
+  /** Receipts of messages handed to the client, oldest first: the sender hears they were read once the client says so. */
+  held: Fifo<Receipt | null>;
+  /** The receipt of the message recvmsg() just returned, if it had one. */
+  takeReceipt: () => Receipt | null;
+  bound: string;
+}
+
+/** Closes a client's socket in the node: messages handed to the client but not read are discarded, as close() discards unread messages. @internal */
+export function closeNodeSock(s: NodeSock): void {
+  s.closed = true;
+  for (const r of s.held.drain()) if (r) r.owner.consumed(r, RX_DISCARDED);
+  for (const it of s.backlog) it.ac?.abort();
+  s.backlog = [];
+  s.backlogBytes = 0;
+  void s.real.close();
+}
+
+/** An error as an answer frame carries it: its code and its message without the code prefix. @internal */
+export function wireError(e: unknown): { code: string; message: string } {
+  if (e instanceof RdsError) {
+    const prefix = `${e.code}: `;
+    return { code: e.code, message: e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message };
+  }
+  return { code: 'EPROTO', message: e instanceof Error ? e.message : String(e) };
+}
