@@ -189,6 +189,31 @@ describe('host node', () => {
     await c.close();
   });
 
+  it('an attached sender whose node first ran out of send buffer still gets ENOBUFS once the destination is congested', async () => {
+    // The node's own sendmsg fails with EAGAIN first (an 8 KiB SO_SNDBUF fills before the map
+    // comes back) and its send() then waits for the port to clear: the attached process must
+    // still learn of the congestion, as a kernel socket would.
+    const { path } = await serve();
+    const attached = await RdsStack.attach(path);
+    const a = new RdsSocket({ stack: attached });
+    await a.bind({ address: '127.150.8.1', port: 5000 });
+    a.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8192);
+    const b = await peerSocket('127.150.8.2');
+    b.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 4096);
+    let code = '';
+    const deadline = Date.now() + 10_000;
+    while (code !== 'ENOBUFS' && Date.now() < deadline) {
+      try {
+        a.sendmsg(Buffer.alloc(1000), b.address());
+      } catch (e) {
+        code = (e as { code?: string }).code ?? '';
+        if (code === 'EAGAIN') await new Promise((r) => setTimeout(r, 2));
+      }
+    }
+    expect(code).toBe('ENOBUFS');
+    await attached.close();
+  });
+
   it('send({ confirm }) to an attached socket resolves once the application has read it, not when the node has; unread at close is ECONNRESET', async () => {
     const { path } = await serve();
     const attached = await RdsStack.attach(path);

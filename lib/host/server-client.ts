@@ -418,10 +418,27 @@ export class Client {
         }
         if (congested) this.send(N_EVENT, s.id, 0, { ev: 'cong', a: it.dest.address, p: it.dest.port });
         it.ac = new AbortController();
+        // send() may wait for room first (EAGAIN) and then for the port to clear: tell the client
+        // as soon as the destination is congested, whichever came first, or its sendmsg() only
+        // ever sees EAGAIN and never the ENOBUFS the kernel's API gives.
+        const stack = this.node.stack;
+        const dest = it.dest;
+        let waiting = true;
+        const watch = (): void => {
+          if (!waiting || congested) return;
+          if (stack.congMap(dest.address).test(dest.port)) {
+            congested = true;
+            this.send(N_EVENT, s.id, 0, { ev: 'cong', a: dest.address, p: dest.port });
+          } else stack.addCongWaiter(watch);
+        };
+        watch();
         try {
           await s.real.send(it.data, it.dest, { ...opts, signal: it.ac.signal });
         } catch {
           this.node.counters.sendFailed++;
+        } finally {
+          waiting = false;
+          stack.removeCongWaiter(watch);
         }
         if (congested) this.send(N_EVENT, s.id, 0, { ev: 'uncong', a: it.dest.address, p: it.dest.port });
         if (s.backlog[0] === it) s.backlog.shift();
