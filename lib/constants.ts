@@ -156,6 +156,17 @@ export const RDSSOCK_CAP_NO_HELLO = 0x100;
 export const RDSSOCK_EXTHDR_READ = 0x54;
 /** On ack-only frames to RDSSOCK_CAP_CONFIRM peers: be64 sequence, u8 RDSSOCK_REFUSED_*. */
 export const RDSSOCK_EXTHDR_REFUSED = 0x55;
+/**
+ * The peer runs rails: extra paths of a connection over other address pairs (see docs/extensions.md,
+ * "Rails"). Only advertised with acknowledgements on, over a transport that carries rails (TCP).
+ */
+export const RDSSOCK_CAP_RAILS = 0x200;
+/**
+ * On the rail hello that opens a rail's TCP connection (and on its answer): u8 version (1), u8 kind
+ * (RDSSOCK_RAIL_*), u8 rail path index, u8 refusal reason (RDSSOCK_RAIL_REFUSED_*, 0 otherwise).
+ * The frame's payload names both nodes (see lib/wire/rail-hello.ts). Never sent to a kernel.
+ */
+export const RDSSOCK_EXTHDR_RAIL = 0x56;
 /** No socket was bound to the destination port (the sender's confirmation rejects with ECONNREFUSED). */
 export const RDSSOCK_REFUSED_NO_SOCK = 2;
 /** The receiving socket was closed with the message unread (ECONNRESET). */

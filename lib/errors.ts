@@ -22,7 +22,9 @@ export type RdsErrorCode =
   | 'ENODEV'
   | 'EHOSTUNREACH'
   | 'ECONNREFUSED'
-  | 'ENETDOWN';
+  | 'ENETDOWN'
+  | 'EEXIST'
+  | 'ENOENT';
 
 const errnos = osConstants.errno as Record<string, number>;
 

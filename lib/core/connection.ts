@@ -4,6 +4,7 @@ import type { CongMap } from './cong-map.js';
 import { ConnFailover } from './failover.js';
 import { Handshake } from './handshake.js';
 import { RdsConnPath } from './path.js';
+import { pickPath } from './path-policy.js';
 import type { RdsStack } from './stack.js';
 import type { RdsTransport } from './transport.js';
 import { RDS_CTR } from './stats.js';
@@ -140,11 +141,11 @@ export class RdsConnection {
   /**
    * The path a socket's messages use: fixed per bound port so one socket's messages to one peer
    * stay in order. Path 0 until multipath is negotiated (a sender never waits for the handshake).
+   * Between rds-socket peers the stack's path policy may spread sockets over lanes and rails.
    */
   pathFor(sport: number): RdsConnPath {
-    if (this.npaths <= 1) return this.paths[0]!;
-    const p = this.paths[portHash(sport) % this.npaths]!;
-    return this.failover.redirect(p);
+    // The path policy (path-policy.ts): with 'hash' and no rails, the choice above, unchanged.
+    return pickPath(this, sport);
   }
 
   /** A handshake settled the path count. Going from one path to several starts multipath. */
@@ -175,9 +176,4 @@ export class RdsConnection {
     if (!this.lanesMayConnect() || !this.transport.initiates(this.paths[0]!)) return;
     for (let i = 1; i < this.npaths; i++) this.paths[i]!.connectIfDown();
   }
-}
-
-/** Spreads bound ports over paths (a multiplicative hash; the choice is local, never on the wire). */
-function portHash(port: number): number {
-  return (Math.imul(port, 0x9e3779b1) >>> 16) & 0xffff;
 }

@@ -2,6 +2,7 @@ import { RDS_CONN_UP } from '../constants.js';
 import type { RdsConnection } from './connection.js';
 import type { RdsOutgoing } from './message.js';
 import type { RdsConnPath } from './path.js';
+import { failoverPaths, multiPath } from './rail.js';
 import { RDS_CTR } from './stats.js';
 
 /** One path's part in the relation. */
@@ -20,6 +21,8 @@ interface PathFailover {
   behind: RdsConnPath | null;
   seq: number;
   timer: NodeJS.Timeout | null;
+  /** Moved without the failover conditions (a removed rail): see evacuate. */
+  forced: boolean;
 }
 
 /**
@@ -35,7 +38,7 @@ export class ConnFailover {
   private of(p: RdsConnPath): PathFailover {
     let s = this.st.get(p);
     if (s === undefined) {
-      s = { to: null, due: false, moved: 0, behind: null, seq: 0, timer: null };
+      s = { to: null, due: false, moved: 0, behind: null, seq: 0, timer: null, forced: false };
       this.st.set(p, s);
     }
     return s;
@@ -63,7 +66,7 @@ export class ConnFailover {
   arm(p: RdsConnPath): void {
     const grace = this.conn.stack.options.failoverGraceMs;
     const s = this.of(p);
-    if (s.timer !== null || s.due || !Number.isFinite(grace) || this.conn.npaths <= 1) return;
+    if (s.timer !== null || s.due || !Number.isFinite(grace) || !multiPath(this.conn)) return;
     s.timer = setTimeout(() => {
       s.timer = null;
       if (p.state === RDS_CONN_UP) return;
@@ -96,12 +99,13 @@ export class ConnFailover {
    * where they get new sequence numbers and a record of where they were first numbered; the peer
    * drops any it already has. Until this path is back, its sockets send on the live path too.
    */
-  failOver(from: RdsConnPath): void {
-    if (!this.conn.failoverAllowed) return;
+  failOver(from: RdsConnPath, forced = false): void {
+    if (!forced && !this.conn.failoverAllowed) return;
     const target = this.target(from);
     if (target === null) return; // retried when a path comes up
     const s = this.of(from);
     s.due = false;
+    s.forced = false;
     const stay: RdsOutgoing[] = [];
     let moved = 0;
     for (const m of from.sendQueue.drain()) {
@@ -119,8 +123,7 @@ export class ConnFailover {
     s.to = target;
     // Whatever was waiting on, or redirected to, this path now depends on the target.
     // (The target itself no longer waits for us: our messages now queue in front of its later ones.)
-    for (let i = 0; i < this.conn.npaths; i++) {
-      const p = this.conn.paths[i]!;
+    for (const p of failoverPaths(this.conn)) {
       const ps = this.st.get(p);
       if (ps === undefined) continue;
       if (ps.to === from) ps.to = target;
@@ -161,8 +164,7 @@ export class ConnFailover {
   /** `cp` freed messages: paths holding behind it may be free to go. */
   releaseHolds(cp: RdsConnPath): void {
     if (this.st.size === 0) return;
-    for (let i = 0; i < this.conn.npaths; i++) {
-      const p = this.conn.paths[i]!;
+    for (const p of failoverPaths(this.conn)) {
       if (this.st.get(p)?.behind === cp) p.kick();
     }
   }
@@ -174,8 +176,7 @@ export class ConnFailover {
   target(from: RdsConnPath): RdsConnPath | null {
     const hold = this.currentHold(from);
     if (hold !== null) return hold.state === RDS_CONN_UP ? hold : null;
-    for (let i = 0; i < this.conn.npaths; i++) {
-      const p = this.conn.paths[i]!;
+    for (const p of failoverPaths(this.conn)) {
       if (p !== from && p.state === RDS_CONN_UP) return p;
     }
     return null;
@@ -183,10 +184,23 @@ export class ConnFailover {
 
   /** A path came up: paths whose grace period ran out while nothing was up can move now. */
   retry(): void {
-    for (let i = 0; i < this.conn.npaths; i++) {
-      const p = this.conn.paths[i]!;
-      if (this.st.get(p)?.due === true && p.state !== RDS_CONN_UP) this.failOver(p);
+    for (const p of failoverPaths(this.conn)) {
+      const s = this.st.get(p);
+      if (s?.due === true && p.state !== RDS_CONN_UP) this.failOver(p, s.forced);
     }
+  }
+
+  /**
+   * A rail was removed: its messages move now, whatever the grace period (it is not coming back);
+   * if no path is up they move as soon as one is.
+   */
+  evacuate(p: RdsConnPath): void {
+    const s = this.of(p);
+    if (s.timer !== null) clearTimeout(s.timer);
+    s.timer = null;
+    s.due = true;
+    s.forced = true;
+    this.failOver(p, true);
   }
 
   setRef(p: RdsConnPath, ref: boolean): void {

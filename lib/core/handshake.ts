@@ -9,6 +9,7 @@ import {
   RDSSOCK_CAP_HEARTBEAT,
   RDSSOCK_CAP_NO_HELLO,
   RDSSOCK_CAP_PATHS_SHIFT,
+  RDSSOCK_CAP_RAILS,
 } from '../constants.js';
 import {
   decodeHandshake,
@@ -24,6 +25,7 @@ import {
 import { encodeHeader, OFF_EXTHDR } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
 import type { RdsConnPath } from './path.js';
+import { hasRailSlots } from './rail.js';
 import { RDS_CTR } from './stats.js';
 
 /**
@@ -78,7 +80,9 @@ export class Handshake {
     // Failover needs acks (to know what the peer has) and paths to move between.
     const failover = opts.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
     const acks = opts.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
-    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+    // Rails (other address pairs to the same peer) need acks too, and a transport that carries them.
+    const rails = opts.rdsAcks && this.conn.transport.rails === true ? RDSSOCK_CAP_RAILS : 0;
+    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | rails | (paths << RDSSOCK_CAP_PATHS_SHIFT);
   }
 
   /**
@@ -209,6 +213,8 @@ export class Handshake {
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
     if (changed && this.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();
     conn.transport.capabilitiesChanged?.(conn);
+    // The dialling side opens the rails declared to this peer (if it runs them).
+    conn.stack.rails.settled(conn);
   }
 
   // ---- what follows from it (read by paths, receive and transports) ----
@@ -266,8 +272,8 @@ export class Handshake {
     const conn = this.conn;
     return (
       this.ackMode &&
-      (this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 &&
-      conn.npaths > 1 &&
+      (((this.peerCaps & RDSSOCK_CAP_FAILOVER) !== 0 && conn.npaths > 1) ||
+        ((this.peerCaps & RDSSOCK_CAP_RAILS) !== 0 && hasRailSlots(conn))) &&
       Number.isFinite(conn.stack.options.failoverGraceMs)
     );
   }

@@ -1,4 +1,6 @@
 import type { RdsConnection } from './connection.js';
+import { pathFigures } from './path-stats.js';
+import { pathEndpoints, RAIL_FIRST_INDEX } from './rail.js';
 import type { PeerInfo, PeerTable } from './peer-state.js';
 import type { RdsCounterName, RdsStats } from './stats.js';
 import type { BoundSocket, ConnectionInfo, MessageInfo, SocketInfo } from './types.js';
@@ -61,30 +63,42 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     transport: c.transport.name,
     npaths: c.npaths,
     initiator: c.isInitiator,
-    paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
-      const q = p.pendingCount();
-      return {
-        index: p.index,
-        state: p.stateName,
-        nextTxSeq: p.nextTxSeq,
-        nextRxSeq: p.nextRxSeq,
-        sendQueue: q.send,
-        retransQueue: q.retrans,
-        sentMessages: p.sentMessages,
-        sentBytes: p.sentBytes,
-        recvMessages: p.recvMessages,
-        recvBytes: p.recvBytes,
-        upCount: p.upCount,
-        connectFailures: p.connectFailures,
-        acksSent: p.acksSent,
-        heartbeatsSent: p.heartbeatsSent,
-        movedByFailover: p.movedByFailover,
-        failedOverTo: p.failedOverTo?.index ?? null,
-        latencyHistogram: [...p.latencyHistogram],
-        latencySumMs: p.latencySumMs,
-        transport: c.transport.pathInfo?.(p) ?? null,
-      };
-    }),
+    // The lanes in use, then the rail slots (index 8 and up).
+    paths: c.paths
+      .slice(0, Math.max(1, c.npaths))
+      .concat(c.paths.slice(RAIL_FIRST_INDEX))
+      .map((p) => {
+        const q = p.pendingCount();
+        const f = pathFigures(p);
+        const ends = pathEndpoints(p);
+        return {
+          index: p.index,
+          state: p.stateName,
+          rail: ends.rail,
+          source: ends.source,
+          destination: ends.destination,
+          nextTxSeq: p.nextTxSeq,
+          nextRxSeq: p.nextRxSeq,
+          sendQueue: q.send,
+          retransQueue: q.retrans,
+          inFlightMessages: q.send + q.retrans,
+          sentMessages: f.sentMessages,
+          sentBytes: f.sentBytes,
+          recvMessages: f.recvMessages,
+          recvBytes: f.recvBytes,
+          upCount: f.upCount,
+          connectFailures: f.connectFailures,
+          failedAttempts: p.failedAttempts,
+          held: p.held,
+          acksSent: f.acksSent,
+          heartbeatsSent: f.heartbeatsSent,
+          movedByFailover: f.movedByFailover,
+          failedOverTo: p.failedOverTo?.index ?? null,
+          latencyHistogram: f.latencyHistogram,
+          latencySumMs: f.latencySumMs,
+          transport: c.transport.pathInfo?.(p) ?? null,
+        };
+      }),
   }));
 }
 

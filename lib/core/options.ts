@@ -141,10 +141,34 @@ export interface RdsStackOptions {
    * never reached. Infinity: never. Messages are kept either way (see SO_SNDTIMEO). Default 5000.
    */
   peerDownMs?: number;
+  /**
+   * After this many failed connection attempts in a row a path stops trying and stays in ERROR
+   * (RTRS's max_reconnect_attempts) until path.reconnect() / stack.reconnectPath(); 'peer-down'
+   * fires as for any unreachable peer and queued messages stay until cancelled or timed out.
+   * Default Infinity (retry forever, with backoff).
+   */
+  maxReconnectAttempts?: number;
+  /**
+   * How sockets are spread over a connection's live paths (lanes and rails) between rds-socket
+   * peers: 'hash' (default: per bound port, as before), 'round-robin', 'min-inflight' or
+   * 'min-latency'. Sockets move only when they have nothing in flight. See README, "Several links
+   * to one peer". Kernel peers always run one path.
+   */
+  pathPolicy?: 'hash' | 'round-robin' | 'min-inflight' | 'min-latency';
+  /** Per peer address, a policy that overrides pathPolicy (also stack.setPathPolicy()). */
+  peerPathPolicies?: Record<string, 'hash' | 'round-robin' | 'min-inflight' | 'min-latency'>;
+  /**
+   * Rails declared at start (as stack.addRail() for each): the peer `peer` is also reachable from
+   * our address `local` to its address `remote`. rds-socket peers over TCP only.
+   */
+  rails?: { peer: string; local: string; remote: string }[];
 }
 
 /** The options that take a value (the rest: transports, allowPeers, control, are handled by the stack). */
-type Tunable = Exclude<keyof RdsStackOptions, 'transports' | 'allowPeers' | 'control'>;
+type Tunable = Exclude<
+  keyof RdsStackOptions,
+  'transports' | 'allowPeers' | 'control' | 'pathPolicy' | 'peerPathPolicies' | 'rails'
+>;
 
 /** Every tunable option with its value in force (the caller's or the default). */
 export type ResolvedStackOptions = { readonly [K in Tunable]-?: NonNullable<RdsStackOptions[K]> };
@@ -175,6 +199,7 @@ export const DEFAULTS: ResolvedStackOptions = Object.freeze({
   failoverGraceMs: 2000,
   peerDownMs: 5000,
   peerIdleTimeoutMs: 60000,
+  maxReconnectAttempts: Infinity,
 });
 
 /** What a numeric option must be: an integer in [min, max], or Infinity where that means "never". */
@@ -215,10 +240,19 @@ const RULES: { readonly [K in Tunable]: Rule | 'boolean' } = {
   failoverGraceMs: { min: 0, infinity: true },
   peerDownMs: { min: 0, max: TIMER_MAX, infinity: true, why: "a timer's limit" },
   peerIdleTimeoutMs: { min: 1, infinity: true },
+  maxReconnectAttempts: { min: 1, infinity: true },
 };
 
 /** Every option name `new RdsStack()` takes. */
-export const STACK_OPTION_NAMES: readonly string[] = [...Object.keys(DEFAULTS), 'transports', 'allowPeers', 'control'];
+export const STACK_OPTION_NAMES: readonly string[] = [
+  ...Object.keys(DEFAULTS),
+  'transports',
+  'allowPeers',
+  'control',
+  'pathPolicy',
+  'peerPathPolicies',
+  'rails',
+];
 
 /**
  * One option's value checked against its rule (undefined: the default). Throws EINVAL saying what
@@ -281,6 +315,9 @@ export function resolveStackOptions(opts: unknown): ResolvedStackOptions {
       'EINVAL',
       `npaths must be 1, 2, 4 or 8 (paths pair by source port modulo npaths), got ${r.npaths}`,
     );
+  }
+  if (given.rails !== undefined && !Array.isArray(given.rails)) {
+    throw new RdsError('EINVAL', 'rails must be an array of { peer, local, remote }');
   }
   if (given.allowPeers !== undefined && !Array.isArray(given.allowPeers)) {
     throw new RdsError('EINVAL', 'allowPeers must be an array of addresses or CIDR blocks');

@@ -28,6 +28,9 @@ import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js
 import type { RdsTransport, TransportHost } from './transport.js';
 import type { BoundSocket, ConnectionInfo, RdsStackEvents, Receipt } from './types.js';
 import type { RdsCounterName } from './stats.js';
+import { StackRails, type RailSpec } from './rail.js';
+import { checkPathPolicy, PathPolicies, type PathPolicy } from './path-policy.js';
+import { resetPathFigures } from './path-stats.js';
 
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),
@@ -87,6 +90,10 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   private readonly peerTable: PeerTable;
   /** The allowlist (allowPeers); everyone by default. @internal */
   peerAllowed: (address: string) => boolean = () => true;
+  /** Declared rails (rail.ts). @internal */
+  readonly rails: StackRails = new StackRails(this, () => this.conns.values());
+  /** The path policy and its per-peer overrides (path-policy.ts). @internal */
+  readonly pathPolicies: PathPolicies;
 
   /** Registers the transports every new stack gets; the package entry point supplies them. @internal */
   static setDefaultTransports(factories: (() => RdsTransport)[]): void {
@@ -126,6 +133,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   constructor(opts: RdsStackOptions = {}) {
     super();
     this.options = resolveStackOptions(opts);
+    this.pathPolicies = new PathPolicies(
+      opts.pathPolicy === undefined ? 'hash' : checkPathPolicy(opts.pathPolicy),
+      opts.peerPathPolicies ?? {},
+    );
+    const rails = (opts.rails ?? []).map((r) => StackRails.check(r));
     this.rxLimit = new RxLimiter(
       this.options.maxRecvQueueBytes,
       this.options.recvHardLimitFactor,
@@ -142,6 +154,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       this.peerAllowed = (a) => tests.some((t) => t(a));
     }
     for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
+    for (const r of rails) this.addRail(r).catch((e) => this.emit('error', e as Error));
     if (opts.control) {
       this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) =>
         this.emit('error', e as Error),
@@ -470,6 +483,70 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.cong.removeWaiter(fn);
   }
 
+  // ---- several links to one peer: rails, path policies, operator controls (README) ----
+
+  /**
+   * Declares a rail: `peer` (an RDS address) is also reachable from our address `local` to its
+   * address `remote`. Both nodes declare it (each from its side); the rail carries traffic once
+   * both ends agreed in the rail hello. Resolves once we listen on `local`. rds-socket peers over
+   * TCP only; a kernel never sees a rail.
+   */
+  addRail(rail: RailSpec): Promise<void> {
+    return this.rails.add(rail);
+  }
+
+  /** Removes a rail: its paths close, their messages move to a live path. False if not declared. */
+  removeRail(rail: RailSpec): boolean {
+    return this.rails.remove(rail);
+  }
+
+  /** The declared rails. */
+  listRails(): RailSpec[] {
+    return this.rails.list();
+  }
+
+  /** Sets the path policy for one peer (null: back to the stack's pathPolicy), or for all (no peer). */
+  setPathPolicy(policy: PathPolicy, peer?: string): void;
+  setPathPolicy(policy: null, peer: string): void;
+  setPathPolicy(policy: PathPolicy | null, peer?: string): void {
+    if (peer === undefined) this.pathPolicies.base = checkPathPolicy(policy);
+    else this.pathPolicies.set(peer, policy);
+  }
+
+  /** The path policy in force for `peer`. */
+  pathPolicy(peer: string): PathPolicy {
+    return this.pathPolicies.for(peer);
+  }
+
+  /** The path `index` (as connections() shows it) of the connection to `peer`; throws ENOENT if none. @internal */
+  private pathOf(peer: string, index: number, localAddress?: string): RdsConnPath {
+    for (const c of this.conns.values()) {
+      if (c.faddr !== peer || (localAddress !== undefined && c.laddr !== localAddress) || c.isLoopback) continue;
+      const p = c.paths[index];
+      if (p !== undefined) return p;
+    }
+    throw new RdsError(
+      'ENOENT',
+      `no path ${index} to ${peer}${localAddress ? ` from ${localAddress}` : ''} (see stack.connections())`,
+    );
+  }
+
+  /** Drops path `index` to `peer` and lets it connect again (clears disconnect() and an ERROR from maxReconnectAttempts). */
+  reconnectPath(peer: string, index: number, localAddress?: string): void {
+    this.pathOf(peer, index, localAddress).reconnect();
+  }
+
+  /** Drops path `index` to `peer` and keeps it down until reconnectPath(); its messages move to a live path after failoverGraceMs. */
+  disconnectPath(peer: string, index: number, localAddress?: string): void {
+    this.pathOf(peer, index, localAddress).disconnect();
+  }
+
+  /** Sets every counter and every path's figures (stats(), connections(), rds-info) back to zero. */
+  resetStats(): void {
+    this.counters.reset();
+    for (const c of this.conns.values()) for (const p of c.paths) resetPathFigures(p);
+  }
+
   /** Closes every socket and connection and stops listening. The stack cannot be used afterwards. */
   async close(): Promise<void> {
     if (this.closing) return;
@@ -515,6 +592,9 @@ function transportHostOf(stack: RdsStack): TransportHost {
     findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
     recvIncoming: (cp, header, payload) => recvIncoming(stack, cp, header, payload),
     reportProtocolError: (cp, error) => stack.reportProtocolError(cp, error),
+    get rails() {
+      return stack.rails;
+    },
     emit: (event, ...args) => stack.emit(event, ...args),
   };
 }

@@ -85,6 +85,11 @@ export const RDS_COUNTER_NAMES = [
   'conn_reclaimed',
   // a path was asked to move from a state it was not in (RdsConnPath.transition): refused
   'conn_transition_refused',
+  // rails (several links to one peer): a rail hello refused (by either end), a rail removed, a
+  // path that reached maxReconnectAttempts and stopped trying (ERROR)
+  'rail_refused',
+  'rail_removed',
+  'conn_reconnect_exhausted',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
@@ -107,6 +112,11 @@ export class RdsStats {
 
   get(name: RdsCounterName): number {
     return this.values[RDS_CTR[name]]!;
+  }
+
+  /** Sets every counter back to zero (stack.resetStats()). */
+  reset(): void {
+    this.values.fill(0);
   }
 
   /** A plain snapshot { name: value }, cheap enough to take every second. */

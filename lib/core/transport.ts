@@ -5,6 +5,7 @@ import type { EventEmitter } from 'eventemitter3';
 import type { ResolvedStackOptions } from './options.js';
 import type { RdsStackEvents } from './types.js';
 import type { RdsStats } from './stats.js';
+import type { RailHost } from './rail.js';
 
 /**
  * What a transport may ask of the stack it is registered with, and nothing more: the options in
@@ -33,6 +34,8 @@ export interface TransportHost {
   recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer): void;
   /** The peer broke the protocol on `cp`: counted and reported ('protocol-error'). */
   reportProtocolError(cp: RdsConnPath, error: Error): void;
+  /** The stack's rails (transports that carry them open and accept their carriers). */
+  readonly rails: RailHost;
   /** Emits a stack event; transports emit 'error' for an asynchronous failure no call waits for (a listener died). */
   emit<T extends EventEmitter.EventNames<RdsStackEvents>>(
     event: T,
@@ -74,6 +77,11 @@ export interface RdsTransport {
    * as the kernel's rds_ib passes the mask); without it every port is reported (the kernel's TCP).
    */
   readonly exactCongMask?: boolean;
+  /**
+   * The transport carries rails: paths of a connection over another address pair, opened with
+   * the rail hello (see RailHost). Only TCP.
+   */
+  readonly rails?: boolean;
 
   /** Called once when the transport is registered with a stack. */
   attach(host: TransportHost): void;

@@ -67,8 +67,20 @@ export interface BoundSocket {
 }
 
 export interface PathInfo {
+  /** 0..7: lanes over the connection's own address pair; 8 and up: rails (see README, "Several links to one peer"). */
   index: number;
   state: ConnState;
+  /** The path is a rail (another address pair to the same peer). */
+  rail: boolean;
+  /** The path's source and destination addresses (a lane: the connection's; a rail: the rail's). */
+  source: string;
+  destination: string;
+  /** Messages queued or sent and not yet acknowledged on this path. */
+  inFlightMessages: number;
+  /** Failed connect attempts since the path was last UP (see maxReconnectAttempts). */
+  failedAttempts: number;
+  /** Held down by disconnect() (or a removed rail) until reconnect(). */
+  held: boolean;
   nextTxSeq: number;
   nextRxSeq: number;
   sendQueue: number;
@@ -77,6 +89,7 @@ export interface PathInfo {
   sentBytes: number;
   recvMessages: number;
   recvBytes: number;
+  /** Times the path came UP (reconnects that succeeded, the first included). */
   upCount: number;
   /** Connect attempts that failed. */
   connectFailures: number;
@@ -138,6 +151,19 @@ export interface RdsStackEvents {
   'peer-down': (ev: PeerEvent) => void;
   /** A path to a peer that was down is UP again; `unreachableMs`: how long it was unreachable. */
   'peer-up': (ev: PeerEvent) => void;
+  /**
+   * A rail's hello was refused (counted in rail_refused): by this node (`by: 'local'`: not declared
+   * here, or the address pair leads to another node) or by the peer (`by: 'peer'`, its reason).
+   */
+  'rail-refused': (ev: {
+    localAddress: string;
+    peerAddress: string;
+    local: string;
+    remote: string;
+    path: number;
+    reason: string;
+    by: 'local' | 'peer';
+  }) => void;
   /** An asynchronous failure with no call to report it to (a listener died, ...). */
   error: (err: Error) => void;
 }

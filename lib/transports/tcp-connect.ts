@@ -5,6 +5,8 @@ import { RDS_CTR } from '../core/stats.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { localPortRange, slabOnread, tcpPath, type TcpShared } from './tcp-carrier.js';
 import type { TcpReceiver } from './tcp-recv.js';
+import type { TcpRails } from './tcp-rail.js';
+import { railOf } from '../core/rail.js';
 
 /**
  * Opening carriers (the kernel's tcp_connect.c): the smaller address connects from a source port
@@ -17,6 +19,7 @@ export class TcpConnector {
   constructor(
     private readonly ctx: TcpShared,
     private readonly receiver: TcpReceiver,
+    private readonly rails?: TcpRails,
   ) {}
 
   /**
@@ -61,6 +64,12 @@ export class TcpConnector {
   /** connPathConnect: the path is CONNECTING. */
   connect(cp: RdsConnPath): void {
     const conn = cp.conn;
+    // A rail path dials over its own address pair, with the rail hello first (tcp-rail.ts).
+    const rail = railOf(cp);
+    if (rail !== null && this.rails !== undefined) {
+      this.rails.connect(cp, rail);
+      return;
+    }
     const tp = tcpPath(cp);
     const host = this.ctx.host;
     if (!conn.isInitiator) {

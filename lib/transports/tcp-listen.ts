@@ -9,6 +9,7 @@ import { FrameReader } from '../wire/frame-reader.js';
 import { KNOWN_PEER_UNIDENTIFIED, type AdmissionSlot, type TcpAdmission } from './tcp-admission.js';
 import { KEEPALIVE_MS, peerOf, refuse, tcpPath, withSlabReads, type TcpShared } from './tcp-carrier.js';
 import type { TcpReceiver } from './tcp-recv.js';
+import type { TcpRails } from './tcp-rail.js';
 import { RDS_CONN_UP } from '../constants.js';
 
 /**
@@ -27,6 +28,7 @@ export class TcpListener {
     private readonly ctx: TcpShared,
     private readonly admission: TcpAdmission,
     private readonly receiver: TcpReceiver,
+    private readonly rails?: TcpRails,
   ) {}
 
   laddrCheck(laddr: string): Promise<void> {
@@ -124,9 +126,19 @@ export class TcpListener {
       refuse(raw);
       return;
     }
+    const { maxConnections, maxUnidentifiedConnections } = host.options;
+    if (this.rails !== undefined && !this.ctx.topts.tls && host.rails.declared(local, remote)) {
+      // A rail's connection (either address order): the rail hello says whose and which path.
+      if (adm.carriers >= maxConnections || adm.unidentified >= maxUnidentifiedConnections) {
+        host.counters.add(RDS_CTR.conn_refused_limit);
+        refuse(raw);
+        return;
+      }
+      this.rails.accept(raw, local, remote, adm.takeSlot(null));
+      return;
+    }
     const conn = host.findConn(local, remote, this.ctx.transport);
     const known = conn?.isKnownPeer();
-    const { maxConnections, maxUnidentifiedConnections } = host.options;
     if (!this.ctx.topts.tls && compareAddresses(remote, local) > 0) {
       // A plain poke holds nothing: answered (or refused) and reset at once. A stranger's poke
       // makes a connection record and has us dial, so it meets the limits like a connection.

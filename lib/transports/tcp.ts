@@ -8,6 +8,7 @@ import { TcpAdmission } from './tcp-admission.js';
 import { TCP_CARRIER, tcpPath, TcpShared, type TcpTransportOptions } from './tcp-carrier.js';
 import { TcpConnector } from './tcp-connect.js';
 import { TcpListener } from './tcp-listen.js';
+import { TcpRails } from './tcp-rail.js';
 import { TcpReceiver } from './tcp-recv.js';
 import { TcpSender } from './tcp-send.js';
 
@@ -28,6 +29,8 @@ export class TcpTransport implements RdsTransport {
   readonly transType = RDS_TRANS_TCP;
   readonly mpathCapable = true;
   readonly userSelectable = true;
+  /** Carries rails (tcp-rail.ts). */
+  readonly rails = true;
   private readonly ctx: TcpShared;
   private readonly admission = new TcpAdmission();
   private readonly sender: TcpSender;
@@ -39,8 +42,9 @@ export class TcpTransport implements RdsTransport {
     this.ctx = new TcpShared(topts, this);
     this.sender = new TcpSender(this.ctx);
     this.receiver = new TcpReceiver(this.ctx, this.admission, this.sender);
-    this.connector = new TcpConnector(this.ctx, this.receiver);
-    this.listener = new TcpListener(this.ctx, this.admission, this.receiver);
+    const rails = new TcpRails(this.ctx, this.admission, this.receiver);
+    this.connector = new TcpConnector(this.ctx, this.receiver, rails);
+    this.listener = new TcpListener(this.ctx, this.admission, this.receiver, rails);
   }
 
   attach(host: RdsTransportHost): void {

@@ -13,6 +13,7 @@ import {
   RDSSOCK_EXTHDR_MOVED,
   RDSSOCK_EXTHDR_READ,
   RDSSOCK_EXTHDR_REFUSED,
+  RDSSOCK_EXTHDR_RAIL,
 } from '../constants.js';
 import { EXTHDR_SIZE } from './header.js';
 
@@ -31,6 +32,7 @@ export const EXTHDR_LENGTHS: ReadonlyMap<number, number> = new Map([
   [RDSSOCK_EXTHDR_MOVED, 9],
   [RDSSOCK_EXTHDR_READ, 12],
   [RDSSOCK_EXTHDR_REFUSED, 9],
+  [RDSSOCK_EXTHDR_RAIL, 4],
 ]);
 
 export interface RdsExtension {
