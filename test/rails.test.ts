@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 import type { RdsConnection } from '../lib/core/connection.js';
 import type { RdsConnPath } from '../lib/core/path.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { fileURLToPath } from 'node:url';
+import { TEST_TCP_PORT, runNode, until } from './helpers.js';
 
 // Rails (issue #25) on loopback: primary addresses 127.132.N.1 <-> 127.132.N.2, the rail
 // 127.132.(N+1).1 <-> 127.132.(N+1).2, a fresh N per test.
@@ -347,6 +348,22 @@ describe('operator controls', () => {
     await b.recv({ timeout: 5000 });
     await until(() => tcpConn(A, b1).paths.reduce((s, p) => s + p.sentMessages, 0) === 1, 'one message counted');
     void a1;
+  });
+
+  it('rds-info -R shows lanes and rails with their addresses and figures (dist/ built)', async () => {
+    const { A, a, b, b1, ra, rb } = await railPair();
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => railUp(A, b1), 'rail up');
+    const path = await A.openControl(`/tmp/rds-rails-${process.pid}-${net}.sock`);
+    const cli = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
+    const out = await runNode([cli, '--socket', path, '-R'], 30000);
+    expect(out.code).toBe(0);
+    expect(out.out).toMatch(/RDS Paths and Rails:/);
+    expect(out.out).toMatch(new RegExp(`\\s0\\s+lane\\s+\\S+\\s+${b1.replace(/\./g, '\\.')}\\s+UP`));
+    expect(out.out).toMatch(
+      new RegExp(`\\s8\\s+rail\\s+${ra.replace(/\./g, '\\.')}\\s+${rb.replace(/\./g, '\\.')}\\s+UP`),
+    );
   });
 
   it('addRail checks its arguments', async () => {

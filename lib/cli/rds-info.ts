@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 /**
  * rds-info for rds-socket nodes: reads a node's control endpoint (a stack opened with
- * { control: true }) and prints what rds-tools' rds-info prints for the kernel.
- *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]
+ * { control: true }) and prints what rds-tools' rds-info prints for the kernel, plus -R: every
+ * path (lanes and rails) with its addresses and figures.
+ *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [--json] [-p PID | --socket PATH]
  * (-v, accepted before, did nothing and is refused now.)
  */
 import { connect } from 'node:net';
@@ -43,6 +44,18 @@ interface Info {
       sendQueue: number;
       retransQueue: number;
       transport: Record<string, number> | null;
+      // Since rails (issue #25); absent from older nodes.
+      rail?: boolean;
+      source?: string;
+      destination?: string;
+      inFlightMessages?: number;
+      upCount?: number;
+      connectFailures?: number;
+      sentMessages?: number;
+      sentBytes?: number;
+      recvMessages?: number;
+      movedByFailover?: number;
+      held?: boolean;
     }[];
   }[];
   sendQueue: Msg[];
@@ -55,7 +68,7 @@ const HOW_TO_OPEN =
   '(default stack), or make its stack with new RdsStack({ control: true }) or call stack.openControl(); ' +
   'it must run as the same user (and XDG_RUNTIME_DIR), or give its socket with --socket PATH.';
 
-const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [--json] [-p PID | --socket PATH]';
+const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [--json] [-p PID | --socket PATH]';
 
 function query(path: string): Promise<Info> {
   return new Promise((resolve, reject) => {
@@ -148,6 +161,23 @@ function print(info: Info, want: Set<string>): void {
       }
     }
   }
+  if (all || want.has('-R')) {
+    // rds-socket's own: every path of every connection, lanes (0..7, the connection's addresses)
+    // and rails (8 and up, their own address pairs), with RTRS-style figures.
+    out.push(
+      '\nRDS Paths and Rails:',
+      `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${l('Path', 4)} ${l('Kind', 4)} ${r('Source', 15)} ${r('Destination', 15)} ${l('State', 13)} ${r('Ups', 5)} ${r('Fails', 5)} ${r('SentMsgs', 10)} ${r('SentBytes', 12)} ${r('RecvMsgs', 10)} ${r('InFlight', 8)} ${r('Moved', 8)}`,
+    );
+    for (const c of info.connections) {
+      if (c.transport === 'loopback') continue;
+      for (const p of c.paths) {
+        const state = p.held ? `${p.state}(held)` : p.state;
+        out.push(
+          `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${l(p.index, 4)} ${l(p.rail ? 'rail' : 'lane', 4)} ${r(p.source ?? c.localAddress, 15)} ${r(p.destination ?? c.peerAddress, 15)} ${l(state, 13)} ${r(p.upCount ?? 0, 5)} ${r(p.connectFailures ?? 0, 5)} ${r(p.sentMessages ?? 0, 10)} ${r(p.sentBytes ?? 0, 12)} ${r(p.recvMessages ?? 0, 10)} ${r(p.inFlightMessages ?? p.sendQueue + p.retransQueue, 8)} ${r(p.movedByFailover ?? 0, 8)}`,
+        );
+      }
+    }
+  }
   if (all || want.has('-I')) {
     // InfiniBand connections (transport 'ib'), one line per connection: as rds-info -I, without
     // the device GIDs and the QP details the kernel shows.
@@ -179,6 +209,7 @@ async function main(): Promise<number> {
       '-t': 'flag',
       '-T': 'flag',
       '-I': 'flag',
+      '-R': 'flag',
       '--json': 'flag',
       '-p': 'value',
       '--socket': 'value',
@@ -205,7 +236,7 @@ async function main(): Promise<number> {
     console.error(`rds-info: no rds-socket node found in ${controlDir()}. ${HOW_TO_OPEN}`);
     return 1;
   }
-  const want = new Set(Object.keys(opts).filter((k) => /^-[cknrstTI]$/.test(k)));
+  const want = new Set(Object.keys(opts).filter((k) => /^-[cknrstTIR]$/.test(k)));
   const infos: Info[] = [];
   for (const p of paths) {
     try {
