@@ -241,6 +241,21 @@ describe('path policies', () => {
     void a1;
   });
 
+  it('a socket stays while any of its messages is in flight, not only the one it was placed with', async () => {
+    const { a, b, conn } = await upPair('round-robin');
+    const port = a.address().port;
+    for (let i = 0; i < 3; i++) a.sendmsg(Buffer.from(`m${i}`), b.address());
+    const p = conn.pathFor(port);
+    const mine = [...p.tx.sendQueue, ...p.tx.retrans].filter((m) => m.sport === port && !m.done);
+    expect(mine).toHaveLength(3);
+    // The first two are acknowledged (as an ack would complete them); the third is not.
+    mine[0]!.complete();
+    mine[1]!.complete();
+    for (let i = 0; i < 3; i++) expect(conn.pathFor(port)).toBe(p);
+    // (The two completed by hand are never sent; the third arrives.)
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('m2');
+  });
+
   it('min-inflight: an idle socket goes to the path with the fewest unacknowledged bytes', async () => {
     const { a, b, conn, mk, A, a1 } = await upPair('min-inflight');
     const big = await mk(A, a1, 5200);

@@ -95,7 +95,13 @@ export function pickPath(conn: RdsConnection, sport: number): RdsConnPath {
   if (conn.npaths <= 1 && !hasRailSlots(conn)) return conn.paths[0]!;
   const st = stateOf(conn);
   const was = st.placed.get(sport);
-  if (was !== undefined && inFlight(conn, was)) return conn.failover.redirect(was.path);
+  if (was !== undefined && inFlight(conn, was)) {
+    // Stays: and this message, too, must be acknowledged before the socket may move. (While its
+    // path is failed over the message goes elsewhere; the hold on the path's return covers it.)
+    const p = conn.failover.redirect(was.path);
+    if (p === was.path) was.seq = p.nextTxSeq + 1;
+    return p;
+  }
   const p = choose(conn, policy, sport, st);
   // +1: a probe may take the next number on path 0 ahead of the message (over-estimating only
   // keeps the socket where it is a little longer).
