@@ -108,55 +108,66 @@ describe('rails: several links to one peer', () => {
     expect(A.counters.get('rail_refused')).toBe(0);
   });
 
-  it('a rail held down mid-stream: its messages move to path 0 and back, no loss, no duplicate, order per socket', async () => {
-    const { A, B, a1, b1, mk } = await railPair({ pathPolicy: 'round-robin' });
-    const senders = await Promise.all([0, 1, 2, 3].map((i) => mk(A, a1, 5000 + i)));
-    const recv = await mk(B, b1, 6000);
-    cleanups.push(async () => {
-      for (const s of senders) await s.close();
-      await recv.close();
+  for (const [dead, live, what] of [
+    [8, 0, 'the rail'],
+    [0, 8, 'the primary path'],
+  ] as const)
+    it(`${what} held down mid-stream: its messages move to the other and back, no loss, no duplicate, order per socket`, async () => {
+      const { A, B, a1, b1, mk } = await railPair({ pathPolicy: 'round-robin' });
+      const senders = await Promise.all([0, 1, 2, 3].map((i) => mk(A, a1, 5000 + i)));
+      const recv = await mk(B, b1, 6000);
+      cleanups.push(async () => {
+        for (const s of senders) await s.close();
+        await recv.close();
+      });
+      const got = new Map<number, number[]>();
+      let total = 0;
+      const pump = (async () => {
+        for (;;) {
+          const m = await recv.recv({ timeout: 10000 });
+          const [src, seq] = m.data.toString().split(':').map(Number) as [number, number];
+          (got.get(src) ?? got.set(src, []).get(src)!).push(seq);
+          if (++total === 4 * 300) return;
+        }
+      })();
+      let sent = 0;
+      const send = (k: number): void => {
+        for (let j = 0; j < k; j++, sent++) {
+          const i = sent % 4;
+          senders[i]!.sendmsg(Buffer.from(`${i}:${Math.floor(sent / 4)}`), recv.address());
+        }
+      };
+      send(4);
+      await until(() => railUp(A, b1) && railUp(B, a1), 'rail up');
+      // Let each socket settle on its path (round-robin spreads idle sockets over path 0 and the rail).
+      await until(() => total >= 4, 'first messages');
+      send(400);
+      // The path dies: held down (as by an operator) so it cannot come back on its own. For the
+      // rail the accepting end holds it (A's reconnects are refused in the rail hello); path 0 is
+      // held by A (a path 0 the acceptor holds would come UP on A and be reset, again and again).
+      const holder = dead === 8 ? B : A;
+      const far = dead === 8 ? a1 : b1;
+      const failovers: { path: number; to: number }[] = [];
+      A.on('failover', (ev) => failovers.push(ev));
+      holder.disconnectPath(far, dead);
+      send(400);
+      await until(() => (pathInfo(A, b1, dead)?.movedByFailover ?? 0) > 0, `path ${dead}'s messages moved`);
+      expect(failovers[0]).toMatchObject({ path: dead, to: live });
+      send(200);
+      holder.reconnectPath(far, dead);
+      await until(() => pathInfo(A, b1, dead)?.state === 'UP', 'path back');
+      send(196);
+      await pump;
+      for (let i = 0; i < 4; i++) expect(got.get(i)).toEqual(Array.from({ length: 300 }, (_, k) => k));
+      expect(A.counters.get('failover_moved')).toBeGreaterThan(0);
+      // Back: new traffic uses it again.
+      const before = pathInfo(A, b1, dead)!.sentMessages;
+      for (let r = 0; r < 20; r++) {
+        for (const s of senders) s.sendmsg(Buffer.from('z'), recv.address());
+        for (let i = 0; i < 4; i++) await recv.recv({ timeout: 5000 });
+      }
+      expect(pathInfo(A, b1, dead)!.sentMessages).toBeGreaterThan(before);
     });
-    const got = new Map<number, number[]>();
-    let total = 0;
-    const pump = (async () => {
-      for (;;) {
-        const m = await recv.recv({ timeout: 10000 });
-        const [src, seq] = m.data.toString().split(':').map(Number) as [number, number];
-        (got.get(src) ?? got.set(src, []).get(src)!).push(seq);
-        if (++total === 4 * 300) return;
-      }
-    })();
-    let sent = 0;
-    const send = (k: number): void => {
-      for (let j = 0; j < k; j++, sent++) {
-        const i = sent % 4;
-        senders[i]!.sendmsg(Buffer.from(`${i}:${Math.floor(sent / 4)}`), recv.address());
-      }
-    };
-    send(4);
-    await until(() => railUp(A, b1) && railUp(B, a1), 'rail up');
-    // Let each socket settle on its path (round-robin spreads idle sockets over path 0 and the rail).
-    await until(() => total >= 4, 'first messages');
-    send(400);
-    // The rail dies: the accepting end holds it down, so A cannot get it back.
-    B.disconnectPath(a1, 8);
-    send(400);
-    await until(() => (pathInfo(A, b1, 8)?.movedByFailover ?? 0) > 0, 'rail messages moved to path 0');
-    send(200);
-    B.reconnectPath(a1, 8);
-    await until(() => railUp(A, b1), 'rail back');
-    send(196);
-    await pump;
-    for (let i = 0; i < 4; i++) expect(got.get(i)).toEqual(Array.from({ length: 300 }, (_, k) => k));
-    expect(A.counters.get('failover_moved')).toBeGreaterThan(0);
-    // Back on the rail: new traffic uses it again.
-    const before = pathInfo(A, b1, 8)!.sentMessages;
-    for (let r = 0; r < 20; r++) {
-      for (const s of senders) s.sendmsg(Buffer.from('z'), recv.address());
-      for (let i = 0; i < 4; i++) await recv.recv({ timeout: 5000 });
-    }
-    expect(pathInfo(A, b1, 8)!.sentMessages).toBeGreaterThan(before);
-  });
 
   it('removeRail at run time moves its messages at once and stops it; addRail brings it back', async () => {
     const { A, B, a, b, a1, b1, railA, railB } = await railPair({ pathPolicy: 'round-robin', failoverGraceMs: 60000 });
