@@ -99,6 +99,7 @@ const node = (side: 'a' | 'b', extra: string[]): string[] =>
     : ['--bind', B1, '--peer', A1, '--rail-local', RB, '--rail-remote', RA, ...extra];
 
 const K = 4;
+const POLICY_UNDER_TEST = 'min-latency';
 const ROUNDS = 2500;
 /** A stream of K sockets x ROUNDS messages from A to B, ~5 s long, B checking order and duplicates. */
 async function stream(extraA: string[] = [], extraB: string[] = []): Promise<{ a: Proc; b: Proc }> {
@@ -190,6 +191,51 @@ describe.skipIf(why !== null)('rails between two hosts (two veth pairs)', () => 
     expect(after.state).toBe('DOWN');
     // Nothing more went over the removed rail.
     expect(after.sent).toBe(rail.sent);
+  }, 90000);
+
+  it('min-latency: with the primary link slow (tbf 1 Mbit/s), idle sockets settle on the rail', async () => {
+    // (netem is not always there; a slow link delays each 2 KiB message by ~16 ms of transmission.)
+    ip(
+      'netns',
+      'exec',
+      NS_A,
+      'tc',
+      'qdisc',
+      'add',
+      'dev',
+      'r9p-a',
+      'root',
+      'tbf',
+      'rate',
+      '1mbit',
+      'burst',
+      '2kb',
+      'latency',
+      '500ms',
+    );
+    const rounds = 100;
+    const b = run(
+      NS_B,
+      node('b', ['--role', 'recv', '--sockets', String(K), '--count', String(rounds), '--size', '2048']),
+    );
+    await b.waitFor((e) => e.ev === 'ready', 10000, 'receiver ready');
+    // 10 rounds a second (even all on the slow link, 4 x 2 KiB x 10/s fit in 1 Mbit/s): each
+    // socket's message is acknowledged before its next, so it may move.
+    const a = run(
+      NS_A,
+      node('a', [
+        ...['--role', 'send', '--sockets', String(K), '--count', String(rounds), '--size', '2048'],
+        ...['--rate-pps', '10', '--policy', POLICY_UNDER_TEST],
+      ]),
+    );
+    const rx = await b.waitFor((e) => e.ev === 'done', 60000, 'receiver done');
+    expect(rx.n).toBe(K * rounds);
+    const tx = await a.waitFor((e) => e.ev === 'done', 20000, 'sender done');
+    const rows = tx.paths as PathRow[];
+    const primary = rows.find((r) => r.index === 0)!.sent;
+    const rail = rows.find((r) => r.index === 8)!.sent;
+    // Before the rail is up and measured some go to path 0; after that nearly all go to the rail.
+    expect(rail).toBeGreaterThan(3 * primary);
   }, 90000);
 
   it('maxReconnectAttempts: a rail whose link stays down goes to ERROR and stops; reconnect brings it back', async () => {

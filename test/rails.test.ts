@@ -267,6 +267,25 @@ describe('path policies', () => {
     expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('m2');
   });
 
+  it('a policy that starts mid-stream keeps messages sent before it in order (they hold the socket where they are)', async () => {
+    // Two lanes, no rails, 'hash'; a socket's lane is held down with its messages queued there;
+    // then the policy changes: the socket must not jump to the live lane ahead of them.
+    const { A, a, b, a1, b1, mk } = await railPair({ npaths: 2 }, { npaths: 2 }, false);
+    const c = await mk(A, a1, 7000);
+    cleanups.push(() => c.close());
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => tcpConn(A, b1).paths.filter((p) => p.state === 'UP').length === 2, 'two lanes up');
+    const conn = internalConn(A, a1, b1);
+    const lane = conn.pathFor(c.address().port).index;
+    A.disconnectPath(b1, lane);
+    for (let i = 0; i < 5; i++) c.sendmsg(Buffer.from(`c${i}`), b.address());
+    A.setPathPolicy('round-robin');
+    for (let i = 5; i < 10; i++) c.sendmsg(Buffer.from(`c${i}`), b.address());
+    // The held lane's messages move to the live one after failoverGraceMs, in order, then the rest.
+    for (let i = 0; i < 10; i++) expect((await b.recv({ timeout: 5000 })).data.toString()).toBe(`c${i}`);
+  });
+
   it('min-inflight: an idle socket goes to the path with the fewest unacknowledged bytes', async () => {
     const { a, b, conn, mk, A, a1 } = await upPair('min-inflight');
     const big = await mk(A, a1, 5200);

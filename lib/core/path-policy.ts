@@ -2,6 +2,7 @@ import { RDS_CONN_UP } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { canonicalAddress } from './address.js';
 import type { RdsConnection } from './connection.js';
+import type { RdsOutgoing } from './message.js';
 import type { RdsConnPath } from './path.js';
 import { hasRailSlots, upRailPaths } from './rail.js';
 
@@ -58,15 +59,28 @@ export function portHash(port: number): number {
   return (Math.imul(port, 0x9e3779b1) >>> 16) & 0xffff;
 }
 
-/** Where a socket (its bound port) last sent on a connection, and the sequence its message got there at most. */
+/**
+ * Where a socket (its bound port) sends on a connection, and its last message there: `seq` is the
+ * number that message got (or the one after it, if a probe took it first); `msg` is that message,
+ * found at the next send (undefined until then, null once it was gone: acknowledged).
+ */
 interface Placement {
   path: RdsConnPath;
   seq: number;
+  msg: RdsOutgoing | null | undefined;
+  /** The last message found before (a pick not followed by a message leaves `msg` unfound). */
+  last: RdsOutgoing | null;
 }
 
 interface ConnPolicyState {
   placed: Map<number, Placement>;
   turn: number;
+  /**
+   * While placements are new on the connection: each lane's last sequence number from before, when
+   * sockets went the kernel's way unrecorded. A socket never placed may still have messages among
+   * them; it keeps the kernel's way until they are all acknowledged (then null).
+   */
+  before: number[] | null;
 }
 
 const states = new WeakMap<RdsConnection, ConnPolicyState>();
@@ -76,7 +90,8 @@ const latencies = new WeakMap<RdsConnPath, { count: number; sum: number; avg: nu
 function stateOf(conn: RdsConnection): ConnPolicyState {
   let s = states.get(conn);
   if (s === undefined) {
-    s = { placed: new Map(), turn: 0 };
+    const lanes = conn.paths.slice(0, Math.min(conn.paths.length, conn.stack.maxPaths));
+    s = { placed: new Map(), turn: 0, before: lanes.map((p) => p.nextTxSeq - 1) };
     states.set(conn, s);
   }
   return s;
@@ -88,34 +103,84 @@ function stateOf(conn: RdsConnection): ConnPolicyState {
  */
 export function pickPath(conn: RdsConnection, sport: number): RdsConnPath {
   const policy = conn.stack.pathPolicies.for(conn.faddr);
-  if (policy === 'hash' && !hasRailSlots(conn)) {
-    if (conn.npaths <= 1) return conn.paths[0]!;
-    return conn.failover.redirect(conn.paths[portHash(sport) % conn.npaths]!);
-  }
-  if (conn.npaths <= 1 && !hasRailSlots(conn)) return conn.paths[0]!;
+  // The kernel's choice while nothing else was ever used on this connection: no placement is
+  // recorded, so sending stays as cheap as before.
+  if (!hasRailSlots(conn) && (conn.npaths <= 1 || (policy === 'hash' && !states.has(conn))))
+    return legacyPath(conn, sport);
   const st = stateOf(conn);
   const was = st.placed.get(sport);
-  if (was !== undefined && inFlight(conn, was)) {
-    // Stays: and this message, too, must be acknowledged before the socket may move. (While its
-    // path is failed over the message goes elsewhere; the hold on the path's return covers it.)
-    const p = conn.failover.redirect(was.path);
-    if (p === was.path) was.seq = p.nextTxSeq + 1;
+  if (was === undefined ? earlierInFlight(conn, st) : inFlight(conn, was, sport)) {
+    // Stays (never placed: the kernel's way) until its messages are acknowledged, this one too.
+    // (While its path is failed over the message goes elsewhere; the hold on the path's return
+    // covers it.)
+    const p = was === undefined ? legacyPath(conn, sport) : conn.failover.redirect(was.path);
+    place(st, sport, was?.path ?? p, p);
     return p;
   }
   const p = choose(conn, policy, sport, st);
-  // +1: a probe may take the next number on path 0 ahead of the message (over-estimating only
-  // keeps the socket where it is a little longer).
-  st.placed.set(sport, { path: p, seq: p.nextTxSeq + 1 });
+  place(st, sport, p, p);
   return p;
 }
 
-/** Whether some message the socket sent where it was placed may still be unacknowledged. */
-function inFlight(conn: RdsConnection, was: Placement): boolean {
+/** Records that the socket's next message goes on `p` (its placement stays `home`). */
+function place(st: ConnPolicyState, sport: number, home: RdsConnPath, p: RdsConnPath): void {
+  const was = st.placed.get(sport);
+  // Redirected by failover: the message is numbered elsewhere; the placement's record stands.
+  if (was !== undefined && p !== home) return;
+  if (was === undefined || was.path !== p)
+    st.placed.set(sport, { path: p, seq: p.nextTxSeq, msg: undefined, last: null });
+  else {
+    was.seq = p.nextTxSeq;
+    was.msg = undefined;
+  }
+}
+
+/** Path 0 with one path, else the lane the port hashes to (or where that lane failed over). */
+function legacyPath(conn: RdsConnection, sport: number): RdsConnPath {
+  if (conn.npaths <= 1) return conn.paths[0]!;
+  return conn.failover.redirect(conn.paths[portHash(sport) % conn.npaths]!);
+}
+
+/** A never-placed socket may have unacknowledged messages from before placements began. */
+function earlierInFlight(conn: RdsConnection, st: ConnPolicyState): boolean {
+  const before = st.before;
+  if (before === null) return false;
+  for (let i = 0; i < before.length; i++) {
+    const p = conn.paths[i]!;
+    if (conn.failover.failedOverTo(p) !== null || conn.failover.currentHold(p) !== null) return true;
+    const oldest = p.tx.oldestUnacked();
+    if (oldest !== undefined && oldest <= before[i]!) return true;
+  }
+  st.before = null;
+  return false;
+}
+
+/** Whether the socket's last message where it was placed (and so any before it) is unacknowledged. */
+function inFlight(conn: RdsConnection, was: Placement, sport: number): boolean {
   const p = was.path;
   // Failed over (its messages went elsewhere) or waiting behind another path: stay with it.
   if (conn.failover.failedOverTo(p) !== null || conn.failover.currentHold(p) !== null) return true;
-  const oldest = p.tx.oldestUnacked();
-  return oldest !== undefined && oldest <= was.seq;
+  if (was.msg === undefined) was.msg = queued(p, was.seq, sport) ?? queued(p, was.seq + 1, sport) ?? null;
+  if (was.msg !== null) was.last = was.msg;
+  // A path acknowledges in order: the last one done means every earlier one is.
+  const m = was.last;
+  return m !== null && !m.done && m.path === p;
+}
+
+/** The socket's message numbered `seq` still held by `p` (sent or not), if any: binary search. */
+function queued(p: RdsConnPath, seq: number, sport: number): RdsOutgoing | undefined {
+  for (const q of [p.tx.retrans, p.tx.sendQueue]) {
+    let lo = 0;
+    let hi = q.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const m = q.at(mid)!;
+      if (m.seq === seq) return m.sport === sport ? m : undefined;
+      if (m.seq < seq) lo = mid + 1;
+      else hi = mid - 1;
+    }
+  }
+  return undefined;
 }
 
 /** Live candidates: the lanes in use and the rails, UP, in index order. */
