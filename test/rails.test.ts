@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 import type { RdsConnection } from '../lib/core/connection.js';
 import type { RdsConnPath } from '../lib/core/path.js';
+import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { TEST_TCP_PORT, runNode, until } from './helpers.js';
 
@@ -409,6 +410,45 @@ describe('operator controls', () => {
     expect(out.out).toMatch(
       new RegExp(`\\s8\\s+rail\\s+${ra.replace(/\./g, '\\.')}\\s+${rb.replace(/\./g, '\\.')}\\s+UP`),
     );
+  });
+
+  it('rails declared with the stack option come up like addRail ones', async () => {
+    const n = (net += 2);
+    const [a1, b1, ra, rb] = [`127.132.${n}.1`, `127.132.${n}.2`, `127.132.${n + 1}.1`, `127.132.${n + 1}.2`];
+    const common = { tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, npaths: 1 };
+    const A = new RdsStack({ ...common, rails: [{ peer: b1, local: ra, remote: rb }] });
+    const B = new RdsStack({ ...common, rails: [{ peer: a1, local: rb, remote: ra }] });
+    cleanups.push(
+      () => A.close(),
+      () => B.close(),
+    );
+    const a = new RdsSocket({ stack: A });
+    await a.bind({ address: a1, port: 4000 });
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: b1, port: 4000 });
+    cleanups.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    expect(A.listRails()).toEqual([{ peer: b1, local: ra, remote: rb }]);
+    await until(() => B.listRails().length === 1, 'B listening on its rail address');
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => railUp(A, b1) && railUp(B, a1), 'rail UP');
+  });
+
+  it('garbage on a rail address is refused and counted, and the rail still works', async () => {
+    const { A, B, a, b, b1, ra, rb } = await railPair();
+    const garbage = Buffer.alloc(48, 0xff); // h_len 0xffffffff: far beyond a rail hello
+    await new Promise<void>((resolve) => {
+      const s = connect({ host: rb, port: TEST_TCP_PORT, localAddress: ra }, () => s.write(garbage));
+      s.on('error', () => {});
+      s.on('close', () => resolve());
+    });
+    expect(B.counters.get('rail_refused')).toBe(1);
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => railUp(A, b1), 'rail UP');
   });
 
   it('addRail checks its arguments', async () => {
