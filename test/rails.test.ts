@@ -191,6 +191,21 @@ describe('rails: several links to one peer', () => {
     expect(pathInfo(A, b1, 8)!.held).toBe(false);
   });
 
+  it('a rail removed on the accepting end only: the dialler is refused (not declared), never taken for a connection', async () => {
+    const { A, B, a, b, a1, b1, ra, railB } = await railPair();
+    a.sendmsg(Buffer.from('x'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => railUp(A, b1) && railUp(B, a1), 'rail up');
+    const refused: { by: string; reason: string }[] = [];
+    A.on('rail-refused', (ev) => refused.push(ev));
+    B.removeRail(railB);
+    await until(() => refused.length > 0, 'A refused');
+    expect(refused[0]).toMatchObject({ by: 'peer', reason: expect.stringContaining('no such rail is declared') });
+    expect(B.counters.get('rail_refused')).toBeGreaterThan(0);
+    expect(B.connections().some((c) => c.peerAddress === ra)).toBe(false);
+    expect(pathInfo(A, b1, 8)!.state).not.toBe('UP');
+  });
+
   it('removing a rail with messages queued on it moves them at once, whatever failoverGraceMs', async () => {
     const { A, B, a1, b1, railA, mk } = await railPair({ pathPolicy: 'round-robin', failoverGraceMs: 60000 });
     const s1 = await mk(A, a1, 5100);

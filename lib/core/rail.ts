@@ -136,6 +136,11 @@ export interface RailHost {
  */
 export class StackRails implements RailHost {
   private readonly specs = new Map<string, RailSpec>();
+  /**
+   * Address pairs of removed rails: a connection there is still read as a rail (and refused in
+   * its hello), never taken for an RDS connection between the rail's addresses.
+   */
+  private readonly removedPairs = new Set<string>();
 
   constructor(
     private readonly stack: RdsStack,
@@ -189,6 +194,7 @@ export class StackRails implements RailHost {
     await t.laddrCheck(s.local);
     if (this.specs.has(key)) return;
     this.specs.set(key, s);
+    this.removedPairs.delete(`${s.local}|${s.remote}`);
     for (const c of this.conns()) if (c.faddr === s.peer && c.transport === t) this.start(c);
   }
 
@@ -200,6 +206,7 @@ export class StackRails implements RailHost {
     const s = StackRails.check(spec);
     const key = specKey(s);
     if (!this.specs.delete(key)) return false;
+    this.removedPairs.add(`${s.local}|${s.remote}`);
     for (const c of this.conns()) {
       for (let i = RAIL_FIRST_INDEX; i < c.paths.length; i++) {
         const cp = c.paths[i]!;
@@ -264,7 +271,7 @@ export class StackRails implements RailHost {
 
   declared(local: string, remote: string): boolean {
     for (const s of this.specs.values()) if (s.local === local && s.remote === remote) return true;
-    return false;
+    return this.removedPairs.has(`${local}|${remote}`);
   }
 
   helloFor(cp: RdsConnPath): Buffer {
