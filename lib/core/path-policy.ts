@@ -38,7 +38,8 @@ export class PathPolicies {
 
   /** The policy for sockets sending to `peer`. */
   for(peer: string): PathPolicy {
-    return this.perPeer.get(peer) ?? this.base;
+    // Asked on every send: no lookup when there are no overrides.
+    return this.perPeer.size === 0 ? this.base : (this.perPeer.get(peer) ?? this.base);
   }
 
   /** Overrides the policy for one peer; null goes back to the stack's. */
