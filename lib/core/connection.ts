@@ -168,7 +168,7 @@ export class RdsConnection {
    */
   lanesMayConnect(): boolean {
     const p0 = this.paths[0]!;
-    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen;
+    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen && !this.handshake.awaitingPathsPong;
   }
 
   openLanes(): void {

@@ -209,9 +209,9 @@ export class RdsConnPath {
     this.pongSeen = false;
     if (!this.transition(this.st, RDS_CONN_UP)) return;
     fo.returned(this);
-    // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
-    // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
-    if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
+    // Lanes > 0 get a hello except with a kernel (7.x runs lanes too: it would count the hello in
+    // recv_drop_old_seq); on path 0 only older rds-socket peers get one (the probe serves).
+    if ((this.index > 0 && this.conn.handshake.peer !== 'kernel') || this.conn.wantsLegacyHello) this.sendLegacyHello();
     this.conn.handshake.pathUp(this);
     this.heartbeat.start();
     this.tx.schedulePump();

@@ -130,7 +130,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
     cp.recordReceived(seq, true, ackRequired);
-    conn.handshake.frameReceived(header);
+    conn.handshake.pongReceived(header);
     cp.pongReceived();
     return;
   }

@@ -81,7 +81,10 @@ export class TcpReceiver {
     tp.inBatch = tp.corked = false;
     tp.wrote = 0;
     tp.flushed = 0;
-    tp.provenAt = -1;
+    // A kernel that pairs by source port (SPORT_IDX, 7.0+) never resets a lane connection (one it
+    // cannot place yet it keeps until it can) and may send nothing on a lane: there TCP's
+    // acknowledgement is enough from the first byte.
+    tp.provenAt = cp.index > 0 && cp.conn.handshake.kernelPairsBySport ? 0 : -1;
     tp.track.drain();
     // An accepted carrier counts as unidentified until its first complete frame (its slot was
     // taken when it was admitted); one we initiated is identified from the start.

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RdsStack } from '../../lib/index.js';
+import { type RdsSocket, RdsStack } from '../../lib/index.js';
 import { KERNEL, KERNEL_GEN, SMALL, bound, guest, peer, reloadRds } from './kernel-lib.js';
 
 // A kernel on the larger address sending, blocking, from ports that are not multiples of 8:
@@ -13,10 +13,51 @@ afterAll(async () => {
 async function kernelSends(port: number, ports: number[], n: number): Promise<void> {
   const r = await bound(stack!, SMALL, port);
   const tx = peer(`send ${KERNEL} ${ports.join(',')} ${SMALL} ${port} ${n} 5000 4`, 40);
+  // Every message of every port (order per socket pair: with 7.x each socket may use its own path).
+  const count = new Map<number, number>();
   for (let i = 0; i < ports.length * n; i++) {
-    const m = await r.recv({ signal: AbortSignal.timeout(30_000) });
-    expect(m).toMatchObject({ address: KERNEL, port: ports[Math.floor(i / n)] });
+    let m: Awaited<ReturnType<RdsSocket['recv']>>;
+    try {
+      m = await r.recv({ signal: AbortSignal.timeout(30_000) });
+    } catch (e) {
+      // Say what had arrived, what the guest's senders reported and where our paths stood.
+      const t = await tx;
+      const paths = stack!
+        .connections()
+        .filter((c) => c.peerAddress === KERNEL)
+        .map((c) => ({
+          npaths: c.npaths,
+          paths: c.paths.map((p) => ({
+            state: p.state,
+            ups: p.upCount,
+            sent: p.sentMessages,
+            recv: p.recvMessages,
+            nextRxSeq: p.nextRxSeq,
+          })),
+        }));
+      const ctr = Object.fromEntries(
+        (
+          [
+            'recv_drop_old_seq',
+            'recv_drop_no_sock',
+            'recv_delivered',
+            'handshake_received',
+            'conn_poke_received',
+            'tcp_connect_raced',
+            'peer_restarted',
+          ] as const
+        ).map((c) => [c, stack!.counters.get(c)]),
+      );
+      const kc = await peer('counters');
+      throw new Error(
+        `${(e as Error).message}; received per port ${JSON.stringify([...count])}; guest: ${t.out.trim()}; ours: ${JSON.stringify(paths)}; our counters: ${JSON.stringify(ctr)}; kernel counters: ${JSON.stringify(kc.lines[0] ?? kc.out)}`,
+      );
+    }
+    expect(m.address).toBe(KERNEL);
+    expect(ports).toContain(m.port);
+    count.set(m.port, (count.get(m.port) ?? 0) + 1);
   }
+  for (const p of ports) expect(count.get(p)).toBe(n);
   const t = await tx;
   expect(t.code, t.out).toBe(0);
   expect(t.out, 'the guest sender closed its sockets with messages still unacknowledged').toContain('"drained": true');
