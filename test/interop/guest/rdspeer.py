@@ -242,7 +242,8 @@ def main(argv):
                 data = pattern(i, size, seed)
                 s.sendto(data, dest)
                 print(json.dumps({'port': port, 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
-        drained = wait_unacked(socks[0], set(ports), 60)
+        probe = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)  # RDS_INFO works on any RDS socket
+        drained = wait_unacked(probe, set(ports), 60)
         print(json.dumps({"sent": n, "drained": drained}), flush=True)
     elif cmd == 'ping':
         s = sock(argv[1], 0)
