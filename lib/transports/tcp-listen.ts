@@ -209,6 +209,7 @@ export class TcpListener {
       const poke = tp.poke;
       tp.poke = null;
       poke.destroy();
+      host.counters.add(RDS_CTR.conn_poke_superseded);
     }
     const old = tp.slot.clear();
     if (old !== null) {

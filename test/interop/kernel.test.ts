@@ -165,17 +165,24 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     // smaller address, keeps its connection up): then there is nothing to poke.
     const upBefore = stack.connections().find((c) => c.peerAddress === KERNEL)?.paths[0]?.state === 'UP';
     const pokesBefore = stack.counters.get('conn_poke_sent');
+    const supersededBefore = stack.counters.get('conn_poke_superseded');
     s.sendmsg(Buffer.from('from the larger side'), { address: KERNEL, port: 4100 });
     const r = await rx;
     expect(r.code, r.out).toBe(0);
     expect(r.lines[0]).toMatchObject({ from: LARGE, port: 5000, len: 20 });
     const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
     // We poked: either the poke reached ESTABLISHED here (conn_poke_sent), or the kernel's reset
-    // of it arrived before our connect completed, which counts as a failed connect of path 0.
+    // of it arrived before our connect completed, which counts as a failed connect of path 0, or
+    // the kernel was reconnecting anyway (after an earlier scenario's kill) and its connection
+    // arrived while our poke was in flight (conn_poke_superseded; seen once on 6.12 under load).
     if (!upBefore)
-      expect(stack.counters.get('conn_poke_sent') - pokesBefore + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(
-        1,
-      );
+      expect(
+        stack.counters.get('conn_poke_sent') -
+          pokesBefore +
+          stack.counters.get('conn_poke_superseded') -
+          supersededBefore +
+          c.paths[0]!.connectFailures,
+      ).toBeGreaterThanOrEqual(1);
     expect(c.initiator).toBe(false);
     expect(c.paths[0]!.state).toBe('UP');
   });
