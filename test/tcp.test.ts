@@ -243,7 +243,7 @@ describe('receive tracking stays bounded where nothing is acknowledged', () => {
     for (let i = 0; i < 200; i++) c.send({ sequence: 2 + i, sport: 9, dport: 4000 }, Buffer.from('k'));
     for (let i = 0; i < 200; i++) await sock.recv({ signal: timeout() });
     const cp = stack.connFor('127.23.11.2', '127.23.11.1', stack.transport('tcp')!).paths[0]!;
-    expect(cp.rx.pending).toBe(0);
+    expect(cp.acks.rx.pending).toBe(0);
   });
 
   it('loopback messages are never tracked', async () => {
@@ -253,7 +253,7 @@ describe('receive tracking stays bounded where nothing is acknowledged', () => {
     for (let i = 0; i < 500; i++) sock.sendmsg(Buffer.from('l'), other.address());
     for (let i = 0; i < 500; i++) await other.recv({ signal: timeout() });
     const cp = stack.connFor('127.23.12.2', '127.23.12.1', stack.transport('loopback')!).paths[0]!;
-    expect(cp.rx.pending).toBe(0);
+    expect(cp.acks.rx.pending).toBe(0);
   });
 });
 

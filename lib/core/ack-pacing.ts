@@ -103,7 +103,7 @@ export class AckPacer {
   recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
     if (!this.conn.tracksReceipts) return null;
     // recvIncoming's transport has just stamped lastRxAt: no second clock reading per message.
-    const e = this.rx.record(seq, consumed ? RX_READ : RX_PENDING, ackRequired, this.path.lastRxAt, this.path);
+    const e = this.rx.record(seq, consumed ? RX_READ : RX_PENDING, ackRequired, this.path.heartbeat.lastRxAt, this);
     if (this.conn.ackMode && (consumed || ackRequired)) this.requestAck();
     return e;
   }

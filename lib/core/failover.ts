@@ -163,7 +163,7 @@ export class ConnFailover {
     if (this.st.size === 0) return;
     for (let i = 0; i < this.conn.npaths; i++) {
       const p = this.conn.paths[i]!;
-      if (this.st.get(p)?.behind === cp) p.kick();
+      if (this.st.get(p)?.behind === cp) p.tx.kick();
     }
   }
 

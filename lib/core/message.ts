@@ -97,7 +97,7 @@ export class RdsOutgoing {
   /**
    * Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once.
    * `keepConfirm`: acknowledged as queued, not yet as read; a pending confirmation waits for
-   * confirm() (see RdsConnPath.awaitingRead).
+   * confirm() (see ReadConfirmations.awaitingRead).
    */
   complete(err?: Error, keepConfirm = false): void {
     if (this.done) return;

@@ -76,7 +76,7 @@ export class ConnReclaimer {
     if (this.tombstones.size >= MAX_TOMBSTONES) this.tombstones.delete(this.tombstones.keys().next().value!);
     this.tombstones.set(conn.key, {
       genNum: conn.peerGenNum,
-      seqs: conn.paths.flatMap((p) => [p.nextRxSeq, p.movedFloor, p.nativeRxSeq]),
+      seqs: conn.paths.flatMap((p) => [p.nextRxSeq, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq]),
     });
   }
 

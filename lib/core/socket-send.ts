@@ -120,8 +120,8 @@ export abstract class SocketSend extends SocketBase {
     }
     const path = conn.pathFor(this.bound.port);
     const msg = zcopy
-      ? path.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
-      : path.queue(payload, len, this.bound.port, port, this);
+      ? path.tx.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
+      : path.tx.queue(payload, len, this.bound.port, port, this);
     this.sndBytes += len;
     this.pending.add(msg);
     if (this.sendTimeout.ms > 0) this.sendTimeout.queued(msg);

@@ -402,7 +402,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   peerRestarted(conn: RdsConnection): void {
     this.counters.add(RDS_CTR.peer_restarted);
     for (const p of conn.paths) {
-      p.rx.reset();
+      p.acks.rx.reset();
       p.peerRestarted();
     }
   }
@@ -479,7 +479,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     await Promise.all(this.sockets().map((s) => s.close()));
     this.rxLimit.clear();
     // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
-    for (const c of this.conns.values()) for (const p of c.paths) p.finalAck();
+    for (const c of this.conns.values()) for (const p of c.paths) p.acks.finalAck();
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
     this.reclaimer.stop();
     // Hold the event loop while carriers close gracefully (bounded by the transports' linger).

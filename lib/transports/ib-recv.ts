@@ -117,7 +117,7 @@ export class IbReceiver {
     const want = Math.min(RDS_IB_FRAG_SIZE, hLen - tp.rxFilled);
     if (dataLen !== want) throw new RdsProtocolError(`fragment carries ${dataLen} bytes, expected ${want}`);
     const ack = readU64(ring, base + OFF_ACK);
-    if (ack !== 0) cp.ackThrough(ack);
+    if (ack !== 0) cp.tx.ackThrough(ack);
     ring.copy(tp.rxPayload!, tp.rxFilled, base + RDS_HEADER_SIZE, base + byteLen);
     tp.rxFilled += dataLen;
     if (tp.rxFilled < hLen) return;

@@ -131,7 +131,7 @@ export class IbSender {
     tp.blocked = tp.current !== null || tp.freeSend.length === 0;
     if (tp.coreWaiting && !tp.blocked) {
       tp.coreWaiting = false;
-      cp.kick();
+      cp.tx.kick();
     }
     if (posts.length === 0) return;
     const rc = this.ib.ep!.postSend(tp.id, Int32Array.from(posts));

@@ -224,7 +224,7 @@ export class TcpReceiver {
         }
         if (!carrier.is(sock)) return; // a frame made the core drop the path
         if (tp.provenAt < 0 && reader.frames > 0) this.sender.carrierProven(cp, tp);
-        trackFrame(cp.lastRxAt);
+        trackFrame(cp.heartbeat.lastRxAt);
         checkHeader();
       } catch (e) {
         if (!carrier.is(sock)) return;
@@ -238,7 +238,7 @@ export class TcpReceiver {
       'drain',
       carrier.guard(sock, () => {
         host.counters.add(RDS_CTR.tcp_write_space_calls);
-        cp.kick();
+        cp.tx.kick();
       }),
     );
     sock.on('error', () => {});

@@ -182,7 +182,7 @@ export class TcpSender {
   carrierProven(cp: RdsConnPath, tp: TcpPath): void {
     tp.provenAt = tp.wrote;
     if (tp.track.length === 0 || cp.conn.ackMode) return;
-    if (cp.sendQueue.length === 0) cp.queueCongUpdate();
+    if (cp.sendQueue.length === 0) cp.tx.queueCongUpdate();
     this.releaseAcked(cp);
   }
 
@@ -227,7 +227,7 @@ export class TcpSender {
       }
       if (seq >= 0) {
         tp.outqDelay = 1;
-        cp.ackThrough(seq);
+        cp.tx.ackThrough(seq);
       }
     }
     if (tp.track.length > 0 && tp.outqTimer === null) {
