@@ -126,12 +126,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   constructor(opts: RdsStackOptions = {}) {
     super();
     this.options = resolveStackOptions(opts);
-    this.rxLimit = new RxLimiter(
-      this.options.maxRecvQueueBytes,
-      this.options.recvHardLimitFactor,
-      this.counters,
-      this.options.recvHardLimitMinBytes,
-    );
+    this.rxLimit = new RxLimiter(this.options, this.counters);
     this.peerTable = new PeerTable(this.options.peerDownMs, {
       peerDown: (ev) => this.peerWentDown(ev),
       peerUp: (ev) => this.peerCameUp(ev),
