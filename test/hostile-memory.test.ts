@@ -296,7 +296,7 @@ describe('a stalled payload cannot pin memory', () => {
     const cap = 2 << 20;
     const v = await node(victimAddr, { maxPartialFrameBytes: cap, frameTimeoutMs: 1500 });
     const good = await node('127.110.4.201');
-    const tcp = v.stack.transport('tcp') as TcpTransport;
+    const tcp = v.stack.transports.get('tcp') as TcpTransport;
     const attackers = 6;
     const big = 1 << 20;
     for (let k = 0; k < attackers; k++) {
@@ -345,7 +345,7 @@ describe('a stalled payload cannot pin memory', () => {
     const f = frame({ sequence: 1, sport: 7000, dport: 4000 }, body);
     s.write(f.subarray(0, 200 * 1024));
     await until(
-      () => (v.stack.transport('tcp') as TcpTransport).partialFrameBytes === body.length,
+      () => (v.stack.transports.get('tcp') as TcpTransport).partialFrameBytes === body.length,
       'frame in progress',
     );
     await new Promise((r) => setTimeout(r, 300));
@@ -353,7 +353,7 @@ describe('a stalled payload cannot pin memory', () => {
     const m = await v.sock.recv({ timeout: 5000 });
     expect(m.data.equals(body)).toBe(true);
     expect(v.stack.counters.get('recv_drop_frame_timeout')).toBe(0);
-    expect((v.stack.transport('tcp') as TcpTransport).partialFrameBytes).toBe(0);
+    expect((v.stack.transports.get('tcp') as TcpTransport).partialFrameBytes).toBe(0);
   });
 
   it('rejects limits that make no sense', () => {

@@ -176,8 +176,18 @@ export class Handshake {
   /** GEN_NUM: a new one after a known one means the peer restarted (its sequences start over). */
   private generation(genNum: number | undefined): void {
     if (genNum === undefined || genNum === 0) return;
-    if (this.genNum !== 0 && this.genNum !== genNum) this.conn.stack.peerRestarted(this.conn);
+    if (this.genNum !== 0 && this.genNum !== genNum) this.peerRestarted();
     this.genNum = genNum;
+  }
+
+  /**
+   * A restarted peer (new GEN_NUM): its sequence numbering starts over, so every path forgets
+   * where it was. Our unacknowledged messages are kept and resent: the new incarnation never saw
+   * them (the kernel flushes them instead, losing them).
+   */
+  private peerRestarted(): void {
+    this.conn.stack.counters.add(RDS_CTR.peer_restarted);
+    for (const p of this.conn.paths) p.peerRestarted();
   }
 
   /** A forgotten connection made again: the generation its tombstone kept (see reclaim.ts). */

@@ -102,6 +102,7 @@ export class RdsConnPath {
       return false;
     }
     this.st = to;
+    this.conn.pathStateChanged(CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
     this.stack.pathStateChanged(this, CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
     return true;
   }
@@ -352,10 +353,11 @@ export class RdsConnPath {
   }
 
   /**
-   * The peer restarted: forget where its numbering stood on this path, and reject confirmations
-   * waiting for its old life's read cursor.
+   * The peer restarted: forget what we received in its old life and where its numbering stood on
+   * this path, and reject confirmations waiting for its old life's read cursor.
    */
   peerRestarted(): void {
+    this.acks.rx.reset();
     this.rxSeq.reset();
     this.tx.confirms.peerRestarted();
   }

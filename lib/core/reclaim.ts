@@ -61,7 +61,7 @@ export class ConnReclaimer {
       if (!this.idle(conn, now)) continue;
       this.remember(conn);
       for (const p of conn.paths) p.dispose();
-      conn.reclaimed = true;
+      conn.markReclaimed();
       this.forget(conn);
       n++;
     }

@@ -25,15 +25,17 @@ import { WireSlab } from './wire-slab.js';
 import { RxLimiter } from './rx-limit.js';
 import { ConnReclaimer } from './reclaim.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
-import type { RdsTransport, TransportHost } from './transport.js';
+import type { RdsTransport } from './transport.js';
+import { TransportRegistry, transportHostOf } from './transport-registry.js';
 import type { BoundSocket, ConnectionInfo, RdsStackEvents, Receipt } from './types.js';
 import type { RdsCounterName } from './stats.js';
 
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),
-// rds-info's views (info.ts), peer reachability (peer-state.ts). Its own code is the glue: the
-// transport registry, the congestion maps and the events. Types users see live in types.ts and
-// are re-exported here, where they were first published.
+// rds-info's views (info.ts), peer reachability (peer-state.ts), the transports
+// (transport-registry.ts). Its own code is the glue: the connection table, the congestion maps
+// and the events. Types users see live in types.ts and are re-exported here, where they were
+// first published.
 export type { RdsStackOptions, ResolvedStackOptions } from './options.js';
 export type {
   RdsMessage,
@@ -70,9 +72,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Hard limits on unread received messages (recvHardLimitFactor, maxRecvQueueBytes). @internal */
   readonly rxLimit: RxLimiter;
 
-  /** @internal */ private readonly transports = new Map<string, RdsTransport>();
-  /** What transports see of the stack (see TransportHost). @internal */
-  private readonly transportHost: TransportHost = transportHostOf(this);
+  /** The transports, each attached with what it may see of the stack (transport-registry.ts). @internal */
+  readonly transports = new TransportRegistry(transportHostOf(this));
   /** Which socket holds each (address, port). @internal */
   private readonly bindTable = new BindTable();
   /** @internal */ private readonly conns = new Map<string, RdsConnection>();
@@ -136,7 +137,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
       this.peerAllowed = (a) => tests.some((t) => t(a));
     }
-    for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
+    for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.transports.register(t);
     if (opts.control) {
       this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) =>
         this.emit('error', e as Error),
@@ -154,26 +155,6 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       return false;
     }
     return super.emit(event, ...args);
-  }
-
-  /** @internal */ registerTransport(t: RdsTransport): void {
-    if (this.transports.has(t.name)) throw new RdsError('EINVAL', `transport ${t.name} is already registered`);
-    this.transports.set(t.name, t);
-    t.attach(this.transportHost);
-  }
-
-  /** @internal */ transport(name: string): RdsTransport | undefined {
-    return this.transports.get(name);
-  }
-
-  /** @internal */ transportByType(type: number): RdsTransport | undefined {
-    for (const t of this.transports.values()) if (t.transType === type) return t;
-    return undefined;
-  }
-
-  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). @internal */
-  selectableTransports(): RdsTransport[] {
-    return [...this.transports.values()].filter((t) => t.userSelectable).sort((a, b) => a.transType - b.transType);
   }
 
   // ---- bind table (bind.ts) ----
@@ -218,7 +199,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** @internal */ private setRef(ref: boolean): void {
     this.referenced = ref;
-    for (const t of this.transports.values()) t.setRef(ref);
+    this.transports.setRef(ref);
     for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
   }
 
@@ -265,7 +246,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
   connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
     if (this.isLocalAddress(faddr)) {
-      const loop = this.transportByType(RDS_TRANS_LOOP);
+      const loop = this.transports.byType(RDS_TRANS_LOOP);
       if (loop) return this.connFor(laddr, faddr, loop);
     }
     return this.connFor(laddr, faddr, transport);
@@ -301,19 +282,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return connectionsInfo(this.conns.values());
   }
 
-  /** @internal */
+  /** A path moved (the path has told its connection): a 'state' event, and the peer's reachability. @internal */
   pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
-    const conn = cp.conn;
-    conn.stateChangedAt = Date.now();
-    if (from === 'UP' || to === 'UP') conn.lastUpAt = conn.stateChangedAt;
-    this.emit('state', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      from,
-      to,
-    });
+    this.emit('state', { ...pathOf(cp), from, to });
     this.peerTable.pathChanged(cp.conn.faddr, from, to);
   }
 
@@ -355,51 +326,18 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
   pathDropped(cp: RdsConnPath, reason: string): void {
-    this.emit('drop', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      reason,
-    });
+    this.emit('drop', { ...pathOf(cp), reason });
   }
 
   /** A path's messages moved to a live one: a 'failover' event. @internal */
   pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
-    this.emit('failover', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      to: to.index,
-      moved,
-    });
+    this.emit('failover', { ...pathOf(cp), to: to.index, moved });
   }
 
   /** The peer broke the protocol on `cp`: counted, and a 'protocol-error' event. @internal */
   reportProtocolError(cp: RdsConnPath, error: Error): void {
     this.counters.add(RDS_CTR.recv_drop_protocol_error);
-    this.emit('protocol-error', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      error,
-    });
-  }
-
-  /**
-   * A restarted peer (new GEN_NUM): its sequence numbering starts over, so forget where it was.
-   * Our unacknowledged messages are kept and resent: the new incarnation never saw them (the
-   * kernel flushes them instead, losing them).
-   * @internal
-   */
-  peerRestarted(conn: RdsConnection): void {
-    this.counters.add(RDS_CTR.peer_restarted);
-    for (const p of conn.paths) {
-      p.acks.rx.reset();
-      p.peerRestarted();
-    }
+    this.emit('protocol-error', { ...pathOf(cp), error });
   }
 
   // ---- receive side ----
@@ -477,39 +415,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     for (const c of this.conns.values()) for (const p of c.paths) p.acks.finalAck();
     for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
     this.reclaimer.stop();
-    // Hold the event loop while carriers close gracefully (bounded by the transports' linger).
-    for (const t of this.transports.values()) t.setRef(true);
-    await Promise.all([...this.transports.values()].map((t) => t.close()));
+    await this.transports.close();
     await this.control?.close();
     this.control = null;
     if (RdsStack.defaultStack === this) RdsStack.defaultStack = null;
   }
 }
 
-/**
- * The TransportHost a stack hands its transports: a view of its own methods and state, so a
- * transport depends on that small interface, never on the class.
- */
-function transportHostOf(stack: RdsStack): TransportHost {
-  return {
-    get options() {
-      return stack.options;
-    },
-    // Read on every frame: a plain value (made after the counters, before the constructor runs).
-    counters: stack.counters,
-    get closing() {
-      return stack.closing;
-    },
-    get referenced() {
-      return stack.referenced;
-    },
-    peerAllowed: (address) => stack.peerAllowed(address),
-    isLocalAddress: (address) => stack.isLocalAddress(address),
-    isBound: (address, port) => stack.isBound(address, port),
-    connFor: (laddr, faddr, transport) => stack.connFor(laddr, faddr, transport),
-    findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
-    recvIncoming: (cp, header, payload) => recvIncoming(stack, cp, header, payload),
-    reportProtocolError: (cp, error) => stack.reportProtocolError(cp, error),
-    emit: (event, ...args) => stack.emit(event, ...args),
-  };
+/** Which path an event is about, as every path event names it. */
+function pathOf(cp: RdsConnPath): { localAddress: string; peerAddress: string; transport: string; path: number } {
+  return { localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index };
 }

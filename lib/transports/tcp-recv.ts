@@ -182,7 +182,7 @@ export class TcpReceiver {
         }, headerTimeoutMs);
     identifyTimer?.unref();
     sock.once('close', () => {
-      if (reader.frames > 0) cp.conn.heardAt = Date.now();
+      if (reader.frames > 0) cp.conn.heardFrom();
       this.admission.freeSlot(slot);
       if (headerTimer) clearTimeout(headerTimer);
       if (identifyTimer) clearTimeout(identifyTimer);
@@ -220,7 +220,7 @@ export class TcpReceiver {
         if (!identified && reader.frames > 0) {
           identified = true;
           this.admission.identifySlot(slot);
-          cp.conn.heardAt = Date.now();
+          cp.conn.heardFrom();
         }
         if (!carrier.is(sock)) return; // a frame made the core drop the path
         if (tp.provenAt < 0 && reader.frames > 0) this.sender.carrierProven(cp, tp);
