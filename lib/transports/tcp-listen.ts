@@ -205,11 +205,8 @@ export class TcpListener {
       return;
     }
     const tp = tcpPath(cp);
-    if (tp.poke !== null) {
-      const poke = tp.poke;
-      tp.poke = null;
-      poke.destroy();
-    }
+    const poke = tp.poke;
+    if (poke !== null && tp.pokeEnded(poke)) poke.destroy();
     const old = tp.slot.clear();
     if (old !== null) {
       // Simultaneous or replacement connection: the newest carrier wins.

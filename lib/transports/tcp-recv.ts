@@ -33,13 +33,13 @@ export class TcpReceiver {
 
   rxPause(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
-    tp.held = true;
+    tp.setHeld(true);
     this.syncPause(cp, tp);
   }
 
   rxResume(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
-    tp.held = false;
+    tp.setHeld(false);
     this.syncPause(cp, tp);
   }
 
@@ -58,7 +58,7 @@ export class TcpReceiver {
       sock.pause();
     } else {
       sock.resume();
-      tp.onResume?.();
+      tp.resumed();
     }
   }
 
@@ -76,20 +76,12 @@ export class TcpReceiver {
     const host = this.ctx.host;
     const tp = tcpPath(cp);
     const carrier = tp.slot;
-    carrier.set(sock);
-    tp.run = null;
-    tp.inBatch = tp.corked = false;
-    tp.wrote = 0;
-    tp.flushed = 0;
-    tp.provenAt = -1;
-    tp.track.drain();
+    tp.attach(sock, reader);
     // An accepted carrier counts as unidentified until its first complete frame (its slot was
     // taken when it was admitted); one we initiated is identified from the start.
     const slot = accepted ?? this.admission.takeSlot(null);
     if (accepted === undefined) this.admission.identifySlot(slot);
     let identified = slot.identified;
-    tp.reader = reader;
-    tp.waiting = false;
     // A new carrier reads unless the core still holds the path (its queue is still over the limit).
     cp.setReadPaused(false);
     this.syncPause(cp, tp);
@@ -155,24 +147,26 @@ export class TcpReceiver {
         return;
       }
       host.counters.add(RDS_CTR.recv_pause_partial_limit);
-      tp.waiting = true;
+      tp.setWaiting(true);
       this.syncPause(cp, tp);
       withdraw = this.partial.wait(len, () => {
         withdraw = null;
         charged = len; // given back by the close handler if this carrier is already replaced
         frameStart = Date.now();
         if (!carrier.is(sock)) return;
-        tp.waiting = false;
+        tp.setWaiting(false);
         this.syncPause(cp, tp);
       });
     };
-    tp.onResume = carrier.guard(sock, () => {
-      if (frameStart !== 0) {
-        frameStart = Date.now();
-        armFrameTimer(frameTimeoutMs);
-      }
-      checkHeader();
-    });
+    tp.setOnResume(
+      carrier.guard(sock, () => {
+        if (frameStart !== 0) {
+          frameStart = Date.now();
+          armFrameTimer(frameTimeoutMs);
+        }
+        checkHeader();
+      }),
+    );
     // An accepted connection must send a complete frame in time, or it only holds a slot.
     const identifyTimer = identified
       ? null
@@ -189,7 +183,7 @@ export class TcpReceiver {
       if (frameTimer) clearTimeout(frameTimer);
       withdraw?.();
       stopFrame();
-      if (carrier.is(sock)) tp.onResume = null;
+      if (carrier.is(sock)) tp.setOnResume(null);
     });
     // A peer that starts a header must finish it: one that sends half and stalls is dropped.
     const checkHeader = (): void => {
@@ -242,11 +236,7 @@ export class TcpReceiver {
       }),
     );
     sock.on('error', () => {});
-    sock.once('close', () =>
-      carrier.lost(sock, 'connection closed', () => {
-        tp.reader = null;
-      }),
-    );
+    sock.once('close', () => carrier.lost(sock, 'connection closed', () => tp.readerGone()));
     return received;
   }
 }
