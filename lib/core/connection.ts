@@ -109,8 +109,9 @@ export class RdsConnection {
     return this.hasPendingData();
   }
 
-  // What the handshake says about the peer, read where it is needed (the negotiator owns it; these
-  // read-only views keep the paths', receive's and transports' call sites as they were).
+  // What the handshake says about the peer. The negotiator owns it and the core reads it there
+  // (conn.handshake, internal); these read-only views are what transports and the published
+  // declarations see of it (RdsConnection reaches users through RdsTransport), so they stay.
 
   /** Peer generation from GEN_NUM (0 = unknown). */
   get peerGenNum(): number {

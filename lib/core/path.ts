@@ -209,7 +209,7 @@ export class RdsConnPath {
     fo.returned(this);
     // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
     // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
-    if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
+    if (this.index > 0 || this.conn.handshake.wantsLegacyHello) this.sendLegacyHello();
     this.conn.handshake.pathUp(this);
     this.heartbeat.start();
     this.tx.schedulePump();
@@ -349,7 +349,7 @@ export class RdsConnPath {
   /** The peer's capabilities became known: start what they allow. */
   capabilitiesChanged(): void {
     if (this.st === RDS_CONN_UP && !this.heartbeat.running) this.heartbeat.start();
-    if (this.conn.ackMode) this.acks.requestAck();
+    if (this.conn.handshake.ackMode) this.acks.requestAck();
   }
 
   /**

@@ -75,7 +75,7 @@ export class ConnReclaimer {
     this.tombstones.delete(conn.key);
     if (this.tombstones.size >= MAX_TOMBSTONES) this.tombstones.delete(this.tombstones.keys().next().value!);
     this.tombstones.set(conn.key, {
-      genNum: conn.peerGenNum,
+      genNum: conn.handshake.peerGenNum,
       seqs: conn.paths.flatMap((p) => [p.nextRxSeq, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq]),
     });
   }

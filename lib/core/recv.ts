@@ -49,7 +49,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
     stack.counters.add(RDS_CTR.recv_ack_frames);
     // What the peer's applications read, or refused: only a peer we told we understand it sends it.
-    if (header[OFF_EXTHDR] !== 0 && conn.confirmsReads) {
+    if (header[OFF_EXTHDR] !== 0 && conn.handshake.confirmsReads) {
       const r = decodeReadReport(parseExtensions(header.subarray(OFF_EXTHDR)));
       if (r.refused !== undefined) cp.tx.refusedByPeer(r.refused.seq, r.refused.reason);
       if (r.read !== undefined) cp.tx.readThrough(r.read.seq, r.read.refused);
@@ -88,7 +88,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (verdict === 'old') {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
     // The sender resends only what it has no ack for: make sure it gets one.
-    if (conn.ackMode) cp.acks.forceAck();
+    if (conn.handshake.ackMode) cp.acks.forceAck();
     return;
   }
   const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;

@@ -222,7 +222,7 @@ export class PathSend {
     if (cp.conn.failover.held(cp)) return;
     const t = cp.conn.transport;
     const stack = this.stack;
-    const ackMode = cp.conn.ackMode;
+    const ackMode = cp.conn.handshake.ackMode;
     // One clock reading per batch: every message of a burst leaves in the same instant anyway.
     const now = performance.now();
     const wallNow = Date.now();
@@ -269,7 +269,7 @@ export class PathSend {
   ackThrough(seq: number): void {
     let freed = false;
     const now = performance.now();
-    const holdConfirm = this.path.conn.confirmsReads;
+    const holdConfirm = this.path.conn.handshake.confirmsReads;
     for (;;) {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;
