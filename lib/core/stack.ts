@@ -6,7 +6,7 @@ import { RdsError } from '../errors.js';
 import { BindTable } from './bind.js';
 import { CongTable } from './cong.js';
 import type { CongMap } from './cong-map.js';
-import { RdsConnection } from './connection.js';
+import type { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { defer } from './defer.js';
@@ -23,7 +23,7 @@ import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer
 import { RdsStats, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
 import { RxLimiter } from './rx-limit.js';
-import { ConnReclaimer } from './reclaim.js';
+import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
 import type { RdsTransport } from './transport.js';
 import { TransportRegistry, transportHostOf } from './transport-registry.js';
@@ -33,8 +33,8 @@ import type { RdsCounterName } from './stats.js';
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),
 // rds-info's views (info.ts), peer reachability (peer-state.ts), the transports
-// (transport-registry.ts). Its own code is the glue: the connection table, the congestion maps
-// and the events. Types users see live in types.ts and are re-exported here, where they were
+// (transport-registry.ts), the connection table (conn-table.ts). Its own code is the glue: the
+// congestion maps and the events. Types users see live in types.ts and are re-exported here, where they were
 // first published.
 export type { RdsStackOptions, ResolvedStackOptions } from './options.js';
 export type {
@@ -76,18 +76,17 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   readonly transports = new TransportRegistry(transportHostOf(this));
   /** Which socket holds each (address, port). @internal */
   private readonly bindTable = new BindTable();
-  /** @internal */ private readonly conns = new Map<string, RdsConnection>();
+  /** The connections to every peer (conn-table.ts). @internal */
+  private readonly conns: ConnTable;
   /** The congestion maps and the senders waiting on them. @internal */
   private readonly cong = new CongTable();
   /** @internal */ private openSockets = 0;
-  /** close() has begun. @internal */
-  closing = false;
-  /** Some socket is open: the stack holds the event loop. @internal */
-  referenced = false;
+  /** @internal */ private isClosing = false;
+  /** @internal */ private isReferenced = false;
   /** Reachability per peer address, fed by pathStateChanged (see peer-state.ts). @internal */
   private readonly peerTable: PeerTable;
   /** The allowlist (allowPeers); everyone by default. @internal */
-  peerAllowed: (address: string) => boolean = () => true;
+  readonly peerAllowed: (address: string) => boolean = () => true;
 
   /** Registers the transports every new stack gets; the package entry point supplies them. @internal */
   static setDefaultTransports(factories: (() => RdsTransport)[]): void {
@@ -121,8 +120,34 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return hostHooks.attach(path);
   }
 
+  /** @internal */ private node: HostNodeHandle | null = null;
+
   /** The node being served by serve(), closed with the stack. @internal */
-  hostNode: HostNodeHandle | null = null;
+  get hostNode(): HostNodeHandle | null {
+    return this.node;
+  }
+
+  /** serve() has opened the host node (`node`), or it has closed (null). @internal */
+  hostNodeChanged(node: HostNodeHandle | null): void {
+    this.node = node;
+  }
+
+  /** close() has begun. @internal */
+  get closing(): boolean {
+    return this.isClosing;
+  }
+
+  /** Some socket is open: the stack holds the event loop. @internal */
+  get referenced(): boolean {
+    return this.isReferenced;
+  }
+
+  /** close() begins: false if it already had (a second close does nothing). @internal */
+  protected beginClose(): boolean {
+    if (this.isClosing) return false;
+    this.isClosing = true;
+    return true;
+  }
 
   constructor(opts: RdsStackOptions = {}) {
     super();
@@ -132,7 +157,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       peerDown: (ev) => this.peerWentDown(ev),
       peerUp: (ev) => this.peerCameUp(ev),
     });
-    this.reclaimer = new ConnReclaimer(this.options.peerIdleTimeoutMs, this.conns, (c) => this.forgetConn(c));
+    this.conns = new ConnTable(this, (c) => this.connForgotten(c));
     if (opts.allowPeers !== undefined) {
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
       this.peerAllowed = (a) => tests.some((t) => t(a));
@@ -198,49 +223,34 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /** @internal */ private setRef(ref: boolean): void {
-    this.referenced = ref;
+    this.isReferenced = ref;
     this.transports.setRef(ref);
-    for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
+    this.conns.setRef(ref);
   }
 
   // ---- connections (connection.c) ----
 
   /** The connection (laddr, faddr, transport), made on first use. @internal */
   connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
-    const key = RdsConnection.key(laddr, faddr, transport.name);
-    let c = this.conns.get(key);
-    if (c === undefined) {
-      c = new RdsConnection(this, laddr, faddr, transport, transport.mpathCapable ? this.maxPaths : 1);
-      this.conns.set(key, c);
-      this.reclaimer.connCreated(c);
-    }
-    return c;
+    return this.conns.get(laddr, faddr, transport);
   }
 
   /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks; see TransportHost). @internal */
   findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
-    return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
+    return this.conns.find(laddr, faddr, transport);
   }
-
-  /** Forgets idle connections (see peerIdleTimeoutMs). @internal */
-  private readonly reclaimer: ConnReclaimer;
 
   /**
    * Forgets every idle connection now (all paths down for peerIdleTimeoutMs, nothing queued or
    * unacknowledged for the peer), as the periodic sweep does; returns how many.
    */
   reclaimIdleConnections(): number {
-    return this.reclaimer.sweep();
+    return this.conns.sweep();
   }
 
-  /** @internal */
-  private forgetConn(c: RdsConnection): void {
-    this.conns.delete(c.key);
-    this.counters.add(RDS_CTR.conn_reclaimed);
-    // The peer's map goes with its last connection (ours stay while anything is bound to them).
-    if (this.isLocalAddress(c.faddr)) return;
-    for (const o of this.conns.values()) if (o.faddr === c.faddr || o.laddr === c.faddr) return;
-    this.cong.forget(c.faddr);
+  /** An idle connection was forgotten: the peer's map goes with its last one (ours stay while anything is bound to them). @internal */
+  private connForgotten(c: RdsConnection): void {
+    if (!this.isLocalAddress(c.faddr) && !this.conns.refersTo(c.faddr, true)) this.cong.forget(c.faddr);
   }
 
   /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
@@ -309,9 +319,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.emit('peer-down', ev);
     for (const s of this.sockets()) s.peerDown?.(ev);
     // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
-    let referenced = false;
-    for (const c of this.conns.values()) if (c.faddr === ev.address) referenced = true;
-    if (!referenced) this.peerTable.forget(ev.address);
+    if (!this.conns.refersTo(ev.address)) this.peerTable.forget(ev.address);
   }
 
   /** @internal */ private peerCameUp(ev: PeerEvent): void {
@@ -405,16 +413,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Closes every socket and connection and stops listening. The stack cannot be used afterwards. */
   async close(): Promise<void> {
-    if (this.closing) return;
-    this.closing = true;
-    await this.hostNode?.close();
+    if (!this.beginClose()) return;
+    await this.node?.close();
     this.peerTable.close();
     await Promise.all(this.sockets().map((s) => s.close()));
     this.rxLimit.clear();
-    // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
-    for (const c of this.conns.values()) for (const p of c.paths) p.acks.finalAck();
-    for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
-    this.reclaimer.stop();
+    this.conns.close();
     await this.transports.close();
     await this.control?.close();
     this.control = null;
