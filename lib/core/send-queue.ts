@@ -130,8 +130,7 @@ export class PathSend {
     const seq = this.nextSeq++;
     encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
     const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
-    msg.zcPayload = payload;
-    msg.zcCookie = cookie;
+    msg.zeroCopy(payload, cookie);
     return this.enlist(msg);
   }
 
@@ -159,8 +158,7 @@ export class PathSend {
    * has not acknowledged, or not read, maxOwnQueued of them.
    */
   queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): RdsOutgoing | null {
-    if (this.own.queued >= this.stack.options.maxOwnQueued) return null;
-    this.own.queued++;
+    if (!this.own.take(this.stack.options.maxOwnQueued)) return null;
     return this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
   }
 
@@ -247,7 +245,7 @@ export class PathSend {
           }
           if (msg.done) continue; // cancelled while queued
           this.retrans.push(msg);
-          if (msg.sentAt === 0) msg.sentAt = now;
+          msg.sent(now);
           this.messages++;
           this.bytes += msg.len;
           if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.add(RDS_CTR.send_retransmitted);

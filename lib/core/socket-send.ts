@@ -273,12 +273,12 @@ export abstract class SocketSend extends SocketBase {
         this.stack.counters.add(RDS_CTR.send_cancelled);
         msg.complete(abortError(signal!, 'send()'));
       };
-      msg.settle = (err) => {
+      msg.onConfirm((err) => {
         signal?.removeEventListener('abort', onAbort);
         this.confirming.delete(msg);
         if (err) reject(err);
         else resolve();
-      };
+      });
       this.confirming.add(msg);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
