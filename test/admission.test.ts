@@ -4,29 +4,20 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
 import { rawConnect } from './raw-peer.js';
 import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
 // Issue 18: hostile peers and strangers against admission, TLS and per-peer state.
 // Addresses 127.100.x.y .. 127.109.x.y belong to this file.
 
-let stacks: RdsStack[] = [];
+const { node, closeAll } = testNodes();
 let raws: Socket[] = [];
 afterEach(async () => {
   for (const s of raws) s.destroy();
   raws = [];
-  for (const s of stacks) await s.close();
-  stacks = [];
+  await closeAll();
 });
 
 type StackOpts = ConstructorParameters<typeof RdsStack>[0];
-
-async function node(address: string, opts: StackOpts = {}): Promise<{ stack: RdsStack; sock: RdsSocket }> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
-  stacks.push(stack);
-  const sock = new RdsSocket({ stack });
-  await sock.bind({ address, port: 4000 });
-  return { stack, sock };
-}
 
 /** A plain TCP connection from `from` to the node's RDS port that sends nothing. */
 function idleConnection(from: string, to: string): Socket {

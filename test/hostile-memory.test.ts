@@ -4,28 +4,15 @@
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { constants, RdsSocket, RdsStack, type TcpTransport, wire } from '../lib/index.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
-let stacks: RdsStack[] = [];
+const { node, closeAll } = testNodes();
 let raws: Socket[] = [];
 afterEach(async () => {
   for (const s of raws) s.destroy();
   raws = [];
-  for (const s of stacks) await s.close();
-  stacks = [];
+  await closeAll();
 });
-
-async function node(
-  address: string,
-  opts: ConstructorParameters<typeof RdsStack>[0] = {},
-  port = 4000,
-): Promise<{ stack: RdsStack; sock: RdsSocket }> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
-  stacks.push(stack);
-  const sock = new RdsSocket({ stack });
-  await sock.bind({ address, port });
-  return { stack, sock };
-}
 
 /** A plain TCP connection to a node's RDS port, from `from` (smaller than the node: a carrier, not a poke). */
 async function raw(from: string, to: string): Promise<Socket> {

@@ -1,26 +1,12 @@
 import { connect, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, wire } from '../lib/index.js';
+import { LoopTransport, RdsStack, TcpTransport, wire } from '../lib/index.js';
 import { rawConnect } from './raw-peer.js';
 import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
-let stacks: RdsStack[] = [];
-afterEach(async () => {
-  for (const s of stacks) await s.close();
-  stacks = [];
-});
-
-async function node(
-  address: string,
-  opts: ConstructorParameters<typeof RdsStack>[0] = {},
-): Promise<{ stack: RdsStack; sock: RdsSocket }> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
-  stacks.push(stack);
-  const sock = new RdsSocket({ stack });
-  await sock.bind({ address, port: 4000 });
-  return { stack, sock };
-}
+const { node, closeAll } = testNodes();
+afterEach(closeAll);
 
 describe('access control: allowPeers', () => {
   it('refuses and counts connections from peers outside the allowlist; allowed peers are unaffected', async () => {
