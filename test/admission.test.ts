@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import * as tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
+import { LoopTransport, type RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
 import { rawConnect } from './raw-peer.js';
 import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
 import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
