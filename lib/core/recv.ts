@@ -8,7 +8,7 @@ import {
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
-import { RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
+import { follow, RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -108,7 +108,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
         cp.acks.consumed(e, fate);
     } else {
       const e = cp.acks.recordReceived(seq, false, ackRequired);
-      if (e !== null) (fate.followers ??= []).push(e);
+      if (e !== null) follow(fate, e);
     }
     return;
   }

@@ -35,6 +35,11 @@ export interface RxEntry {
   followers: RxEntry[] | null;
 }
 
+/** `dup`, a failover duplicate of `first` that arrived on another path, shares its fate. */
+export function follow(first: RxEntry, dup: RxEntry): void {
+  (first.followers ??= []).push(dup);
+}
+
 /** A message the sender must hear was not delivered: its sequence number and RX_REFUSED or RX_DISCARDED. */
 export interface RxRefusal {
   seq: number;
