@@ -64,18 +64,18 @@ export class RdsConnection {
     return this.forgotten;
   }
 
-  /** One of its paths moved from `from` to `to` (RdsConnPath.transition). */
+  /** One of its paths moved from `from` to `to` (RdsConnPath.transition). @internal */
   pathStateChanged(from: ConnState, to: ConnState): void {
     this.changedAt = Date.now();
     if (from === 'UP' || to === 'UP') this.upAt = this.changedAt;
   }
 
-  /** A carrier from the peer delivered a complete frame (or closed after doing so): the peer identified itself. */
+  /** A carrier from the peer delivered a complete frame (or closed after doing so): the peer identified itself. @internal */
   heardFrom(): void {
     this.heard = Date.now();
   }
 
-  /** The stack forgot it (reclaim.ts). */
+  /** The stack forgot it (reclaim.ts). @internal */
   markReclaimed(): void {
     this.forgotten = true;
   }

@@ -57,7 +57,7 @@ export class RdsOutgoing {
     return this.firstSentAt;
   }
 
-  /** Transmitted at `now` (performance.now()); only the first transmission counts. */
+  /** Transmitted at `now` (performance.now()); only the first transmission counts. @internal */
   sent(now: number): void {
     if (this.firstSentAt === 0) this.firstSentAt = now;
   }
@@ -67,7 +67,7 @@ export class RdsOutgoing {
     return this.deadlineStart;
   }
 
-  /** SO_SNDTIMEO applies: the deadline runs from `now`, unless it already runs. */
+  /** SO_SNDTIMEO applies: the deadline runs from `now`, unless it already runs. @internal */
   startDeadline(now: number): void {
     if (this.deadlineStart === 0) this.deadlineStart = now;
   }
@@ -77,7 +77,7 @@ export class RdsOutgoing {
     return this.zc;
   }
 
-  /** MSG_ZEROCOPY: the payload stays in the caller's buffers; `cookie` is reported when they are free. */
+  /** MSG_ZEROCOPY: the payload stays in the caller's buffers; `cookie` is reported when they are free. @internal */
   zeroCopy(payload: Uint8Array | readonly Uint8Array[], cookie: number): void {
     this.zc = payload;
     this.zcCookie = cookie;
@@ -88,7 +88,7 @@ export class RdsOutgoing {
     return this.settle !== null;
   }
 
-  /** send({ confirm: true }): `settle` is told when the peer has the message, or why it never will. */
+  /** send({ confirm: true }): `settle` is told when the peer has the message, or why it never will. @internal */
   onConfirm(settle: (err?: Error) => void): void {
     this.settle = settle;
   }
