@@ -97,7 +97,7 @@ export class ConnFailover {
    * drops any it already has. Until this path is back, its sockets send on the live path too.
    */
   failOver(from: RdsConnPath): void {
-    if (!this.conn.failoverAllowed) return;
+    if (!this.conn.handshake.failoverAllowed) return;
     const target = this.target(from);
     if (target === null) return; // retried when a path comes up
     const s = this.of(from);
@@ -163,7 +163,7 @@ export class ConnFailover {
     if (this.st.size === 0) return;
     for (let i = 0; i < this.conn.npaths; i++) {
       const p = this.conn.paths[i]!;
-      if (this.st.get(p)?.behind === cp) p.kick();
+      if (this.st.get(p)?.behind === cp) p.tx.kick();
     }
   }
 

@@ -148,7 +148,7 @@ export class Handshake {
     const conn = this.conn;
     if (conn.isLoopback || cp.index !== 0) return;
     // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
-    if (cp.lastProbe === null || cp.lastProbe.sentAt !== 0 || cp.lastProbe.done) this.queueProbe(cp);
+    if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
     if (!this.capsKnown) {
       const t = setTimeout(() => {
         if (!this.capsKnown) {
@@ -199,14 +199,24 @@ export class Handshake {
   generationReceived(cp: RdsConnPath, header: Buffer): void {
     this.generation(decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR))).genNum);
     // Acks on this carrier now name only sequence numbers of the peer's current life.
-    cp.helloReceived();
+    cp.acks.helloReceived();
   }
 
   /** GEN_NUM: a new one after a known one means the peer restarted (its sequences start over). */
   private generation(genNum: number | undefined): void {
     if (genNum === undefined || genNum === 0) return;
-    if (this.genNum !== 0 && this.genNum !== genNum) this.conn.stack.peerRestarted(this.conn);
+    if (this.genNum !== 0 && this.genNum !== genNum) this.peerRestarted();
     this.genNum = genNum;
+  }
+
+  /**
+   * A restarted peer (new GEN_NUM): its sequence numbering starts over, so every path forgets
+   * where it was. Our unacknowledged messages are kept and resent: the new incarnation never saw
+   * them (the kernel flushes them instead, losing them).
+   */
+  private peerRestarted(): void {
+    this.conn.stack.counters.add(RDS_CTR.peer_restarted);
+    for (const p of this.conn.paths) p.peerRestarted();
   }
 
   /** A forgotten connection made again: the generation its tombstone kept (see reclaim.ts). */
@@ -240,7 +250,7 @@ export class Handshake {
     }
     conn.setPathCount(n);
     // A kernel is never acknowledged: drop what was tracked while we did not know.
-    if (!this.tracksReceipts) for (const p of conn.paths) p.rx.reset();
+    if (!this.tracksReceipts) for (const p of conn.paths) p.acks.rx.reset();
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
     if (changed && this.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();

@@ -62,7 +62,7 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     npaths: c.npaths,
     initiator: c.isInitiator,
     paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
-      const q = p.pendingCount();
+      const q = p.tx.pendingCount();
       return {
         index: p.index,
         state: p.stateName,
