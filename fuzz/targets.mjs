@@ -5,7 +5,7 @@ import { RdsSocket, RdsStack, wire } from '../dist/index.js';
 const net = `127.31.${(process.pid >> 7) & 0xff}`;
 const host = (process.pid & 0x7f) * 2 + 1;
 const stack = new RdsStack({ tcpPort: 26499, heartbeatIntervalMs: 0 });
-const conn = stack.connFor(`${net}.${host}`, `${net}.${host + 1}`, stack.transport('tcp'));
+const conn = stack.connFor(`${net}.${host}`, `${net}.${host + 1}`, stack.transports.get('tcp'));
 const sock = new RdsSocket({ stack });
 await sock.bind({ address: `${net}.${host}`, port: 4000 });
 

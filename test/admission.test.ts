@@ -1,35 +1,23 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import * as tls from 'node:tls';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
+import { LoopTransport, type RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
 import { rawConnect } from './raw-peer.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
+import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
 // Issue 18: hostile peers and strangers against admission, TLS and per-peer state.
 // Addresses 127.100.x.y .. 127.109.x.y belong to this file.
 
-let stacks: RdsStack[] = [];
+const { node, closeAll } = testNodes();
 let raws: Socket[] = [];
 afterEach(async () => {
   for (const s of raws) s.destroy();
   raws = [];
-  for (const s of stacks) await s.close();
-  stacks = [];
+  await closeAll();
 });
 
 type StackOpts = ConstructorParameters<typeof RdsStack>[0];
-
-async function node(address: string, opts: StackOpts = {}): Promise<{ stack: RdsStack; sock: RdsSocket }> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
-  stacks.push(stack);
-  const sock = new RdsSocket({ stack });
-  await sock.bind({ address, port: 4000 });
-  return { stack, sock };
-}
 
 /** A plain TCP connection from `from` to the node's RDS port that sends nothing. */
 function idleConnection(from: string, to: string): Socket {
@@ -47,50 +35,13 @@ async function recvWithin(sock: RdsSocket, ms: number): Promise<{ text: string; 
 }
 
 describe('TLS admission', () => {
-  let dir = '';
-  const pem = (f: string): Buffer => readFileSync(join(dir, f));
-  const ssl = (...args: string[]): void => {
-    execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  };
+  let pki: ReturnType<typeof tlsMaterial>;
   beforeAll(() => {
-    dir = mkdtempSync(join(tmpdir(), 'rds-adm-'));
-    ssl(
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-days',
-      '2',
-      '-subj',
-      '/CN=rds-ca',
-      '-keyout',
-      'ca.key',
-      '-out',
-      'ca.pem',
-    );
-    for (const n of ['a', 'b']) {
-      ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=node-${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
-      ssl(
-        'x509',
-        '-req',
-        '-in',
-        `${n}.csr`,
-        '-CA',
-        'ca.pem',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-days',
-        '2',
-        '-out',
-        `${n}.pem`,
-      );
-    }
+    pki = tlsMaterial(['a', 'b']);
   });
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  afterAll(() => pki.remove());
 
-  const tlsOpts = (who: string) => ({ key: pem(`${who}.key`), cert: pem(`${who}.pem`), ca: pem('ca.pem') });
+  const tlsOpts = (who: string) => pki.buffers(who);
   const tlsNode = (address: string, who: string, opts: StackOpts = {}) =>
     node(address, {
       ...opts,

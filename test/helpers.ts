@@ -1,8 +1,32 @@
 import { spawn } from 'node:child_process';
-import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+import { RdsSocket, RdsStack, type RdsStackOptions, constants } from '../lib/index.js';
 
 /** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
 export const TEST_TCP_PORT = 26385;
+
+/**
+ * The nodes of a test file: node() makes a stack (RDS/TCP on TEST_TCP_PORT, reconnecting within
+ * 50 ms unless `opts` say otherwise) with one socket bound at (address, port); closeAll() closes
+ * every stack made since its last call (the file's afterEach).
+ */
+export function testNodes(): {
+  node(address: string, opts?: RdsStackOptions, port?: number): Promise<{ stack: RdsStack; sock: RdsSocket }>;
+  closeAll(): Promise<void>;
+} {
+  const stacks: RdsStack[] = [];
+  return {
+    async node(address, opts = {}, port = 4000) {
+      const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
+      stacks.push(stack);
+      const sock = new RdsSocket({ stack });
+      await sock.bind({ address, port });
+      return { stack, sock };
+    },
+    async closeAll() {
+      for (const s of stacks.splice(0)) await s.close();
+    },
+  };
+}
 
 export interface Pair {
   a: RdsSocket;

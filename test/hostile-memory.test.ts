@@ -4,28 +4,15 @@
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { constants, RdsSocket, RdsStack, type TcpTransport, wire } from '../lib/index.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
-let stacks: RdsStack[] = [];
+const { node, closeAll } = testNodes();
 let raws: Socket[] = [];
 afterEach(async () => {
   for (const s of raws) s.destroy();
   raws = [];
-  for (const s of stacks) await s.close();
-  stacks = [];
+  await closeAll();
 });
-
-async function node(
-  address: string,
-  opts: ConstructorParameters<typeof RdsStack>[0] = {},
-  port = 4000,
-): Promise<{ stack: RdsStack; sock: RdsSocket }> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
-  stacks.push(stack);
-  const sock = new RdsSocket({ stack });
-  await sock.bind({ address, port });
-  return { stack, sock };
-}
 
 /** A plain TCP connection to a node's RDS port, from `from` (smaller than the node: a carrier, not a poke). */
 async function raw(from: string, to: string): Promise<Socket> {
@@ -296,7 +283,7 @@ describe('a stalled payload cannot pin memory', () => {
     const cap = 2 << 20;
     const v = await node(victimAddr, { maxPartialFrameBytes: cap, frameTimeoutMs: 1500 });
     const good = await node('127.110.4.201');
-    const tcp = v.stack.transport('tcp') as TcpTransport;
+    const tcp = v.stack.transports.get('tcp') as TcpTransport;
     const attackers = 6;
     const big = 1 << 20;
     for (let k = 0; k < attackers; k++) {
@@ -345,7 +332,7 @@ describe('a stalled payload cannot pin memory', () => {
     const f = frame({ sequence: 1, sport: 7000, dport: 4000 }, body);
     s.write(f.subarray(0, 200 * 1024));
     await until(
-      () => (v.stack.transport('tcp') as TcpTransport).partialFrameBytes === body.length,
+      () => (v.stack.transports.get('tcp') as TcpTransport).partialFrameBytes === body.length,
       'frame in progress',
     );
     await new Promise((r) => setTimeout(r, 300));
@@ -353,7 +340,7 @@ describe('a stalled payload cannot pin memory', () => {
     const m = await v.sock.recv({ timeout: 5000 });
     expect(m.data.equals(body)).toBe(true);
     expect(v.stack.counters.get('recv_drop_frame_timeout')).toBe(0);
-    expect((v.stack.transport('tcp') as TcpTransport).partialFrameBytes).toBe(0);
+    expect((v.stack.transports.get('tcp') as TcpTransport).partialFrameBytes).toBe(0);
   });
 
   it('rejects limits that make no sense', () => {

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+import { RdsSocket, RdsStack, constants, wire as w } from '../lib/index.js';
+import { RawListener } from './raw-peer.js';
 import type { RdsConnection } from '../lib/core/connection.js';
 import type { RdsConnPath } from '../lib/core/path.js';
 import { connect } from 'node:net';
@@ -53,7 +54,7 @@ const tcpConn = (s: RdsStack, peer: string) =>
 const pathInfo = (s: RdsStack, peer: string, index: number) => tcpConn(s, peer)?.paths.find((p) => p.index === index);
 const railUp = (s: RdsStack, peer: string): boolean => pathInfo(s, peer, 8)?.state === 'UP';
 const internalConn = (s: RdsStack, laddr: string, faddr: string): RdsConnection =>
-  s.connFor(laddr, faddr, s.transport('tcp')!);
+  s.connFor(laddr, faddr, s.transports.get('tcp')!);
 
 describe('rails: several links to one peer', () => {
   it('a rail declared on both ends comes up after the handshake and shows in connections()', async () => {
@@ -353,6 +354,35 @@ describe('path policies', () => {
     expect(A.pathPolicy(b1)).toBe('round-robin');
     expect(() => A.setPathPolicy('fastest' as never)).toThrow(/pathPolicy must be one of/);
     expect(() => new RdsStack({ pathPolicy: 'x' as never })).toThrow(/EINVAL/);
+  });
+});
+
+describe("kernel peers keep the kernel's choice", () => {
+  it('a 7.x kernel running 8 lanes: every policy sends each socket on the lane its port hashes to', async () => {
+    const n = (net += 2);
+    const [a1, k1] = [`127.132.${n}.1`, `127.132.${n}.2`];
+    const peer = await RawListener.listen(k1, TEST_TCP_PORT, false);
+    cleanups.push(() => peer.close());
+    const A = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, pathPolicy: 'round-robin' });
+    cleanups.push(() => A.close());
+    const a = new RdsSocket({ stack: A });
+    await a.bind({ address: a1, port: 4000 });
+    cleanups.push(() => a.close());
+    a.sendmsg(Buffer.from('x'), { address: k1, port: 4000 });
+    const isProbe = (f: { header: w.RdsHeader }): boolean => f.header.sport === 1 && f.header.dport === 0;
+    const kernel7 = (): Uint8Array =>
+      w.packExtensions([w.npathsExtension(8), w.genNumExtension(0x7007), w.sportIdxExtension()]);
+    const c = await peer.accept(0);
+    await c.nextMatching(isProbe);
+    c.send({ sequence: 1, sport: 0, dport: 1, exthdr: kernel7() });
+    await c.nextMatching(isProbe);
+    c.send({ sequence: 2, sport: 0, dport: 1, exthdr: kernel7() });
+    await peer.accept(7);
+    await until(() => tcpConn(A, k1).paths.filter((p) => p.state === 'UP').length === 8, '8 lanes up');
+    const conn = internalConn(A, a1, k1);
+    expect(conn.handshake.peer).toBe('kernel');
+    const hashLane = (port: number): number => ((Math.imul(port, 0x9e3779b1) >>> 16) & 0xffff) % 8;
+    for (let port = 2000; port < 2032; port++) expect(conn.pathFor(port).index).toBe(hashLane(port));
   });
 });
 

@@ -1,29 +1,12 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, wire } from '../lib/index.js';
+import { LoopTransport, RdsStack, TcpTransport, wire } from '../lib/index.js';
 import { rawConnect } from './raw-peer.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
+import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
-let stacks: RdsStack[] = [];
-afterEach(async () => {
-  for (const s of stacks) await s.close();
-  stacks = [];
-});
-
-async function node(
-  address: string,
-  opts: ConstructorParameters<typeof RdsStack>[0] = {},
-): Promise<{ stack: RdsStack; sock: RdsSocket }> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });
-  stacks.push(stack);
-  const sock = new RdsSocket({ stack });
-  await sock.bind({ address, port: 4000 });
-  return { stack, sock };
-}
+const { node, closeAll } = testNodes();
+afterEach(closeAll);
 
 describe('access control: allowPeers', () => {
   it('refuses and counts connections from peers outside the allowlist; allowed peers are unaffected', async () => {
@@ -84,72 +67,15 @@ describe('resource bounds', () => {
 });
 
 describe('TLS with mutual certificate authentication', () => {
-  let dir = '';
-  const pem = (f: string): Buffer => readFileSync(join(dir, f));
-  const ssl = (...args: string[]): void => {
-    execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  };
+  let pki: ReturnType<typeof tlsMaterial>;
+  // Nodes a and b have certificates from the shared CA; rogue has one no one trusts.
   beforeAll(() => {
-    dir = mkdtempSync(join(tmpdir(), 'rds-tls-'));
-    ssl(
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-days',
-      '2',
-      '-subj',
-      '/CN=rds-ca',
-      '-keyout',
-      'ca.key',
-      '-out',
-      'ca.pem',
-    );
-    for (const n of ['a', 'b']) {
-      ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=node-${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
-      ssl(
-        'x509',
-        '-req',
-        '-in',
-        `${n}.csr`,
-        '-CA',
-        'ca.pem',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-days',
-        '2',
-        '-out',
-        `${n}.pem`,
-      );
-    }
-    // A node with a certificate no one trusts.
-    ssl(
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-days',
-      '2',
-      '-subj',
-      '/CN=rogue',
-      '-keyout',
-      'rogue.key',
-      '-out',
-      'rogue.pem',
-    );
+    pki = tlsMaterial(['a', 'b'], { selfSigned: ['rogue'] });
   });
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  afterAll(() => pki.remove());
 
-  const tlsNode = (address: string, who: string, ca = 'ca.pem') =>
-    node(address, {
-      transports: [
-        new TcpTransport({ tls: { key: pem(`${who}.key`), cert: pem(`${who}.pem`), ca: pem(ca) } }),
-        new LoopTransport(),
-      ],
-    });
+  const tlsNode = (address: string, who: string) =>
+    node(address, { transports: [new TcpTransport({ tls: pki.buffers(who) }), new LoopTransport()] });
 
   it('nodes with certificates from the shared CA exchange messages both ways', async () => {
     const a = await tlsNode('127.32.4.1', 'a');
@@ -163,8 +89,8 @@ describe('TLS with mutual certificate authentication', () => {
 
   it('a peer without a valid certificate can neither deliver nor read a message', async () => {
     const b = await tlsNode('127.32.5.2', 'b');
-    const rogueLow = await tlsNode('127.32.5.1', 'rogue', 'ca.pem'); // smaller: connects to b
-    const rogueHigh = await tlsNode('127.32.5.3', 'rogue', 'ca.pem'); // larger: b connects to it
+    const rogueLow = await tlsNode('127.32.5.1', 'rogue'); // smaller: connects to b
+    const rogueHigh = await tlsNode('127.32.5.3', 'rogue'); // larger: b connects to it
     rogueLow.sock.sendmsg(Buffer.from('forged'), b.sock.address());
     b.sock.sendmsg(Buffer.from('secret'), rogueHigh.sock.address());
     await until(() => b.stack.counters.get('conn_refused_tls') >= 2, 'TLS refusals', 10000);

@@ -242,8 +242,8 @@ describe('receive tracking stays bounded where nothing is acknowledged', () => {
     c.send({ sequence: 1, sport: 1, dport: 0, exthdr: wire_npaths(8) }); // a kernel's probe: no rds-socket capabilities
     for (let i = 0; i < 200; i++) c.send({ sequence: 2 + i, sport: 9, dport: 4000 }, Buffer.from('k'));
     for (let i = 0; i < 200; i++) await sock.recv({ signal: timeout() });
-    const cp = stack.connFor('127.23.11.2', '127.23.11.1', stack.transport('tcp')!).paths[0]!;
-    expect(cp.rx.pending).toBe(0);
+    const cp = stack.connFor('127.23.11.2', '127.23.11.1', stack.transports.get('tcp')!).paths[0]!;
+    expect(cp.acks.rx.pending).toBe(0);
   });
 
   it('loopback messages are never tracked', async () => {
@@ -252,8 +252,8 @@ describe('receive tracking stays bounded where nothing is acknowledged', () => {
     await other.bind({ address: '127.23.12.2', port: 4000 });
     for (let i = 0; i < 500; i++) sock.sendmsg(Buffer.from('l'), other.address());
     for (let i = 0; i < 500; i++) await other.recv({ signal: timeout() });
-    const cp = stack.connFor('127.23.12.2', '127.23.12.1', stack.transport('loopback')!).paths[0]!;
-    expect(cp.rx.pending).toBe(0);
+    const cp = stack.connFor('127.23.12.2', '127.23.12.1', stack.transports.get('loopback')!).paths[0]!;
+    expect(cp.acks.rx.pending).toBe(0);
   });
 });
 

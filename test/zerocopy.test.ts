@@ -127,8 +127,7 @@ describe('MSG_ZEROCOPY send', () => {
     const released: number[] = [];
     const owner: SendOwner = { messageDone() {}, zcopyReleased: (c) => released.push(c) };
     const m = new RdsOutgoing(Buffer.alloc(48), 5, 1, 4000, 4000, '127.0.0.2', null as unknown as RdsConnPath, owner);
-    m.zcPayload = Buffer.from('hello');
-    m.zcCookie = 9;
+    m.zeroCopy(Buffer.from('hello'), 9);
     m.xmitHold();
     m.complete();
     expect(released).toEqual([]);

@@ -1,58 +1,16 @@
 // Shared pieces of the admission attacks (tls-refusal-crash, tls-idle-flood, slot-flood-known-peer,
 // stranger-churn): a victim node in a child process, a good peer doing round trips against it,
 // TLS material, and the figures every attack reports. Loopback only: 127.106-109.x.y.
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { LoopTransport, RdsSocket, RdsStack, TcpTransport } from '../../dist/index.js';
+
+export { tlsMaterial } from './tls-material.mjs';
 
 const VICTIM = fileURLToPath(new URL('./admission-victim.mjs', import.meta.url));
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** A CA and certificates it signed for `names` (openssl), in a temporary directory. */
-export function tlsMaterial(names) {
-  const dir = mkdtempSync(join(tmpdir(), 'rds-attack-'));
-  const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'ignore' });
-  ssl(
-    'req',
-    '-x509',
-    '-newkey',
-    'rsa:2048',
-    '-nodes',
-    '-days',
-    '2',
-    '-subj',
-    '/CN=rds-ca',
-    '-keyout',
-    'ca.key',
-    '-out',
-    'ca.pem',
-  );
-  for (const n of names) {
-    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${n}`, '-keyout', `${n}.key`, '-out', `${n}.csr`);
-    ssl(
-      'x509',
-      '-req',
-      '-in',
-      `${n}.csr`,
-      '-CA',
-      'ca.pem',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-days',
-      '2',
-      '-out',
-      `${n}.pem`,
-    );
-  }
-  const files = (n) => ({ key: join(dir, `${n}.key`), cert: join(dir, `${n}.pem`), ca: join(dir, 'ca.pem') });
-  const buffers = (n) => Object.fromEntries(Object.entries(files(n)).map(([k, f]) => [k, readFileSync(f)]));
-  return { dir, files, buffers, remove: () => rmSync(dir, { recursive: true, force: true }) };
-}
 
 /**
  * Starts the victim: { address, tcpPort, stack, tls? (file paths) }. Resolves once it is bound.

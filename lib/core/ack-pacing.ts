@@ -101,16 +101,16 @@ export class AckPacer {
 
   /** A sequenced message was accepted on this path; null when nothing will be acknowledged. */
   recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
-    if (!this.conn.tracksReceipts) return null;
+    if (!this.conn.handshake.tracksReceipts) return null;
     // recvIncoming's transport has just stamped lastRxAt: no second clock reading per message.
-    const e = this.rx.record(seq, consumed ? RX_READ : RX_PENDING, ackRequired, this.path.lastRxAt, this.path);
-    if (this.conn.ackMode && (consumed || ackRequired)) this.requestAck();
+    const e = this.rx.record(seq, consumed ? RX_READ : RX_PENDING, ackRequired, this.path.heartbeat.lastRxAt, this);
+    if (this.conn.handshake.ackMode && (consumed || ackRequired)) this.requestAck();
     return e;
   }
 
   /** The application took a message (RX_READ), or it was refused or discarded: the acks may move. */
   consumed(e: RxEntry, outcome: RxOutcome = RX_READ): void {
-    if (this.rx.settle(e, outcome) && this.conn.ackMode) this.requestAck();
+    if (this.rx.settle(e, outcome) && this.conn.handshake.ackMode) this.requestAck();
   }
 
   /** A heartbeat asked for an immediate answer. */
@@ -132,7 +132,7 @@ export class AckPacer {
 
   private flush(): void {
     if (this.path.state !== RDS_CONN_UP) return;
-    if (!this.conn.ackMode) {
+    if (!this.conn.handshake.ackMode) {
       // No RDS-level acks with this peer (rdsAcks: false), but we advertise heartbeats: answer
       // one with a bare frame that acknowledges nothing, or the peer takes our silence for a
       // dead link and drops the carrier every few intervals.
@@ -155,14 +155,14 @@ export class AckPacer {
 
   private wanted(): boolean {
     const rx = this.rx;
-    return rx.wanted || (this.conn.confirmsReads && (rx.readWanted || rx.toReport.length > 0));
+    return rx.wanted || (this.conn.handshake.confirmsReads && (rx.readWanted || rx.toReport.length > 0));
   }
 
   /** Before a graceful close: tell the peer everything we have, asked for or not. */
   finalAck(): void {
-    if (this.path.state !== RDS_CONN_UP || !this.conn.ackMode || !this.acksAllowed) return;
+    if (this.path.state !== RDS_CONN_UP || !this.conn.handshake.ackMode || !this.acksAllowed) return;
     this.rx.advance(Date.now());
-    if (this.rx.unsent || (this.conn.confirmsReads && (this.rx.readUnsent || this.rx.toReport.length > 0)))
+    if (this.rx.unsent || (this.conn.handshake.confirmsReads && (this.rx.readUnsent || this.rx.toReport.length > 0)))
       this.sendFrame(0);
   }
 
@@ -177,7 +177,7 @@ export class AckPacer {
     const ack = allowed ? this.rx.ackSeq : 0;
     if (allowed) this.rx.markSent();
     let exthdr: Uint8Array | undefined;
-    if (allowed && this.conn.confirmsReads) {
+    if (allowed && this.conn.handshake.confirmsReads) {
       // Refusals first, each in a frame of its own, so the peer has them before a read cursor
       // that passes them (frames on one carrier arrive in order).
       for (const r of this.rx.toReport.splice(0)) {
@@ -203,14 +203,14 @@ export class AckPacer {
    * pong or hello; see peerHelloSeen), or the peer is a kernel on a transport that needs acks.
    */
   private get acksAllowed(): boolean {
-    return this.helloSeen || this.conn.acksWithoutHello;
+    return this.helloSeen || this.conn.handshake.acksWithoutHello;
   }
 
   /** The peer's generation arrived on this carrier (its probe or pong, or an older peer's hello). */
   helloReceived(): void {
     if (this.helloSeen) return;
     this.helloSeen = true;
-    if (this.conn.ackMode) this.requestAck();
+    if (this.conn.handshake.ackMode) this.requestAck();
   }
 
   setRef(ref: boolean): void {

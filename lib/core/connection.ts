@@ -3,7 +3,7 @@ import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
 import { ConnFailover } from './failover.js';
 import { Handshake } from './handshake.js';
-import { RdsConnPath } from './path.js';
+import { type ConnState, RdsConnPath } from './path.js';
 import { pickPath } from './path-policy.js';
 import type { RdsStack } from './stack.js';
 import type { RdsTransport } from './transport.js';
@@ -16,8 +16,7 @@ import { RDS_CTR } from './stats.js';
  */
 export class RdsConnection {
   readonly paths: RdsConnPath[];
-  /** 0 until a handshake says otherwise (spec §3.2); then the agreed number of paths. */
-  npaths = 0;
+  private pathCount = 0;
   /** The negotiator: hello, probe and pong, and all that is known about the peer from them. @internal */
   readonly handshake: Handshake = new Handshake(this);
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
@@ -25,14 +24,10 @@ export class RdsConnection {
   /** True when this side has the numerically smaller address (it initiates TCP). */
   readonly isInitiator: boolean;
   readonly isLoopback: boolean;
-  /** Last time any path changed state (ms since the epoch): idleness is measured from it. */
-  stateChangedAt = Date.now();
-  /** Last time a path of this connection was UP (left UP or came UP); 0 = never. */
-  lastUpAt = 0;
-  /** Last time an accepted carrier from this peer delivered a complete frame; 0 = never (a stranger). */
-  heardAt = 0;
-  /** The stack forgot this connection (idle, nothing queued): holders must look it up again. */
-  reclaimed = false;
+  private changedAt = Date.now();
+  private upAt = 0;
+  private heard = 0;
+  private forgotten = false;
   /** Failover between this connection's paths (rds-socket peers only). */
   readonly failover = new ConnFailover(this);
 
@@ -49,9 +44,46 @@ export class RdsConnection {
     this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
   }
 
+  /** 0 until a handshake says otherwise (spec §3.2); then the agreed number of paths. */
+  get npaths(): number {
+    return this.pathCount;
+  }
+  /** Last time any path changed state (ms since the epoch): idleness is measured from it. */
+  get stateChangedAt(): number {
+    return this.changedAt;
+  }
+  /** Last time a path of this connection was UP (left UP or came UP); 0 = never. */
+  get lastUpAt(): number {
+    return this.upAt;
+  }
+  /** Last time an accepted carrier from this peer delivered a complete frame; 0 = never (a stranger). */
+  get heardAt(): number {
+    return this.heard;
+  }
+  /** The stack forgot this connection (idle, nothing queued): holders must look it up again. */
+  get reclaimed(): boolean {
+    return this.forgotten;
+  }
+
+  /** One of its paths moved from `from` to `to` (RdsConnPath.transition). @internal */
+  pathStateChanged(from: ConnState, to: ConnState): void {
+    this.changedAt = Date.now();
+    if (from === 'UP' || to === 'UP') this.upAt = this.changedAt;
+  }
+
+  /** A carrier from the peer delivered a complete frame (or closed after doing so): the peer identified itself. @internal */
+  heardFrom(): void {
+    this.heard = Date.now();
+  }
+
+  /** The stack forgot it (reclaim.ts). @internal */
+  markReclaimed(): void {
+    this.forgotten = true;
+  }
+
   /** Application messages wait to be sent or acknowledged on some path (probes and pongs do not count). */
   hasPendingData(): boolean {
-    for (const p of this.paths) if (p.hasPendingData()) return true;
+    for (const p of this.paths) if (p.tx.hasPendingData()) return true;
     return false;
   }
 
@@ -78,8 +110,9 @@ export class RdsConnection {
     return this.hasPendingData();
   }
 
-  // What the handshake says about the peer, read where it is needed (the negotiator owns it; these
-  // read-only views keep the paths', receive's and transports' call sites as they were).
+  // What the handshake says about the peer. The negotiator owns it and the core reads it there
+  // (conn.handshake, internal); these read-only views are what transports and the published
+  // declarations see of it (RdsConnection reaches users through RdsTransport), so they stay.
 
   /** Peer generation from GEN_NUM (0 = unknown). */
   get peerGenNum(): number {
@@ -150,8 +183,8 @@ export class RdsConnection {
 
   /** A handshake settled the path count. Going from one path to several starts multipath. */
   setPathCount(n: number): void {
-    const before = this.npaths;
-    this.npaths = n;
+    const before = this.pathCount;
+    this.pathCount = n;
     if (n > 1 && before <= 1) {
       // Lanes wait until lane 0 has delivered what was queued before the fan-out, so no socket's
       // message on its new lane overtakes one still on lane 0 (spec §3.3).
@@ -169,7 +202,7 @@ export class RdsConnection {
    */
   lanesMayConnect(): boolean {
     const p0 = this.paths[0]!;
-    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen;
+    return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen && !this.handshake.awaitingPathsPong;
   }
 
   openLanes(): void {

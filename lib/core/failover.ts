@@ -100,7 +100,7 @@ export class ConnFailover {
    * drops any it already has. Until this path is back, its sockets send on the live path too.
    */
   failOver(from: RdsConnPath, forced = false): void {
-    if (!forced && !this.conn.failoverAllowed) return;
+    if (!forced && !this.conn.handshake.failoverAllowed) return;
     const target = this.target(from);
     if (target === null) return; // retried when a path comes up
     const s = this.of(from);
@@ -165,7 +165,7 @@ export class ConnFailover {
   releaseHolds(cp: RdsConnPath): void {
     if (this.st.size === 0) return;
     for (const p of failoverPaths(this.conn)) {
-      if (this.st.get(p)?.behind === cp) p.kick();
+      if (this.st.get(p)?.behind === cp) p.tx.kick();
     }
   }
 

@@ -46,6 +46,7 @@ export class Handshake {
   private capsKnown = false;
   private peerSportIdx = false;
   private genNum = 0;
+  private pathsPongPending = false;
 
   constructor(private readonly conn: RdsConnection) {}
 
@@ -63,6 +64,14 @@ export class Handshake {
   /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
   get sportIdx(): boolean {
     return this.peerSportIdx;
+  }
+
+  /**
+   * We raised NPATHS for a kernel that pairs by source port and wait for its pong to that probe:
+   * lanes do not connect before it, so the kernel never pairs a lane while it runs one path.
+   */
+  get awaitingPathsPong(): boolean {
+    return this.pathsPongPending;
   }
 
   /** The peer's generation from GEN_NUM; 0 while unknown. */
@@ -86,13 +95,23 @@ export class Handshake {
   }
 
   /**
-   * NPATHS we advertise in the kernel-visible extension: always 1. A kernel up to 6.19 pairs
-   * accepted connections with paths in arrival order, so after reconnects its path j can meet our
-   * path i and duplicate suppression breaks (spec §3.5); one path is always safe. rds-socket peers
-   * learn our real path count from the capability extension.
+   * NPATHS we advertise in the kernel-visible extension. 1, except to a kernel that has sent
+   * SPORT_IDX (7.0+): it pairs accepted connections by source port (spec §3.6), so it gets our
+   * real path count. A kernel up to 6.19 pairs accepted connections with paths in arrival order,
+   * so after reconnects its path j can meet our path i and duplicate suppression breaks
+   * (spec §3.5); one path is always safe. rds-socket peers learn our real path count from the
+   * capability extension, and are always told 1 here.
    */
   advertisedPaths(): number {
-    return 1;
+    const conn = this.conn;
+    return this.kernelPairsBySport && conn.transport.mpathCapable
+      ? Math.min(conn.stack.options.npaths, conn.paths.length)
+      : 1;
+  }
+
+  /** A kernel (no rds-socket capabilities) that sent SPORT_IDX: a 7.0+ kernel, which pairs by source port. */
+  get kernelPairsBySport(): boolean {
+    return this.peerSportIdx && this.peer === 'kernel';
   }
 
   /**
@@ -133,7 +152,7 @@ export class Handshake {
     const conn = this.conn;
     if (conn.isLoopback || cp.index !== 0) return;
     // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
-    if (cp.lastProbe === null || cp.lastProbe.sentAt !== 0 || cp.lastProbe.done) this.queueProbe(cp);
+    if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
     if (!this.capsKnown) {
       const t = setTimeout(() => {
         if (!this.capsKnown) {
@@ -159,6 +178,16 @@ export class Handshake {
 
   // ---- what the peer says ----
 
+  /**
+   * A pong arrived (accepted): what it says, and if we were waiting for the answer to a raised
+   * NPATHS, this is it (a kernel answers probes in order).
+   */
+  pongReceived(header: Buffer): void {
+    const raised = this.pathsPongPending;
+    this.frameReceived(header);
+    if (raised) this.pathsPongPending = false;
+  }
+
   /** A hello, probe or pong arrived (accepted, not a duplicate): everything it says. */
   frameReceived(header: Buffer): void {
     const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
@@ -174,14 +203,24 @@ export class Handshake {
   generationReceived(cp: RdsConnPath, header: Buffer): void {
     this.generation(decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR))).genNum);
     // Acks on this carrier now name only sequence numbers of the peer's current life.
-    cp.helloReceived();
+    cp.acks.helloReceived();
   }
 
   /** GEN_NUM: a new one after a known one means the peer restarted (its sequences start over). */
   private generation(genNum: number | undefined): void {
     if (genNum === undefined || genNum === 0) return;
-    if (this.genNum !== 0 && this.genNum !== genNum) this.conn.stack.peerRestarted(this.conn);
+    if (this.genNum !== 0 && this.genNum !== genNum) this.peerRestarted();
     this.genNum = genNum;
+  }
+
+  /**
+   * A restarted peer (new GEN_NUM): its sequence numbering starts over, so every path forgets
+   * where it was. Our unacknowledged messages are kept and resent: the new incarnation never saw
+   * them (the kernel flushes them instead, losing them).
+   */
+  private peerRestarted(): void {
+    this.conn.stack.counters.add(RDS_CTR.peer_restarted);
+    for (const p of this.conn.paths) p.peerRestarted();
   }
 
   /** A forgotten connection made again: the generation its tombstone kept (see reclaim.ts). */
@@ -198,17 +237,24 @@ export class Handshake {
     const changed = !this.capsKnown || this.peerCaps !== caps;
     this.peerCaps = caps;
     this.capsKnown = true;
+    const learnedSportIdx = hs.sportIdx === true && !this.peerSportIdx;
     if (hs.sportIdx) this.peerSportIdx = true;
     // rds-socket peers say how many paths they run in their capabilities; a kernel's NPATHS is
-    // answered with our NPATHS of 1 (see advertisedPaths), so kernels always run one path.
+    // answered with ours (see advertisedPaths): 1 unless the kernel pairs by source port.
     const peerPaths = (caps >>> RDSSOCK_CAP_PATHS_SHIFT) & 0xf;
     const n =
       peerPaths > 0 && conn.transport.mpathCapable
         ? Math.min(conn.stack.options.npaths, peerPaths, conn.paths.length)
         : Math.max(1, Math.min(this.advertisedPaths(), hs.npaths ?? 1));
+    // A kernel that just told us it pairs by source port has so far seen NPATHS = 1 from us: a
+    // new probe tells it our real count (7.x accepts the increase), and lanes wait for its pong.
+    if (learnedSportIdx && caps === 0 && this.advertisedPaths() > 1) {
+      this.pathsPongPending = true;
+      if (!conn.isLoopback && conn.paths[0]!.state === RDS_CONN_UP) this.queueProbe(conn.paths[0]!);
+    }
     conn.setPathCount(n);
     // A kernel is never acknowledged: drop what was tracked while we did not know.
-    if (!this.tracksReceipts) for (const p of conn.paths) p.rx.reset();
+    if (!this.tracksReceipts) for (const p of conn.paths) p.acks.rx.reset();
     if (changed) for (const p of conn.paths) p.capabilitiesChanged();
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
     if (changed && this.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();

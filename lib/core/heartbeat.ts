@@ -36,7 +36,7 @@ export class Heartbeat {
     this.stop();
     const conn = this.path.conn;
     const every = conn.stack.options.heartbeatIntervalMs;
-    if (every <= 0 || !conn.heartbeatMode || conn.transport.xmitControl === undefined) return;
+    if (every <= 0 || !conn.handshake.heartbeatMode || conn.transport.xmitControl === undefined) return;
     this.timer = setInterval(() => this.tick(), every);
     if (!conn.stack.referenced) this.timer.unref();
   }

@@ -68,7 +68,7 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
       .slice(0, Math.max(1, c.npaths))
       .concat(c.paths.slice(RAIL_FIRST_INDEX))
       .map((p) => {
-        const q = p.pendingCount();
+        const q = p.tx.pendingCount();
         const f = pathFigures(p);
         const ends = pathEndpoints(p);
         return {

@@ -25,19 +25,15 @@ export class RdsOutgoing {
   /** True once acknowledged or cancelled: its bytes went back to the owner. */
   done = false;
   cancelled = false;
-  /** performance.now() of the first transmission (0 = not yet sent), for the latency histogram. */
-  sentAt = 0;
-  /** performance.now() when queued, set only while the socket has SO_SNDTIMEO (its deadline's start). */
-  queuedAt = 0;
-  /** Set by send({ confirm: true }): told when the peer has the message, or why it never will. */
-  settle: ((err?: Error) => void) | null = null;
+  private firstSentAt = 0;
+  private deadlineStart = 0;
+  private settle: ((err?: Error) => void) | null = null;
   /** Links in the owning socket's RdsSendList. */
   sockPrev: RdsOutgoing | null = null;
   sockNext: RdsOutgoing | null = null;
   sockLinked = false;
-  /** MSG_ZEROCOPY: the caller's payload, referenced rather than copied; null once released. */
-  zcPayload: Uint8Array | readonly Uint8Array[] | null = null;
-  zcCookie = 0;
+  private zc: Uint8Array | readonly Uint8Array[] | null = null;
+  private zcCookie = 0;
   /** Where a large frame's memory returns once nothing reads it (null: never reused). */
   private recycler: WireSlab | null = null;
   /** Transport writes that still read the frame or zcPayload: released only when none remain. */
@@ -55,6 +51,47 @@ export class RdsOutgoing {
     public path: RdsConnPath,
     readonly owner: SendOwner | null,
   ) {}
+
+  /** performance.now() of the first transmission (0 = not yet sent), for the latency histogram. */
+  get sentAt(): number {
+    return this.firstSentAt;
+  }
+
+  /** Transmitted at `now` (performance.now()); only the first transmission counts. @internal */
+  sent(now: number): void {
+    if (this.firstSentAt === 0) this.firstSentAt = now;
+  }
+
+  /** performance.now() when queued, set only while the socket has SO_SNDTIMEO (its deadline's start). */
+  get queuedAt(): number {
+    return this.deadlineStart;
+  }
+
+  /** SO_SNDTIMEO applies: the deadline runs from `now`, unless it already runs. @internal */
+  startDeadline(now: number): void {
+    if (this.deadlineStart === 0) this.deadlineStart = now;
+  }
+
+  /** MSG_ZEROCOPY: the caller's payload, referenced rather than copied; null once released. */
+  get zcPayload(): Uint8Array | readonly Uint8Array[] | null {
+    return this.zc;
+  }
+
+  /** MSG_ZEROCOPY: the payload stays in the caller's buffers; `cookie` is reported when they are free. @internal */
+  zeroCopy(payload: Uint8Array | readonly Uint8Array[], cookie: number): void {
+    this.zc = payload;
+    this.zcCookie = cookie;
+  }
+
+  /** A send({ confirm: true }) waits for it: confirm() has not settled it yet. */
+  get confirmPending(): boolean {
+    return this.settle !== null;
+  }
+
+  /** send({ confirm: true }): `settle` is told when the peer has the message, or why it never will. @internal */
+  onConfirm(settle: (err?: Error) => void): void {
+    this.settle = settle;
+  }
 
   get flags(): number {
     return this.wire[OFF_FLAGS]!;
@@ -97,7 +134,7 @@ export class RdsOutgoing {
   /**
    * Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once.
    * `keepConfirm`: acknowledged as queued, not yet as read; a pending confirmation waits for
-   * confirm() (see RdsConnPath.awaitingRead).
+   * confirm() (see ReadConfirmations.awaitingRead).
    */
   complete(err?: Error, keepConfirm = false): void {
     if (this.done) return;
@@ -147,8 +184,8 @@ export class RdsOutgoing {
       this.recycler.recycle(this.wire);
       this.recycler = null;
     }
-    if (this.zcPayload === null) return;
-    this.zcPayload = null;
+    if (this.zc === null) return;
+    this.zc = null;
     this.owner?.zcopyReleased?.(this.zcCookie);
   }
 }

@@ -124,7 +124,8 @@ export interface RdsStackOptions {
   control?: boolean | string;
   /**
    * Paths (TCP connections) per peer for multipath RDS: 1, 2, 4 or 8. Default 8, as the kernel.
-   * Used with rds-socket peers; with kernel peers rds-socket runs one path (see README).
+   * Used with rds-socket peers and with kernels that send SPORT_IDX (7.0+); with older kernels
+   * rds-socket runs one path (see README).
    */
   npaths?: number;
   /**

@@ -11,10 +11,21 @@ import type { RdsOutgoing, SendOwner } from './message.js';
 export class OwnAccount implements SendOwner {
   /** Marks these messages as the path's own: they never move to another path on failover. */
   readonly ownAccount = true;
+  private count = 0;
+
   /** Queued or sent and not yet acknowledged (or cancelled). */
-  queued = 0;
+  get queued(): number {
+    return this.count;
+  }
+
+  /** One more message on this account, if fewer than `max` are out; false (nothing taken) if not. */
+  take(max: number): boolean {
+    if (this.count >= max) return false;
+    this.count++;
+    return true;
+  }
 
   messageDone(_msg: RdsOutgoing): void {
-    this.queued--;
+    this.count--;
   }
 }

@@ -106,7 +106,11 @@ export function pickPath(conn: RdsConnection, sport: number): RdsConnPath {
   const policy = conn.stack.pathPolicies.for(conn.faddr);
   // The kernel's choice while nothing else was ever used on this connection: no placement is
   // recorded, so sending stays as cheap as before.
-  if (!hasRailSlots(conn) && (conn.npaths <= 1 || (policy === 'hash' && !states.has(conn))))
+  // Kernels (7.0 and later run lanes too) always get it: policies are between rds-socket nodes.
+  if (
+    !hasRailSlots(conn) &&
+    (conn.npaths <= 1 || conn.handshake.peer !== 'rds-socket' || (policy === 'hash' && !states.has(conn)))
+  )
     return legacyPath(conn, sport);
   const st = stateOf(conn);
   const was = st.placed.get(sport);

@@ -6,15 +6,12 @@ import {
   RDS_CONN_RESETTING,
   RDS_CONN_UP,
 } from '../constants.js';
-import type { RdsExtension } from '../wire/extensions.js';
 import { AckPacer } from './ack-pacing.js';
 import type { CarrierKind } from './carrier.js';
 import type { RdsConnection } from './connection.js';
 import type { Fifo } from './fifo.js';
 import { Heartbeat } from './heartbeat.js';
-import type { RdsOutgoing, SendOwner } from './message.js';
-import type { OwnAccount } from './own-budget.js';
-import type { RxAckTracker, RxEntry, RxOutcome } from './rx-ack.js';
+import type { RdsOutgoing } from './message.js';
 import { RxSequence } from './rx-seq.js';
 import { railMayConnect } from './rail.js';
 import { PathSend } from './send-queue.js';
@@ -110,6 +107,7 @@ export class RdsConnPath {
       return false;
     }
     this.st = to;
+    this.conn.pathStateChanged(CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
     this.stack.pathStateChanged(this, CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
     return true;
   }
@@ -226,9 +224,10 @@ export class RdsConnPath {
     this.pongSeen = false;
     if (!this.transition(this.st, RDS_CONN_UP)) return;
     fo.returned(this);
-    // Lanes > 0 exist only between rds-socket nodes (kernels get one path), so a hello there is
-    // never seen by a kernel; on path 0 only older rds-socket peers get one (the probe serves).
-    if (this.index > 0 || this.conn.wantsLegacyHello) this.sendLegacyHello();
+    // Lanes > 0 get a hello except with a kernel (7.x runs lanes too: it would count the hello in
+    // recv_drop_old_seq); on path 0 only older rds-socket peers get one (the probe serves).
+    if ((this.index > 0 && this.conn.handshake.peer !== 'kernel') || this.conn.handshake.wantsLegacyHello)
+      this.sendLegacyHello();
     this.conn.handshake.pathUp(this);
     this.heartbeat.start();
     this.tx.schedulePump();
@@ -353,7 +352,7 @@ export class RdsConnPath {
   private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing || this.heldDown) return;
     const initiates = this.conn.transport.initiates(this);
-    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(this.index === 0 && this.hasPendingData())) return;
+    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(this.index === 0 && this.tx.hasPendingData())) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {
@@ -434,14 +433,15 @@ export class RdsConnPath {
   /** The peer's capabilities became known: start what they allow. */
   capabilitiesChanged(): void {
     if (this.st === RDS_CONN_UP && !this.heartbeat.running) this.heartbeat.start();
-    if (this.conn.ackMode) this.acks.requestAck();
+    if (this.conn.handshake.ackMode) this.acks.requestAck();
   }
 
   /**
-   * The peer restarted: forget where its numbering stood on this path, and reject confirmations
-   * waiting for its old life's read cursor.
+   * The peer restarted: forget what we received in its old life and where its numbering stood on
+   * this path, and reject confirmations waiting for its old life's read cursor.
    */
   peerRestarted(): void {
+    this.acks.rx.reset();
     this.rxSeq.reset();
     this.tx.confirms.peerRestarted();
   }
@@ -454,83 +454,6 @@ export class RdsConnPath {
     this.heartbeat.noteRx();
   }
 
-  // ---- the parts' operations others call (send.c, ack pacing) ----
-
-  queue(
-    payload: Uint8Array | readonly Uint8Array[],
-    totalLen: number,
-    sport: number,
-    dport: number,
-    owner: SendOwner | null,
-    exts?: readonly RdsExtension[],
-  ): RdsOutgoing {
-    return this.tx.queue(payload, totalLen, sport, dport, owner, exts);
-  }
-
-  queueZeroCopy(
-    payload: Uint8Array | readonly Uint8Array[],
-    totalLen: number,
-    sport: number,
-    dport: number,
-    owner: SendOwner,
-    cookie: number,
-  ): RdsOutgoing {
-    return this.tx.queueZeroCopy(payload, totalLen, sport, dport, owner, cookie);
-  }
-
-  queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): RdsOutgoing | null {
-    return this.tx.queueControl(sport, dport, exts);
-  }
-
-  queueCongUpdate(): void {
-    this.tx.queueCongUpdate();
-  }
-
-  /** The transport can take more. */
-  kick(): void {
-    this.tx.kick();
-  }
-
-  ackThrough(seq: number): void {
-    this.tx.ackThrough(seq);
-  }
-
-  readThrough(seq: number, refused: number): void {
-    this.tx.readThrough(seq, refused);
-  }
-
-  refusedByPeer(seq: number, reason: number): void {
-    this.tx.refusedByPeer(seq, reason);
-  }
-
-  hasPendingData(): boolean {
-    return this.tx.hasPendingData();
-  }
-
-  pendingCount(): { send: number; retrans: number } {
-    return this.tx.pendingCount();
-  }
-
-  recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
-    return this.acks.recordReceived(seq, consumed, ackRequired);
-  }
-
-  consumed(e: RxEntry, outcome?: RxOutcome): void {
-    this.acks.consumed(e, outcome);
-  }
-
-  forceAck(): void {
-    this.acks.forceAck();
-  }
-
-  finalAck(): void {
-    this.acks.finalAck();
-  }
-
-  helloReceived(): void {
-    this.acks.helloReceived();
-  }
-
   // ---- read-only views (diagnostics, rds-info, tests) ----
 
   get sendQueue(): Fifo<RdsOutgoing> {
@@ -539,44 +462,17 @@ export class RdsConnPath {
   get retrans(): Fifo<RdsOutgoing> {
     return this.tx.retrans;
   }
-  get awaitingRead(): Fifo<RdsOutgoing> {
-    return this.tx.confirms.awaitingRead;
-  }
-  get own(): OwnAccount {
-    return this.tx.own;
-  }
-  get rx(): RxAckTracker {
-    return this.acks.rx;
-  }
   get nextTxSeq(): number {
     return this.tx.nextTxSeq;
   }
   get nextRxSeq(): number {
     return this.rxSeq.next;
   }
-  get nativeRxSeq(): number {
-    return this.rxSeq.nativeNextSeq;
-  }
-  get movedFloor(): number {
-    return this.rxSeq.movedFloor;
-  }
-  get lastProbe(): RdsOutgoing | null {
-    return this.tx.lastProbe;
-  }
-  get lastRxAt(): number {
-    return this.heartbeat.lastRxAt;
-  }
-  get peerHelloSeen(): boolean {
-    return this.acks.peerHelloSeen;
-  }
   get failedOverTo(): RdsConnPath | null {
     return this.conn.failover.failedOverTo(this);
   }
   get movedByFailover(): number {
     return this.conn.failover.movedBy(this);
-  }
-  get holdingBehind(): RdsConnPath | null {
-    return this.conn.failover.holdingBehind(this);
   }
   get sentMessages(): number {
     return this.tx.sentMessages;

@@ -174,7 +174,7 @@ export class StackRails implements RailHost {
   }
 
   private railTransport(): RdsTransport {
-    const t = this.stack.selectableTransports().find((x) => x.rails === true);
+    const t = this.stack.transports.selectable().find((x) => x.rails === true);
     if (t === undefined) throw new RdsError('EOPNOTSUPP', 'no transport of this stack carries rails (only TCP does)');
     return t;
   }

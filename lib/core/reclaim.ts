@@ -61,7 +61,7 @@ export class ConnReclaimer {
       if (!this.idle(conn, now)) continue;
       this.remember(conn);
       for (const p of conn.paths) p.dispose();
-      conn.reclaimed = true;
+      conn.markReclaimed();
       this.forget(conn);
       n++;
     }
@@ -75,8 +75,8 @@ export class ConnReclaimer {
     this.tombstones.delete(conn.key);
     if (this.tombstones.size >= MAX_TOMBSTONES) this.tombstones.delete(this.tombstones.keys().next().value!);
     this.tombstones.set(conn.key, {
-      genNum: conn.peerGenNum,
-      seqs: conn.paths.flatMap((p) => [p.nextRxSeq, p.movedFloor, p.nativeRxSeq]),
+      genNum: conn.handshake.peerGenNum,
+      seqs: conn.paths.flatMap((p) => [p.nextRxSeq, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq]),
     });
   }
 

@@ -8,7 +8,7 @@ import {
 } from '../constants.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
-import { RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
+import { follow, RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -37,7 +37,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
 
   // Piggybacked ack: only an rds-socket peer in ack mode sends a non-zero h_ack over TCP.
   const ack = readU64(header, OFF_ACK);
-  if (ack !== 0) cp.ackThrough(ack);
+  if (ack !== 0) cp.tx.ackThrough(ack);
 
   const seq = readU64(header, 0);
   const sport = header.readUInt16BE(OFF_SPORT);
@@ -49,18 +49,18 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
     stack.counters.add(RDS_CTR.recv_ack_frames);
     // What the peer's applications read, or refused: only a peer we told we understand it sends it.
-    if (header[OFF_EXTHDR] !== 0 && conn.confirmsReads) {
+    if (header[OFF_EXTHDR] !== 0 && conn.handshake.confirmsReads) {
       const r = decodeReadReport(parseExtensions(header.subarray(OFF_EXTHDR)));
-      if (r.refused !== undefined) cp.refusedByPeer(r.refused.seq, r.refused.reason);
-      if (r.read !== undefined) cp.readThrough(r.read.seq, r.read.refused);
+      if (r.refused !== undefined) cp.tx.refusedByPeer(r.refused.seq, r.refused.reason);
+      if (r.read !== undefined) cp.tx.readThrough(r.read.seq, r.read.refused);
     }
-    if (flags & RDS_FLAG_ACK_REQUIRED) cp.forceAck();
+    if (flags & RDS_FLAG_ACK_REQUIRED) cp.acks.forceAck();
     return;
   }
   // rds-socket's hello (seq 0, sport 1 -> dport 0): the handshake, before any data on this carrier.
   if (seq === 0 && sport === RDS_FLAG_PROBE_PORT && dport === 0 && payload.length === 0) {
     conn.handshake.frameReceived(header);
-    cp.helloReceived();
+    cp.acks.helloReceived();
     return;
   }
 
@@ -88,7 +88,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (verdict === 'old') {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
     // The sender resends only what it has no ack for: make sure it gets one.
-    if (conn.ackMode) cp.forceAck();
+    if (conn.handshake.ackMode) cp.acks.forceAck();
     return;
   }
   const ackRequired = (flags & RDS_FLAG_ACK_REQUIRED) !== 0;
@@ -97,24 +97,24 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     stack.counters.add(RDS_CTR.recv_drop_moved_dup);
     // It shares the fate of the copy that came first on its original path.
     const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
-    const fate = origin?.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
+    const fate = origin?.acks.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
     if (fate === undefined || typeof fate === 'number') {
-      const e = cp.recordReceived(
+      const e = cp.acks.recordReceived(
         seq,
         fate === undefined || (fate !== RX_REFUSED && fate !== RX_DISCARDED),
         ackRequired,
       );
       if (e !== null && typeof fate === 'number' && (fate === RX_REFUSED || fate === RX_DISCARDED))
-        cp.consumed(e, fate);
+        cp.acks.consumed(e, fate);
     } else {
-      const e = cp.recordReceived(seq, false, ackRequired);
-      if (e !== null) (fate.followers ??= []).push(e);
+      const e = cp.acks.recordReceived(seq, false, ackRequired);
+      if (e !== null) follow(fate, e);
     }
     return;
   }
 
   if (dport === 0) {
-    cp.recordReceived(seq, true, ackRequired);
+    cp.acks.recordReceived(seq, true, ackRequired);
     if (sport === 0 || !stack.options.pingEnable) return;
     stack.counters.add(RDS_CTR.recv_ping);
     if (sport === RDS_FLAG_PROBE_PORT) {
@@ -129,19 +129,19 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {
-    cp.recordReceived(seq, true, ackRequired);
-    conn.handshake.frameReceived(header);
+    cp.acks.recordReceived(seq, true, ackRequired);
+    conn.handshake.pongReceived(header);
     cp.pongReceived();
     return;
   }
-  const entry = cp.recordReceived(seq, false, ackRequired);
+  const entry = cp.acks.recordReceived(seq, false, ackRequired);
   // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
   if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null)
-    cp.consumed(entry, RX_REFUSED);
+    cp.acks.consumed(entry, RX_REFUSED);
 }
 
 /** A pong, unless the peer already holds maxOwnQueued of the path's own messages: then counted. */
 function answerPing(stack: RdsStack, cp: RdsConnPath, dport: number, exts?: RdsExtension[]): void {
-  if (cp.queueControl(0, dport, exts) !== null) stack.counters.add(RDS_CTR.send_pong);
+  if (cp.tx.queueControl(0, dport, exts) !== null) stack.counters.add(RDS_CTR.send_pong);
   else stack.counters.add(RDS_CTR.recv_drop_ping_budget);
 }

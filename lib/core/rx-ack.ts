@@ -11,7 +11,7 @@ export const RX_REFUSED = RDSSOCK_REFUSED_NO_SOCK;
 export const RX_DISCARDED = RDSSOCK_REFUSED_DISCARDED;
 export type RxOutcome = typeof RX_READ | typeof RX_REFUSED | typeof RX_DISCARDED;
 
-/** Who is told when the application has taken a message: the path that received it. */
+/** Who is told when the application has taken a message: the acknowledgement pacing (AckPacer) of the path that received it. */
 export interface RxOwner {
   /** The message was read (default), refused or discarded. */
   consumed(e: RxEntry, outcome?: RxOutcome): void;
@@ -33,6 +33,11 @@ export interface RxEntry {
   epoch: number;
   /** Failover duplicates of this message that arrived on other paths: they share its fate. */
   followers: RxEntry[] | null;
+}
+
+/** `dup`, a failover duplicate of `first` that arrived on another path, shares its fate. */
+export function follow(first: RxEntry, dup: RxEntry): void {
+  (first.followers ??= []).push(dup);
 }
 
 /** A message the sender must hear was not delivered: its sequence number and RX_REFUSED or RX_DISCARDED. */

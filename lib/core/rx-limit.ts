@@ -1,3 +1,4 @@
+import type { ResolvedStackOptions } from './options.js';
 import type { RdsConnPath } from './path.js';
 import type { BoundSocket } from './stack.js';
 import type { RdsStats } from './stats.js';
@@ -19,18 +20,41 @@ export const RX_MSG_OVERHEAD = 512;
  * carrier waits. Reading resumes once the application has read the socket (and the stack) back
  * under the limit, or closed it.
  */
+/** A socket's hard limit: its unread messages past max(factor x SO_RCVBUF, minBytes). */
+export interface RxSocketLimit {
+  readonly factor: number;
+  readonly minBytes: number;
+}
+
+/** The stack's options the limiter applies. */
+export type RxLimits = Pick<
+  ResolvedStackOptions,
+  'maxRecvQueueBytes' | 'recvHardLimitFactor' | 'recvHardLimitMinBytes'
+>;
+
+/** The socket limit that applies while the stack is over maxRecvQueueBytes: SO_RCVBUF itself. */
+const CONGESTED: RxSocketLimit = { factor: 1, minBytes: 0 };
+
 export class RxLimiter {
   /** Bytes charged for every socket's queued messages (payload + RX_MSG_OVERHEAD each). */
-  queued = 0;
+  private charged = 0;
+  private readonly maxBytes: number;
+  private readonly hard: RxSocketLimit;
   /** Paths whose carrier the node stopped reading, and the socket each one last overfilled. */
   private readonly paused = new Map<RdsConnPath, BoundSocket>();
 
   constructor(
-    private readonly maxBytes: number,
-    private readonly hardFactor: number,
+    limits: RxLimits,
     private readonly counters: RdsStats,
-    private readonly hardMinBytes = 0,
-  ) {}
+  ) {
+    this.maxBytes = limits.maxRecvQueueBytes;
+    this.hard = { factor: limits.recvHardLimitFactor, minBytes: limits.recvHardLimitMinBytes };
+  }
+
+  /** Bytes charged for every socket's queued messages. */
+  get queued(): number {
+    return this.charged;
+  }
 
   /** Paths currently paused by a receive limit. */
   get pausedPaths(): number {
@@ -39,7 +63,7 @@ export class RxLimiter {
 
   /** A socket's queue grew (delta > 0) or shrank. */
   charge(delta: number): void {
-    this.queued += delta;
+    this.charged += delta;
     if (delta < 0 && this.paused.size > 0) this.release();
   }
 
@@ -63,7 +87,7 @@ export class RxLimiter {
    */
   private over(sock: BoundSocket): boolean {
     if (sock.rxOverLimit === undefined) return false;
-    return sock.rxOverLimit(this.hardFactor, this.hardMinBytes) || (this.queued > this.maxBytes && sock.rxOverLimit(1));
+    return sock.rxOverLimit(this.hard) || (this.charged > this.maxBytes && sock.rxOverLimit(CONGESTED));
   }
 
   /** Resume every paused path whose socket, and the stack, are back under their limits. */

@@ -30,7 +30,7 @@ export class ReadConfirmations {
 
   /** An acknowledged message whose confirmation must still wait for a read report. */
   mustWait(m: RdsOutgoing): boolean {
-    return m.settle !== null && !m.done && m.seq > this.readReported;
+    return m.confirmPending && !m.done && m.seq > this.readReported;
   }
 
   /**
@@ -51,7 +51,7 @@ export class ReadConfirmations {
     this.refusalsCounted = refused;
     if (seq > this.readReported) this.readReported = seq;
     const unplaced = (m: RdsOutgoing): void => {
-      if (m.settle === null) return;
+      if (!m.confirmPending) return;
       this.counters.add(RDS_CTR.send_confirm_reset);
       m.confirm(
         new RdsError(
@@ -80,7 +80,7 @@ export class ReadConfirmations {
     const noSock = reason === RDSSOCK_REFUSED_NO_SOCK;
     this.counters.add(noSock ? RDS_CTR.send_refused_no_sock : RDS_CTR.send_discarded_unread);
     const m = findBySeq(this.awaitingRead, seq) ?? find(seq);
-    if (m === undefined || m.settle === null) return;
+    if (m === undefined || !m.confirmPending) return;
     const where = `${this.faddr}:${m.dport}`;
     m.confirm(
       noSock
@@ -92,7 +92,7 @@ export class ReadConfirmations {
   /** The peer restarted: confirmations waiting for its old life's read cursor will never resolve. */
   peerRestarted(): void {
     for (const m of this.awaitingRead.drain()) {
-      if (m.settle === null) continue;
+      if (!m.confirmPending) continue;
       this.counters.add(RDS_CTR.send_confirm_reset);
       m.confirm(
         new RdsError(

@@ -130,8 +130,7 @@ export class PathSend {
     const seq = this.nextSeq++;
     encodeDataHeader(wire, 0, seq, totalLen, sport, dport);
     const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
-    msg.zcPayload = payload;
-    msg.zcCookie = cookie;
+    msg.zeroCopy(payload, cookie);
     return this.enlist(msg);
   }
 
@@ -159,8 +158,7 @@ export class PathSend {
    * has not acknowledged, or not read, maxOwnQueued of them.
    */
   queueControl(sport: number, dport: number, exts?: readonly RdsExtension[]): RdsOutgoing | null {
-    if (this.own.queued >= this.stack.options.maxOwnQueued) return null;
-    this.own.queued++;
+    if (!this.own.take(this.stack.options.maxOwnQueued)) return null;
     return this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
   }
 
@@ -222,7 +220,7 @@ export class PathSend {
     if (cp.conn.failover.held(cp)) return;
     const t = cp.conn.transport;
     const stack = this.stack;
-    const ackMode = cp.conn.ackMode;
+    const ackMode = cp.conn.handshake.ackMode;
     // One clock reading per batch: every message of a burst leaves in the same instant anyway.
     const now = performance.now();
     const wallNow = Date.now();
@@ -247,7 +245,7 @@ export class PathSend {
           }
           if (msg.done) continue; // cancelled while queued
           this.retrans.push(msg);
-          if (msg.sentAt === 0) msg.sentAt = now;
+          msg.sent(now);
           this.messages++;
           this.bytes += msg.len;
           if (msg.flags & RDS_FLAG_RETRANSMITTED) stack.counters.add(RDS_CTR.send_retransmitted);
@@ -269,7 +267,7 @@ export class PathSend {
   ackThrough(seq: number): void {
     let freed = false;
     const now = performance.now();
-    const holdConfirm = this.path.conn.confirmsReads;
+    const holdConfirm = this.path.conn.handshake.confirmsReads;
     for (;;) {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;

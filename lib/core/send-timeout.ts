@@ -30,13 +30,13 @@ export class SendTimeout {
     this.ms = ms;
     if (ms === 0) return;
     const now = performance.now();
-    for (let m = this.pending.first; m !== null; m = m.sockNext) if (m.queuedAt === 0) m.queuedAt = now;
+    for (let m = this.pending.first; m !== null; m = m.sockNext) m.startDeadline(now);
     this.arm();
   }
 
   /** A message joined the socket's send list (called only while ms > 0). */
   queued(m: RdsOutgoing): void {
-    m.queuedAt = performance.now();
+    m.startDeadline(performance.now());
     if (this.timer === null) this.arm();
   }
 

@@ -74,7 +74,7 @@ export abstract class SocketBase extends EventEmitter<RdsSocketEvents> {
     if (this.transport !== null || this.bound !== null || this.binding) {
       throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
     }
-    const t = this.stack.transportByType(type);
+    const t = this.stack.transports.byType(type);
     if (t === undefined || !t.userSelectable) {
       const name = type === RDS_TRANS_IB ? 'InfiniBand (ib)' : `type ${type}`;
       throw new RdsError('ENOPROTOOPT', `the ${name} transport is not available in this stack`);

@@ -6,7 +6,7 @@ import { abortReason, combineSignals, RdsError } from '../errors.js';
 import type { RdsConnection } from './connection.js';
 import type { MessageInfo, RdsMessage, Receipt } from './stack.js';
 import { RDS_CTR } from './stats.js';
-import { RX_MSG_OVERHEAD } from './rx-limit.js';
+import { RX_MSG_OVERHEAD, type RxSocketLimit } from './rx-limit.js';
 import { SocketSend } from './socket-send.js';
 import type { WaitOptions } from './socket-types.js';
 
@@ -79,9 +79,9 @@ export abstract class SocketRecv extends SocketSend {
     this.stack.rxLimit.charge(delta);
   }
 
-  /** BoundSocket: unread messages past `factor` x SO_RCVBUF (see RxLimiter). @internal */
-  rxOverLimit(factor: number, minBytes = 0): boolean {
-    return this.rxMem > Math.max(this.rcvbuf * factor, minBytes);
+  /** BoundSocket: unread messages past `limit` (factor x SO_RCVBUF, at least minBytes; see RxLimiter). @internal */
+  rxOverLimit(limit: RxSocketLimit): boolean {
+    return this.rxMem > Math.max(this.rcvbuf * limit.factor, limit.minBytes);
   }
 
   /** recvmsg(2), non-blocking: the next message, or null when none is queued. */

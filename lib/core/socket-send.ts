@@ -120,8 +120,8 @@ export abstract class SocketSend extends SocketBase {
     }
     const path = conn.pathFor(this.bound.port);
     const msg = zcopy
-      ? path.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
-      : path.queue(payload, len, this.bound.port, port, this);
+      ? path.tx.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
+      : path.tx.queue(payload, len, this.bound.port, port, this);
     this.sndBytes += len;
     this.pending.add(msg);
     if (this.sendTimeout.ms > 0) this.sendTimeout.queued(msg);
@@ -273,12 +273,12 @@ export abstract class SocketSend extends SocketBase {
         this.stack.counters.add(RDS_CTR.send_cancelled);
         msg.complete(abortError(signal!, 'send()'));
       };
-      msg.settle = (err) => {
+      msg.onConfirm((err) => {
         signal?.removeEventListener('abort', onAbort);
         this.confirming.delete(msg);
         if (err) reject(err);
         else resolve();
-      };
+      });
       this.confirming.add(msg);
       signal?.addEventListener('abort', onAbort, { once: true });
     });

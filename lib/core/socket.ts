@@ -131,7 +131,7 @@ export class RdsSocket extends SocketOptions {
       return this.transport;
     }
     let last: unknown = null;
-    for (const t of this.stack.selectableTransports()) {
+    for (const t of this.stack.transports.selectable()) {
       try {
         await t.laddrCheck(address);
         return t;

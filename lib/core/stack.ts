@@ -6,7 +6,7 @@ import { RdsError } from '../errors.js';
 import { BindTable } from './bind.js';
 import { CongTable } from './cong.js';
 import type { CongMap } from './cong-map.js';
-import { RdsConnection } from './connection.js';
+import type { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { defer } from './defer.js';
@@ -23,9 +23,10 @@ import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer
 import { RdsStats, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
 import { RxLimiter } from './rx-limit.js';
-import { ConnReclaimer } from './reclaim.js';
+import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
-import type { RdsTransport, TransportHost } from './transport.js';
+import type { RdsTransport } from './transport.js';
+import { TransportRegistry, transportHostOf } from './transport-registry.js';
 import type { BoundSocket, ConnectionInfo, RdsStackEvents, Receipt } from './types.js';
 import type { RdsCounterName } from './stats.js';
 import { StackRails, type RailSpec } from './rail.js';
@@ -34,9 +35,10 @@ import { resetPathFigures } from './path-stats.js';
 
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),
-// rds-info's views (info.ts), peer reachability (peer-state.ts). Its own code is the glue: the
-// transport registry, the congestion maps and the events. Types users see live in types.ts and
-// are re-exported here, where they were first published.
+// rds-info's views (info.ts), peer reachability (peer-state.ts), the transports
+// (transport-registry.ts), the connection table (conn-table.ts). Its own code is the glue: the
+// congestion maps and the events. Types users see live in types.ts and are re-exported here, where they were
+// first published.
 export type { RdsStackOptions, ResolvedStackOptions } from './options.js';
 export type {
   RdsMessage,
@@ -73,23 +75,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Hard limits on unread received messages (recvHardLimitFactor, maxRecvQueueBytes). @internal */
   readonly rxLimit: RxLimiter;
 
-  /** @internal */ private readonly transports = new Map<string, RdsTransport>();
-  /** What transports see of the stack (see TransportHost). @internal */
-  private readonly transportHost: TransportHost = transportHostOf(this);
+  /** The transports, each attached with what it may see of the stack (transport-registry.ts). @internal */
+  readonly transports = new TransportRegistry(transportHostOf(this));
   /** Which socket holds each (address, port). @internal */
   private readonly bindTable = new BindTable();
-  /** @internal */ private readonly conns = new Map<string, RdsConnection>();
+  /** The connections to every peer (conn-table.ts). @internal */
+  private readonly conns: ConnTable;
   /** The congestion maps and the senders waiting on them. @internal */
   private readonly cong = new CongTable();
   /** @internal */ private openSockets = 0;
-  /** close() has begun. @internal */
-  closing = false;
-  /** Some socket is open: the stack holds the event loop. @internal */
-  referenced = false;
+  /** @internal */ private isClosing = false;
+  /** @internal */ private isReferenced = false;
   /** Reachability per peer address, fed by pathStateChanged (see peer-state.ts). @internal */
   private readonly peerTable: PeerTable;
   /** The allowlist (allowPeers); everyone by default. @internal */
-  peerAllowed: (address: string) => boolean = () => true;
+  readonly peerAllowed: (address: string) => boolean = () => true;
   /** Declared rails (rail.ts). @internal */
   readonly rails: StackRails = new StackRails(this, () => this.conns.values());
   /** The path policy and its per-peer overrides (path-policy.ts). @internal */
@@ -127,8 +127,34 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return hostHooks.attach(path);
   }
 
+  /** @internal */ private node: HostNodeHandle | null = null;
+
   /** The node being served by serve(), closed with the stack. @internal */
-  hostNode: HostNodeHandle | null = null;
+  get hostNode(): HostNodeHandle | null {
+    return this.node;
+  }
+
+  /** serve() has opened the host node (`node`), or it has closed (null). @internal */
+  hostNodeChanged(node: HostNodeHandle | null): void {
+    this.node = node;
+  }
+
+  /** close() has begun. @internal */
+  get closing(): boolean {
+    return this.isClosing;
+  }
+
+  /** Some socket is open: the stack holds the event loop. @internal */
+  get referenced(): boolean {
+    return this.isReferenced;
+  }
+
+  /** close() begins: false if it already had (a second close does nothing). @internal */
+  protected beginClose(): boolean {
+    if (this.isClosing) return false;
+    this.isClosing = true;
+    return true;
+  }
 
   constructor(opts: RdsStackOptions = {}) {
     super();
@@ -138,22 +164,17 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       opts.peerPathPolicies ?? {},
     );
     const rails = (opts.rails ?? []).map((r) => StackRails.check(r));
-    this.rxLimit = new RxLimiter(
-      this.options.maxRecvQueueBytes,
-      this.options.recvHardLimitFactor,
-      this.counters,
-      this.options.recvHardLimitMinBytes,
-    );
+    this.rxLimit = new RxLimiter(this.options, this.counters);
     this.peerTable = new PeerTable(this.options.peerDownMs, {
       peerDown: (ev) => this.peerWentDown(ev),
       peerUp: (ev) => this.peerCameUp(ev),
     });
-    this.reclaimer = new ConnReclaimer(this.options.peerIdleTimeoutMs, this.conns, (c) => this.forgetConn(c));
+    this.conns = new ConnTable(this, (c) => this.connForgotten(c));
     if (opts.allowPeers !== undefined) {
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
       this.peerAllowed = (a) => tests.some((t) => t(a));
     }
-    for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.registerTransport(t);
+    for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.transports.register(t);
     for (const r of rails) this.addRail(r).catch((e) => this.emit('error', e as Error));
     if (opts.control) {
       this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) =>
@@ -172,26 +193,6 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       return false;
     }
     return super.emit(event, ...args);
-  }
-
-  /** @internal */ registerTransport(t: RdsTransport): void {
-    if (this.transports.has(t.name)) throw new RdsError('EINVAL', `transport ${t.name} is already registered`);
-    this.transports.set(t.name, t);
-    t.attach(this.transportHost);
-  }
-
-  /** @internal */ transport(name: string): RdsTransport | undefined {
-    return this.transports.get(name);
-  }
-
-  /** @internal */ transportByType(type: number): RdsTransport | undefined {
-    for (const t of this.transports.values()) if (t.transType === type) return t;
-    return undefined;
-  }
-
-  /** Transports a socket may bind with, in the kernel's preference order (IB before TCP). @internal */
-  selectableTransports(): RdsTransport[] {
-    return [...this.transports.values()].filter((t) => t.userSelectable).sort((a, b) => a.transType - b.transType);
   }
 
   // ---- bind table (bind.ts) ----
@@ -235,55 +236,40 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /** @internal */ private setRef(ref: boolean): void {
-    this.referenced = ref;
-    for (const t of this.transports.values()) t.setRef(ref);
-    for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
+    this.isReferenced = ref;
+    this.transports.setRef(ref);
+    this.conns.setRef(ref);
   }
 
   // ---- connections (connection.c) ----
 
   /** The connection (laddr, faddr, transport), made on first use. @internal */
   connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
-    const key = RdsConnection.key(laddr, faddr, transport.name);
-    let c = this.conns.get(key);
-    if (c === undefined) {
-      c = new RdsConnection(this, laddr, faddr, transport, transport.mpathCapable ? this.maxPaths : 1);
-      this.conns.set(key, c);
-      this.reclaimer.connCreated(c);
-    }
-    return c;
+    return this.conns.get(laddr, faddr, transport);
   }
 
   /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks; see TransportHost). @internal */
   findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
-    return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
+    return this.conns.find(laddr, faddr, transport);
   }
-
-  /** Forgets idle connections (see peerIdleTimeoutMs). @internal */
-  private readonly reclaimer: ConnReclaimer;
 
   /**
    * Forgets every idle connection now (all paths down for peerIdleTimeoutMs, nothing queued or
    * unacknowledged for the peer), as the periodic sweep does; returns how many.
    */
   reclaimIdleConnections(): number {
-    return this.reclaimer.sweep();
+    return this.conns.sweep();
   }
 
-  /** @internal */
-  private forgetConn(c: RdsConnection): void {
-    this.conns.delete(c.key);
-    this.counters.add(RDS_CTR.conn_reclaimed);
-    // The peer's map goes with its last connection (ours stay while anything is bound to them).
-    if (this.isLocalAddress(c.faddr)) return;
-    for (const o of this.conns.values()) if (o.faddr === c.faddr || o.laddr === c.faddr) return;
-    this.cong.forget(c.faddr);
+  /** An idle connection was forgotten: the peer's map goes with its last one (ours stay while anything is bound to them). @internal */
+  private connForgotten(c: RdsConnection): void {
+    if (!this.isLocalAddress(c.faddr) && !this.conns.refersTo(c.faddr, true)) this.cong.forget(c.faddr);
   }
 
   /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
   connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
     if (this.isLocalAddress(faddr)) {
-      const loop = this.transportByType(RDS_TRANS_LOOP);
+      const loop = this.transports.byType(RDS_TRANS_LOOP);
       if (loop) return this.connFor(laddr, faddr, loop);
     }
     return this.connFor(laddr, faddr, transport);
@@ -319,19 +305,9 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return connectionsInfo(this.conns.values());
   }
 
-  /** @internal */
+  /** A path moved (the path has told its connection): a 'state' event, and the peer's reachability. @internal */
   pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
-    const conn = cp.conn;
-    conn.stateChangedAt = Date.now();
-    if (from === 'UP' || to === 'UP') conn.lastUpAt = conn.stateChangedAt;
-    this.emit('state', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      from,
-      to,
-    });
+    this.emit('state', { ...pathOf(cp), from, to });
     this.peerTable.pathChanged(cp.conn.faddr, from, to);
   }
 
@@ -356,9 +332,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.emit('peer-down', ev);
     for (const s of this.sockets()) s.peerDown?.(ev);
     // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
-    let referenced = false;
-    for (const c of this.conns.values()) if (c.faddr === ev.address) referenced = true;
-    if (!referenced) this.peerTable.forget(ev.address);
+    if (!this.conns.refersTo(ev.address)) this.peerTable.forget(ev.address);
   }
 
   /** @internal */ private peerCameUp(ev: PeerEvent): void {
@@ -373,51 +347,18 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
   pathDropped(cp: RdsConnPath, reason: string): void {
-    this.emit('drop', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      reason,
-    });
+    this.emit('drop', { ...pathOf(cp), reason });
   }
 
   /** A path's messages moved to a live one: a 'failover' event. @internal */
   pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
-    this.emit('failover', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      to: to.index,
-      moved,
-    });
+    this.emit('failover', { ...pathOf(cp), to: to.index, moved });
   }
 
   /** The peer broke the protocol on `cp`: counted, and a 'protocol-error' event. @internal */
   reportProtocolError(cp: RdsConnPath, error: Error): void {
     this.counters.add(RDS_CTR.recv_drop_protocol_error);
-    this.emit('protocol-error', {
-      localAddress: cp.conn.laddr,
-      peerAddress: cp.conn.faddr,
-      transport: cp.conn.transport.name,
-      path: cp.index,
-      error,
-    });
-  }
-
-  /**
-   * A restarted peer (new GEN_NUM): its sequence numbering starts over, so forget where it was.
-   * Our unacknowledged messages are kept and resent: the new incarnation never saw them (the
-   * kernel flushes them instead, losing them).
-   * @internal
-   */
-  peerRestarted(conn: RdsConnection): void {
-    this.counters.add(RDS_CTR.peer_restarted);
-    for (const p of conn.paths) {
-      p.rx.reset();
-      p.peerRestarted();
-    }
+    this.emit('protocol-error', { ...pathOf(cp), error });
   }
 
   // ---- receive side ----
@@ -519,7 +460,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /** The path `index` (as connections() shows it) of the connection to `peer`; throws ENOENT if none. @internal */
-  private pathOf(peer: string, index: number, localAddress?: string): RdsConnPath {
+  private pathByIndex(peer: string, index: number, localAddress?: string): RdsConnPath {
     for (const c of this.conns.values()) {
       if (c.faddr !== peer || (localAddress !== undefined && c.laddr !== localAddress) || c.isLoopback) continue;
       const p = c.paths[index];
@@ -533,12 +474,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Drops path `index` to `peer` and lets it connect again (clears disconnect() and an ERROR from maxReconnectAttempts). */
   reconnectPath(peer: string, index: number, localAddress?: string): void {
-    this.pathOf(peer, index, localAddress).reconnect();
+    this.pathByIndex(peer, index, localAddress).reconnect();
   }
 
   /** Drops path `index` to `peer` and keeps it down until reconnectPath(); its messages move to a live path after failoverGraceMs. */
   disconnectPath(peer: string, index: number, localAddress?: string): void {
-    this.pathOf(peer, index, localAddress).disconnect();
+    this.pathByIndex(peer, index, localAddress).disconnect();
   }
 
   /** Sets every counter and every path's figures (stats(), connections(), rds-info) back to zero. */
@@ -549,52 +490,20 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Closes every socket and connection and stops listening. The stack cannot be used afterwards. */
   async close(): Promise<void> {
-    if (this.closing) return;
-    this.closing = true;
-    await this.hostNode?.close();
+    if (!this.beginClose()) return;
+    await this.node?.close();
     this.peerTable.close();
     await Promise.all(this.sockets().map((s) => s.close()));
     this.rxLimit.clear();
-    // Unread messages were discarded with their sockets: acknowledge everything before the carriers end.
-    for (const c of this.conns.values()) for (const p of c.paths) p.finalAck();
-    for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
-    this.reclaimer.stop();
-    // Hold the event loop while carriers close gracefully (bounded by the transports' linger).
-    for (const t of this.transports.values()) t.setRef(true);
-    await Promise.all([...this.transports.values()].map((t) => t.close()));
+    this.conns.close();
+    await this.transports.close();
     await this.control?.close();
     this.control = null;
     if (RdsStack.defaultStack === this) RdsStack.defaultStack = null;
   }
 }
 
-/**
- * The TransportHost a stack hands its transports: a view of its own methods and state, so a
- * transport depends on that small interface, never on the class.
- */
-function transportHostOf(stack: RdsStack): TransportHost {
-  return {
-    get options() {
-      return stack.options;
-    },
-    // Read on every frame: a plain value (made after the counters, before the constructor runs).
-    counters: stack.counters,
-    get closing() {
-      return stack.closing;
-    },
-    get referenced() {
-      return stack.referenced;
-    },
-    peerAllowed: (address) => stack.peerAllowed(address),
-    isLocalAddress: (address) => stack.isLocalAddress(address),
-    isBound: (address, port) => stack.isBound(address, port),
-    connFor: (laddr, faddr, transport) => stack.connFor(laddr, faddr, transport),
-    findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
-    recvIncoming: (cp, header, payload) => recvIncoming(stack, cp, header, payload),
-    reportProtocolError: (cp, error) => stack.reportProtocolError(cp, error),
-    get rails() {
-      return stack.rails;
-    },
-    emit: (event, ...args) => stack.emit(event, ...args),
-  };
+/** Which path an event is about, as every path event names it. */
+function pathOf(cp: RdsConnPath): { localAddress: string; peerAddress: string; transport: string; path: number } {
+  return { localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index };
 }

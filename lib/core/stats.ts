@@ -51,6 +51,8 @@ export const RDS_COUNTER_NAMES = [
   'conn_refused_local_peer',
   'conn_poke_sent',
   'conn_poke_received',
+  // our poke was still in flight when the peer's own connection reached us (it was connecting anyway)
+  'conn_poke_superseded',
   'send_retransmitted',
   'send_cancelled',
   'send_ack_frames',

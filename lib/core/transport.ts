@@ -48,7 +48,7 @@ export type RdsTransportHost = TransportHost;
 
 /**
  * What a transport provides, modelled on the kernel's struct rds_transport. The core calls these;
- * a transport calls back into the path (connectComplete, connectFailed, drop, ackThrough, kick,
+ * a transport calls back into the path (connectComplete, connectFailed, drop, tx.ackThrough, tx.kick,
  * noteRxActivity before handing up what one read brought) and into the host (recvIncoming, connFor). The core never imports a transport: they are
  * handed to a stack when it is made.
  */
@@ -107,7 +107,7 @@ export interface RdsTransport {
 
   /**
    * Send one encoded message. Return false when the carrier will not take more now; the transport
-   * then calls cp.kick() when it can. The transport calls cp.ackThrough() once the peer has it.
+   * then calls cp.tx.kick() when it can. The transport calls cp.tx.ackThrough() once the peer has it.
    */
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean;
 

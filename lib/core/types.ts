@@ -2,6 +2,7 @@ import type { ConnState } from './path.js';
 import type { PeerEvent } from './peer-state.js';
 import type { RxEntry } from './rx-ack.js';
 import type { RdsConnection } from './connection.js';
+import type { RxSocketLimit } from './rx-limit.js';
 
 // The types a stack's users and its sockets see: messages, rds-info's listings, events.
 
@@ -57,8 +58,8 @@ export interface BoundSocket {
   readonly boundPort: number;
   /** Queue a message; false if the socket is gone (the message is dropped). */
   enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
-  /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over `factor` x SO_RCVBUF. */
-  rxOverLimit?(factor: number, minBytes?: number): boolean;
+  /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over max(factor x SO_RCVBUF, minBytes). */
+  rxOverLimit?(limit: RxSocketLimit): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
   /** A peer was declared down or came back (the socket decides whether it has traffic for it). */
   peerDown?(ev: PeerEvent): void;

@@ -185,8 +185,7 @@ export class AttachedStack extends RdsStack {
   }
 
   override async close(): Promise<void> {
-    if (this.closing) return;
-    this.closing = true;
+    if (!this.beginClose()) return;
     const l = this.link;
     if (l !== null) {
       await Promise.all([...l.sockets.values()].map((s) => s.close()));

@@ -56,7 +56,7 @@ export class HostNode implements HostNodeHandle {
     writeFileSync(pidFileOf(path), `${process.pid}\n`, { mode: 0o644 });
     node = new HostNode(stack, path, server, log);
     server.unref();
-    stack.hostNode = node;
+    stack.hostNodeChanged(node);
     log(`serving the RDS node at ${path} (pid ${process.pid})`);
     return node;
   }
@@ -95,7 +95,7 @@ export class HostNode implements HostNodeHandle {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.stack.hostNode = null;
+    this.stack.hostNodeChanged(null);
     for (const c of [...this.clientSet]) c.drop('the node is closing');
     await new Promise<void>((res) => this.server.close(() => res()));
     for (const f of [this.path, pidFileOf(this.path)]) {

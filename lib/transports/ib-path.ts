@@ -37,45 +37,237 @@ export class IbShared {
   }
 }
 
-/** A frame waiting for the send ring: one fragment source (message or map) or a header-only control frame. */
+/** A frame waiting for the send ring: one fragment source (message or map). */
 export interface Fragmenting {
-  wire: Buffer;
-  len: number;
+  readonly wire: Buffer;
+  readonly len: number;
+  /** Payload bytes already in the ring (advanced by IbPath.fragmentPosted). */
   off: number;
   /** The message whose frame this is, held (xmitHold) until its last fragment is in the ring. */
-  msg: RdsOutgoing | null;
+  readonly msg: RdsOutgoing | null;
 }
 
+/** A header-only control frame waiting for the ack slot. */
 export interface Control {
-  header: Buffer;
-  done: () => void;
-  ackOnly: boolean;
+  readonly header: Buffer;
+  readonly done: () => void;
+  readonly ackOnly: boolean;
 }
 
-/** The transport's state for one cm id of a path (its ring and reassembly): the path's carrier, held in its IB_CARRIER slot. */
-export interface IbPath {
-  id: number;
-  established: boolean;
-  /** We accepted this id (passive side). */
-  passive: boolean;
-  ring: Buffer | null;
-  freeSend: number[];
-  ackSlotBusy: boolean;
-  ackDone: (() => void) | null;
-  flowControl: boolean;
-  ledger: CreditLedger;
-  current: Fragmenting | null;
-  controls: Control[];
-  /** The highest h_ack this side has put on the wire (for credit-update frames). */
-  lastAck: number;
+/**
+ * The transport's state for one cm id of a path (its ring and reassembly): the path's carrier,
+ * held in its IB_CARRIER slot. The IB parts change it only through the methods below, each named
+ * for what happened.
+ */
+export class IbPath {
+  private isEstablished = false;
+  private ringBuf: Buffer | null = null;
+  private readonly freeSend: number[] = [];
+  private ackBusy = false;
+  private ackDone: (() => void) | null = null;
+  private flow = false;
+  private cur: Fragmenting | null = null;
+  private readonly queued: Control[] = [];
+  private highestAck = 0;
   /** Reassembly of a multi-fragment message. */
-  rxHeader: Buffer | null;
-  rxPayload: Buffer | null;
-  rxFilled: number;
-  blocked: boolean;
-  /** xmit told the core "no more for now": kick it once the ring moves again. */
-  coreWaiting: boolean;
-  version: number;
+  private rxHeader: Buffer | null = null;
+  private rxPayload: Buffer | null = null;
+  private rxFilled = 0;
+  private isBlocked = false;
+  private coreWaiting = false;
+  private protocol = 0;
+
+  constructor(
+    readonly id: number,
+    /** We accepted this id (passive side). */
+    readonly passive: boolean,
+    readonly ledger: CreditLedger,
+  ) {}
+
+  // ---- connection ----
+
+  get established(): boolean {
+    return this.isEstablished;
+  }
+
+  markEstablished(): void {
+    this.isEstablished = true;
+  }
+
+  /** The negotiated RDS/IB protocol version (major << 8 | minor); 0 until known. */
+  get version(): number {
+    return this.protocol;
+  }
+
+  versionNegotiated(version: number): void {
+    this.protocol = version;
+  }
+
+  /** Credit-based flow control is on for this connection. */
+  get flowControl(): boolean {
+    return this.flow;
+  }
+
+  flowControlNegotiated(on: boolean): void {
+    this.flow = on;
+  }
+
+  /** The registered send and receive slots; null before setup and after release. */
+  get ring(): Buffer | null {
+    return this.ringBuf;
+  }
+
+  /** The queue pair is set up with `ring`: every one of its `sendSlots` data slots is free. */
+  ringReady(ring: Buffer, sendSlots: number): void {
+    this.ringBuf = ring;
+    this.freeSend.length = 0;
+    for (let s = sendSlots - 1; s >= 0; s--) this.freeSend.push(s);
+  }
+
+  /** The carrier is released: what waited for the ring is handed back, the ring forgotten. */
+  ringGone(): void {
+    this.ringBuf = null;
+  }
+
+  // ---- the send ring (IbSender) ----
+
+  get freeSendSlots(): number {
+    return this.freeSend.length;
+  }
+
+  /** A data slot for the next fragment (there must be one: see freeSendSlots). */
+  takeSendSlot(): number {
+    return this.freeSend.pop()!;
+  }
+
+  /** A send completed: its data slot is free again. */
+  sendSlotFreed(slot: number): void {
+    this.freeSend.push(slot);
+  }
+
+  /** The control frame in the ack slot is in flight. */
+  get ackSlotBusy(): boolean {
+    return this.ackBusy;
+  }
+
+  ackSlotTaken(done: () => void): void {
+    this.ackBusy = true;
+    this.ackDone = done;
+  }
+
+  /** The ack slot's send completed: returns what to tell its sender. */
+  ackSlotFreed(): (() => void) | null {
+    this.ackBusy = false;
+    return this.takeAckDone();
+  }
+
+  /** What waits for the ack slot's frame, taken (released carrier: it is told once). */
+  takeAckDone(): (() => void) | null {
+    const done = this.ackDone;
+    this.ackDone = null;
+    return done;
+  }
+
+  /** The highest h_ack this side has put on the wire (for credit-update frames). */
+  get lastAck(): number {
+    return this.highestAck;
+  }
+
+  ackPosted(ack: number): void {
+    if (ack > this.highestAck) this.highestAck = ack;
+  }
+
+  /** Control frames waiting for the ack slot. */
+  get controls(): readonly Control[] {
+    return this.queued;
+  }
+
+  queueControl(c: Control): void {
+    this.queued.push(c);
+  }
+
+  takeControl(): Control | undefined {
+    return this.queued.shift();
+  }
+
+  /** Every waiting control frame, taken (released carrier). */
+  dropControls(): Control[] {
+    return this.queued.splice(0);
+  }
+
+  /** The frame being cut into fragments, or null. */
+  get current(): Fragmenting | null {
+    return this.cur;
+  }
+
+  startFrame(f: Fragmenting): void {
+    this.cur = f;
+  }
+
+  /** `n` more bytes of the current frame are in the ring: true if that was its last fragment (it is no longer current). */
+  fragmentPosted(n: number): boolean {
+    const cur = this.cur!;
+    cur.off += n;
+    if (cur.off < cur.len) return false;
+    this.cur = null;
+    return true;
+  }
+
+  /** The current frame is given up (released carrier): its message is no longer held. */
+  dropFrame(): void {
+    this.cur?.msg?.xmitDone();
+    this.cur = null;
+  }
+
+  /** The ring cannot take more now (a frame waits, or no data slot is free). */
+  get blocked(): boolean {
+    return this.isBlocked;
+  }
+
+  /** xmit told the core "no more for now": it is kicked once the ring moves again (ringMoved). */
+  coreWaits(): void {
+    this.coreWaiting = true;
+  }
+
+  /** After a push: whether the ring is blocked now; true if the core was waiting and may send again. */
+  ringMoved(): boolean {
+    this.isBlocked = this.cur !== null || this.freeSend.length === 0;
+    if (!this.coreWaiting || this.isBlocked) return false;
+    this.coreWaiting = false;
+    return true;
+  }
+
+  // ---- reassembly (IbReceiver) ----
+
+  /** A multi-fragment message is being reassembled: its first fragment's header, or null. */
+  get reassembling(): Buffer | null {
+    return this.rxHeader;
+  }
+
+  /** Payload bytes of the message being reassembled received so far. */
+  get reassembled(): number {
+    return this.rxFilled;
+  }
+
+  /** The first fragment of a message of `hLen` payload bytes, carrying `first`. */
+  startReassembly(header: Buffer, hLen: number, first: Buffer): void {
+    this.rxHeader = header;
+    this.rxPayload = Buffer.allocUnsafe(hLen);
+    first.copy(this.rxPayload, 0);
+    this.rxFilled = first.length;
+  }
+
+  /** A later fragment, bytes [start, end) of `ring`: the whole payload once complete (reassembly ends), else null. */
+  addFragment(ring: Buffer, start: number, end: number): Buffer | null {
+    const payload = this.rxPayload!;
+    ring.copy(payload, this.rxFilled, start, end);
+    this.rxFilled += end - start;
+    if (this.rxFilled < payload.length) return null;
+    this.rxHeader = null;
+    this.rxPayload = null;
+    this.rxFilled = 0;
+    return payload;
+  }
 }
 
 /** The IB transport's carrier object of a path: the slot of its current cm id's state. */

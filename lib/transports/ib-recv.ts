@@ -36,13 +36,10 @@ export class IbReceiver {
         return;
       }
       if (slot < this.ib.sendSlots) {
-        tp.freeSend.push(slot);
+        tp.sendSlotFreed(slot);
         sendFreed = true;
       } else if (slot === this.ib.sendSlots) {
-        tp.ackSlotBusy = false;
-        const done = tp.ackDone;
-        tp.ackDone = null;
-        done?.();
+        tp.ackSlotFreed()?.();
         sendFreed = true;
       } else {
         try {
@@ -90,7 +87,8 @@ export class IbReceiver {
       this.ib.host.recvIncoming(cp, Buffer.from(ring.subarray(base, base + RDS_HEADER_SIZE)), EMPTY);
       return;
     }
-    if (tp.rxHeader === null) {
+    const h = tp.reassembling;
+    if (h === null) {
       if (hLen > MAX_H_LEN) throw new RdsProtocolError(`h_len ${hLen} exceeds ${MAX_H_LEN}`);
       if (dataLen !== Math.min(hLen, RDS_IB_FRAG_SIZE))
         throw new RdsProtocolError(`first fragment carries ${dataLen} of ${hLen} bytes`);
@@ -100,31 +98,21 @@ export class IbReceiver {
         this.ib.host.recvIncoming(cp, header, payload);
         return;
       }
-      tp.rxHeader = header;
-      tp.rxPayload = Buffer.allocUnsafe(hLen);
-      payload.copy(tp.rxPayload, 0);
-      tp.rxFilled = dataLen;
+      tp.startReassembly(header, hLen, payload);
       return;
     }
     // A later fragment: same sequence, length and ports (h_ack, h_credit, h_csum may differ).
-    const h = tp.rxHeader;
     if (
       ring.compare(h, 0, 8, base, base + 8) !== 0 ||
       ring.compare(h, OFF_LEN, OFF_LEN + 8, base + OFF_LEN, base + OFF_LEN + 8) !== 0
     ) {
       throw new RdsProtocolError('fragment header mismatch');
     }
-    const want = Math.min(RDS_IB_FRAG_SIZE, hLen - tp.rxFilled);
+    const want = Math.min(RDS_IB_FRAG_SIZE, hLen - tp.reassembled);
     if (dataLen !== want) throw new RdsProtocolError(`fragment carries ${dataLen} bytes, expected ${want}`);
     const ack = readU64(ring, base + OFF_ACK);
-    if (ack !== 0) cp.ackThrough(ack);
-    ring.copy(tp.rxPayload!, tp.rxFilled, base + RDS_HEADER_SIZE, base + byteLen);
-    tp.rxFilled += dataLen;
-    if (tp.rxFilled < hLen) return;
-    const payload = tp.rxPayload!;
-    tp.rxHeader = null;
-    tp.rxPayload = null;
-    tp.rxFilled = 0;
-    this.ib.host.recvIncoming(cp, h, payload);
+    if (ack !== 0) cp.tx.ackThrough(ack);
+    const payload = tp.addFragment(ring, base + RDS_HEADER_SIZE, base + byteLen);
+    if (payload !== null) this.ib.host.recvIncoming(cp, h, payload);
   }
 }

@@ -28,14 +28,14 @@ export class IbSender {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
     msg.xmitHold();
-    tp.current = { wire: msg.wire, len: msg.len, off: 0, msg };
+    tp.startFrame({ wire: msg.wire, len: msg.len, off: 0, msg });
     return this.take(cp, tp);
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
-    tp.current = { wire: encodeCongUpdate(map), len: map.length, off: 0, msg: null };
+    tp.startFrame({ wire: encodeCongUpdate(map), len: map.length, off: 0, msg: null });
     return this.take(cp, tp);
   }
 
@@ -43,7 +43,7 @@ export class IbSender {
   private take(cp: RdsConnPath, tp: IbPath): boolean {
     this.push(cp, tp);
     const more = tp.current === null && !tp.blocked;
-    if (!more) tp.coreWaiting = true;
+    if (!more) tp.coreWaits();
     return more;
   }
 
@@ -59,7 +59,7 @@ export class IbSender {
       header.readUInt16BE(OFF_SPORT) === 0 &&
       header.readUInt16BE(OFF_DPORT) === 0 &&
       header.readUInt32BE(OFF_LEN) === 0;
-    tp.controls.push({ header, done, ackOnly });
+    tp.queueControl({ header, done, ackOnly });
     this.push(cp, tp);
   }
 
@@ -69,7 +69,7 @@ export class IbSender {
     if (tp === null || !tp.established || tp.controls.length > 0 || tp.ackSlotBusy) return;
     const h = Buffer.alloc(RDS_HEADER_SIZE);
     writeU64(h, OFF_ACK, tp.lastAck);
-    tp.controls.push({ header: h, done: () => {}, ackOnly: true });
+    tp.queueControl({ header: h, done: () => {}, ackOnly: true });
     defer(() => this.push(cp, tp));
   }
 
@@ -85,7 +85,7 @@ export class IbSender {
     header.copy(ring, base, 0, RDS_HEADER_SIZE);
     ring[base + OFF_CREDIT] = tp.ledger.advertise();
     const ack = readU64(ring, base + OFF_ACK);
-    if (ack > tp.lastAck) tp.lastAck = ack;
+    tp.ackPosted(ack);
     ring.writeUInt16BE(0, base + OFF_CSUM);
     ring.writeUInt16BE(headerChecksum(ring, base), base + OFF_CSUM);
     if (src !== null && len > 0) src.copy(ring, base + RDS_HEADER_SIZE, srcOff, srcOff + len);
@@ -103,36 +103,29 @@ export class IbSender {
       const c = tp.controls[0]!;
       const atBoundary = tp.current === null || tp.current.off === 0;
       if ((c.ackOnly || atBoundary) && (!tp.flowControl || tp.ledger.tryConsumeForUpdate())) {
-        tp.controls.shift();
+        tp.takeControl();
         const slot = this.ib.sendSlots;
         this.fill(tp, slot, c.header, null, 0, 0);
-        tp.ackSlotBusy = true;
-        tp.ackDone = c.done;
+        tp.ackSlotTaken(c.done);
         posts.push(slot, RDS_HEADER_SIZE, 1);
       }
     }
     const cur = tp.current;
     if (cur !== null && (tp.controls.length === 0 || tp.controls[0]!.ackOnly)) {
-      while (tp.freeSend.length > 0) {
+      while (tp.freeSendSlots > 0) {
         if (tp.flowControl && !tp.ledger.tryConsume(1)) break;
-        const slot = tp.freeSend.pop()!;
+        const slot = tp.takeSendSlot();
         const n = Math.min(RDS_IB_FRAG_SIZE, cur.len - cur.off);
         this.fill(tp, slot, cur.wire, cur.wire, RDS_HEADER_SIZE + cur.off, n);
-        cur.off += n;
-        const last = cur.off >= cur.len;
+        const last = tp.fragmentPosted(n);
         posts.push(slot, RDS_HEADER_SIZE + n, last ? 1 : 0);
         if (last) {
-          tp.current = null;
           cur.msg?.xmitDone();
           break;
         }
       }
     }
-    tp.blocked = tp.current !== null || tp.freeSend.length === 0;
-    if (tp.coreWaiting && !tp.blocked) {
-      tp.coreWaiting = false;
-      cp.kick();
-    }
+    if (tp.ringMoved()) cp.tx.kick();
     if (posts.length === 0) return;
     const rc = this.ib.ep!.postSend(tp.id, Int32Array.from(posts));
     if (rc !== 0) cp.drop(`ibv_post_send failed (${rc})`);

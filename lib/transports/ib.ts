@@ -15,7 +15,7 @@ import {
 } from '../wire/ib-private-data.js';
 import { RDS_CTR } from '../core/stats.js';
 
-import { IB_CARRIER, ibPath, IbShared, SLOT_SIZE, type IbPath } from './ib-path.js';
+import { IB_CARRIER, ibPath, IbPath, IbShared, SLOT_SIZE } from './ib-path.js';
 import { IbReceiver } from './ib-recv.js';
 import { IbSender } from './ib-send.js';
 
@@ -168,29 +168,14 @@ export class IbTransport implements RdsTransport {
   }
 
   private newPath(id: number, passive: boolean, cp: RdsConnPath): IbPath {
-    const tp: IbPath = {
+    const tp = new IbPath(
       id,
-      established: false,
       passive,
-      ring: null,
-      freeSend: [],
-      ackSlotBusy: false,
-      ackDone: null,
-      flowControl: false,
-      ledger: new CreditLedger(
+      new CreditLedger(
         () => this.sender.resume(cp),
         () => this.sender.creditUpdate(cp),
       ),
-      current: null,
-      controls: [],
-      lastAck: 0,
-      rxHeader: null,
-      rxPayload: null,
-      rxFilled: 0,
-      blocked: false,
-      coreWaiting: false,
-      version: 0,
-    };
+    );
     cp.carrier(IB_CARRIER).set(tp);
     this.byId.set(id, cp);
     return tp;
@@ -211,9 +196,7 @@ export class IbTransport implements RdsTransport {
   /** Registers the rings, posts every receive buffer: the QP is ready for rdma_connect / rdma_accept. */
   private setupQp(tp: IbPath): void {
     const ep = this.ep!;
-    tp.ring = ep.setupQp(tp.id, this.sendSlots + 1, this.recvSlots, SLOT_SIZE);
-    tp.freeSend = [];
-    for (let s = this.sendSlots - 1; s >= 0; s--) tp.freeSend.push(s);
+    tp.ringReady(ep.setupQp(tp.id, this.sendSlots + 1, this.recvSlots, SLOT_SIZE), this.sendSlots);
     const recv = new Int32Array(this.recvSlots);
     for (let i = 0; i < this.recvSlots; i++) recv[i] = this.sendSlots + 1 + i;
     const rc = ep.postRecv(tp.id, recv);
@@ -271,10 +254,10 @@ export class IbTransport implements RdsTransport {
             this.lost(cp, tp, `peer speaks RDS/IB ${version >> 8}.${version & 0xff}`);
             return;
           }
-          tp.version = version;
+          tp.versionNegotiated(version);
           this.applyPeerCredits(tp, peer!);
         }
-        tp.established = true;
+        tp.markEstablished();
         cp.connectComplete();
         return;
       case 'RDMA_CM_EVENT_REJECTED':
@@ -296,7 +279,7 @@ export class IbTransport implements RdsTransport {
 
   private applyPeerCredits(tp: IbPath, peer: IbPrivateData): void {
     // As rds_ib_set_flow_control: on only if we offer it and the peer granted credits.
-    tp.flowControl = this.flowControl && peer.credit > 0;
+    tp.flowControlNegotiated(this.flowControl && peer.credit > 0);
     if (tp.flowControl) tp.ledger.grant(peer.credit);
   }
 
@@ -349,7 +332,7 @@ export class IbTransport implements RdsTransport {
       cp.acceptIncoming();
     }
     const tp = this.newPath(id, true, cp);
-    tp.version = version;
+    tp.versionNegotiated(version);
     this.applyPeerCredits(tp, peer);
     try {
       this.setupQp(tp);
@@ -373,16 +356,14 @@ export class IbTransport implements RdsTransport {
     this.byId.delete(tp.id);
     const slot = cp.carrier(IB_CARRIER);
     if (slot.is(tp)) slot.clear();
-    const done = tp.ackDone;
-    tp.ackDone = null;
-    for (const c of tp.controls.splice(0)) c.done();
-    tp.current?.msg?.xmitDone();
-    tp.current = null;
+    const done = tp.takeAckDone();
+    for (const c of tp.dropControls()) c.done();
+    tp.dropFrame();
     if (this.ep !== null) {
       this.ep.disconnect(tp.id);
       this.ep.destroy(tp.id);
     }
-    tp.ring = null;
+    tp.ringGone();
     done?.();
   }
 
@@ -433,8 +414,8 @@ export class IbTransport implements RdsTransport {
       flowControl: tp.flowControl,
       sendCredits: tp.ledger.sendCredits,
       postedUnadvertised: tp.ledger.postedUnadvertised,
-      freeSendSlots: tp.freeSend.length,
-      reassembling: tp.rxHeader !== null,
+      freeSendSlots: tp.freeSendSlots,
+      reassembling: tp.reassembling !== null,
     };
   }
 }

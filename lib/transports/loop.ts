@@ -60,7 +60,7 @@ export class LoopTransport implements RdsTransport {
     }
     rcp.noteRxActivity();
     this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);
-    cp.ackThrough(msg.seq);
+    cp.tx.ackThrough(msg.seq);
     return true;
   }
 

@@ -44,41 +44,37 @@ export interface TcpTransportOptions {
 /** The knobs TcpTransportOptions shares with RdsStackOptions (checked by the stack's rules). */
 export const TCP_KNOBS = ['tcpPort', 'maxConnections', 'headerTimeoutMs'] as const;
 
-/** The TCP transport's carrier object of a path: the carrier socket, its reassembly and send bookkeeping. */
+/** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
+const OUTQ_POLL_MAX_MS = 50;
+
+/**
+ * The TCP transport's carrier object of a path: the carrier socket, its reassembly and send
+ * bookkeeping. The transport's parts change it only through the methods below, each named for
+ * what happened.
+ */
 export class TcpPath {
   /** The current carrier socket (see CarrierSlot: events of a replaced one are ignored). */
   readonly slot: CarrierSlot<Socket>;
-  reader: FrameReader | null = null;
-  /** The larger side's short-lived poke connection, if one is in flight. */
-  poke: Socket | null = null;
-  /** Bytes written to this carrier, and how many of them the kernel has taken. */
-  wrote = 0;
-  flushed = 0;
   /** Messages on this carrier waiting for TCP's acknowledgement: stream offset of their last byte. */
   readonly track = new Fifo<{ end: number; seq: number }>();
-  /**
-   * -1 until the peer's first frame arrived on this carrier, then `wrote` at that moment. A peer
-   * that releases on TCP acknowledgement (a kernel) has that acknowledgement count only once it
-   * covers a byte written after this point: see TcpSender.releaseAcked.
-   */
-  provenAt = -1;
-  outqTimer: NodeJS.Timeout | null = null;
-  outqDelay = 1;
+  private rd: FrameReader | null = null;
+  private pokeSock: Socket | null = null;
+  private written = 0;
+  private flushedBytes = 0;
+  private proven = -1;
+  private outqTimer: NodeJS.Timeout | null = null;
+  private outqDelay = 1;
   /**
    * Frames of the current batch not yet handed to the socket: `run` is the first, and the run
    * extends to `runEnd` (an offset in run.buffer) while each next frame follows in memory.
    */
-  run: Buffer | null = null;
-  runEnd = 0;
-  /** Inside a transmit batch, and whether the socket was corked for it. */
-  inBatch = false;
-  corked = false;
-  /** The core stopped reading this path (receive queue limit); outlives a carrier change. */
-  held = false;
-  /** The current carrier waits for room in the partial-frame budget. */
-  waiting = false;
-  /** The current carrier's reading resumed: restart its frame clocks. */
-  onResume: (() => void) | null = null;
+  private run: Buffer | null = null;
+  private runEnd = 0;
+  private inBatch = false;
+  private corked = false;
+  private isHeld = false;
+  private isWaiting = false;
+  private onResume: (() => void) | null = null;
 
   constructor(cp: RdsConnPath) {
     this.slot = new CarrierSlot<Socket>(cp);
@@ -86,6 +82,200 @@ export class TcpPath {
 
   get sock(): Socket | null {
     return this.slot.current;
+  }
+
+  /** The current carrier's frame reassembly. */
+  get reader(): FrameReader | null {
+    return this.rd;
+  }
+
+  // ---- the carrier's life ----
+
+  /** `sock` becomes the carrier, read by `reader`: nothing is written, proven or waiting on it yet. */
+  attach(sock: Socket, reader: FrameReader, provenAt: number): void {
+    this.slot.set(sock);
+    this.run = null;
+    this.inBatch = this.corked = false;
+    this.written = 0;
+    this.flushedBytes = 0;
+    this.proven = provenAt;
+    this.track.drain();
+    this.rd = reader;
+    this.isWaiting = false;
+  }
+
+  /** The carrier closed, or one being connected is given up: its reader goes with it. */
+  readerGone(): void {
+    this.rd = null;
+  }
+
+  /** A carrier being connected is given up (its source port was taken): returns it. */
+  abandon(): Socket | null {
+    const sock = this.slot.clear();
+    this.rd = null;
+    return sock;
+  }
+
+  /** connPathShutdown: the carrier is forgotten with everything in flight on it; returns it. */
+  shutdown(): Socket | null {
+    const sock = this.abandon();
+    this.run = null;
+    this.inBatch = this.corked = false;
+    this.track.drain();
+    if (this.outqTimer) clearTimeout(this.outqTimer);
+    this.outqTimer = null;
+    return sock;
+  }
+
+  /** The larger side's short-lived poke connection, if one is in flight. */
+  get poke(): Socket | null {
+    return this.pokeSock;
+  }
+
+  pokeSent(poke: Socket): void {
+    this.pokeSock = poke;
+  }
+
+  /** `poke` is over: true if it was still this path's poke (now forgotten). */
+  pokeEnded(poke: Socket): boolean {
+    if (this.pokeSock !== poke) return false;
+    this.pokeSock = null;
+    return true;
+  }
+
+  // ---- send bookkeeping (TcpSender) ----
+
+  /** Bytes written to this carrier (a stream offset). */
+  get wrote(): number {
+    return this.written;
+  }
+
+  /** How many of the bytes written the kernel has taken. */
+  get flushed(): number {
+    return this.flushedBytes;
+  }
+
+  /**
+   * -1 until the peer's first frame arrived on this carrier, then `wrote` at that moment. A peer
+   * that releases on TCP acknowledgement (a kernel) has that acknowledgement count only once it
+   * covers a byte written after this point: see TcpSender.releaseAcked.
+   */
+  get provenAt(): number {
+    return this.proven;
+  }
+
+  /** `n` more bytes were handed to the socket: returns the stream offset of their end. */
+  addWritten(n: number): number {
+    this.written += n;
+    return this.written;
+  }
+
+  /** The kernel has taken the stream up to `end`. */
+  flushedTo(end: number): void {
+    if (end > this.flushedBytes) this.flushedBytes = end;
+  }
+
+  /** The peer's first frame arrived on this carrier. */
+  markProven(): void {
+    this.proven = this.written;
+  }
+
+  beginBatch(): void {
+    this.inBatch = true;
+  }
+
+  /** Within a batch, let the writes that follow leave together. */
+  corkBatch(): void {
+    if (!this.inBatch || this.corked || this.sock === null) return;
+    this.corked = true;
+    this.sock.cork();
+  }
+
+  endBatch(): void {
+    this.inBatch = false;
+    if (this.corked) {
+      this.corked = false;
+      this.sock?.uncork();
+    }
+  }
+
+  /** A run of frames is gathered. */
+  get hasRun(): boolean {
+    return this.run !== null;
+  }
+
+  /** Bytes in the gathered run. */
+  get runLength(): number {
+    return this.run === null ? 0 : this.runEnd - this.run.byteOffset;
+  }
+
+  /** Adds `w` to the run if it follows it in memory; false if it does not, or there is no run. */
+  extendRun(w: Buffer): boolean {
+    // Offsets first: reading .buffer of a typed array is the slower check.
+    if (this.run === null || w.byteOffset !== this.runEnd || w.buffer !== this.run.buffer) return false;
+    this.runEnd += w.length;
+    return true;
+  }
+
+  /** `w` starts a new run (the previous one has been taken). */
+  startRun(w: Buffer): void {
+    this.run = w;
+    this.runEnd = w.byteOffset + w.length;
+  }
+
+  /** Takes the gathered run for writing: its frames as one buffer, or null if there is none. */
+  takeRun(): Buffer | null {
+    const run = this.run;
+    if (run === null) return null;
+    this.run = null;
+    const len = this.runEnd - run.byteOffset;
+    return len === run.length ? run : Buffer.from(run.buffer, run.byteOffset, len);
+  }
+
+  /** TCP acknowledged more: poll quickly again. */
+  outqProgress(): void {
+    this.outqDelay = 1;
+  }
+
+  /** While messages wait for TCP's acknowledgement, run `check` again later, backing off to OUTQ_POLL_MAX_MS. */
+  pollOutq(check: () => void, ref: boolean): void {
+    if (this.track.length === 0 || this.outqTimer !== null) return;
+    this.outqTimer = setTimeout(() => {
+      this.outqTimer = null;
+      check();
+    }, this.outqDelay);
+    if (!ref) this.outqTimer.unref();
+    this.outqDelay = Math.min(this.outqDelay * 2, OUTQ_POLL_MAX_MS);
+  }
+
+  // ---- receive pauses (TcpReceiver) ----
+
+  /** The core stopped reading this path (receive queue limit); outlives a carrier change. */
+  get held(): boolean {
+    return this.isHeld;
+  }
+
+  setHeld(held: boolean): void {
+    this.isHeld = held;
+  }
+
+  /** The current carrier waits for room in the partial-frame budget. */
+  get waiting(): boolean {
+    return this.isWaiting;
+  }
+
+  setWaiting(waiting: boolean): void {
+    this.isWaiting = waiting;
+  }
+
+  /** What restarts the current carrier's frame clocks when its reading resumes (null: none). */
+  setOnResume(fn: (() => void) | null): void {
+    this.onResume = fn;
+  }
+
+  /** Reading the carrier resumed. */
+  resumed(): void {
+    this.onResume?.();
   }
 }
 

@@ -81,7 +81,7 @@ export class TcpConnector {
       }
       const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr);
       this.ctx.track(poke);
-      tp.poke = poke;
+      tp.pokeSent(poke);
       let delivered = false;
       poke.once(ready, () => {
         host.counters.add(RDS_CTR.conn_poke_sent);
@@ -95,8 +95,7 @@ export class TcpConnector {
           return;
         }
         // As the kernel: the poke reached ESTABLISHED, so the path goes ERROR and is torn down.
-        if (tp.poke === poke) {
-          tp.poke = null;
+        if (tp.pokeEnded(poke)) {
           poke.destroy();
           cp.drop('poke delivered');
         } else {
@@ -105,8 +104,7 @@ export class TcpConnector {
       });
       poke.on('error', () => {});
       poke.once('close', () => {
-        if (tp.poke === poke) {
-          tp.poke = null;
+        if (tp.pokeEnded(poke)) {
           if (delivered) cp.drop('poke delivered');
           else cp.connectFailed();
         }
@@ -137,8 +135,7 @@ export class TcpConnector {
     sock.once('error', (err: NodeJS.ErrnoException) => {
       // Port taken: try the next group at once, as the kernel does.
       if (!connected && err.code === 'EADDRINUSE' && attempt < 64 && tp.slot.is(sock)) {
-        tp.slot.clear();
-        tp.reader = null;
+        tp.abandon();
         sock.destroy();
         this.connectFrom(cp, attempt + 1);
       }

@@ -217,10 +217,10 @@ export class TcpListener {
       return;
     }
     const tp = tcpPath(cp);
-    if (tp.poke !== null) {
-      const poke = tp.poke;
-      tp.poke = null;
+    const poke = tp.poke;
+    if (poke !== null && tp.pokeEnded(poke)) {
       poke.destroy();
+      host.counters.add(RDS_CTR.conn_poke_superseded);
     }
     const old = tp.slot.clear();
     if (old !== null) {

@@ -33,13 +33,13 @@ export class TcpReceiver {
 
   rxPause(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
-    tp.held = true;
+    tp.setHeld(true);
     this.syncPause(cp, tp);
   }
 
   rxResume(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
-    tp.held = false;
+    tp.setHeld(false);
     this.syncPause(cp, tp);
   }
 
@@ -58,7 +58,7 @@ export class TcpReceiver {
       sock.pause();
     } else {
       sock.resume();
-      tp.onResume?.();
+      tp.resumed();
     }
   }
 
@@ -76,20 +76,15 @@ export class TcpReceiver {
     const host = this.ctx.host;
     const tp = tcpPath(cp);
     const carrier = tp.slot;
-    carrier.set(sock);
-    tp.run = null;
-    tp.inBatch = tp.corked = false;
-    tp.wrote = 0;
-    tp.flushed = 0;
-    tp.provenAt = -1;
-    tp.track.drain();
+    // A kernel that pairs by source port (SPORT_IDX, 7.0+) never resets a lane connection (one it
+    // cannot place yet it keeps until it can) and may send nothing on a lane: there TCP's
+    // acknowledgement is enough from the first byte.
+    tp.attach(sock, reader, cp.index > 0 && cp.conn.handshake.kernelPairsBySport ? 0 : -1);
     // An accepted carrier counts as unidentified until its first complete frame (its slot was
     // taken when it was admitted); one we initiated is identified from the start.
     const slot = accepted ?? this.admission.takeSlot(null);
     if (accepted === undefined) this.admission.identifySlot(slot);
     let identified = slot.identified;
-    tp.reader = reader;
-    tp.waiting = false;
     // A new carrier reads unless the core still holds the path (its queue is still over the limit).
     cp.setReadPaused(false);
     this.syncPause(cp, tp);
@@ -155,24 +150,26 @@ export class TcpReceiver {
         return;
       }
       host.counters.add(RDS_CTR.recv_pause_partial_limit);
-      tp.waiting = true;
+      tp.setWaiting(true);
       this.syncPause(cp, tp);
       withdraw = this.partial.wait(len, () => {
         withdraw = null;
         charged = len; // given back by the close handler if this carrier is already replaced
         frameStart = Date.now();
         if (!carrier.is(sock)) return;
-        tp.waiting = false;
+        tp.setWaiting(false);
         this.syncPause(cp, tp);
       });
     };
-    tp.onResume = carrier.guard(sock, () => {
-      if (frameStart !== 0) {
-        frameStart = Date.now();
-        armFrameTimer(frameTimeoutMs);
-      }
-      checkHeader();
-    });
+    tp.setOnResume(
+      carrier.guard(sock, () => {
+        if (frameStart !== 0) {
+          frameStart = Date.now();
+          armFrameTimer(frameTimeoutMs);
+        }
+        checkHeader();
+      }),
+    );
     // An accepted connection must send a complete frame in time, or it only holds a slot.
     const identifyTimer = identified
       ? null
@@ -182,14 +179,14 @@ export class TcpReceiver {
         }, headerTimeoutMs);
     identifyTimer?.unref();
     sock.once('close', () => {
-      if (reader.frames > 0) cp.conn.heardAt = Date.now();
+      if (reader.frames > 0) cp.conn.heardFrom();
       this.admission.freeSlot(slot);
       if (headerTimer) clearTimeout(headerTimer);
       if (identifyTimer) clearTimeout(identifyTimer);
       if (frameTimer) clearTimeout(frameTimer);
       withdraw?.();
       stopFrame();
-      if (carrier.is(sock)) tp.onResume = null;
+      if (carrier.is(sock)) tp.setOnResume(null);
     });
     // A peer that starts a header must finish it: one that sends half and stalls is dropped.
     const checkHeader = (): void => {
@@ -220,11 +217,11 @@ export class TcpReceiver {
         if (!identified && reader.frames > 0) {
           identified = true;
           this.admission.identifySlot(slot);
-          cp.conn.heardAt = Date.now();
+          cp.conn.heardFrom();
         }
         if (!carrier.is(sock)) return; // a frame made the core drop the path
         if (tp.provenAt < 0 && reader.frames > 0) this.sender.carrierProven(cp, tp);
-        trackFrame(cp.lastRxAt);
+        trackFrame(cp.heartbeat.lastRxAt);
         checkHeader();
       } catch (e) {
         if (!carrier.is(sock)) return;
@@ -238,15 +235,11 @@ export class TcpReceiver {
       'drain',
       carrier.guard(sock, () => {
         host.counters.add(RDS_CTR.tcp_write_space_calls);
-        cp.kick();
+        cp.tx.kick();
       }),
     );
     sock.on('error', () => {});
-    sock.once('close', () =>
-      carrier.lost(sock, 'connection closed', () => {
-        tp.reader = null;
-      }),
-    );
+    sock.once('close', () => carrier.lost(sock, 'connection closed', () => tp.readerGone()));
     return received;
   }
 }

@@ -7,9 +7,6 @@ import { native } from '../native.js';
 import { encodeCongUpdate } from '../wire/header.js';
 import { socketFd, TCP_CARRIER, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
 
-/** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
-const OUTQ_POLL_MAX_MS = 50;
-
 /**
  * The sending side of RDS/TCP (the kernel's tcp_send.c): frames go to the carrier socket, batched
  * into one write where they lie back to back; a kernel peer's messages are released once TCP has
@@ -20,27 +17,16 @@ export class TcpSender {
 
   xmitBegin(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
-    tp.inBatch = true;
+    tp.beginBatch();
     // Between rds-socket peers a batch is usually one write (the run of frames), which needs no
     // cork; the socket is corked only when a batch makes several writes (see corkBatch).
-    if (!cp.conn.ackMode) this.corkBatch(tp);
+    if (!cp.conn.ackMode) tp.corkBatch();
   }
 
   xmitEnd(cp: RdsConnPath): void {
     const tp = tcpPath(cp);
     this.writeRun(tp);
-    tp.inBatch = false;
-    if (tp.corked) {
-      tp.corked = false;
-      tp.sock?.uncork();
-    }
-  }
-
-  /** Within a batch, let the writes that follow leave together. */
-  private corkBatch(tp: TcpPath): void {
-    if (!tp.inBatch || tp.corked || tp.sock === null) return;
-    tp.corked = true;
-    tp.sock.cork();
+    tp.endBatch();
   }
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
@@ -48,26 +34,21 @@ export class TcpSender {
     const sock = tp.sock!;
     const w = msg.wire;
     if (msg.zcPayload !== null) return this.xmitZeroCopy(cp, tp, sock, msg);
-    tp.wrote += w.length;
-    const end = tp.wrote;
+    const end = tp.addWritten(w.length);
     if (cp.conn.ackMode) {
       // A large frame's memory is reused once its message is done: the write holds it.
       if (msg.recycles) return this.writeHeld(tp, sock, msg);
       // An rds-socket peer acknowledges messages itself: no write callback needed, and frames
       // queued back to back (see WireSlab) go to the socket as one buffer.
-      // Offsets first: reading .buffer of a typed array is the slower check.
-      if (tp.run !== null && w.byteOffset === tp.runEnd && w.buffer === tp.run.buffer) {
-        tp.runEnd += w.length;
-      } else {
-        if (tp.run !== null) this.corkBatch(tp); // a second write in this batch
+      if (!tp.extendRun(w)) {
+        if (tp.hasRun) tp.corkBatch(); // a second write in this batch
         this.writeRun(tp);
-        tp.run = w;
-        tp.runEnd = w.byteOffset + w.length;
+        tp.startRun(w);
       }
       // Past the socket's high-water mark the run goes out now, and the batch stops only if the
       // socket says so: then 'drain' is certain to follow (a write the kernel took whole is not
       // followed by one).
-      if (sock.writableLength + tp.runEnd - tp.run.byteOffset < sock.writableHighWaterMark) return true;
+      if (sock.writableLength + tp.runLength < sock.writableHighWaterMark) return true;
       return this.writeRun(tp);
     }
     // Anything else is released once TCP has acknowledged the message's last byte (spec §2.4).
@@ -82,7 +63,7 @@ export class TcpSender {
 
   /** A frame written on its own, held until the socket is done with it (it may be reused). */
   private writeHeld(tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
-    this.corkBatch(tp);
+    tp.corkBatch();
     this.writeRun(tp);
     msg.xmitHold();
     return sock.write(msg.wire, () => msg.xmitDone());
@@ -91,7 +72,7 @@ export class TcpSender {
   /** The kernel has taken a kernel peer's stream up to `end`: what TCP has acknowledged is done. */
   private flushedTo(cp: RdsConnPath, tp: TcpPath, sock: Socket, end: number): void {
     if (!tp.slot.is(sock)) return;
-    if (end > tp.flushed) tp.flushed = end;
+    tp.flushedTo(end);
     this.releaseAcked(cp);
   }
 
@@ -104,10 +85,9 @@ export class TcpSender {
     const payload = msg.zcPayload!;
     const writes: Uint8Array[] = [msg.wire];
     for (const part of payload instanceof Uint8Array ? [payload] : payload) if (part.length > 0) writes.push(part);
-    this.corkBatch(tp);
+    tp.corkBatch();
     this.writeRun(tp);
-    tp.wrote += msg.wire.length + msg.len;
-    const end = tp.wrote;
+    const end = tp.addWritten(msg.wire.length + msg.len);
     const ackMode = cp.conn.ackMode;
     if (!ackMode) tp.track.push({ end, seq: msg.seq });
     msg.xmitHold();
@@ -125,22 +105,18 @@ export class TcpSender {
 
   /** Hands the gathered run of frames to the socket; false when the socket wants a 'drain' first. */
   writeRun(tp: TcpPath): boolean {
-    const run = tp.run;
-    if (run === null) return true;
-    tp.run = null;
-    if (tp.sock === null) return true;
-    const len = tp.runEnd - run.byteOffset;
-    return tp.sock.write(len === run.length ? run : Buffer.from(run.buffer, run.byteOffset, len));
+    const run = tp.takeRun();
+    if (run === null || tp.sock === null) return true;
+    return tp.sock.write(run);
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const frame = encodeCongUpdate(map);
-    this.corkBatch(tp);
+    tp.corkBatch();
     this.writeRun(tp);
-    tp.wrote += frame.length;
-    const end = tp.wrote;
+    const end = tp.addWritten(frame.length);
     // Its write completing counts for releaseAcked too: it may be the byte that follows a proof.
     if (
       !sock.write(frame, (err) => {
@@ -161,7 +137,7 @@ export class TcpSender {
       return;
     }
     this.writeRun(tp);
-    tp.wrote += header.length;
+    tp.addWritten(header.length);
     sock.write(header, () => done());
   }
 
@@ -180,9 +156,9 @@ export class TcpSender {
    * (releaseAcked), so unless more is on its way a congestion map update follows.
    */
   carrierProven(cp: RdsConnPath, tp: TcpPath): void {
-    tp.provenAt = tp.wrote;
+    tp.markProven();
     if (tp.track.length === 0 || cp.conn.ackMode) return;
-    if (cp.sendQueue.length === 0) cp.queueCongUpdate();
+    if (cp.sendQueue.length === 0) cp.tx.queueCongUpdate();
     this.releaseAcked(cp);
   }
 
@@ -226,17 +202,12 @@ export class TcpSender {
         tp.track.shift();
       }
       if (seq >= 0) {
-        tp.outqDelay = 1;
-        cp.ackThrough(seq);
+        tp.outqProgress();
+        cp.tx.ackThrough(seq);
       }
     }
-    if (tp.track.length > 0 && tp.outqTimer === null) {
-      tp.outqTimer = setTimeout(() => {
-        tp.outqTimer = null;
-        if (tp.slot.is(sock)) this.releaseAcked(cp);
-      }, tp.outqDelay);
-      if (!this.ctx.ref) tp.outqTimer.unref();
-      tp.outqDelay = Math.min(tp.outqDelay * 2, OUTQ_POLL_MAX_MS);
-    }
+    tp.pollOutq(() => {
+      if (tp.slot.is(sock)) this.releaseAcked(cp);
+    }, this.ctx.ref);
   }
 }

@@ -78,15 +78,7 @@ export class TcpTransport implements RdsTransport {
   }
 
   connPathShutdown(cp: RdsConnPath): void {
-    const tp = tcpPath(cp);
-    const sock = tp.slot.clear();
-    tp.reader = null;
-    tp.run = null;
-    tp.inBatch = tp.corked = false;
-    tp.track.drain();
-    if (tp.outqTimer) clearTimeout(tp.outqTimer);
-    tp.outqTimer = null;
-    sock?.destroy();
+    tcpPath(cp).shutdown()?.destroy();
   }
 
   xmitBegin(cp: RdsConnPath): void {

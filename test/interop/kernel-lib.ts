@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
@@ -64,9 +64,24 @@ export async function ready(s: RdsSocket, from = KERNEL): Promise<void> {
   expect(m.data.toString()).toBe('ready');
 }
 
+/** The instance directory the guest shares with the host (its /rdsinst). */
+export const INST = `${process.env.RDS_KVM_CACHE ?? '/var/tmp/rds-socket-kernel'}/instance`;
+
+/**
+ * Removes what an earlier mesh left in the instance directory (ready.mesh, mesh.done, kills.stop)
+ * before a new mesh starts. The directory lives as long as the guest session, which the interop
+ * files share: a ready.mesh left by another file made the host start sending before the new mesh
+ * had bound its sockets (the kernel dropped every message as recv_drop_no_sock, and a pair
+ * "received 0 of 200"), and a left mesh.done made the new mesh close its senders' sockets as soon
+ * as they had sent (closing drops what they have not delivered).
+ */
+export function clearMeshMarkers(): void {
+  for (const f of ['ready.mesh', 'mesh.done', 'kills.stop']) rmSync(`${INST}/${f}`, { force: true });
+}
+
 /** Waits (bounded) for a guest program's ready file in the shared instance directory. */
 export async function readyFile(port: number): Promise<void> {
-  const f = `${process.env.RDS_KVM_CACHE ?? '/var/tmp/rds-socket-kernel'}/instance/ready.${port}`;
+  const f = `${INST}/ready.${port}`;
   for (let i = 0; i < 3000 && !existsSync(f); i++) await new Promise((r) => setTimeout(r, 20));
   expect(existsSync(f), 'guest program never became ready').toBe(true);
 }

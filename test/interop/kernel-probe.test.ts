@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RdsStack } from '../../lib/index.js';
-import { IS_7X, KERNEL, KERNEL_GEN, SMALL, bound, guest, peer, reloadRds } from './kernel-lib.js';
+import { type RdsSocket, RdsStack } from '../../lib/index.js';
+import { KERNEL, KERNEL_GEN, SMALL, bound, guest, peer, reloadRds } from './kernel-lib.js';
 
 // A kernel on the larger address sending, blocking, from ports that are not multiples of 8:
 // such a sender may wait for the multipath handshake before its message (spec §3.4).
@@ -13,12 +13,54 @@ afterAll(async () => {
 async function kernelSends(port: number, ports: number[], n: number): Promise<void> {
   const r = await bound(stack!, SMALL, port);
   const tx = peer(`send ${KERNEL} ${ports.join(',')} ${SMALL} ${port} ${n} 5000 4`, 40);
+  // Every message of every port (order per socket pair: with 7.x each socket may use its own path).
+  const count = new Map<number, number>();
   for (let i = 0; i < ports.length * n; i++) {
-    const m = await r.recv({ signal: AbortSignal.timeout(30_000) });
-    expect(m).toMatchObject({ address: KERNEL, port: ports[Math.floor(i / n)] });
+    let m: Awaited<ReturnType<RdsSocket['recv']>>;
+    try {
+      m = await r.recv({ signal: AbortSignal.timeout(30_000) });
+    } catch (e) {
+      // Say what had arrived, what the guest's senders reported and where our paths stood.
+      const t = await tx;
+      const paths = stack!
+        .connections()
+        .filter((c) => c.peerAddress === KERNEL)
+        .map((c) => ({
+          npaths: c.npaths,
+          paths: c.paths.map((p) => ({
+            state: p.state,
+            ups: p.upCount,
+            sent: p.sentMessages,
+            recv: p.recvMessages,
+            nextRxSeq: p.nextRxSeq,
+          })),
+        }));
+      const ctr = Object.fromEntries(
+        (
+          [
+            'recv_drop_old_seq',
+            'recv_drop_no_sock',
+            'recv_delivered',
+            'handshake_received',
+            'conn_poke_received',
+            'tcp_connect_raced',
+            'peer_restarted',
+          ] as const
+        ).map((c) => [c, stack!.counters.get(c)]),
+      );
+      const kc = await peer('counters');
+      throw new Error(
+        `${(e as Error).message}; received per port ${JSON.stringify([...count])}; guest: ${t.out.trim()}; ours: ${JSON.stringify(paths)}; our counters: ${JSON.stringify(ctr)}; kernel counters: ${JSON.stringify(kc.lines[0] ?? kc.out)}`,
+      );
+    }
+    expect(m.address).toBe(KERNEL);
+    expect(ports).toContain(m.port);
+    count.set(m.port, (count.get(m.port) ?? 0) + 1);
   }
+  for (const p of ports) expect(count.get(p)).toBe(n);
   const t = await tx;
   expect(t.code, t.out).toBe(0);
+  expect(t.out, 'the guest sender closed its sockets with messages still unacknowledged').toContain('"drained": true');
   await r.close();
 }
 
@@ -28,10 +70,11 @@ describe(`blocking kernel senders on the larger address (Linux ${KERNEL_GEN})`, 
     stack = new RdsStack();
   });
 
-  // KNOWN ISSUE on 6.1 (seen once in CI, in the first scenario, as in the restart scenario below):
-  // the first port's messages did not come first (the next port's did); whether they came later
-  // or never is not known yet. Skipped on 6.x until understood; it runs on 7.x.
-  it.skipIf(!IS_7X)('on a new kernel connection, messages from ports not a multiple of 8 arrive', async () => {
+  // These scenarios once lost the first ports' messages (6.x and 7.2, 1-3 runs in 8): the guest's
+  // sender closed each port's socket as it moved to the next, and closing an RDS socket discards
+  // what the kernel has not yet had acknowledged. The sender now keeps its sockets until the
+  // kernel holds none of their messages, and says whether it got there ("drained").
+  it('on a new kernel connection, messages from ports not a multiple of 8 arrive', async () => {
     await kernelSends(4000, [6001, 6002, 6003, 6005], 3);
   });
 
@@ -41,11 +84,7 @@ describe(`blocking kernel senders on the larger address (Linux ${KERNEL_GEN})`, 
     await kernelSends(4001, [6011, 6012, 6013], 3);
   });
 
-  // KNOWN ISSUE on 6.1 and 6.12 (seen in 2 of 4 runs, not on 7.2): after rds-socket restarts,
-  // the kernel's first messages (all three from the first port) never arrive while the later
-  // ports' do. Unexplained yet (a kernel that never learns our new generation, and the poke /
-  // accept race of <= 6.19 kernels, are the suspects); skipped there until it is understood.
-  it.skipIf(!IS_7X)('after rds-socket restarted (a new generation), they arrive', async () => {
+  it('after rds-socket restarted (a new generation), they arrive', async () => {
     await stack!.close();
     stack = new RdsStack();
     await kernelSends(4002, [6021, 6022, 6023], 3);

@@ -4,11 +4,14 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
 import {
+  INST,
+  IS_7X,
   KERNEL,
   LARGE,
   PEER,
   SMALL,
   bound,
+  clearMeshMarkers,
   guest,
   kernelCounters,
   pattern,
@@ -162,17 +165,24 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     // smaller address, keeps its connection up): then there is nothing to poke.
     const upBefore = stack.connections().find((c) => c.peerAddress === KERNEL)?.paths[0]?.state === 'UP';
     const pokesBefore = stack.counters.get('conn_poke_sent');
+    const supersededBefore = stack.counters.get('conn_poke_superseded');
     s.sendmsg(Buffer.from('from the larger side'), { address: KERNEL, port: 4100 });
     const r = await rx;
     expect(r.code, r.out).toBe(0);
     expect(r.lines[0]).toMatchObject({ from: LARGE, port: 5000, len: 20 });
     const c = stack.connections().find((c) => c.peerAddress === KERNEL)!;
     // We poked: either the poke reached ESTABLISHED here (conn_poke_sent), or the kernel's reset
-    // of it arrived before our connect completed, which counts as a failed connect of path 0.
+    // of it arrived before our connect completed, which counts as a failed connect of path 0, or
+    // the kernel was reconnecting anyway (after an earlier scenario's kill) and its connection
+    // arrived while our poke was in flight (conn_poke_superseded; seen once on 6.12 under load).
     if (!upBefore)
-      expect(stack.counters.get('conn_poke_sent') - pokesBefore + c.paths[0]!.connectFailures).toBeGreaterThanOrEqual(
-        1,
-      );
+      expect(
+        stack.counters.get('conn_poke_sent') -
+          pokesBefore +
+          stack.counters.get('conn_poke_superseded') -
+          supersededBefore +
+          c.paths[0]!.connectFailures,
+      ).toBeGreaterThanOrEqual(1);
     expect(c.initiator).toBe(false);
     expect(c.paths[0]!.state).toBe('UP');
   });
@@ -183,16 +193,21 @@ describe('rds-socket as the larger address (10.77.0.3) with a kernel peer', () =
     // almost surely lands on a path > 0, sends the probe and blocks until it is answered.
     const ports = [6001, 6002, 6003, 6004, 6005, 6006, 6007];
     const tx = peer(`send ${KERNEL} ${ports.join(',')} ${LARGE} 4000 5 70000 3`);
+    // Order per socket pair only: with 7.x each kernel socket may use its own path.
+    const count = new Map<number, number>();
     for (let i = 0; i < ports.length * 5; i++) {
       const m = await r4.recv({ signal: AbortSignal.timeout(60_000) });
       expect(m.address).toBe(KERNEL);
-      expect(m.port).toBe(ports[Math.floor(i / 5)]);
+      expect(ports).toContain(m.port);
+      count.set(m.port, (count.get(m.port) ?? 0) + 1);
     }
+    for (const p of ports) expect(count.get(p)).toBe(5);
     const r = await tx;
     expect(r.code, r.out).toBe(0);
     // Either the kernel probed and we answered, or our own handshake told it npaths first.
     expect(stack.counters.get('recv_ping') + stack.counters.get('handshake_received')).toBeGreaterThanOrEqual(1);
-    expect(stack.connections().find((c) => c.peerAddress === KERNEL)!.npaths).toBe(1);
+    // Kernels that send SPORT_IDX (7.x) run 8 paths with us, older ones one.
+    expect(stack.connections().find((c) => c.peerAddress === KERNEL)!.npaths).toBe(IS_7X ? 8 : 1);
   });
 
   it('the kernel answers our pings when we are the larger side too', async () => {
@@ -355,9 +370,6 @@ describe('tools against the kernel', () => {
   });
 });
 
-/** The instance directory the guest sees as /rdsinst. */
-const INST = `${process.env.RDS_KVM_CACHE ?? '/var/tmp/rds-socket-kernel'}/instance`;
-
 /** Mesh message i from sender port `sport`: [i u32][pattern], as rdspeer.py mesh_body. */
 function meshBody(i: number, size: number, seed: number): Buffer {
   const b = Buffer.alloc(size);
@@ -408,6 +420,102 @@ describe('the kernel sees nothing from rds-socket that a kernel peer would not c
   });
 });
 
+/**
+ * What both nodes and the guest hold when a pair of the loss test came up short: each path's
+ * state and queues, the lanes' hold and handshake flags, the guest's TCP connections with us and
+ * the kernel's counters, so a failure says where the messages stopped.
+ */
+async function lossDiagnostics(drops: Record<string, number>): Promise<unknown> {
+  const nodes = [
+    ['small', smallNode],
+    ['large', largeNode],
+  ] as const;
+  const ours = nodes.map(([name, st]) => {
+    const conns = (
+      st as unknown as {
+        conns: Map<
+          string,
+          {
+            faddr: string;
+            npaths: number;
+            peerSportIdx: boolean;
+            awaitingPathsPong: boolean;
+            capsKnown: boolean;
+            peerCaps: number;
+            paths: {
+              index: number;
+              stateName: string;
+              nextTxSeq: number;
+              upCount: number;
+              connectFailures: number;
+              peerPongSeen: boolean;
+              holdingBehind: { index: number } | null;
+              reconnectPending: boolean;
+              pendingCount(): { send: number; retrans: number };
+              oldestUnacked(): number | undefined;
+              sendQueue: Iterable<{ sport: number; seq: number; done: boolean }>;
+            }[];
+          }
+        >;
+      }
+    ).conns;
+    return [...conns.values()]
+      .filter((c) => c.faddr === KERNEL)
+      .map((c) => ({
+        node: name,
+        npaths: c.npaths,
+        sportIdx: c.peerSportIdx,
+        awaitingPathsPong: c.awaitingPathsPong,
+        capsKnown: c.capsKnown,
+        caps: c.peerCaps,
+        paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
+          const ports = new Set<number>();
+          for (const m of p.sendQueue) if (!m.done) ports.add(m.sport);
+          return {
+            i: p.index,
+            state: p.stateName,
+            nextTx: p.nextTxSeq,
+            ups: p.upCount,
+            connectFailures: p.connectFailures,
+            pong: p.peerPongSeen,
+            holdingBehind: p.holdingBehind?.index ?? null,
+            reconnectPending: p.reconnectPending,
+            ...p.pendingCount(),
+            oldestUnacked: p.oldestUnacked() ?? null,
+            queuedFromPorts: [...ports],
+          };
+        }),
+      }));
+  });
+  const counters = nodes.map(([name, st]) => {
+    const pick = [
+      'cong_send_blocked',
+      'cong_update_received',
+      'send_queued',
+      'send_retransmitted',
+      'conn_reset',
+      'recv_drop_old_seq',
+      'recv_drop_no_sock',
+      'tcp_accept_no_free_path',
+      'tcp_connect_raced',
+    ] as const;
+    return {
+      node: name,
+      ...Object.fromEntries(pick.map((c) => [c, st.counters.get(c)])),
+      congestedKernelPorts: [...Array(14).keys()].map((k) => 4400 + k).filter((p) => st.congMap(KERNEL).test(p)),
+    };
+  });
+  const ss = await guest(`ss -tniH '( dst ${SMALL} or dst ${LARGE} )' | head -80`);
+  const kc = await peer('counters');
+  return {
+    ours,
+    counters,
+    drops,
+    guestTcp: ss.out.split('\n').filter((l) => l.trim() !== ''),
+    kernelCounters: kc.lines[0] ?? kc.out,
+  };
+}
+
 describe('loss, duplication, reordering, corruption and connection resets (netem in the guest)', () => {
   // Last in the file: it changes the guest's link, and puts it back afterwards.
   const N = Number(process.env.INTEROP_LOSS_MESSAGES ?? 200);
@@ -448,9 +556,22 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
     const upBefore = [smallNode, largeNode]
       .flatMap((s) => s.connections())
       .reduce((a, c) => a + c.paths[0]!.upCount, 0);
+    clearMeshMarkers();
     const setup = await guest(netemSetup);
     expect(setup.code, setup.out).toBe(0);
     const t0 = Date.now();
+    // Why each path went down, per node and path (printed only if a pair came up short).
+    const drops: Record<string, number> = {};
+    for (const [name, st] of [
+      ['small', smallNode],
+      ['large', largeNode],
+    ] as const) {
+      st.on('drop', (ev) => {
+        if (ev.peerAddress !== KERNEL) return;
+        const key = `${name}/${ev.path}/${ev.reason}`;
+        drops[key] = (drops[key] ?? 0) + 1;
+      });
+    }
     try {
       const spec = pairs.map((p) => `${p.toKernel ? 'r' : 's'}${p.kport}@${p.local}:${p.port}`).join(' ');
       const mesh = guest(`MESH_IDLE_S=60 timeout 270 python3 ${PEER} mesh ${KERNEL} ${N} ${MAX} ${SEED} ${spec}`);
@@ -512,7 +633,7 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
       const retrans = retransmitted() - retransBefore;
       const ups =
         [smallNode, largeNode].flatMap((s) => s.connections()).reduce((a, c) => a + c.paths[0]!.upCount, 0) - upBefore;
-      const both = (c: 'tcp_accept_no_free_path' | 'tcp_connect_raced'): number =>
+      const both = (c: 'tcp_accept_no_free_path' | 'tcp_connect_raced' | 'cong_send_blocked'): number =>
         smallNode.counters.get(c) + largeNode.counters.get(c);
       console.log(
         JSON.stringify({
@@ -523,10 +644,13 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
             connectionsUp: ups,
             acceptsRefused: both('tcp_accept_no_free_path'),
             carriersReplaced: both('tcp_connect_raced'),
+            congestionWaits: both('cong_send_blocked'),
             messages: N * pairs.length,
           },
         }),
       );
+      const short = theirs.some((t) => t.got !== N) || ours.some((o) => o.got !== N);
+      if (short) console.log(JSON.stringify({ lossTestShort: await lossDiagnostics(drops) }));
       expect(r.code, r.out).toBe(0);
       expect(theirs.length, r.out).toBe(pairs.filter((p) => p.toKernel).length);
       for (const t of theirs)

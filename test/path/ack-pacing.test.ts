@@ -19,7 +19,7 @@ async function ackPath(opts = {}) {
   cp.connectComplete();
   f.conn.handshake.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
   await turn();
-  cp.ackThrough(cp.nextTxSeq - 1); // the probe
+  cp.tx.ackThrough(cp.nextTxSeq - 1); // the probe
   f.t.sent.length = 0;
   f.t.controls.length = 0;
   return { ...f, cp };
@@ -28,7 +28,7 @@ async function ackPath(opts = {}) {
 describe('AckPacer: acknowledgements between rds-socket peers', () => {
   it('asks for an ack every maxUnackedPackets messages and on the last of a burst', async () => {
     const { t, cp } = await ackPath({ maxUnackedPackets: 3 });
-    for (let i = 0; i < 7; i++) cp.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    for (let i = 0; i < 7; i++) cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, owner);
     await turn();
     const asked = t.sent.map((s) => (s.flags & RDS_FLAG_ACK_REQUIRED) !== 0);
     expect(asked).toEqual([false, false, true, false, false, true, true]);
@@ -36,24 +36,24 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
 
   it("puts no ack in h_ack before the peer's generation arrived on this carrier, then its ack", async () => {
     const { t, cp } = await ackPath();
-    cp.recordReceived(1, true, false);
-    cp.recordReceived(2, true, false);
-    cp.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    cp.acks.recordReceived(1, true, false);
+    cp.acks.recordReceived(2, true, false);
+    cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, owner);
     await turn();
     expect(t.sent[0]!.ack).toBe(0n);
     expect(t.controls).toEqual([]); // no ack-only frame either
-    cp.helloReceived();
-    cp.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    cp.acks.helloReceived();
+    cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, owner);
     await turn();
     expect(t.sent[1]!.ack).toBe(2n);
   });
 
   it("a heartbeat's ACK_REQUIRED gets an ack-only frame back; one frame in flight at a time", async () => {
     const { t, cp } = await ackPath();
-    cp.helloReceived();
-    cp.recordReceived(1, true, false);
-    cp.forceAck();
-    cp.forceAck();
+    cp.acks.helloReceived();
+    cp.acks.recordReceived(1, true, false);
+    cp.acks.forceAck();
+    cp.acks.forceAck();
     await until(() => t.controls.length > 0, 'an ack-only frame');
     await turn();
     expect(t.controls.length).toBe(1);
@@ -66,7 +66,7 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
     stack = f.stack;
     const cp = f.conn.paths[0]!;
     f.conn.handshake.settle(0);
-    expect(cp.recordReceived(1, false, true)).toBeNull();
-    expect(cp.rx.pending).toBe(0);
+    expect(cp.acks.recordReceived(1, false, true)).toBeNull();
+    expect(cp.acks.rx.pending).toBe(0);
   });
 });

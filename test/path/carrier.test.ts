@@ -79,9 +79,9 @@ describe('transport capabilities, not transport identity', () => {
     const cp = conn.paths[0]!;
     cp.connectIfDown();
     cp.connectComplete();
-    cp.queue(Buffer.from('x'), 1, 4000, 4001, { messageDone() {} });
+    cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, { messageDone() {} });
     await new Promise((r) => setImmediate(r));
     expect(t.sent.length).toBe(1); // the message alone: no probe ahead of it
-    expect(cp.recordReceived(1, false, true)).toBeNull();
+    expect(cp.acks.recordReceived(1, false, true)).toBeNull();
   });
 });

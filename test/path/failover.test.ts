@@ -30,8 +30,8 @@ async function twoLanes(caps = RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_
   expect(f.t.connects).toEqual([0, 1]);
   p1!.connectComplete();
   await turn();
-  p0!.ackThrough(p0!.nextTxSeq - 1);
-  p1!.ackThrough(p1!.nextTxSeq - 1);
+  p0!.tx.ackThrough(p0!.nextTxSeq - 1);
+  p1!.tx.ackThrough(p1!.nextTxSeq - 1);
   f.t.sent.length = 0;
   return { ...f, p0: p0!, p1: p1! };
 }
@@ -40,7 +40,7 @@ describe('ConnFailover: failover between the paths of a connection', () => {
   it('a lane down past its grace period hands its messages to a live lane, numbered there, with a record of their origin', async () => {
     const { t, conn, p0, p1, stack: s } = await twoLanes();
     p1.drop('test'); // reconnect attempts never complete on the fake transport
-    const msgs = [0, 1, 2].map(() => p1.queue(Buffer.from('m'), 1, 4000, 4001, owner));
+    const msgs = [0, 1, 2].map(() => p1.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner));
     const origSeqs = msgs.map((m) => m.seq);
     await until(() => p1.failedOverTo === p0, 'failover');
     expect(conn.failover.redirect(p1)).toBe(p0);
@@ -56,17 +56,17 @@ describe('ConnFailover: failover between the paths of a connection', () => {
   it('a lane back from failover waits behind what went ahead on the other lane', async () => {
     const { t, p0, p1 } = await twoLanes();
     p1.drop('test');
-    const moved = p1.queue(Buffer.from('m'), 1, 4000, 4001, owner);
+    const moved = p1.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner);
     await until(() => p1.failedOverTo === p0, 'failover');
     await turn();
     p1.connectComplete();
     expect(p1.state).toBe(RDS_CONN_UP);
     expect(p1.failedOverTo).toBeNull();
-    expect(p1.holdingBehind).toBe(p0);
-    const later = p1.queue(Buffer.from('n'), 1, 4000, 4001, owner);
+    expect(p1.conn.failover.holdingBehind(p1)).toBe(p0);
+    const later = p1.tx.queue(Buffer.from('n'), 1, 4000, 4001, owner);
     await turn();
     expect(t.sent.some((x) => x.path === 1 && x.seq === later.seq)).toBe(false);
-    p0.ackThrough(moved.seq);
+    p0.tx.ackThrough(moved.seq);
     await turn();
     expect(t.sent.some((x) => x.path === 1 && x.seq === later.seq)).toBe(true);
   });
@@ -74,7 +74,7 @@ describe('ConnFailover: failover between the paths of a connection', () => {
   it('never between peers without the capability: messages wait for their own lane', async () => {
     const { p1, conn } = await twoLanes(RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
     p1.drop('test');
-    p1.queue(Buffer.from('m'), 1, 4000, 4001, owner);
+    p1.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner);
     await new Promise((r) => setTimeout(r, 40));
     expect(p1.failedOverTo).toBeNull();
     expect(conn.failover.redirect(p1)).toBe(p1);

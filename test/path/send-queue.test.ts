@@ -26,7 +26,7 @@ async function upPath(opts = {}) {
   cp.connectComplete();
   await turn();
   // The probe queued when the path came up is out: acknowledge it, so only the test's messages remain.
-  cp.ackThrough(cp.nextTxSeq - 1);
+  cp.tx.ackThrough(cp.nextTxSeq - 1);
   f.t.sent.length = 0;
   return { ...f, cp };
 }
@@ -37,28 +37,28 @@ describe('PathSend: the send queue and pump (send.c)', () => {
     const o = owner();
     const first = cp.nextTxSeq;
     const sentBefore = cp.sentMessages;
-    for (let i = 0; i < 5; i++) cp.queue(Buffer.from('x'), 1, 4000, 4001, o);
+    for (let i = 0; i < 5; i++) cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o);
     expect(cp.nextTxSeq).toBe(first + 5);
     expect(t.sent).toEqual([]);
     await turn();
     expect(t.sent.map((s) => s.seq)).toEqual([first, first + 1, first + 2, first + 3, first + 4]);
     expect(cp.sentMessages - sentBefore).toBe(5);
-    expect(cp.pendingCount()).toEqual({ send: 0, retrans: 5 });
-    expect(cp.hasPendingData()).toBe(true);
+    expect(cp.tx.pendingCount()).toEqual({ send: 0, retrans: 5 });
+    expect(cp.tx.hasPendingData()).toBe(true);
   });
 
   it('stops when the transport is full and goes on when it kicks', async () => {
     const { t, cp } = await upPath();
     const o = owner();
     t.accept = false;
-    for (let i = 0; i < 3; i++) cp.queue(Buffer.from('x'), 1, 4000, 4001, o);
+    for (let i = 0; i < 3; i++) cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o);
     await turn();
     expect(t.sent.length).toBe(1);
-    cp.queue(Buffer.from('x'), 1, 4000, 4001, o);
+    cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o);
     await turn();
     expect(t.sent.length).toBe(1); // still blocked: queueing does not unblock
     t.accept = true;
-    cp.kick();
+    cp.tx.kick();
     await turn();
     expect(t.sent.length).toBe(4);
   });
@@ -67,23 +67,23 @@ describe('PathSend: the send queue and pump (send.c)', () => {
     const { cp } = await upPath();
     const o = owner();
     const acked = cp.latencyHistogram.reduce((a, b) => a + b, 0);
-    const msgs = [0, 1, 2].map(() => cp.queue(Buffer.from('x'), 1, 4000, 4001, o));
+    const msgs = [0, 1, 2].map(() => cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o));
     await turn();
-    cp.ackThrough(msgs[1]!.seq);
+    cp.tx.ackThrough(msgs[1]!.seq);
     expect(o.done).toBe(2);
     expect(cp.tx.oldestUnacked()).toBe(msgs[2]!.seq);
-    cp.ackThrough(msgs[2]!.seq);
+    cp.tx.ackThrough(msgs[2]!.seq);
     expect(cp.tx.oldestUnacked()).toBeUndefined();
-    expect(cp.hasPendingData()).toBe(false);
+    expect(cp.tx.hasPendingData()).toBe(false);
     expect(cp.latencyHistogram.reduce((a, b) => a + b, 0) - acked).toBe(3);
   });
 
   it('a new carrier resends what was not acknowledged first, flagged RETRANSMITTED, with its sequence', async () => {
     const { t, cp } = await upPath();
     const o = owner();
-    const a = cp.queue(Buffer.from('a'), 1, 4000, 4001, o);
+    const a = cp.tx.queue(Buffer.from('a'), 1, 4000, 4001, o);
     await turn();
-    const b = cp.queue(Buffer.from('b'), 1, 4000, 4001, o);
+    const b = cp.tx.queue(Buffer.from('b'), 1, 4000, 4001, o);
     cp.connectComplete(); // a replacing carrier: UP -> RESETTING -> UP
     await turn();
     // Then the probe the new carrier queues.
@@ -96,11 +96,11 @@ describe('PathSend: the send queue and pump (send.c)', () => {
   it('a cancelled message is skipped; control messages stop at maxOwnQueued', async () => {
     const { t, cp } = await upPath({ maxOwnQueued: 2 });
     const o = owner();
-    const m = cp.queue(Buffer.from('x'), 1, 4000, 4001, o);
+    const m = cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o);
     m.complete(new Error('cancelled'));
-    const own = cp.own.queued;
+    const own = cp.tx.own.queued;
     let queued = 0;
-    for (let i = 0; i < 5; i++) if (cp.queueControl(0, 9) !== null) queued++;
+    for (let i = 0; i < 5; i++) if (cp.tx.queueControl(0, 9) !== null) queued++;
     expect(own + queued).toBe(2);
     await turn();
     expect(t.sent.some((s) => s.seq === m.seq)).toBe(false);

@@ -5,7 +5,8 @@
         print one JSON line per message: from, port, len, sha256; once bound, send b'ready' to READY
         (READY_ADDR "file": create /rdsinst/ready.PORT instead, so the host is not contacted first)
   rdspeer.py send ADDR PORTS DEST DPORT N MAXSIZE [SEED]
-        from each port of the comma-separated PORTS in turn, send N pattern messages (blocking)
+        from each port of the comma-separated PORTS in turn, send N pattern messages (blocking);
+        every socket stays open until the kernel holds none of their messages (up to 60 s)
   rdspeer.py ping ADDR DEST              send a zero-length ping to DEST:0, wait for the pong
   rdspeer.py congest ADDR PORT RCVBUF HOLD_S READY_ADDR READY_PORT
         bind with a small SO_RCVBUF, say ready, read nothing for HOLD_S seconds, then drain
@@ -26,6 +27,8 @@ AF_RDS, so those calls go to libc with a sockaddr_in6.
 import ctypes, hashlib, json, os, select, socket, struct, sys, threading, time
 
 AF_RDS, SOL_RDS, RDS_INFO_COUNTERS = 21, 276, 10000
+RDS_INFO_SEND_MESSAGES, RDS_INFO_RETRANS_MESSAGES = 10003, 10004
+RDS6_INFO_SEND_MESSAGES, RDS6_INFO_RETRANS_MESSAGES = 10012, 10013
 
 
 def pattern(i, size, seed=0):
@@ -162,6 +165,44 @@ class Rds6:
         return buf.raw[:r], (socket.inet_ntop(socket.AF_INET6, a), socket.ntohs(port))
 
 
+def info(s, opt):
+    """One RDS_INFO_* snapshot: (item size, raw bytes); grows the buffer while the kernel says ENOSPC."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = 1 << 16
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        ln = ctypes.c_uint32(size)
+        r = libc.getsockopt(s.fileno(), SOL_RDS, opt, buf, ctypes.byref(ln))
+        if r >= 0:
+            return r, buf.raw[:ln.value]
+        if ctypes.get_errno() != 28 or size >= 1 << 26:
+            raise OSError(ctypes.get_errno(), 'getsockopt RDS_INFO %d' % opt)
+        size = max(size * 2, ln.value)
+
+
+def unacked(s, ports):
+    """Messages from `ports` still queued or unacknowledged on any connection (IPv4 and IPv6)."""
+    n = 0
+    # (option, offset of lport in struct rds_info_message / rds6_info_message)
+    for opt, lport_off in ((RDS_INFO_SEND_MESSAGES, 20), (RDS_INFO_RETRANS_MESSAGES, 20),
+                           (RDS6_INFO_SEND_MESSAGES, 44), (RDS6_INFO_RETRANS_MESSAGES, 44)):
+        item, raw = info(s, opt)
+        for off in range(0, len(raw) - item + 1 if item else 0, item or 1):
+            if struct.unpack_from('>H', raw, off + lport_off)[0] in ports:
+                n += 1
+    return n
+
+
+def wait_unacked(s, ports, limit_s):
+    """Waits (up to limit_s) until the kernel holds no message from `ports`; returns whether it got there."""
+    end = time.time() + limit_s
+    while unacked(s, ports):
+        if time.time() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def sock(addr, port, sndbuf=8 << 20, rcvbuf=None):
     s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
@@ -189,14 +230,21 @@ def main(argv):
         dest = (argv[3], int(argv[4]))
         n, maxsize = int(argv[5]), int(argv[6])
         seed = int(argv[7]) if len(argv) > 7 else 0
-        for port in argv[2].split(','):
-            s = sock(argv[1], int(port))
+        # Every socket stays open until the kernel has let go of its messages: closing an RDS
+        # socket discards what it has queued and not yet had acknowledged (rds_send_drop_to), so
+        # a sender that closed each port's socket as it moved on lost those messages whenever
+        # the connection was not up yet (after the peer restarted, for one).
+        socks, ports = [], [int(p) for p in argv[2].split(',')]
+        for port in ports:
+            s = sock(argv[1], port)
+            socks.append(s)
             for i, size in enumerate(sizes(n, maxsize)):
                 data = pattern(i, size, seed)
                 s.sendto(data, dest)
-                print(json.dumps({'port': int(port), 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
-        print(json.dumps({"sent": n}), flush=True)
-        time.sleep(1)  # let TCP carry the tail before the process (and its socket) goes away
+                print(json.dumps({'port': port, 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
+        probe = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)  # RDS_INFO works on any RDS socket
+        drained = wait_unacked(probe, set(ports), 60)
+        print(json.dumps({"sent": n, "drained": drained}), flush=True)
     elif cmd == 'ping':
         s = sock(argv[1], 0)
         s.settimeout(20)
