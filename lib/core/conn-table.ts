@@ -1,4 +1,6 @@
+import { RdsError } from '../errors.js';
 import { RdsConnection } from './connection.js';
+import type { RdsConnPath } from './path.js';
 import { ConnReclaimer } from './reclaim.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -71,5 +73,18 @@ export class ConnTable {
     this.conns.delete(c.key);
     this.stack.counters.add(RDS_CTR.conn_reclaimed);
     this.forgotten(c);
+  }
+
+  /** The path `index` (as connections() shows it) of the connection to `peer`; throws ENOENT if none. */
+  path(peer: string, index: number, localAddress?: string): RdsConnPath {
+    for (const c of this.values()) {
+      if (c.faddr !== peer || (localAddress !== undefined && c.laddr !== localAddress) || c.isLoopback) continue;
+      const p = c.paths[index];
+      if (p !== undefined) return p;
+    }
+    throw new RdsError(
+      'ENOENT',
+      `no path ${index} to ${peer}${localAddress ? ` from ${localAddress}` : ''} (see stack.connections())`,
+    );
   }
 }

@@ -14,6 +14,7 @@ import { Heartbeat } from './heartbeat.js';
 import type { RdsOutgoing } from './message.js';
 import { RxSequence } from './rx-seq.js';
 import { railMayConnect } from './rail.js';
+import { PathControl } from './path-control.js';
 import { PathSend } from './send-queue.js';
 import { RDS_CTR } from './stats.js';
 
@@ -69,10 +70,8 @@ export class RdsConnPath {
   private ups = 0;
   private failures = 0;
   private refusedMoves = 0;
-  /** Failed connect attempts since the path was last UP (see maxReconnectAttempts). */
-  private attempts = 0;
-  /** Held down by disconnect() (or a removed rail): no connect, no accepted carrier, until reconnect(). */
-  private heldDown = false;
+  /** The operator's controls: disconnect/reconnect and maxReconnectAttempts (path-control.ts). @internal */
+  readonly control = new PathControl(this);
 
   constructor(
     readonly conn: RdsConnection,
@@ -165,7 +164,7 @@ export class RdsConnPath {
    */
   connectNow(): void {
     if (this.st !== RDS_CONN_DOWN) return;
-    this.clearReconnect();
+    this.cancelReconnect();
     this.backoffMs = 0;
     this.connectIfDown();
   }
@@ -177,7 +176,7 @@ export class RdsConnPath {
 
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
-    if (this.st !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing || this.heldDown) return;
+    if (this.st !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing || this.control.held) return;
     // Rails (index >= 8): the dialling side, once the peer is known to run them (rail.ts).
     if (this.index >= this.stack.maxPaths) {
       if (!railMayConnect(this)) return;
@@ -193,14 +192,14 @@ export class RdsConnPath {
 
   /** The transport's outgoing carrier is established (smaller side), or it accepted one (larger side). */
   connectComplete(): void {
-    if (this.heldDown) {
+    if (this.control.held) {
       // Disconnected by the operator: a carrier that completes anyway (accepted) is not taken.
       this.conn.transport.connPathShutdown(this);
       if (this.st === RDS_CONN_CONNECTING) this.transition(RDS_CONN_CONNECTING, RDS_CONN_DOWN);
       return;
     }
     // Gave up connecting (maxReconnectAttempts), yet the peer connected: take it.
-    if (this.st === RDS_CONN_ERROR) this.leaveError();
+    if (this.st === RDS_CONN_ERROR) this.control.leaveError();
     if (this.st === RDS_CONN_UP) {
       // A new carrier replaced a live one (a connect duel or a restarted peer): resend what the
       // old one may have lost. The old connection is gone as surely as if its RST had come
@@ -212,14 +211,14 @@ export class RdsConnPath {
       this.tx.reset();
     }
     const fo = this.conn.failover;
-    this.clearReconnect();
+    this.cancelReconnect();
     fo.clear(this);
     // The backoff is not reset here but when this carrier dies, if it lived long enough (drop).
     this.upAt = Date.now();
     this.tx.carrierUp();
     this.acks.carrierUp();
     this.ups++;
-    this.attempts = 0;
+    this.control.connected();
     this.heartbeat.noteRx();
     this.pongSeen = false;
     if (!this.transition(this.st, RDS_CONN_UP)) return;
@@ -237,7 +236,7 @@ export class RdsConnPath {
   /** A transport without an ordering rule (IB) accepted an incoming connection for this DOWN path. */
   acceptIncoming(): void {
     if (this.st !== RDS_CONN_DOWN) return;
-    this.clearReconnect();
+    this.cancelReconnect();
     this.transition(RDS_CONN_DOWN, RDS_CONN_CONNECTING);
   }
 
@@ -245,75 +244,10 @@ export class RdsConnPath {
   connectFailed(): void {
     if (this.st !== RDS_CONN_CONNECTING) return;
     this.failures++;
-    this.attempts++;
-    if (this.attempts >= this.stack.options.maxReconnectAttempts) {
-      // RTRS's max_reconnect_attempts: stop trying and stay in ERROR until reconnect(). The
-      // peer-down event follows as for any unreachable peer; queued messages stay (or fail over).
-      this.transition(RDS_CONN_CONNECTING, RDS_CONN_ERROR);
-      this.stack.counters.add(RDS_CTR.conn_reconnect_exhausted);
-      this.stack.pathDropped(this, `gave up after ${this.attempts} failed connection attempts (maxReconnectAttempts)`);
-      if (this.tx.sendQueue.length > 0) this.conn.failover.arm(this);
-      return;
-    }
+    if (this.control.gaveUp()) return;
     this.transition(RDS_CONN_CONNECTING, RDS_CONN_DOWN);
     if (this.tx.sendQueue.length > 0) this.conn.failover.arm(this);
     this.queueReconnect(false);
-  }
-
-  // ---- operator controls (RTRS's reconnect / disconnect per path) ----
-
-  /**
-   * Drops the path's carrier (if any) and keeps it down: no connect, no carrier accepted, until
-   * reconnect(). Its queued messages stay, and move to a live path after the grace period.
-   */
-  disconnect(reason = 'disconnected by the operator'): void {
-    this.heldDown = true;
-    this.clearReconnect();
-    if (this.st === RDS_CONN_CONNECTING) {
-      this.conn.transport.connPathShutdown(this);
-      this.transition(RDS_CONN_CONNECTING, RDS_CONN_DOWN);
-    } else if (this.st === RDS_CONN_ERROR) {
-      this.leaveError();
-    } else if (this.st !== RDS_CONN_DOWN) {
-      this.drop(reason);
-    }
-    if (this.tx.sendQueue.length > 0) this.conn.failover.arm(this);
-  }
-
-  /**
-   * Lets a disconnected, given-up (ERROR) or live path connect again: a live carrier is dropped
-   * and replaced, a DOWN one connects at once (the side that dials; the other side pokes on path 0
-   * or waits), the attempt count starts over.
-   */
-  reconnect(): void {
-    this.allowConnect();
-    if (this.st === RDS_CONN_UP) {
-      this.drop('reconnect requested by the operator');
-      return;
-    }
-    this.connectNow();
-  }
-
-  /** Clears a hold (disconnect) and the attempt count, without touching a live carrier. */
-  allowConnect(): void {
-    this.heldDown = false;
-    this.attempts = 0;
-    if (this.st === RDS_CONN_ERROR) this.leaveError();
-  }
-
-  /** Held down by disconnect() (or a removed rail). */
-  get held(): boolean {
-    return this.heldDown;
-  }
-
-  /** Failed connect attempts since the path was last UP. */
-  get failedAttempts(): number {
-    return this.attempts;
-  }
-
-  private leaveError(): void {
-    this.transition(RDS_CONN_ERROR, RDS_CONN_DISCONNECTING);
-    this.transition(RDS_CONN_DISCONNECTING, RDS_CONN_DOWN);
   }
 
   /** rds_conn_path_drop: the carrier failed or misbehaved; shut it down and, if we initiate, reconnect. */
@@ -350,7 +284,7 @@ export class RdsConnPath {
    * each reset, dozens a second, each resending the whole retransmit queue.
    */
   private queueReconnect(stableUp: boolean): void {
-    if (this.stack.closing || this.heldDown) return;
+    if (this.stack.closing || this.control.held) return;
     const initiates = this.conn.transport.initiates(this);
     if (initiates ? !stableUp && !this.conn.wantsPeer() : !(this.index === 0 && this.tx.hasPendingData())) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
@@ -362,7 +296,7 @@ export class RdsConnPath {
       delay = Math.floor(Math.random() * this.backoffMs);
       this.backoffMs = Math.min(this.backoffMs * 2, max);
     }
-    this.clearReconnect();
+    this.cancelReconnect();
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
       this.connectIfDown();
@@ -370,7 +304,8 @@ export class RdsConnPath {
     if (!this.stack.referenced) this.reconnectTimer.unref();
   }
 
-  private clearReconnect(): void {
+  /** Cancels a scheduled reconnect (the operator's disconnect(), a carrier that came). @internal */
+  cancelReconnect(): void {
     if (this.reconnectTimer !== null) {
       clearTimeout(this.reconnectTimer);
       this.reconnectTimer = null;
@@ -393,7 +328,7 @@ export class RdsConnPath {
 
   /** Stop all timers: the stack is closing. */
   dispose(): void {
-    this.clearReconnect();
+    this.cancelReconnect();
     this.conn.failover.clear(this);
     this.heartbeat.stop();
     this.acks.dispose();

@@ -220,7 +220,7 @@ export class StackRails implements RailHost {
 
   private retire(cp: RdsConnPath, b: RailBinding, reason: string): void {
     b.live = false;
-    cp.disconnect(reason);
+    cp.control.disconnect(reason);
     // Its messages go now, not after the grace period: the rail is not coming back.
     cp.conn.failover.evacuate(cp);
     this.stack.counters.add(RDS_CTR.rail_removed);
@@ -254,7 +254,7 @@ export class StackRails implements RailHost {
       if (b !== undefined && specKey(b.spec) === key) {
         if (!b.live) {
           b.live = true;
-          cp!.allowConnect();
+          cp!.control.allowConnect();
         }
         return cp!;
       }
@@ -263,7 +263,7 @@ export class StackRails implements RailHost {
     if (free < 0) return null;
     const cp = slot(conn, free);
     bindings.set(cp, { spec: s, live: true });
-    cp.allowConnect();
+    cp.control.allowConnect();
     return cp;
   }
 
@@ -333,7 +333,7 @@ export class StackRails implements RailHost {
     if (h.kind !== RAIL_HELLO) return refuse(RAIL_REFUSED_VERSION);
     if (src === null || dst === null) return refuse(RAIL_REFUSED_OTHER_NODE);
     if (!this.specs.has(specKey({ peer: src, local, remote }))) return refuse(RAIL_REFUSED_NOT_DECLARED);
-    if (!this.stack.isLocalAddress(dst)) return refuse(RAIL_REFUSED_OTHER_NODE);
+    if (!this.stack.binds.hasAddress(dst)) return refuse(RAIL_REFUSED_OTHER_NODE);
     if (h.index < RAIL_FIRST_INDEX || h.index >= RAIL_FIRST_INDEX + RAIL_MAX) return refuse(RAIL_REFUSED_BAD_INDEX);
     if (!this.stack.options.rdsAcks) return refuse(RAIL_REFUSED_DISABLED);
     const conn = this.stack.connFor(dst, src, transport);
@@ -344,10 +344,10 @@ export class StackRails implements RailHost {
     const b = bindings.get(cp);
     if (b?.live && specKey(b.spec) === specKey({ peer: src, local, remote })) {
       // The same rail again (a reconnect): an operator's hold on it stands.
-      if (cp.held) return refuse(RAIL_REFUSED_HELD);
+      if (cp.control.held) return refuse(RAIL_REFUSED_HELD);
     } else {
       bindings.set(cp, { spec: { peer: src, local, remote }, live: true });
-      cp.allowConnect();
+      cp.control.allowConnect();
     }
     const answer = encodeRailHello({
       kind: RAIL_ACCEPT,

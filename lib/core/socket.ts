@@ -94,20 +94,20 @@ export class RdsSocket extends SocketOptions {
           `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`,
         );
       }
-      port = ep.port === 0 ? this.stack.ephemeralPort(ep.address) : ep.port;
-      this.stack.bindReserve(ep.address, port, this);
+      port = ep.port === 0 ? this.stack.binds.ephemeralPort(ep.address) : ep.port;
+      this.stack.binds.reserve(ep.address, port, this);
       try {
         this.transport = await this.chooseTransport(ep.address);
         this.transportType = this.transport.transType;
       } catch (e) {
-        this.stack.unbind(ep.address, port, this);
+        this.stack.binds.unbind(ep.address, port, this);
         throw e;
       }
     } finally {
       this.binding = false;
     }
     if (this.closed) {
-      this.stack.unbind(ep.address, port, this);
+      this.stack.binds.unbind(ep.address, port, this);
       throw new RdsError('EBADF', 'socket was closed while bind() was in progress');
     }
     this.bound = { address: ep.address, port };
@@ -183,7 +183,7 @@ export class RdsSocket extends SocketOptions {
         if (map.clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
         this.congested = false;
       }
-      this.stack.unbind(this.bound.address, this.bound.port, this);
+      this.stack.binds.unbind(this.bound.address, this.bound.port, this);
     }
     // Unread messages are discarded, as by the kernel; an rds-socket sender hears it (its
     // confirmations reject with ECONNRESET), an older one counts them as taken.

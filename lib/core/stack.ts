@@ -77,8 +77,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** The transports, each attached with what it may see of the stack (transport-registry.ts). @internal */
   readonly transports = new TransportRegistry(transportHostOf(this));
-  /** Which socket holds each (address, port). @internal */
-  private readonly bindTable = new BindTable();
+  /**
+   * Which socket holds each (address, port) (bind.ts): sockets reserve and release their ports
+   * there, transports ask whether a port is bound or an address is ours. @internal
+   */
+  readonly binds = new BindTable();
   /** The connections to every peer (conn-table.ts). @internal */
   private readonly conns: ConnTable;
   /** The congestion maps and the senders waiting on them. @internal */
@@ -195,36 +198,6 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return super.emit(event, ...args);
   }
 
-  // ---- bind table (bind.ts) ----
-
-  /** Whether (address, port) is bound in this stack (transports ask it; see TransportHost). @internal */
-  isBound(address: string, port: number): boolean {
-    return this.bindTable.isBound(address, port);
-  }
-
-  /** Reserves (address, port) for a socket; throws EADDRINUSE if taken. @internal */
-  bindReserve(address: string, port: number, sock: BoundSocket): void {
-    this.bindTable.reserve(address, port, sock);
-  }
-
-  /** Picks a free port the way the kernel does: random start >= 2, probing upward. @internal */
-  ephemeralPort(address: string): number {
-    return this.bindTable.ephemeralPort(address);
-  }
-
-  /** @internal */ unbind(address: string, port: number, sock: BoundSocket): void {
-    this.bindTable.unbind(address, port, sock);
-  }
-
-  /** An address some socket of this stack is bound to: traffic to it uses the loopback transport. @internal */
-  isLocalAddress(address: string): boolean {
-    return this.bindTable.hasAddress(address);
-  }
-
-  /** @internal */ sockets(): BoundSocket[] {
-    return this.bindTable.all();
-  }
-
   // ---- sockets keep the process alive, an idle stack does not ----
 
   /** @internal */ socketOpened(): void {
@@ -263,12 +236,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** An idle connection was forgotten: the peer's map goes with its last one (ours stay while anything is bound to them). @internal */
   private connForgotten(c: RdsConnection): void {
-    if (!this.isLocalAddress(c.faddr) && !this.conns.refersTo(c.faddr, true)) this.cong.forget(c.faddr);
+    if (!this.binds.hasAddress(c.faddr) && !this.conns.refersTo(c.faddr, true)) this.cong.forget(c.faddr);
   }
 
   /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
   connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
-    if (this.isLocalAddress(faddr)) {
+    if (this.binds.hasAddress(faddr)) {
       const loop = this.transports.byType(RDS_TRANS_LOOP);
       if (loop) return this.connFor(laddr, faddr, loop);
     }
@@ -289,7 +262,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Everything rds-info can show, as plain data (info.ts). @internal */
   info(): StackInfo {
-    return stackInfo(this.conns.values(), this.counters, this.sockets());
+    return stackInfo(this.conns.values(), this.counters, this.binds.all());
   }
 
   /**
@@ -330,7 +303,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** @internal */ private peerWentDown(ev: PeerEvent): void {
     this.emit('peer-down', ev);
-    for (const s of this.sockets()) s.peerDown?.(ev);
+    for (const s of this.binds.all()) s.peerDown?.(ev);
     // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
     if (!this.conns.refersTo(ev.address)) this.peerTable.forget(ev.address);
   }
@@ -341,7 +314,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     defer(() => {
       if (this.closing) return;
       this.emit('peer-up', ev);
-      for (const s of this.sockets()) s.peerUp?.(ev);
+      for (const s of this.binds.all()) s.peerUp?.(ev);
     });
   }
 
@@ -383,7 +356,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     receipt: Receipt | null,
     from?: RdsConnPath,
   ): boolean {
-    const sock = this.bindTable.get(laddr, dport);
+    const sock = this.binds.get(laddr, dport);
     if (sock === undefined) {
       this.counters.add(RDS_CTR.recv_drop_no_sock);
       return false;
@@ -413,7 +386,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /** @internal */ congMapReceived(conn: RdsConnection, cleared: bigint): void {
-    this.cong.received(conn, cleared, this.bindTable.at(conn.laddr));
+    this.cong.received(conn, cleared, this.binds.at(conn.laddr));
   }
 
   /** @internal */ addCongWaiter(fn: () => void): void {
@@ -459,27 +432,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return this.pathPolicies.for(peer);
   }
 
-  /** The path `index` (as connections() shows it) of the connection to `peer`; throws ENOENT if none. @internal */
-  private pathByIndex(peer: string, index: number, localAddress?: string): RdsConnPath {
-    for (const c of this.conns.values()) {
-      if (c.faddr !== peer || (localAddress !== undefined && c.laddr !== localAddress) || c.isLoopback) continue;
-      const p = c.paths[index];
-      if (p !== undefined) return p;
-    }
-    throw new RdsError(
-      'ENOENT',
-      `no path ${index} to ${peer}${localAddress ? ` from ${localAddress}` : ''} (see stack.connections())`,
-    );
-  }
-
   /** Drops path `index` to `peer` and lets it connect again (clears disconnect() and an ERROR from maxReconnectAttempts). */
   reconnectPath(peer: string, index: number, localAddress?: string): void {
-    this.pathByIndex(peer, index, localAddress).reconnect();
+    this.conns.path(peer, index, localAddress).control.reconnect();
   }
 
   /** Drops path `index` to `peer` and keeps it down until reconnectPath(); its messages move to a live path after failoverGraceMs. */
   disconnectPath(peer: string, index: number, localAddress?: string): void {
-    this.pathByIndex(peer, index, localAddress).disconnect();
+    this.conns.path(peer, index, localAddress).control.disconnect('disconnected by the operator');
   }
 
   /** Sets every counter and every path's figures (stats(), connections(), rds-info) back to zero. */
@@ -493,7 +453,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     if (!this.beginClose()) return;
     await this.node?.close();
     this.peerTable.close();
-    await Promise.all(this.sockets().map((s) => s.close()));
+    await Promise.all(this.binds.all().map((s) => s.close()));
     this.rxLimit.clear();
     this.conns.close();
     await this.transports.close();

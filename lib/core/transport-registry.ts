@@ -62,8 +62,8 @@ export function transportHostOf(stack: RdsStack): TransportHost {
       return stack.referenced;
     },
     peerAllowed: (address) => stack.peerAllowed(address),
-    isLocalAddress: (address) => stack.isLocalAddress(address),
-    isBound: (address, port) => stack.isBound(address, port),
+    isLocalAddress: (address) => stack.binds.hasAddress(address),
+    isBound: (address, port) => stack.binds.isBound(address, port),
     connFor: (laddr, faddr, transport) => stack.connFor(laddr, faddr, transport),
     findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
     recvIncoming: (cp, header, payload) => recvIncoming(stack, cp, header, payload),
