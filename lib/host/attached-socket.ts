@@ -26,7 +26,8 @@ import {
   type WaitOptions,
 } from '../core/socket.js';
 import type { RdsMessage } from '../core/stack.js';
-import { C_ABORT, C_CREDIT, C_SEND, encodeFrame, type Frame } from './protocol.js';
+import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
+import { decodeMsg, encodeCount, encodeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import {
   bindEndpoint,
@@ -60,7 +61,6 @@ export class AttachedSocket extends RdsSocket {
   #creditQueued = false;
   #creditMsgs = 0;
   #sndBytes = 0;
-  #unhanded = 0;
   #full = false;
   readonly #waiters = new Set<Waiter>();
   readonly #cong = new Set<string>();
@@ -191,13 +191,10 @@ export class AttachedSocket extends RdsSocket {
     // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
     // written as they are; otherwise copied now, as sendmsg(2) copies.
     const payload = zcopy ? parts : parts.length === 1 ? Buffer.from(parts[0]!) : Buffer.concat(parts);
-    const meta: Record<string, unknown> = { a: address, p: port };
-    if (flags !== 0) meta.f = flags;
-    if (zcopy) meta.c = opts!.zcopyCookie;
-    if (id !== 0) meta.cf = 1;
-    this.#link.write(encodeFrame(C_SEND, this.#sid, id, meta, payload));
+    this.#link.write(
+      encodeSend(this.#sid, id, address, port, flags, id !== 0, zcopy ? opts!.zcopyCookie : undefined, payload),
+    );
     this.#sndBytes += len;
-    this.#unhanded++;
     return len;
   }
 
@@ -250,11 +247,8 @@ export class AttachedSocket extends RdsSocket {
 
   override async flush(opts: WaitOptions = {}): Promise<void> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
-    while (this.#unhanded > 0) {
-      this.#check('flush()');
-      await this.#wait(signal, 'flush()', abortError);
-    }
     this.#check('flush()');
+    // The node answers once what was sent before this call has left its backlog and been flushed.
     const done = this.#link.request('flush', this.#sid);
     if (signal === undefined) {
       await done;
@@ -284,7 +278,7 @@ export class AttachedSocket extends RdsSocket {
         const k = this.#creditMsgs;
         this.#credit = 0;
         this.#creditMsgs = 0;
-        if (!this.#closed) this.#link.write(encodeFrame(C_CREDIT, this.#sid, 0, { n: c, k }));
+        if (!this.#closed) this.#link.write(encodeCount(C_CREDIT, this.#sid, c, k));
       });
     }
     this.#credit += n;
@@ -410,11 +404,11 @@ export class AttachedSocket extends RdsSocket {
 
   /** @internal */ fromNode(f: Frame): void {
     if (this.#closed) return;
-    const meta = f.meta;
-    const m: RdsMessage = { data: f.data, address: String(meta.a ?? ''), port: Number(meta.p) || 0 };
-    if (typeof meta.ts === 'number') m.timestamp = meta.ts;
-    if (Array.isArray(meta.zc)) m.zcopyCompletions = meta.zc.map(Number);
-    if (typeof meta.cu === 'string') m.congestionUpdate = BigInt(meta.cu);
+    const meta = decodeMsg(f.bin);
+    const m: RdsMessage = { data: f.data, address: meta.address, port: meta.port };
+    if (meta.timestamp !== undefined) m.timestamp = meta.timestamp;
+    if (meta.zcopyCompletions !== undefined) m.zcopyCompletions = meta.zcopyCompletions;
+    if (meta.congestionUpdate !== undefined) m.congestionUpdate = meta.congestionUpdate;
     this.#rx.push(m);
     this.#wakeAll();
     if (!this.#readableQueued) {
@@ -426,9 +420,8 @@ export class AttachedSocket extends RdsSocket {
     }
   }
 
-  /** @internal */ handed(bytes: number, msgs: number): void {
+  /** @internal */ handed(bytes: number): void {
     this.#sndBytes -= bytes;
-    this.#unhanded -= msgs;
     this.#wakeAll();
     const sndbuf = this.#sndbuf();
     if (this.#full && this.#sndBytes * 2 <= sndbuf) {

@@ -6,12 +6,14 @@ import { RDS_MAX_MSG_SIZE } from '../constants.js';
  *
  *   u32 length (of what follows) | u8 type | u32 sock | u32 id | u32 metaLength | meta | data
  *
- * `meta` is a small UTF-8 JSON object (call arguments, message addresses, errors); `data` is a
- * message payload, carried as raw bytes. Frames written in one event-loop turn go out in one
- * write (FrameWriter). A frame that breaks any rule here is a protocol error: the node drops
- * that client (and counts it), the client treats its node as gone.
+ * `meta` is a small UTF-8 JSON object (call arguments, errors), except in the per-message frames
+ * (SEND, CREDIT, MSG, SENT), whose meta is a fixed binary layout (hot-frames.ts); `data` is a
+ * message payload, carried as raw bytes. The first frame of an idle connection is written at once;
+ * the rest of that event-loop turn's frames follow in one write (FrameWriter). A frame that breaks
+ * any rule here is a protocol error: the node drops that client (and counts it), the client
+ * treats its node as gone.
  */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Client to node. */
 export const C_HELLO = 1;
@@ -37,9 +39,16 @@ export interface Frame {
   type: number;
   sock: number;
   id: number;
+  /** The JSON meta; empty for the binary-meta types. */
   meta: Record<string, unknown>;
+  /** The raw meta bytes of a binary-meta type (BINARY_META), decoded by hot-frames.ts; empty otherwise. */
+  bin: Buffer;
   data: Buffer;
 }
+
+/** Frame types whose meta is binary (hot-frames.ts), not JSON. */
+const BINARY_META = new Set([C_SEND, C_CREDIT, N_MSG, N_SENT]);
+const NO_META: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 export class ProtocolError extends Error {}
 
@@ -133,6 +142,9 @@ function decodeFrame(b: Buffer): Frame {
   const mlen = b.readUInt32BE(13);
   if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > b.length)
     throw new ProtocolError(`meta length ${mlen} out of bounds`);
+  const data = b.length > HEADER_BYTES + mlen ? b.subarray(HEADER_BYTES + mlen) : EMPTY;
+  if (BINARY_META.has(type))
+    return { type, sock, id, meta: NO_META, bin: b.subarray(HEADER_BYTES, HEADER_BYTES + mlen), data };
   let meta: unknown;
   try {
     meta = mlen === 0 ? {} : JSON.parse(b.toString('utf8', HEADER_BYTES, HEADER_BYTES + mlen));
@@ -141,21 +153,34 @@ function decodeFrame(b: Buffer): Frame {
   }
   if (meta === null || typeof meta !== 'object' || Array.isArray(meta))
     throw new ProtocolError('meta is not a JSON object');
-  const data = b.length > HEADER_BYTES + mlen ? b.subarray(HEADER_BYTES + mlen) : EMPTY;
-  return { type, sock, id, meta: meta as Record<string, unknown>, data };
+  return { type, sock, id, meta: meta as Record<string, unknown>, bin: EMPTY, data };
 }
 
-/** Collects frames and writes them in one batch per event-loop turn. */
+/**
+ * Collects frames and writes them in one batch per event-loop turn, except that the first frame
+ * written while the connection has nothing queued (`idle()`) goes out at once, with whatever
+ * beforeFlush() summaries are due: a lone request or reply (a round trip) then costs no wait for
+ * the end of the turn, while a burst still leaves in one write after its first frame.
+ */
 export class FrameWriter {
   private parts: Buffer[] = [];
   private bytes = 0;
   private scheduled = false;
   private onFlush: (() => void)[] = [];
+  /** Called before each write that has frames, to add frames that need no write of their own. */
+  piggyback: (() => void) | null = null;
+  /** A frame already went out at once this turn: the rest of the turn is batched. */
+  private eagerUsed = false;
+  private flushing = false;
 
-  constructor(private readonly sink: (parts: Buffer[]) => void) {}
+  constructor(
+    private readonly sink: (parts: Buffer[]) => void,
+    private readonly idle: () => boolean = () => false,
+  ) {}
 
   private readonly tick = (): void => {
     this.scheduled = false;
+    this.eagerUsed = false;
     this.flush();
   };
 
@@ -167,6 +192,11 @@ export class FrameWriter {
     for (const p of frame) {
       this.parts.push(p);
       this.bytes += p.length;
+    }
+    if (this.flushing) return;
+    if (!this.eagerUsed && this.idle()) {
+      this.eagerUsed = true;
+      this.flush();
     }
     if (!this.scheduled) {
       this.scheduled = true;
@@ -187,9 +217,22 @@ export class FrameWriter {
     if (this.onFlush.length > 0) {
       const fns = this.onFlush;
       this.onFlush = [];
-      for (const f of fns) f();
+      this.flushing = true;
+      try {
+        for (const f of fns) f();
+      } finally {
+        this.flushing = false;
+      }
     }
     if (this.parts.length === 0) return;
+    if (this.piggyback !== null) {
+      this.flushing = true;
+      try {
+        this.piggyback();
+      } finally {
+        this.flushing = false;
+      }
+    }
     const parts = this.parts;
     this.parts = [];
     this.bytes = 0;
