@@ -7,22 +7,15 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { AttachedSocket } from '../lib/host/index.js';
-import {
-  C_HELLO,
-  C_REQ,
-  C_SEND,
-  encodeFrame,
-  FrameParser,
-  N_MSG,
-  N_RESP,
-  PROTOCOL_VERSION,
-} from '../lib/host/protocol.js';
+import { C_HELLO, C_REQ, encodeFrame, FrameParser, N_MSG, N_RESP, PROTOCOL_VERSION } from '../lib/host/protocol.js';
+import { encodeSend } from '../lib/host/hot-frames.js';
 import { runNode, TEST_TCP_PORT, until } from './helpers.js';
 
 // The host node (issue 21). Addresses 127.150.2-9.x.
 const WORKER = fileURLToPath(new URL('./fixtures/host-worker.mjs', import.meta.url));
 const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
 const RDS_INFO = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
+const LIAR = fileURLToPath(new URL('./fixtures/host-liar.mjs', import.meta.url));
 
 const cleanup: (() => unknown)[] = [];
 afterEach(async () => {
@@ -122,7 +115,7 @@ describe('host node', () => {
     // rds-info asks the host node like any node, and sees every process's sockets with their pid.
     const info = await runNode([RDS_INFO, '--socket', path, '-k'], 20000);
     expect(info.code).toBe(0);
-    expect(info.out).toMatch(new RegExp(`127\\.150\\.2\\.1\\s+7000 .* ${w.child.pid}\\s*$`, 'm'));
+    expect(info.out).toMatch(new RegExp(`127\\.150\\.2\\.1\\s+7000 .* ${w.child.pid}\\s+\\d+\\s+peer\\s*$`, 'm'));
     w.child.kill('SIGKILL');
     await until(() => !node.clients().some((c) => c.pid === w.child.pid), 'the node to notice the client died');
     await mine.bind({ address: '127.150.2.1', port: 7000 });
@@ -305,6 +298,32 @@ describe('host node', () => {
     await echoDrain;
   }, 60_000);
 
+  it("records the kernel's credentials of an attached process (SO_PEERCRED), not the pid it claims, and rds-info shows them", async () => {
+    const { path, node } = await serve();
+    const liar = spawn(process.execPath, [LIAR], {
+      env: { ...process.env, HOST_LIAR_PATH: path, HOST_LIAR_ADDRESS: '127.131.1.1', HOST_LIAR_PORT: '7100' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    cleanup.push(() => liar.kill('SIGKILL'));
+    let out = '';
+    liar.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    await until(() => out.includes('\n'), 'the lying client to bind', 15000);
+    expect(out).toBe('bound\n');
+    const c = node.clients().find((x) => x.sockets.some((s) => s.bound === '127.131.1.1:7100'));
+    expect(c).toMatchObject({
+      pid: liar.pid,
+      claimedPid: 1,
+      verified: true,
+      uid: process.getuid!(),
+      gid: process.getgid!(),
+    });
+    const info = await runNode([RDS_INFO, '--socket', path, '-k'], 20000);
+    expect(info.code).toBe(0);
+    expect(info.out).toMatch(
+      new RegExp(`127\\.131\\.1\\.1\\s+7100 .* ${liar.pid}\\s+${process.getuid!()}\\s+peer\\s*$`, 'm'),
+    );
+  });
+
   it('bounds a client: one sending past its send buffer is dropped and counted, the others go on', async () => {
     const { path, node } = await serve();
     const good = new RdsSocket({ stack: await RdsStack.attach(path) });
@@ -316,7 +335,8 @@ describe('host node', () => {
     await raw.response(2);
     // Nobody listens at 127.150.5.9: the node's socket fills, then its backlog; 8 MiB is far past either.
     const chunk = Buffer.alloc(60000);
-    for (let i = 0; i < 140 && !raw.closed; i++) raw.send(encodeFrame(C_SEND, 1, 0, { a: '127.150.5.9', p: 1 }, chunk));
+    for (let i = 0; i < 140 && !raw.closed; i++)
+      raw.send(encodeSend(1, 0, '127.150.5.9', 1, 0, false, undefined, chunk));
     await until(() => raw.closed, 'the node to drop the client', 20000);
     expect(node.counters.dropped).toBe(1);
     peer.sendmsg(Buffer.from('still here'), good.address());
@@ -370,7 +390,7 @@ describe('host node', () => {
           raw.send([f]);
         } else {
           raw.send(
-            encodeFrame(C_SEND, rnd(10), rnd(3), { a: '127.150.6.2', p: 9000, cf: rnd(2) }, Buffer.from('hostile')),
+            encodeSend(rnd(10), rnd(3), '127.150.6.2', 9000, 0, rnd(2) === 1, undefined, Buffer.from('hostile')),
           );
         }
       }

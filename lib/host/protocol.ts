@@ -156,11 +156,18 @@ function decodeFrame(b: Buffer): Frame {
   return { type, sock, id, meta: meta as Record<string, unknown>, bin: EMPTY, data };
 }
 
+/** Bytes a turn collects before they are written without waiting for the turn's end. */
+const FLUSH_BYTES = 256 << 10;
+/** A connection whose last turn wrote more frames than this is carrying a stream: it batches. */
+const EAGER_MAX_FRAMES = 2;
+
 /**
- * Collects frames and writes them in one batch per event-loop turn, except that the first frame
- * written while the connection has nothing queued (`idle()`) goes out at once, with whatever
- * beforeFlush() summaries are due: a lone request or reply (a round trip) then costs no wait for
- * the end of the turn, while a burst still leaves in one write after its first frame.
+ * Collects frames and writes them in one batch per event-loop turn, except on a connection that
+ * carries single frames: when the last turn wrote at most EAGER_MAX_FRAMES frames and nothing is
+ * queued (`idle()`), the first frame of this turn goes out at once, with whatever beforeFlush()
+ * summaries are due. A lone request or reply (a round trip) then does not wait for the end of the
+ * turn, while a stream of messages still leaves in one write per turn, with one wakeup of the
+ * reader per turn rather than two.
  */
 export class FrameWriter {
   private parts: Buffer[] = [];
@@ -171,6 +178,9 @@ export class FrameWriter {
   piggyback: (() => void) | null = null;
   /** A frame already went out at once this turn: the rest of the turn is batched. */
   private eagerUsed = false;
+  /** Frames written this turn, and in the last turn that wrote any. */
+  private turnFrames = 0;
+  private lastTurnFrames = 0;
   private flushing = false;
 
   constructor(
@@ -182,6 +192,8 @@ export class FrameWriter {
     this.scheduled = false;
     this.eagerUsed = false;
     this.flush();
+    if (this.turnFrames > 0) this.lastTurnFrames = this.turnFrames;
+    this.turnFrames = 0;
   };
 
   get pendingBytes(): number {
@@ -194,7 +206,12 @@ export class FrameWriter {
       this.bytes += p.length;
     }
     if (this.flushing) return;
-    if (!this.eagerUsed && this.idle()) {
+    this.turnFrames++;
+    // A producer that never yields (a loop of sendmsg, or of awaited send()s that resolve at once)
+    // keeps the turn going: write what it has so far, so the reader works in parallel instead of
+    // waiting for the whole burst.
+    if (this.bytes >= FLUSH_BYTES) this.flush();
+    else if (!this.eagerUsed && this.lastTurnFrames <= EAGER_MAX_FRAMES && this.idle()) {
       this.eagerUsed = true;
       this.flush();
     }
