@@ -108,7 +108,9 @@ export class NodeLink {
         return;
       }
       case N_EVENT:
-        this.sockets.get(f.sock)?.event(f.meta);
+        // Socket 0: an event for every socket of this process (the node received a congestion map).
+        if (f.sock === 0 && f.meta.ev === 'congmap') for (const s of this.sockets.values()) s.congMapReceived();
+        else this.sockets.get(f.sock)?.event(f.meta);
         return;
       default:
         throw new ProtocolError(`unknown frame type ${f.type}`);

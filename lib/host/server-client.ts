@@ -158,6 +158,11 @@ export class Client {
     this.send(N_EVENT, sid, 0, meta);
   }
 
+  /** The node received a congestion map: every socket of this client reports POLLWRBAND once. @internal */
+  congMapReceived(): void {
+    if (this.hello && this.sockets.size > 0) this.send(N_EVENT, 0, 0, { ev: 'congmap' });
+  }
+
   /** @internal */ answer(id: number, value: unknown): void {
     this.outstanding--;
     this.send(N_RESP, 0, id, { ok: true, v: value ?? null });

@@ -14,13 +14,31 @@ export class HostNode implements HostNodeHandle {
   readonly counters = { attached: 0, detached: 0, dropped: 0, malformed: 0, sendFailed: 0 };
   private readonly clientSet = new Set<Client>();
   private closed = false;
+  private congGen: number;
 
   private constructor(
     readonly stack: RdsStack,
     readonly path: string,
     private readonly server: Server,
     readonly log: (line: string) => void,
-  ) {}
+  ) {
+    this.congGen = stack.congGeneration;
+    stack.addCongWaiter(this.watchCong);
+  }
+
+  /**
+   * Congestion waiters are woken on every received map (and local change) and then forgotten:
+   * re-registered each time, this tells attached sockets of each map, for their poll().
+   */
+  private readonly watchCong = (): void => {
+    if (this.closed) return;
+    const g = this.stack.congGeneration;
+    if (g !== this.congGen) {
+      this.congGen = g;
+      for (const c of this.clientSet) c.congMapReceived();
+    }
+    this.stack.addCongWaiter(this.watchCong);
+  };
 
   static async serve(stack: RdsStack, opts: ServeOptions = {}): Promise<HostNode> {
     if (stack.hostNode !== null)
@@ -111,6 +129,7 @@ export class HostNode implements HostNodeHandle {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.stack.removeCongWaiter(this.watchCong);
     this.stack.hostNode = null;
     for (const c of [...this.clientSet]) c.drop('the node is closing');
     await new Promise<void>((res) => this.server.close(() => res()));
