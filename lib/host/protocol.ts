@@ -257,20 +257,49 @@ export class FrameWriter {
   }
 }
 
+/** Parts at least this long are written as they are; shorter ones are joined. */
+const JOIN_BELOW = 16 << 10;
+
 /**
- * Writes one turn's frames. Small frames (headers, metas, small payloads) are joined into one
+ * Writes one turn's frames. Small parts (headers, metas, small payloads) are joined into one
  * buffer: one copy is cheaper than a writev of thousands of tiny buffers; large payloads are
- * written as they are.
+ * written as they are, between the joined runs, in one corked writev (copying them would cost a
+ * second pass over every byte).
  */
 export function writeBatch(conn: { write(b: Buffer): boolean; cork(): void; uncork(): void }, parts: Buffer[]): void {
+  if (parts.length === 1) {
+    conn.write(parts[0]!);
+    return;
+  }
   let total = 0;
-  for (const p of parts) total += p.length;
-  if (total <= 1 << 20 && parts.length > 1) {
+  let large = false;
+  for (const p of parts) {
+    total += p.length;
+    if (p.length >= JOIN_BELOW) large = true;
+  }
+  if (!large) {
     conn.write(Buffer.concat(parts, total));
     return;
   }
   conn.cork();
-  for (const p of parts) conn.write(p);
+  let run: Buffer[] = [];
+  let runBytes = 0;
+  const writeRun = (): void => {
+    if (run.length === 0) return;
+    conn.write(run.length === 1 ? run[0]! : Buffer.concat(run, runBytes));
+    run = [];
+    runBytes = 0;
+  };
+  for (const p of parts) {
+    if (p.length >= JOIN_BELOW) {
+      writeRun();
+      conn.write(p);
+    } else {
+      run.push(p);
+      runBytes += p.length;
+    }
+  }
+  writeRun();
   conn.uncork();
 }
 
