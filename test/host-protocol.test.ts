@@ -5,10 +5,12 @@ import {
   C_SEND,
   encodeFrame,
   FrameParser,
+  FrameWriter,
   MAX_FRAME_BYTES,
   N_MSG,
   N_SENT,
   ProtocolError,
+  writeBatch,
 } from '../lib/host/protocol.js';
 
 /** Frame types whose meta is JSON (the per-message ones are binary, tested below). */
@@ -125,5 +127,91 @@ describe('host node control framing', () => {
     expect(() => decodeCount(nan)).toThrow(ProtocolError);
     // A length byte claiming more than the meta holds.
     expect(() => decodeSend(Buffer.from([200, 1, 2, 3]))).toThrow(ProtocolError);
+  });
+});
+
+describe('host node control writer (FrameWriter)', () => {
+  const frame = (n: number): Buffer[] => [Buffer.alloc(n, 1)];
+  const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+  it('writes a lone frame on an idle connection at once, and a stream of frames in one write per turn', async () => {
+    const writes: number[] = [];
+    const w = new FrameWriter((parts) => writes.push(parts.length));
+    // Constructed without an idle() test: never eager, one write per turn.
+    w.write(frame(10));
+    w.write(frame(10));
+    expect(writes).toEqual([]);
+    await nextTurn();
+    expect(writes).toEqual([2]);
+
+    const eager: number[] = [];
+    const e = new FrameWriter(
+      (parts) => eager.push(parts.length),
+      () => true,
+    );
+    e.write(frame(10)); // a single frame: out at once
+    expect(eager).toEqual([1]);
+    e.write(frame(10)); // the rest of the turn waits for its end
+    e.write(frame(10));
+    expect(eager).toEqual([1]);
+    await nextTurn();
+    expect(eager).toEqual([1, 2]);
+    // That turn wrote 3 frames: a stream, so the next turn batches from its first frame.
+    for (let i = 0; i < 5; i++) e.write(frame(10));
+    expect(eager).toEqual([1, 2]);
+    await nextTurn();
+    expect(eager).toEqual([1, 2, 5]);
+    // A quiet turn (one frame) makes the connection eager again.
+    e.write(frame(10));
+    await nextTurn();
+    e.write(frame(10));
+    expect(eager).toEqual([1, 2, 5, 1, 1]);
+  });
+
+  it('writes a producer that never yields every 256 KiB, not once at the end of its burst', () => {
+    const writes: number[] = [];
+    const w = new FrameWriter((parts) => writes.push(parts.reduce((a, p) => a + p.length, 0)));
+    for (let i = 0; i < 1000; i++) w.write(frame(1024));
+    expect(writes.length).toBe(3);
+    for (const n of writes) expect(n).toBe(256 * 1024);
+  });
+
+  it('adds piggyback frames only to writes that carry frames anyway', async () => {
+    const writes: number[] = [];
+    const w = new FrameWriter((parts) => writes.push(parts.length));
+    let extra = 0;
+    w.piggyback = () => {
+      extra++;
+      w.write(frame(1));
+    };
+    w.beforeFlush(() => {}); // a turn with nothing to write
+    await nextTurn();
+    expect(writes).toEqual([]);
+    w.write(frame(5));
+    await nextTurn();
+    expect(writes).toEqual([2]);
+    expect(extra).toBe(1);
+  });
+});
+
+describe('writeBatch', () => {
+  it('joins small parts and writes large ones as they are, in order', () => {
+    const out: Buffer[] = [];
+    let corked = 0;
+    const conn = {
+      write: (b: Buffer) => out.push(b) > 0,
+      cork: () => corked++,
+      uncork: () => corked--,
+    };
+    const big = Buffer.alloc(20000, 2);
+    const parts = [Buffer.from('ab'), Buffer.from('cd'), big, Buffer.from('ef')];
+    writeBatch(conn, parts);
+    expect(corked).toBe(0);
+    expect(out.length).toBe(3);
+    expect(out[1]).toBe(big); // not copied
+    expect(Buffer.concat(out).equals(Buffer.concat(parts))).toBe(true);
+    out.length = 0;
+    writeBatch(conn, [Buffer.from('x'), Buffer.from('y')]);
+    expect(out.map((b) => b.toString())).toEqual(['xy']);
   });
 });

@@ -7,8 +7,17 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { AttachedSocket } from '../lib/host/index.js';
-import { C_HELLO, C_REQ, encodeFrame, FrameParser, N_MSG, N_RESP, PROTOCOL_VERSION } from '../lib/host/protocol.js';
-import { encodeSend } from '../lib/host/hot-frames.js';
+import {
+  C_HELLO,
+  C_REQ,
+  encodeFrame,
+  FrameParser,
+  N_MSG,
+  N_RESP,
+  N_SENT,
+  PROTOCOL_VERSION,
+} from '../lib/host/protocol.js';
+import { decodeCount, encodeSend } from '../lib/host/hot-frames.js';
 import { runNode, TEST_TCP_PORT, until } from './helpers.js';
 
 // The host node (issue 21). Addresses 127.150.2-9.x.
@@ -324,6 +333,48 @@ describe('host node', () => {
     );
   });
 
+  it('gives a client its send budget back without a SENT frame per message: per quarter of SO_SNDBUF, or with other frames', async () => {
+    const { path } = await serve();
+    const peer = await peerSocket('127.131.2.2');
+    const raw = await rawClient(path);
+    raw.send(encodeFrame(C_REQ, 1, 1, { op: 'open' }));
+    raw.send(encodeFrame(C_REQ, 1, 2, { op: 'bind', address: '127.131.2.1', port: 5001 }));
+    expect(await raw.response(2)).toMatchObject({ ok: true });
+    // getsockopt reports twice the budget: a quarter of the budget is an eighth of it.
+    const quarter = new RdsSocket({ stack: peer.stack }).getsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF) / 8;
+    const msg = Buffer.alloc(100, 3);
+    const n = Math.floor(quarter / 100) - 1;
+    let got = 0;
+    const reading = (async () => {
+      for (; got < n; got++) await peer.recv({ timeout: 10000 });
+    })();
+    reading.catch(() => {});
+    // One message per event-loop turn: the node used to answer each with a SENT frame. Now a
+    // SENT frame only rides along with another frame (here: the node's congestion-map notices
+    // as the paths come up), under a quarter of SO_SNDBUF.
+    const othersBefore = raw.others;
+    for (let i = 0; i < n; i++) {
+      raw.send(encodeSend(1, 0, '127.131.2.2', 9000, 0, false, undefined, msg));
+      await new Promise((r) => setImmediate(r));
+    }
+    await until(() => got >= n, 'the peer to read them');
+    expect(raw.sent.length).toBeLessThanOrEqual(raw.others - othersBefore);
+    expect(raw.sent.length).toBeLessThan(n / 10);
+    // Past a quarter of SO_SNDBUF unreported, a report comes on its own.
+    const unreported = n * 100 - raw.sent.reduce((a, b) => a + b, 0);
+    const sentBefore = raw.sent.length;
+    const more = Math.ceil((quarter - unreported) / 100) + 1;
+    for (let i = 0; i < more; i++) raw.send(encodeSend(1, 0, '127.131.2.2', 9000, 0, false, undefined, msg));
+    for (let i = 0; i < more; i++) await peer.recv({ timeout: 10000 });
+    await until(() => raw.sent.length > sentBefore, 'a SENT frame');
+    // A call's answer carries the rest: every byte is given back.
+    raw.send(encodeFrame(C_REQ, 1, 3, { op: 'flush' }));
+    expect(await raw.response(3)).toMatchObject({ ok: true });
+    expect(raw.sent.reduce((a, b) => a + b, 0)).toBe((n + more) * 100);
+    await reading;
+    raw.destroy();
+  });
+
   it('bounds a client: one sending past its send buffer is dropped and counted, the others go on', async () => {
     const { path, node } = await serve();
     const good = new RdsSocket({ stack: await RdsStack.attach(path) });
@@ -409,6 +460,9 @@ describe('host node', () => {
 });
 
 interface Raw {
+  /** Bytes each SENT frame gave back, in order; and how many frames of other types came. */
+  sent: number[];
+  others: number;
   send(parts: Buffer[]): void;
   response(id: number): Promise<Record<string, unknown>>;
   closed: boolean;
@@ -427,6 +481,8 @@ async function rawClient(path: string, hello = true): Promise<Raw> {
   const parser = new FrameParser();
   const resps = new Map<number, Record<string, unknown>>();
   const raw: Raw = {
+    sent: [],
+    others: 0,
     closed: false,
     onMsg: null,
     send: (parts) => {
@@ -444,6 +500,8 @@ async function rawClient(path: string, hello = true): Promise<Raw> {
       for (const f of parser.push(d)) {
         if (f.type === N_RESP) resps.set(f.id, f.meta);
         if (f.type === N_MSG) raw.onMsg?.(f.data);
+        if (f.type === N_SENT) raw.sent.push(decodeCount(f.bin).n);
+        else raw.others++;
       }
     } catch {
       /* the test's own client; ignore */
