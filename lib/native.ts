@@ -45,6 +45,10 @@ export interface NativeBinding {
   tcpOutq(fd: number): number;
   /** SO_KEEPALIVE with TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT (seconds, seconds, probes). */
   tcpKeepalive(fd: number, idle: number, interval: number, probes: number): void;
+  /** getsockopt(SO_PEERCRED) of a connected Unix socket (absent from prebuilds older than the host node's). */
+  peerCred?(fd: number): { pid: number; uid: number; gid: number };
+  /** setsockopt(SO_SNDBUF); returns the size the kernel then reports (twice what it granted). */
+  setSendBuffer?(fd: number, bytes: number): number;
 }
 
 let cached: NativeBinding | null | undefined;

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, constants } from '../lib/index.js';
-import { CONFORMANCE_KINDS, makePair, payload, raiseSndbuf, timeout, type Pair } from './helpers.js';
+import { CONFORMANCE_KINDS, makePair, payload, raiseSndbuf, timeout, type Pair, until } from './helpers.js';
 
 // One suite, run unchanged over every transport (tests/helpers decides how the pair is made;
 // npm run test:ib runs it over InfiniBand inside a Soft-RoCE guest).
@@ -226,6 +226,38 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     expect(b.poll() & (constants.POLLIN | constants.POLLRDNORM)).toBe(constants.POLLIN | constants.POLLRDNORM);
     expect(b.recvmsg()?.data.toString()).toBe('x');
     expect(b.poll() & constants.POLLIN).toBe(0);
+  });
+
+  it('poll() reports POLLWRBAND, with POLLIN, once after each congestion map received (not with RDS_CONG_MONITOR)', async () => {
+    // Not over 'loopback': the embedded loopback transport shares its map without sending one,
+    // so nothing is received to report (the kernel's loopback does report it: a gap of the core).
+    if (kind === 'loopback') return;
+    const { a, b } = await open();
+    const WR = constants.POLLWRBAND;
+    expect(a.poll() & WR).toBe(0);
+    // b reads nothing and has a small receive buffer: its port congests and a's node hears so.
+    b.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 4096);
+    let sent = 0;
+    let mask = 0;
+    for (let i = 0; i < 2000 && (mask & WR) === 0; i++) {
+      try {
+        a.sendmsg(Buffer.alloc(1024), b.address());
+        sent++;
+      } catch (e) {
+        if (!(e instanceof RdsError) || (e.code !== 'ENOBUFS' && e.code !== 'EAGAIN')) throw e;
+      }
+      await new Promise((r) => setTimeout(r, 2));
+      mask = a.poll();
+    }
+    expect(mask & (WR | constants.POLLIN)).toBe(WR | constants.POLLIN);
+    // Once per map: the next poll() has no POLLWRBAND (a has no message of its own to read).
+    expect(a.poll() & (WR | constants.POLLIN)).toBe(0);
+    // b reads everything: its port clears, and that map is reported too.
+    for (let got = 0; got < sent; got++) await b.recv({ signal: timeout() });
+    await until(() => (a.poll() & WR) !== 0, 'POLLWRBAND after the uncongestion map', 10000);
+    // With RDS_CONG_MONITOR the maps come as messages (congestionUpdate), not as POLLWRBAND.
+    a.setsockopt(constants.SOL_RDS, constants.RDS_CONG_MONITOR, 1);
+    expect(a.poll() & WR).toBe(0);
   });
 
   it('stamps messages with SO_TIMESTAMP', async () => {

@@ -1,10 +1,35 @@
 import { describe, expect, it } from 'vitest';
-import { encodeFrame, FrameParser, MAX_FRAME_BYTES, ProtocolError } from '../lib/host/protocol.js';
+import { decodeCount, decodeMsg, decodeSend, encodeCount, encodeMsg, encodeSend } from '../lib/host/hot-frames.js';
+import {
+  C_CREDIT,
+  C_SEND,
+  encodeFrame,
+  FrameParser,
+  FrameWriter,
+  MAX_FRAME_BYTES,
+  N_MSG,
+  N_SENT,
+  ProtocolError,
+  writeBatch,
+} from '../lib/host/protocol.js';
+
+/** Frame types whose meta is JSON (the per-message ones are binary, tested below). */
+const JSON_TYPES = Array.from({ length: 30 }, (_, i) => i).filter(
+  (t) => ![C_SEND, C_CREDIT, N_MSG, N_SENT].includes(t),
+);
 
 describe('host node control framing', () => {
   it('reassembles frames however the stream is cut, payload and meta intact', () => {
     const frames = Array.from({ length: 300 }, (_, i) =>
-      Buffer.concat(encodeFrame(i % 30, i, i * 7, { i, s: 'x'.repeat(i % 50) }, Buffer.alloc(i * 37, i & 0xff))),
+      Buffer.concat(
+        encodeFrame(
+          JSON_TYPES[i % JSON_TYPES.length]!,
+          i,
+          i * 7,
+          { i, s: 'x'.repeat(i % 50) },
+          Buffer.alloc(i * 37, i & 0xff),
+        ),
+      ),
     );
     const stream = Buffer.concat(frames);
     let seed = 7;
@@ -18,7 +43,12 @@ describe('host node control framing', () => {
     }
     expect(got).toHaveLength(300);
     got.forEach((f, i) => {
-      expect(f).toMatchObject({ type: i % 30, sock: i, id: i * 7, meta: { i, s: 'x'.repeat(i % 50) } });
+      expect(f).toMatchObject({
+        type: JSON_TYPES[i % JSON_TYPES.length],
+        sock: i,
+        id: i * 7,
+        meta: { i, s: 'x'.repeat(i % 50) },
+      });
       expect(f.data.equals(Buffer.alloc(i * 37, i & 0xff))).toBe(true);
     });
   });
@@ -33,5 +63,155 @@ describe('host node control framing', () => {
     const g = Buffer.concat(encodeFrame(1, 0, 0, { a: 1 }));
     g.writeUInt32BE(1 << 20, 13);
     expect(() => new FrameParser().push(g)).toThrow(ProtocolError);
+  });
+
+  it('carries the per-message frames in binary metas, intact through a cut stream', () => {
+    const payload = Buffer.alloc(3000, 9);
+    const frames = [
+      encodeSend(3, 77, '10.1.2.3', 4000, 0x40, true, 0xfffffffe, [payload.subarray(0, 10), payload.subarray(10)]),
+      encodeSend(4, 0, 'fe80::1', 65535, 0, false, undefined, Buffer.alloc(0)),
+      encodeMsg(5, '2001:db8::7', 18634, 1234.5, [1, 2, 0xffffffff], 1n << 63n, payload),
+      encodeMsg(6, '127.0.0.1', 1, undefined, undefined, undefined, Buffer.from('x')),
+      encodeCount(N_SENT, 7, 2 ** 40 + 3, 12),
+      encodeCount(C_CREDIT, 8, 0, 0),
+    ];
+    const stream = Buffer.concat(frames.flat());
+    const p = new FrameParser();
+    const got = [];
+    for (let off = 0; off < stream.length; off += 7) got.push(...p.push(stream.subarray(off, off + 7)));
+    expect(got.map((f) => [f.type, f.sock, f.id])).toEqual([
+      [C_SEND, 3, 77],
+      [C_SEND, 4, 0],
+      [N_MSG, 5, 0],
+      [N_MSG, 6, 0],
+      [N_SENT, 7, 0],
+      [C_CREDIT, 8, 0],
+    ]);
+    expect(decodeSend(got[0]!.bin)).toEqual({
+      address: '10.1.2.3',
+      port: 4000,
+      flags: 0x40,
+      confirm: true,
+      cookie: 0xfffffffe,
+    });
+    expect(got[0]!.data.equals(payload)).toBe(true);
+    expect(decodeSend(got[1]!.bin)).toEqual({
+      address: 'fe80::1',
+      port: 65535,
+      flags: 0,
+      confirm: false,
+      cookie: undefined,
+    });
+    expect(decodeMsg(got[2]!.bin)).toEqual({
+      address: '2001:db8::7',
+      port: 18634,
+      timestamp: 1234.5,
+      zcopyCompletions: [1, 2, 0xffffffff],
+      congestionUpdate: 1n << 63n,
+    });
+    expect(got[2]!.data.equals(payload)).toBe(true);
+    expect(decodeMsg(got[3]!.bin)).toMatchObject({ address: '127.0.0.1', port: 1, timestamp: undefined });
+    expect(decodeCount(got[4]!.bin)).toEqual({ n: 2 ** 40 + 3, k: 12 });
+    expect(decodeCount(got[5]!.bin)).toEqual({ n: 0, k: 0 });
+  });
+
+  it('rejects truncated or overlong binary metas with a ProtocolError, never another error', () => {
+    const full = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, 5, [1, 2, 3], 7n, Buffer.alloc(0)));
+    const meta = full.subarray(17);
+    for (let n = 0; n < meta.length; n++) expect(() => decodeMsg(meta.subarray(0, n))).toThrow(ProtocolError);
+    const send = Buffer.concat(encodeSend(1, 1, '10.0.0.1', 9, 0, false, 5, Buffer.alloc(0))).subarray(17);
+    for (let n = 0; n < send.length; n++) expect(() => decodeSend(send.subarray(0, n))).toThrow(ProtocolError);
+    expect(() => decodeCount(Buffer.alloc(11))).toThrow(ProtocolError);
+    const nan = Buffer.alloc(12);
+    nan.writeDoubleBE(Number.NaN, 0);
+    expect(() => decodeCount(nan)).toThrow(ProtocolError);
+    // A length byte claiming more than the meta holds.
+    expect(() => decodeSend(Buffer.from([200, 1, 2, 3]))).toThrow(ProtocolError);
+  });
+});
+
+describe('host node control writer (FrameWriter)', () => {
+  const frame = (n: number): Buffer[] => [Buffer.alloc(n, 1)];
+  const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+  it('writes a lone frame on an idle connection at once, and a stream of frames in one write per turn', async () => {
+    const writes: number[] = [];
+    const w = new FrameWriter((parts) => writes.push(parts.length));
+    // Constructed without an idle() test: never eager, one write per turn.
+    w.write(frame(10));
+    w.write(frame(10));
+    expect(writes).toEqual([]);
+    await nextTurn();
+    expect(writes).toEqual([2]);
+
+    const eager: number[] = [];
+    const e = new FrameWriter(
+      (parts) => eager.push(parts.length),
+      () => true,
+    );
+    e.write(frame(10)); // a single frame: out at once
+    expect(eager).toEqual([1]);
+    e.write(frame(10)); // the rest of the turn waits for its end
+    e.write(frame(10));
+    expect(eager).toEqual([1]);
+    await nextTurn();
+    expect(eager).toEqual([1, 2]);
+    // That turn wrote 3 frames: a stream, so the next turn batches from its first frame.
+    for (let i = 0; i < 5; i++) e.write(frame(10));
+    expect(eager).toEqual([1, 2]);
+    await nextTurn();
+    expect(eager).toEqual([1, 2, 5]);
+    // A quiet turn (one frame) makes the connection eager again.
+    e.write(frame(10));
+    await nextTurn();
+    e.write(frame(10));
+    expect(eager).toEqual([1, 2, 5, 1, 1]);
+  });
+
+  it('writes a producer that never yields every 256 KiB, not once at the end of its burst', () => {
+    const writes: number[] = [];
+    const w = new FrameWriter((parts) => writes.push(parts.reduce((a, p) => a + p.length, 0)));
+    for (let i = 0; i < 1000; i++) w.write(frame(1024));
+    expect(writes.length).toBe(3);
+    for (const n of writes) expect(n).toBe(256 * 1024);
+  });
+
+  it('adds piggyback frames only to writes that carry frames anyway', async () => {
+    const writes: number[] = [];
+    const w = new FrameWriter((parts) => writes.push(parts.length));
+    let extra = 0;
+    w.piggyback = () => {
+      extra++;
+      w.write(frame(1));
+    };
+    w.beforeFlush(() => {}); // a turn with nothing to write
+    await nextTurn();
+    expect(writes).toEqual([]);
+    w.write(frame(5));
+    await nextTurn();
+    expect(writes).toEqual([2]);
+    expect(extra).toBe(1);
+  });
+});
+
+describe('writeBatch', () => {
+  it('joins small parts and writes large ones as they are, in order', () => {
+    const out: Buffer[] = [];
+    let corked = 0;
+    const conn = {
+      write: (b: Buffer) => out.push(b) > 0,
+      cork: () => corked++,
+      uncork: () => corked--,
+    };
+    const big = Buffer.alloc(20000, 2);
+    const parts = [Buffer.from('ab'), Buffer.from('cd'), big, Buffer.from('ef')];
+    writeBatch(conn, parts);
+    expect(corked).toBe(0);
+    expect(out.length).toBe(3);
+    expect(out[1]).toBe(big); // not copied
+    expect(Buffer.concat(out).equals(Buffer.concat(parts))).toBe(true);
+    out.length = 0;
+    writeBatch(conn, [Buffer.from('x'), Buffer.from('y')]);
+    expect(out.map((b) => b.toString())).toEqual(['xy']);
   });
 });

@@ -10,19 +10,21 @@ import { AttachedSocket } from '../lib/host/index.js';
 import {
   C_HELLO,
   C_REQ,
-  C_SEND,
   encodeFrame,
   FrameParser,
   N_MSG,
   N_RESP,
+  N_SENT,
   PROTOCOL_VERSION,
 } from '../lib/host/protocol.js';
+import { decodeCount, encodeSend } from '../lib/host/hot-frames.js';
 import { runNode, TEST_TCP_PORT, until } from './helpers.js';
 
 // The host node (issue 21). Addresses 127.150.2-9.x.
 const WORKER = fileURLToPath(new URL('./fixtures/host-worker.mjs', import.meta.url));
 const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
 const RDS_INFO = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
+const LIAR = fileURLToPath(new URL('./fixtures/host-liar.mjs', import.meta.url));
 
 const cleanup: (() => unknown)[] = [];
 afterEach(async () => {
@@ -122,7 +124,7 @@ describe('host node', () => {
     // rds-info asks the host node like any node, and sees every process's sockets with their pid.
     const info = await runNode([RDS_INFO, '--socket', path, '-k'], 20000);
     expect(info.code).toBe(0);
-    expect(info.out).toMatch(new RegExp(`127\\.150\\.2\\.1\\s+7000 .* ${w.child.pid}\\s*$`, 'm'));
+    expect(info.out).toMatch(new RegExp(`127\\.150\\.2\\.1\\s+7000 .* ${w.child.pid}\\s+\\d+\\s+peer\\s*$`, 'm'));
     w.child.kill('SIGKILL');
     await until(() => !node.clients().some((c) => c.pid === w.child.pid), 'the node to notice the client died');
     await mine.bind({ address: '127.150.2.1', port: 7000 });
@@ -305,6 +307,74 @@ describe('host node', () => {
     await echoDrain;
   }, 60_000);
 
+  it("records the kernel's credentials of an attached process (SO_PEERCRED), not the pid it claims, and rds-info shows them", async () => {
+    const { path, node } = await serve();
+    const liar = spawn(process.execPath, [LIAR], {
+      env: { ...process.env, HOST_LIAR_PATH: path, HOST_LIAR_ADDRESS: '127.131.1.1', HOST_LIAR_PORT: '7100' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    cleanup.push(() => liar.kill('SIGKILL'));
+    let out = '';
+    liar.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    await until(() => out.includes('\n'), 'the lying client to bind', 15000);
+    expect(out).toBe('bound\n');
+    const c = node.clients().find((x) => x.sockets.some((s) => s.bound === '127.131.1.1:7100'));
+    expect(c).toMatchObject({
+      pid: liar.pid,
+      claimedPid: 1,
+      verified: true,
+      uid: process.getuid!(),
+      gid: process.getgid!(),
+    });
+    const info = await runNode([RDS_INFO, '--socket', path, '-k'], 20000);
+    expect(info.code).toBe(0);
+    expect(info.out).toMatch(
+      new RegExp(`127\\.131\\.1\\.1\\s+7100 .* ${liar.pid}\\s+${process.getuid!()}\\s+peer\\s*$`, 'm'),
+    );
+  });
+
+  it('gives a client its send budget back without a SENT frame per message: per quarter of SO_SNDBUF, or with other frames', async () => {
+    const { path } = await serve();
+    const peer = await peerSocket('127.131.2.2');
+    const raw = await rawClient(path);
+    raw.send(encodeFrame(C_REQ, 1, 1, { op: 'open' }));
+    raw.send(encodeFrame(C_REQ, 1, 2, { op: 'bind', address: '127.131.2.1', port: 5001 }));
+    expect(await raw.response(2)).toMatchObject({ ok: true });
+    // getsockopt reports twice the budget: a quarter of the budget is an eighth of it.
+    const quarter = new RdsSocket({ stack: peer.stack }).getsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF) / 8;
+    const msg = Buffer.alloc(100, 3);
+    const n = Math.floor(quarter / 100) - 1;
+    let got = 0;
+    const reading = (async () => {
+      for (; got < n; got++) await peer.recv({ timeout: 10000 });
+    })();
+    reading.catch(() => {});
+    // One message per event-loop turn: the node used to answer each with a SENT frame. Now a
+    // SENT frame only rides along with another frame (here: the node's congestion-map notices
+    // as the paths come up), under a quarter of SO_SNDBUF.
+    const othersBefore = raw.others;
+    for (let i = 0; i < n; i++) {
+      raw.send(encodeSend(1, 0, '127.131.2.2', 9000, 0, false, undefined, msg));
+      await new Promise((r) => setImmediate(r));
+    }
+    await until(() => got >= n, 'the peer to read them');
+    expect(raw.sent.length).toBeLessThanOrEqual(raw.others - othersBefore);
+    expect(raw.sent.length).toBeLessThan(n / 10);
+    // Past a quarter of SO_SNDBUF unreported, a report comes on its own.
+    const unreported = n * 100 - raw.sent.reduce((a, b) => a + b, 0);
+    const sentBefore = raw.sent.length;
+    const more = Math.ceil((quarter - unreported) / 100) + 1;
+    for (let i = 0; i < more; i++) raw.send(encodeSend(1, 0, '127.131.2.2', 9000, 0, false, undefined, msg));
+    for (let i = 0; i < more; i++) await peer.recv({ timeout: 10000 });
+    await until(() => raw.sent.length > sentBefore, 'a SENT frame');
+    // A call's answer carries the rest: every byte is given back.
+    raw.send(encodeFrame(C_REQ, 1, 3, { op: 'flush' }));
+    expect(await raw.response(3)).toMatchObject({ ok: true });
+    expect(raw.sent.reduce((a, b) => a + b, 0)).toBe((n + more) * 100);
+    await reading;
+    raw.destroy();
+  });
+
   it('bounds a client: one sending past its send buffer is dropped and counted, the others go on', async () => {
     const { path, node } = await serve();
     const good = new RdsSocket({ stack: await RdsStack.attach(path) });
@@ -316,7 +386,8 @@ describe('host node', () => {
     await raw.response(2);
     // Nobody listens at 127.150.5.9: the node's socket fills, then its backlog; 8 MiB is far past either.
     const chunk = Buffer.alloc(60000);
-    for (let i = 0; i < 140 && !raw.closed; i++) raw.send(encodeFrame(C_SEND, 1, 0, { a: '127.150.5.9', p: 1 }, chunk));
+    for (let i = 0; i < 140 && !raw.closed; i++)
+      raw.send(encodeSend(1, 0, '127.150.5.9', 1, 0, false, undefined, chunk));
     await until(() => raw.closed, 'the node to drop the client', 20000);
     expect(node.counters.dropped).toBe(1);
     peer.sendmsg(Buffer.from('still here'), good.address());
@@ -370,7 +441,7 @@ describe('host node', () => {
           raw.send([f]);
         } else {
           raw.send(
-            encodeFrame(C_SEND, rnd(10), rnd(3), { a: '127.150.6.2', p: 9000, cf: rnd(2) }, Buffer.from('hostile')),
+            encodeSend(rnd(10), rnd(3), '127.150.6.2', 9000, 0, rnd(2) === 1, undefined, Buffer.from('hostile')),
           );
         }
       }
@@ -389,6 +460,9 @@ describe('host node', () => {
 });
 
 interface Raw {
+  /** Bytes each SENT frame gave back, in order; and how many frames of other types came. */
+  sent: number[];
+  others: number;
   send(parts: Buffer[]): void;
   response(id: number): Promise<Record<string, unknown>>;
   closed: boolean;
@@ -407,6 +481,8 @@ async function rawClient(path: string, hello = true): Promise<Raw> {
   const parser = new FrameParser();
   const resps = new Map<number, Record<string, unknown>>();
   const raw: Raw = {
+    sent: [],
+    others: 0,
     closed: false,
     onMsg: null,
     send: (parts) => {
@@ -424,6 +500,8 @@ async function rawClient(path: string, hello = true): Promise<Raw> {
       for (const f of parser.push(d)) {
         if (f.type === N_RESP) resps.set(f.id, f.meta);
         if (f.type === N_MSG) raw.onMsg?.(f.data);
+        if (f.type === N_SENT) raw.sent.push(decodeCount(f.bin).n);
+        else raw.others++;
       }
     } catch {
       /* the test's own client; ignore */

@@ -105,14 +105,18 @@ function print(info: Info, want: Set<string>): void {
     for (const [k, v] of Object.entries(info.counters)) out.push(`${r(k, 25)} ${r(v, 16)}`);
   }
   if (all || want.has('-k')) {
-    // A host node's sockets belong to the processes attached to it: it names each one's pid.
+    // A host node's sockets belong to the processes attached to it: it names each one's pid and
+    // uid, and whether the kernel vouches for them (SO_PEERCRED: 'peer') or only the client does.
     const pids = info.sockets.some((s) => (s as { pid?: number }).pid !== undefined);
     out.push(
       '\nRDS Sockets:',
-      `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}${pids ? ` ${r('Pid', 8)}` : ''}`,
+      `${r('BoundAddr', 15)} ${r('BPort', 5)} ${r('ConnAddr', 15)} ${r('CPort', 5)} ${r('SndBuf', 10)} ${r('RcvBuf', 10)} ${r('Inode', 8)}${pids ? ` ${r('Pid', 8)} ${r('Uid', 6)} ${r('Cred', 7)}` : ''}`,
     );
     for (const s of info.sockets) {
-      const pid = pids ? ` ${r((s as { pid?: number }).pid ?? '', 8)}` : '';
+      const o = s as { pid?: number; uid?: number; cred?: string };
+      const pid = pids
+        ? ` ${r(o.pid ?? '', 8)} ${r(o.uid === undefined || o.uid < 0 ? '-' : o.uid, 6)} ${r(o.cred ?? '', 7)}`
+        : '';
       out.push(
         `${r(s.boundAddress, 15)} ${r(s.boundPort, 5)} ${r(s.connectedAddress, 15)} ${r(s.connectedPort, 5)} ${r(s.sndbuf, 10)} ${r(s.rcvbuf, 10)} ${r(s.inode, 8)}${pid}`,
       );

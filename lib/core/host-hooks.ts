@@ -13,11 +13,26 @@ export interface ServeOptions {
   log?: (line: string) => void;
 }
 
+/** One process attached to a host node (HostNodeHandle.clients()). */
+export interface AttachedClientInfo {
+  id: number;
+  /** Its pid: the kernel's (SO_PEERCRED) when `verified`, else the one its hello claimed. */
+  pid: number;
+  /** Its uid and gid (SO_PEERCRED), -1 when not `verified`. */
+  uid: number;
+  gid: number;
+  /** pid, uid and gid come from the kernel (needs the native addon), not from the client's word. */
+  verified: boolean;
+  /** The pid the client claimed in its hello. */
+  claimedPid: number;
+  sockets: { id: number; bound: string }[];
+}
+
 /** A node being served: what serve() resolves to. */
 export interface HostNodeHandle {
   readonly path: string;
-  /** Attached processes, their pid (as claimed in their hello, not verified) and sockets. */
-  clients(): { id: number; pid: number; sockets: { id: number; bound: string }[] }[];
+  /** Attached processes: their credentials (SO_PEERCRED where the native addon is there) and sockets. */
+  clients(): AttachedClientInfo[];
   /** Counters: attached, detached, dropped (protocol errors / limits), malformed frames. */
   readonly counters: Record<string, number>;
   /** Stops serving: attached sockets see ENETDOWN; the stack goes on. */

@@ -3,6 +3,7 @@ import {
   POLLIN,
   POLLOUT,
   POLLRDNORM,
+  POLLWRBAND,
   POLLWRNORM,
   RDS_CANCEL_SENT_TO,
   RDS_MAX_MSG_SIZE,
@@ -26,8 +27,10 @@ import {
   type WaitOptions,
 } from '../core/socket.js';
 import type { RdsMessage } from '../core/stack.js';
-import { C_ABORT, C_CREDIT, C_SEND, encodeFrame, type Frame } from './protocol.js';
+import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
+import { decodeMsg, encodeCount, encodeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
+import { AttachedWaiters } from './attached-waiters.js';
 import {
   bindEndpoint,
   dataParts,
@@ -36,8 +39,6 @@ import {
   sendFlags,
   untilDoneOrAborted,
 } from './attached-checks.js';
-
-type Waiter = () => void;
 
 /**
  * A socket living in a host node. The API is RdsSocket's; calls go over the node's control
@@ -60,12 +61,14 @@ export class AttachedSocket extends RdsSocket {
   #creditQueued = false;
   #creditMsgs = 0;
   #sndBytes = 0;
-  #unhanded = 0;
   #full = false;
-  readonly #waiters = new Set<Waiter>();
+  readonly #waiters = new AttachedWaiters(() => (this.#closed ? 'closed' : this.#dead));
   readonly #cong = new Set<string>();
   readonly #confirms = new Map<number, (e: Error) => void>();
   #readableQueued = false;
+  /** Congestion maps the node received since this socket opened, and as of the last poll(). */
+  #congMaps = 0;
+  #polledCongMaps = 0;
 
   constructor(stack: AttachedStack, opts: RdsSocketOptions) {
     super({ stack, ...(opts.sendTimeout !== undefined ? { sendTimeout: opts.sendTimeout } : {}) });
@@ -191,13 +194,10 @@ export class AttachedSocket extends RdsSocket {
     // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
     // written as they are; otherwise copied now, as sendmsg(2) copies.
     const payload = zcopy ? parts : parts.length === 1 ? Buffer.from(parts[0]!) : Buffer.concat(parts);
-    const meta: Record<string, unknown> = { a: address, p: port };
-    if (flags !== 0) meta.f = flags;
-    if (zcopy) meta.c = opts!.zcopyCookie;
-    if (id !== 0) meta.cf = 1;
-    this.#link.write(encodeFrame(C_SEND, this.#sid, id, meta, payload));
+    this.#link.write(
+      encodeSend(this.#sid, id, address, port, flags, id !== 0, zcopy ? opts!.zcopyCookie : undefined, payload),
+    );
     this.#sndBytes += len;
-    this.#unhanded++;
     return len;
   }
 
@@ -211,7 +211,7 @@ export class AttachedSocket extends RdsSocket {
     for (;;) {
       if (signal?.aborted) throw abortError(signal, 'send()');
       if (!this.#closed && this.#dead === null && this.#bound !== null && this.#sndBytes >= this.#sndbuf()) {
-        await this.#wait(signal, 'send()', abortError);
+        await this.#waiters.wait(signal, 'send()', abortError);
         continue;
       }
       const id = confirm ? this.#link.newId() : 0;
@@ -220,7 +220,7 @@ export class AttachedSocket extends RdsSocket {
         len = this.#enqueue(data, dest, opts, id);
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
-        await this.#wait(signal, 'send()', abortError);
+        await this.#waiters.wait(signal, 'send()', abortError);
         continue;
       }
       if (!confirm) return len;
@@ -250,11 +250,8 @@ export class AttachedSocket extends RdsSocket {
 
   override async flush(opts: WaitOptions = {}): Promise<void> {
     const signal = combineSignals(opts?.signal, opts?.timeout);
-    while (this.#unhanded > 0) {
-      this.#check('flush()');
-      await this.#wait(signal, 'flush()', abortError);
-    }
     this.#check('flush()');
+    // The node answers once what was sent before this call has left its backlog and been flushed.
     const done = this.#link.request('flush', this.#sid);
     if (signal === undefined) {
       await done;
@@ -284,7 +281,7 @@ export class AttachedSocket extends RdsSocket {
         const k = this.#creditMsgs;
         this.#credit = 0;
         this.#creditMsgs = 0;
-        if (!this.#closed) this.#link.write(encodeFrame(C_CREDIT, this.#sid, 0, { n: c, k }));
+        if (!this.#closed) this.#link.write(encodeCount(C_CREDIT, this.#sid, c, k));
       });
     }
     this.#credit += n;
@@ -297,7 +294,7 @@ export class AttachedSocket extends RdsSocket {
       if (signal?.aborted) throw abortReason(signal, 'recv()');
       const m = this.recvmsg();
       if (m !== null) return m;
-      await this.#wait(signal, 'recv()', abortReason);
+      await this.#waiters.wait(signal, 'recv()', abortReason);
     }
   }
 
@@ -319,45 +316,16 @@ export class AttachedSocket extends RdsSocket {
     yield* this.messages();
   }
 
-  #wait(signal: AbortSignal | undefined, op: string, reasonOf: (s: AbortSignal, op: string) => unknown): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      if (this.#closed) {
-        reject(new RdsError('EBADF', `${op} interrupted: the socket was closed`));
-        return;
-      }
-      if (this.#dead !== null) {
-        reject(this.#dead);
-        return;
-      }
-      if (signal?.aborted) {
-        reject(reasonOf(signal, op));
-        return;
-      }
-      const finish = (err?: unknown): void => {
-        this.#waiters.delete(w);
-        signal?.removeEventListener('abort', onAbort);
-        if (err) reject(err);
-        else resolve();
-      };
-      const w: Waiter = () =>
-        finish(
-          this.#closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : (this.#dead ?? undefined),
-        );
-      const onAbort = (): void => finish(reasonOf(signal!, op));
-      this.#waiters.add(w);
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-
-  #wakeAll(): void {
-    if (this.#waiters.size === 0) return;
-    for (const w of [...this.#waiters]) w();
-  }
-
   override poll(): number {
     if (this.#closed) return 0x20;
     let mask = 0;
     if (this.#rx.length > 0) mask |= POLLIN | POLLRDNORM;
+    // As an embedded socket (and the kernel's rds_poll): once after each congestion map the node
+    // received, unless RDS_CONG_MONITOR asks for the maps as messages instead.
+    if (!this.congMonitor && this.#polledCongMaps !== this.#congMaps) {
+      this.#polledCongMaps = this.#congMaps;
+      mask |= POLLIN | POLLRDNORM | POLLWRBAND;
+    }
     if (this.#sndBytes < this.#sndbuf()) mask |= POLLOUT | POLLWRNORM;
     return mask;
   }
@@ -384,7 +352,7 @@ export class AttachedSocket extends RdsSocket {
     }
     super.setsockopt(level, optname, value as number);
     this.#forward(level, optname, value);
-    if (level === SOL_SOCKET && optname === SO_SNDBUF) this.#wakeAll();
+    if (level === SOL_SOCKET && optname === SO_SNDBUF) this.#waiters.wakeAll();
   }
 
   override getsockopt(level: number, optname: number): number {
@@ -401,7 +369,7 @@ export class AttachedSocket extends RdsSocket {
     this.#rx.drain();
     const err = new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read');
     for (const done of [...this.#confirms.values()]) done(err);
-    this.#wakeAll();
+    this.#waiters.wakeAll();
     this.stack.socketClosed();
     this.emit('close');
   }
@@ -410,13 +378,13 @@ export class AttachedSocket extends RdsSocket {
 
   /** @internal */ fromNode(f: Frame): void {
     if (this.#closed) return;
-    const meta = f.meta;
-    const m: RdsMessage = { data: f.data, address: String(meta.a ?? ''), port: Number(meta.p) || 0 };
-    if (typeof meta.ts === 'number') m.timestamp = meta.ts;
-    if (Array.isArray(meta.zc)) m.zcopyCompletions = meta.zc.map(Number);
-    if (typeof meta.cu === 'string') m.congestionUpdate = BigInt(meta.cu);
+    const meta = decodeMsg(f.bin);
+    const m: RdsMessage = { data: f.data, address: meta.address, port: meta.port };
+    if (meta.timestamp !== undefined) m.timestamp = meta.timestamp;
+    if (meta.zcopyCompletions !== undefined) m.zcopyCompletions = meta.zcopyCompletions;
+    if (meta.congestionUpdate !== undefined) m.congestionUpdate = meta.congestionUpdate;
     this.#rx.push(m);
-    this.#wakeAll();
+    this.#waiters.wakeAll();
     if (!this.#readableQueued) {
       this.#readableQueued = true;
       defer(() => {
@@ -426,10 +394,9 @@ export class AttachedSocket extends RdsSocket {
     }
   }
 
-  /** @internal */ handed(bytes: number, msgs: number): void {
+  /** @internal */ handed(bytes: number): void {
     this.#sndBytes -= bytes;
-    this.#unhanded -= msgs;
-    this.#wakeAll();
+    this.#waiters.wakeAll();
     const sndbuf = this.#sndbuf();
     if (this.#full && this.#sndBytes * 2 <= sndbuf) {
       this.#full = false;
@@ -443,17 +410,21 @@ export class AttachedSocket extends RdsSocket {
     if (ev === 'cong') this.#cong.add(`${String(meta.a)}:${String(meta.p)}`);
     else if (ev === 'uncong') {
       this.#cong.delete(`${String(meta.a)}:${String(meta.p)}`);
-      this.#wakeAll();
+      this.#waiters.wakeAll();
     } else if (ev === 'peer-down' || ev === 'peer-up') {
       const { ev: _, ...rest } = meta;
       this.emit(ev, rest as never);
     }
   }
 
+  /** @internal */ congMapReceived(): void {
+    this.#congMaps++;
+  }
+
   /** @internal */ nodeGone(err: RdsError): void {
     if (this.#closed || this.#dead !== null) return;
     this.#dead = err;
     for (const done of [...this.#confirms.values()]) done(err);
-    this.#wakeAll();
+    this.#waiters.wakeAll();
   }
 }

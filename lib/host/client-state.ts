@@ -55,6 +55,14 @@ export interface NodeSock {
   /** The receipt of the message recvmsg() just returned, if it had one. */
   takeReceipt: () => Receipt | null;
   bound: string;
+  /** flush() calls waiting for the backlog to empty. */
+  drainWaiters: (() => void)[];
+}
+
+/** The backlog of `s` is empty (or the socket closed): flush() calls waiting for it may go on. @internal */
+export function drained(s: NodeSock): void {
+  if (s.drainWaiters.length === 0) return;
+  for (const w of s.drainWaiters.splice(0)) w();
 }
 
 /** Closes a client's socket in the node: messages handed to the client but not read are discarded, as close() discards unread messages. @internal */
@@ -64,6 +72,7 @@ export function closeNodeSock(s: NodeSock): void {
   for (const it of s.backlog) it.ac?.abort();
   s.backlog = [];
   s.backlogBytes = 0;
+  drained(s);
   void s.real.close();
 }
 

@@ -18,6 +18,8 @@ import {
   ProtocolError,
 } from './protocol.js';
 import { defaultNodePath } from './paths.js';
+import { decodeCount } from './hot-frames.js';
+import { widenSendBuffer } from './unix-peer.js';
 import type { AttachedSocket } from './attached-socket.js';
 
 export { AttachedSocket } from './attached-socket.js';
@@ -52,10 +54,14 @@ export class NodeLink {
     });
     this.ready.catch(() => {});
     this.conn = connect(path);
-    this.writer = new FrameWriter((parts) => {
-      if (this.downError !== null) return;
-      writeBatch(this.conn, parts);
-    });
+    this.conn.once('connect', () => widenSendBuffer(this.conn));
+    this.writer = new FrameWriter(
+      (parts) => {
+        if (this.downError !== null) return;
+        writeBatch(this.conn, parts);
+      },
+      () => this.welcomed && this.conn.writableLength === 0,
+    );
     this.writer.write(encodeFrame(C_HELLO, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid }));
     this.writer.flush();
     this.conn.on('data', (chunk: Buffer) => {
@@ -95,11 +101,16 @@ export class NodeLink {
       case N_MSG:
         this.sockets.get(f.sock)?.fromNode(f);
         return;
-      case N_SENT:
-        this.sockets.get(f.sock)?.handed(Number(f.meta.n) || 0, Number(f.meta.k) || 0);
+      case N_SENT: {
+        const s = this.sockets.get(f.sock);
+        if (s === undefined) return;
+        s.handed(decodeCount(f.bin).n);
         return;
+      }
       case N_EVENT:
-        this.sockets.get(f.sock)?.event(f.meta);
+        // Socket 0: an event for every socket of this process (the node received a congestion map).
+        if (f.sock === 0 && f.meta.ev === 'congmap') for (const s of this.sockets.values()) s.congMapReceived();
+        else this.sockets.get(f.sock)?.event(f.meta);
         return;
       default:
         throw new ProtocolError(`unknown frame type ${f.type}`);

@@ -6,12 +6,14 @@ import { RDS_MAX_MSG_SIZE } from '../constants.js';
  *
  *   u32 length (of what follows) | u8 type | u32 sock | u32 id | u32 metaLength | meta | data
  *
- * `meta` is a small UTF-8 JSON object (call arguments, message addresses, errors); `data` is a
- * message payload, carried as raw bytes. Frames written in one event-loop turn go out in one
- * write (FrameWriter). A frame that breaks any rule here is a protocol error: the node drops
- * that client (and counts it), the client treats its node as gone.
+ * `meta` is a small UTF-8 JSON object (call arguments, errors), except in the per-message frames
+ * (SEND, CREDIT, MSG, SENT), whose meta is a fixed binary layout (hot-frames.ts); `data` is a
+ * message payload, carried as raw bytes. The first frame of an idle connection is written at once;
+ * the rest of that event-loop turn's frames follow in one write (FrameWriter). A frame that breaks
+ * any rule here is a protocol error: the node drops that client (and counts it), the client
+ * treats its node as gone.
  */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Client to node. */
 export const C_HELLO = 1;
@@ -37,9 +39,16 @@ export interface Frame {
   type: number;
   sock: number;
   id: number;
+  /** The JSON meta; empty for the binary-meta types. */
   meta: Record<string, unknown>;
+  /** The raw meta bytes of a binary-meta type (BINARY_META), decoded by hot-frames.ts; empty otherwise. */
+  bin: Buffer;
   data: Buffer;
 }
+
+/** Frame types whose meta is binary (hot-frames.ts), not JSON. */
+const BINARY_META = new Set([C_SEND, C_CREDIT, N_MSG, N_SENT]);
+const NO_META: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 export class ProtocolError extends Error {}
 
@@ -133,6 +142,9 @@ function decodeFrame(b: Buffer): Frame {
   const mlen = b.readUInt32BE(13);
   if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > b.length)
     throw new ProtocolError(`meta length ${mlen} out of bounds`);
+  const data = b.length > HEADER_BYTES + mlen ? b.subarray(HEADER_BYTES + mlen) : EMPTY;
+  if (BINARY_META.has(type))
+    return { type, sock, id, meta: NO_META, bin: b.subarray(HEADER_BYTES, HEADER_BYTES + mlen), data };
   let meta: unknown;
   try {
     meta = mlen === 0 ? {} : JSON.parse(b.toString('utf8', HEADER_BYTES, HEADER_BYTES + mlen));
@@ -141,22 +153,47 @@ function decodeFrame(b: Buffer): Frame {
   }
   if (meta === null || typeof meta !== 'object' || Array.isArray(meta))
     throw new ProtocolError('meta is not a JSON object');
-  const data = b.length > HEADER_BYTES + mlen ? b.subarray(HEADER_BYTES + mlen) : EMPTY;
-  return { type, sock, id, meta: meta as Record<string, unknown>, data };
+  return { type, sock, id, meta: meta as Record<string, unknown>, bin: EMPTY, data };
 }
 
-/** Collects frames and writes them in one batch per event-loop turn. */
+/** Bytes a turn collects before they are written without waiting for the turn's end. */
+const FLUSH_BYTES = 256 << 10;
+/** A connection whose last turn wrote more frames than this is carrying a stream: it batches. */
+const EAGER_MAX_FRAMES = 2;
+
+/**
+ * Collects frames and writes them in one batch per event-loop turn, except on a connection that
+ * carries single frames: when the last turn wrote at most EAGER_MAX_FRAMES frames and nothing is
+ * queued (`idle()`), the first frame of this turn goes out at once, with whatever beforeFlush()
+ * summaries are due. A lone request or reply (a round trip) then does not wait for the end of the
+ * turn, while a stream of messages still leaves in one write per turn, with one wakeup of the
+ * reader per turn rather than two.
+ */
 export class FrameWriter {
   private parts: Buffer[] = [];
   private bytes = 0;
   private scheduled = false;
   private onFlush: (() => void)[] = [];
+  /** Called before each write that has frames, to add frames that need no write of their own. */
+  piggyback: (() => void) | null = null;
+  /** A frame already went out at once this turn: the rest of the turn is batched. */
+  private eagerUsed = false;
+  /** Frames written this turn, and in the last turn that wrote any. */
+  private turnFrames = 0;
+  private lastTurnFrames = 0;
+  private flushing = false;
 
-  constructor(private readonly sink: (parts: Buffer[]) => void) {}
+  constructor(
+    private readonly sink: (parts: Buffer[]) => void,
+    private readonly idle: () => boolean = () => false,
+  ) {}
 
   private readonly tick = (): void => {
     this.scheduled = false;
+    this.eagerUsed = false;
     this.flush();
+    if (this.turnFrames > 0) this.lastTurnFrames = this.turnFrames;
+    this.turnFrames = 0;
   };
 
   get pendingBytes(): number {
@@ -167,6 +204,16 @@ export class FrameWriter {
     for (const p of frame) {
       this.parts.push(p);
       this.bytes += p.length;
+    }
+    if (this.flushing) return;
+    this.turnFrames++;
+    // A producer that never yields (a loop of sendmsg, or of awaited send()s that resolve at once)
+    // keeps the turn going: write what it has so far, so the reader works in parallel instead of
+    // waiting for the whole burst.
+    if (this.bytes >= FLUSH_BYTES) this.flush();
+    else if (!this.eagerUsed && this.lastTurnFrames <= EAGER_MAX_FRAMES && this.idle()) {
+      this.eagerUsed = true;
+      this.flush();
     }
     if (!this.scheduled) {
       this.scheduled = true;
@@ -187,9 +234,22 @@ export class FrameWriter {
     if (this.onFlush.length > 0) {
       const fns = this.onFlush;
       this.onFlush = [];
-      for (const f of fns) f();
+      this.flushing = true;
+      try {
+        for (const f of fns) f();
+      } finally {
+        this.flushing = false;
+      }
     }
     if (this.parts.length === 0) return;
+    if (this.piggyback !== null) {
+      this.flushing = true;
+      try {
+        this.piggyback();
+      } finally {
+        this.flushing = false;
+      }
+    }
     const parts = this.parts;
     this.parts = [];
     this.bytes = 0;
@@ -197,20 +257,49 @@ export class FrameWriter {
   }
 }
 
+/** Parts at least this long are written as they are; shorter ones are joined. */
+const JOIN_BELOW = 16 << 10;
+
 /**
- * Writes one turn's frames. Small frames (headers, metas, small payloads) are joined into one
+ * Writes one turn's frames. Small parts (headers, metas, small payloads) are joined into one
  * buffer: one copy is cheaper than a writev of thousands of tiny buffers; large payloads are
- * written as they are.
+ * written as they are, between the joined runs, in one corked writev (copying them would cost a
+ * second pass over every byte).
  */
 export function writeBatch(conn: { write(b: Buffer): boolean; cork(): void; uncork(): void }, parts: Buffer[]): void {
+  if (parts.length === 1) {
+    conn.write(parts[0]!);
+    return;
+  }
   let total = 0;
-  for (const p of parts) total += p.length;
-  if (total <= 1 << 20 && parts.length > 1) {
+  let large = false;
+  for (const p of parts) {
+    total += p.length;
+    if (p.length >= JOIN_BELOW) large = true;
+  }
+  if (!large) {
     conn.write(Buffer.concat(parts, total));
     return;
   }
   conn.cork();
-  for (const p of parts) conn.write(p);
+  let run: Buffer[] = [];
+  let runBytes = 0;
+  const writeRun = (): void => {
+    if (run.length === 0) return;
+    conn.write(run.length === 1 ? run[0]! : Buffer.concat(run, runBytes));
+    run = [];
+    runBytes = 0;
+  };
+  for (const p of parts) {
+    if (p.length >= JOIN_BELOW) {
+      writeRun();
+      conn.write(p);
+    } else {
+      run.push(p);
+      runBytes += p.length;
+    }
+  }
+  writeRun();
   conn.uncork();
 }
 

@@ -1,7 +1,7 @@
 // The host node's side of one attached client: its control socket, the calls it makes on its
 // sockets, and the pump that hands received messages to it within its window.
 import type { Socket } from 'node:net';
-import { RDS_MAX_MSG_SIZE, SO_RDS_TRANSPORT, SO_RCVBUF, SO_SNDBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
+import { SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
 import type { Receipt } from '../core/stack.js';
@@ -17,9 +17,7 @@ import {
   FrameParser,
   FrameWriter,
   N_EVENT,
-  N_MSG,
   N_RESP,
-  N_SENT,
   N_WELCOME,
   writeBatch,
   num,
@@ -28,8 +26,10 @@ import {
   str,
 } from './protocol.js';
 import type { HostNode } from './server.js';
+import { decodeCount, encodeMsg } from './hot-frames.js';
+import { peerCredentials, widenSendBuffer } from './unix-peer.js';
+import { SendSide } from './node-send.js';
 import {
-  type Item,
   MAX_CLIENT_WRITE_BACKLOG,
   MAX_OUTSTANDING_PER_CLIENT,
   MAX_SOCKETS_PER_CLIENT,
@@ -44,27 +44,46 @@ let nextClientId = 1;
 /** A client connection: one attached process (or thread). @internal */
 export class Client {
   readonly id = nextClientId++;
+  /** The client's process: from SO_PEERCRED when the addon is there, else as its hello claims. */
   pid = 0;
+  /** Its user and group (SO_PEERCRED), -1 when unknown. */
+  uid = -1;
+  gid = -1;
+  /** The pid its hello claimed. */
+  claimedPid = 0;
+  /** pid, uid and gid come from the kernel, not from the client. */
+  readonly verified: boolean;
   private hello = false;
   private readonly parser = new FrameParser();
   readonly writer: FrameWriter;
+  private readonly sends: SendSide;
   readonly sockets = new Map<number, NodeSock>();
   private outstanding = 0;
   private gone = false;
   private infoAsked = false;
 
   constructor(
-    private readonly node: HostNode,
+    readonly node: HostNode,
     private readonly conn: Socket,
   ) {
-    this.writer = new FrameWriter((parts) => {
-      if (this.gone) return;
-      if (conn.writableLength > MAX_CLIENT_WRITE_BACKLOG) {
-        this.drop('it does not read its control socket');
-        return;
-      }
-      writeBatch(conn, parts);
-    });
+    const cred = peerCredentials(conn);
+    this.verified = cred !== null;
+    if (cred !== null) ({ pid: this.pid, uid: this.uid, gid: this.gid } = cred);
+    widenSendBuffer(conn);
+    this.writer = new FrameWriter(
+      (parts) => {
+        if (this.gone) return;
+        if (conn.writableLength > MAX_CLIENT_WRITE_BACKLOG) {
+          this.drop('it does not read its control socket');
+          return;
+        }
+        writeBatch(conn, parts);
+      },
+      () => this.hello && conn.writableLength === 0,
+    );
+    this.sends = new SendSide(this);
+    // SENT reports ride along with whatever goes to the client anyway.
+    this.writer.piggyback = this.sends.reportSent;
     conn.on('data', (chunk: Buffer) => {
       if (this.gone) return;
       // rds-info speaks its line protocol to every control socket it finds, this one included.
@@ -127,12 +146,29 @@ export class Client {
     if (!this.gone) this.writer.write(encodeFrame(type, sock, id, meta, data));
   }
 
-  private answer(id: number, value: unknown): void {
+  /** @internal */ isGone(): boolean {
+    return this.gone;
+  }
+
+  /** @internal */ countCall(): void {
+    if (++this.outstanding > MAX_OUTSTANDING_PER_CLIENT) throw new ProtocolError('too many outstanding calls');
+  }
+
+  /** @internal */ event(sid: number, meta: Record<string, unknown>): void {
+    this.send(N_EVENT, sid, 0, meta);
+  }
+
+  /** The node received a congestion map: every socket of this client reports POLLWRBAND once. @internal */
+  congMapReceived(): void {
+    if (this.hello && this.sockets.size > 0) this.send(N_EVENT, 0, 0, { ev: 'congmap' });
+  }
+
+  /** @internal */ answer(id: number, value: unknown): void {
     this.outstanding--;
     this.send(N_RESP, 0, id, { ok: true, v: value ?? null });
   }
 
-  private fail(id: number, e: unknown): void {
+  /** @internal */ fail(id: number, e: unknown): void {
     this.outstanding--;
     this.send(N_RESP, 0, id, { err: wireError(e) });
   }
@@ -141,7 +177,8 @@ export class Client {
     if (!this.hello) {
       if (f.type !== C_HELLO) throw new ProtocolError('the first frame must be HELLO');
       const v = num(f.meta.v, 'v');
-      this.pid = typeof f.meta.pid === 'number' && Number.isInteger(f.meta.pid) ? f.meta.pid : 0;
+      this.claimedPid = typeof f.meta.pid === 'number' && Number.isInteger(f.meta.pid) ? f.meta.pid : 0;
+      if (!this.verified) this.pid = this.claimedPid;
       if (v !== PROTOCOL_VERSION) {
         this.send(N_WELCOME, 0, 0, {
           v: PROTOCOL_VERSION,
@@ -152,7 +189,11 @@ export class Client {
       }
       this.hello = true;
       this.node.counters.attached++;
-      this.node.log(`client ${this.id} attached (pid ${this.pid}, not verified)`);
+      this.node.log(
+        this.verified
+          ? `client ${this.id} attached (pid ${this.pid}, uid ${this.uid}, gid ${this.gid})`
+          : `client ${this.id} attached (pid ${this.pid} as claimed: no SO_PEERCRED without the native addon)`,
+      );
       this.send(N_WELCOME, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid });
       return;
     }
@@ -162,13 +203,12 @@ export class Client {
         this.request(f);
         return;
       case C_SEND:
-        this.sendFrame(f);
+        this.sends.accept(f, this.sockets.get(f.sock));
         return;
       case C_CREDIT: {
         const s = this.sockets.get(f.sock);
         if (s === undefined) return; // closed meanwhile
-        const n = num(f.meta.n, 'n');
-        const k = num(f.meta.k, 'k');
+        const { n, k } = decodeCount(f.bin);
         if (n < 0 || n > s.inflight || k < 0 || k > s.held.length)
           throw new ProtocolError('credit for more than was delivered');
         s.inflight -= n;
@@ -183,18 +223,13 @@ export class Client {
       case C_ABORT: {
         const s = this.sockets.get(f.sock);
         if (s === undefined) return;
-        for (const it of s.backlog) if (it.id === f.id) it.ac?.abort();
-        const c = this.confirming.get(f.id);
-        c?.abort();
+        this.sends.abort(s, f.id);
         return;
       }
       default:
         throw new ProtocolError(`unknown frame type ${f.type}`);
     }
   }
-
-  /** AbortControllers of confirm sends handed to the real socket, by request id. */
-  private readonly confirming = new Map<number, AbortController>();
 
   private sockOf(f: Frame): NodeSock {
     const s = this.sockets.get(f.sock);
@@ -224,6 +259,7 @@ export class Client {
             held: new Fifo(),
             takeReceipt: () => null,
             bound: '',
+            drainWaiters: [],
           };
           this.sockets.set(f.sock, s);
           let last: Receipt | null = null;
@@ -269,7 +305,7 @@ export class Client {
             const d = value as { address?: unknown; port?: unknown };
             const address = str(d.address, 'address');
             const port = num(d.port, 'port');
-            this.cancelBacklog(s, address, port);
+            this.sends.cancelBacklog(s, address, port);
             s.real.setsockopt(level, name, { address, port } as never);
           } else {
             if (typeof value !== 'number' && typeof value !== 'boolean')
@@ -282,10 +318,15 @@ export class Client {
         }
         case 'flush': {
           const s = this.sockOf(f);
-          s.real.flush().then(
-            () => this.answer(f.id, null),
-            (e) => this.fail(f.id, e),
-          );
+          // What the client sent before this call is in the backlog or beyond: once all of it is
+          // with the real socket, the real socket's flush covers it.
+          this.sends
+            .whenDrained(s)
+            .then(() => s.real.flush())
+            .then(
+              () => this.answer(f.id, null),
+              (e) => this.fail(f.id, e),
+            );
           return;
         }
         case 'close': {
@@ -309,146 +350,6 @@ export class Client {
     }
   }
 
-  private cancelBacklog(s: NodeSock, address: string, port: number): void {
-    const keep: Item[] = [];
-    for (const it of s.backlog) {
-      if (it.dest.address === address && it.dest.port === port) {
-        if (it.ac !== null) {
-          it.ac.abort(); // the head, waiting inside real.send(): it leaves the backlog itself
-          keep.push(it);
-          continue;
-        }
-        this.handed(s, it);
-        if (it.id !== 0)
-          this.fail(it.id, new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${address}:${port}`));
-      } else {
-        keep.push(it);
-      }
-    }
-    s.backlog = keep;
-  }
-
-  private sendFrame(f: Frame): void {
-    const s = this.sockets.get(f.sock);
-    const confirm = f.meta.cf === 1;
-    if (confirm && ++this.outstanding > MAX_OUTSTANDING_PER_CLIENT)
-      throw new ProtocolError('too many outstanding calls');
-    if (s === undefined) {
-      // Closed by a call already in flight: answer as a closed socket would.
-      if (confirm) this.fail(f.id, new RdsError('EBADF', 'sendmsg() on a closed socket; make a new RdsSocket'));
-      return;
-    }
-    const it: Item = {
-      data: f.data,
-      dest: { address: str(f.meta.a, 'a'), port: num(f.meta.p, 'p') },
-      flags: typeof f.meta.f === 'number' ? f.meta.f : 0,
-      cookie: typeof f.meta.c === 'number' ? f.meta.c : undefined,
-      confirm,
-      id: confirm ? f.id : 0,
-      ac: null,
-    };
-    s.backlog.push(it);
-    s.backlogBytes += it.data.length;
-    // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
-    const limit = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) + RDS_MAX_MSG_SIZE;
-    if (s.backlogBytes > limit)
-      throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
-    if (!s.running) void this.run(s);
-  }
-
-  /** A message left the backlog (queued by the real socket, failed or cancelled): the client's budget has it back. */
-  private handed(s: NodeSock, it: Item): void {
-    s.backlogBytes -= it.data.length;
-    if (s.sentMsgs === 0) {
-      this.writer.beforeFlush(() => {
-        this.send(N_SENT, s.id, 0, { n: s.sentAcc, k: s.sentMsgs });
-        s.sentAcc = 0;
-        s.sentMsgs = 0;
-      });
-    }
-    s.sentAcc += it.data.length;
-    s.sentMsgs++;
-  }
-
-  /** Hands the backlog to the real socket in order; waits (without blocking other sockets) for room or an uncongested port. */
-  private async run(s: NodeSock): Promise<void> {
-    s.running = true;
-    try {
-      while (s.backlog.length > 0 && !s.closed) {
-        const it = s.backlog[0]!;
-        const opts =
-          it.cookie !== undefined
-            ? { flags: it.flags, zcopyCookie: it.cookie }
-            : it.flags !== 0
-              ? { flags: it.flags }
-              : undefined;
-        if (it.confirm) {
-          s.backlog.shift();
-          this.handed(s, it);
-          const ac = new AbortController();
-          this.confirming.set(it.id, ac);
-          s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
-            () => {
-              this.confirming.delete(it.id);
-              this.answer(it.id, null);
-            },
-            (e) => {
-              this.confirming.delete(it.id);
-              this.fail(it.id, e);
-            },
-          );
-          continue;
-        }
-        let congested = false;
-        try {
-          s.real.sendmsg(it.data, it.dest, opts);
-          s.backlog.shift();
-          this.handed(s, it);
-          continue;
-        } catch (e) {
-          const code = e instanceof RdsError ? e.code : '';
-          if (code !== 'EAGAIN' && code !== 'ENOBUFS') {
-            // Checked by the client before it sent; what is left (a closed or unbound socket) has nobody to tell.
-            s.backlog.shift();
-            this.handed(s, it);
-            this.node.counters.sendFailed++;
-            continue;
-          }
-          congested = code === 'ENOBUFS';
-        }
-        if (congested) this.send(N_EVENT, s.id, 0, { ev: 'cong', a: it.dest.address, p: it.dest.port });
-        it.ac = new AbortController();
-        // send() may wait for room first (EAGAIN) and then for the port to clear: tell the client
-        // as soon as the destination is congested, whichever came first, or its sendmsg() only
-        // ever sees EAGAIN and never the ENOBUFS the kernel's API gives.
-        const stack = this.node.stack;
-        const dest = it.dest;
-        let waiting = true;
-        const watch = (): void => {
-          if (!waiting || congested) return;
-          if (stack.congMap(dest.address).test(dest.port)) {
-            congested = true;
-            this.send(N_EVENT, s.id, 0, { ev: 'cong', a: dest.address, p: dest.port });
-          } else stack.addCongWaiter(watch);
-        };
-        watch();
-        try {
-          await s.real.send(it.data, it.dest, { ...opts, signal: it.ac.signal });
-        } catch {
-          this.node.counters.sendFailed++;
-        } finally {
-          waiting = false;
-          stack.removeCongWaiter(watch);
-        }
-        if (congested) this.send(N_EVENT, s.id, 0, { ev: 'uncong', a: it.dest.address, p: it.dest.port });
-        if (s.backlog[0] === it) s.backlog.shift();
-        this.handed(s, it);
-      }
-    } finally {
-      s.running = false;
-    }
-  }
-
   /** Moves received messages to the client while its window has room. */
   private pump(s: NodeSock): void {
     if (s.closed) return;
@@ -456,13 +357,12 @@ export class Client {
     while (s.inflight < window) {
       const m = s.real.recvmsg();
       if (m === null) return;
-      const meta: Record<string, unknown> = { a: m.address, p: m.port };
-      if (m.timestamp !== undefined) meta.ts = m.timestamp;
-      if (m.zcopyCompletions !== undefined) meta.zc = m.zcopyCompletions;
-      if (m.congestionUpdate !== undefined) meta.cu = m.congestionUpdate.toString();
       s.inflight += m.data.length;
       s.held.push(s.takeReceipt());
-      this.send(N_MSG, s.id, 0, meta, m.data);
+      if (!this.gone)
+        this.writer.write(
+          encodeMsg(s.id, m.address, m.port, m.timestamp, m.zcopyCompletions, m.congestionUpdate, m.data),
+        );
     }
   }
 }

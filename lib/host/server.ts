@@ -2,7 +2,7 @@ import { chmodSync, chownSync, mkdirSync, readFileSync, unlinkSync, writeFileSyn
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import { RdsError } from '../errors.js';
-import type { HostNodeHandle, ServeOptions } from '../core/host-hooks.js';
+import type { AttachedClientInfo, HostNodeHandle, ServeOptions } from '../core/host-hooks.js';
 import type { RdsStack } from '../core/stack.js';
 import { defaultNodePath, pidFileOf } from './paths.js';
 import { Client } from './server-client.js';
@@ -14,13 +14,31 @@ export class HostNode implements HostNodeHandle {
   readonly counters = { attached: 0, detached: 0, dropped: 0, malformed: 0, sendFailed: 0 };
   private readonly clientSet = new Set<Client>();
   private closed = false;
+  private congGen: number;
 
   private constructor(
     readonly stack: RdsStack,
     readonly path: string,
     private readonly server: Server,
     readonly log: (line: string) => void,
-  ) {}
+  ) {
+    this.congGen = stack.congGeneration;
+    stack.addCongWaiter(this.watchCong);
+  }
+
+  /**
+   * Congestion waiters are woken on every received map (and local change) and then forgotten:
+   * re-registered each time, this tells attached sockets of each map, for their poll().
+   */
+  private readonly watchCong = (): void => {
+    if (this.closed) return;
+    const g = this.stack.congGeneration;
+    if (g !== this.congGen) {
+      this.congGen = g;
+      for (const c of this.clientSet) c.congMapReceived();
+    }
+    this.stack.addCongWaiter(this.watchCong);
+  };
 
   static async serve(stack: RdsStack, opts: ServeOptions = {}): Promise<HostNode> {
     if (stack.hostNode !== null)
@@ -75,19 +93,35 @@ export class HostNode implements HostNodeHandle {
     this.clientSet.delete(c);
   }
 
-  clients(): { id: number; pid: number; sockets: { id: number; bound: string }[] }[] {
-    return [...this.clientSet].map((c) => ({ id: c.id, pid: c.pid, sockets: c.sockCount() }));
+  clients(): AttachedClientInfo[] {
+    return [...this.clientSet].map((c) => ({
+      id: c.id,
+      pid: c.pid,
+      uid: c.uid,
+      gid: c.gid,
+      verified: c.verified,
+      claimedPid: c.claimedPid,
+      sockets: c.sockCount(),
+    }));
   }
 
-  /** What rds-info shows: the stack's info, each socket with the pid of the process it belongs to. */
+  /**
+   * What rds-info shows: the stack's info, each socket with the process it belongs to (pid, uid,
+   * and `cred`: 'peer' when they are the kernel's SO_PEERCRED, 'claimed' when only the client's
+   * word, without the native addon); the node's own sockets are this process's.
+   */
   info(): unknown {
-    const pidOf = new Map<number, number>();
-    for (const c of this.clientSet) for (const r of c.realSockets()) pidOf.set(r.info().inode, c.pid);
+    const ownerOf = new Map<number, { pid: number; uid: number; cred: string }>();
+    for (const c of this.clientSet) {
+      const owner = { pid: c.pid, uid: c.uid, cred: c.verified ? 'peer' : 'claimed' };
+      for (const r of c.realSockets()) ownerOf.set(r.info().inode, owner);
+    }
+    const self = { pid: process.pid, uid: process.getuid?.() ?? -1, cred: 'self' };
     const info = this.stack.info();
     return {
       pid: process.pid,
       ...info,
-      sockets: info.sockets.map((s) => ({ ...s, pid: pidOf.get(s.inode) ?? process.pid })),
+      sockets: info.sockets.map((s) => ({ ...s, ...(ownerOf.get(s.inode) ?? self) })),
       hostNode: { path: this.path, clients: this.clients(), counters: this.counters },
     };
   }
@@ -95,6 +129,7 @@ export class HostNode implements HostNodeHandle {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.stack.removeCongWaiter(this.watchCong);
     this.stack.hostNodeChanged(null);
     for (const c of [...this.clientSet]) c.drop('the node is closing');
     await new Promise<void>((res) => this.server.close(() => res()));

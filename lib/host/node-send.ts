@@ -1,0 +1,208 @@
+// The host node's send side for one attached client: the SEND frames of its sockets, queued per
+// socket (the backlog) and handed to the real socket in order, waiting for room or for a
+// congested destination to clear without blocking the client's other sockets; and the SENT
+// reports that give the client its send budget back.
+import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
+import { RdsError } from '../errors.js';
+import { decodeSend, encodeCount } from './hot-frames.js';
+import { type Frame, type FrameWriter, N_SENT, ProtocolError } from './protocol.js';
+import { drained, type Item, type NodeSock } from './client-state.js';
+import type { HostNode } from './server.js';
+
+/** What the send side needs of its client. @internal */
+export interface SendHost {
+  readonly node: HostNode;
+  readonly writer: FrameWriter;
+  isGone(): boolean;
+  answer(id: number, value: unknown): void;
+  fail(id: number, e: unknown): void;
+  /** An N_EVENT for socket `sid`. */
+  event(sid: number, meta: Record<string, unknown>): void;
+  /** One more call waiting for an answer (throws a ProtocolError past the limit). */
+  countCall(): void;
+}
+
+/** @internal */
+export class SendSide {
+  /** AbortControllers of confirm sends handed to the real socket, by request id. */
+  private readonly confirming = new Map<number, AbortController>();
+  /** Sockets with messages handed on and not yet reported to the client. */
+  private readonly unreported = new Set<NodeSock>();
+  private reportQueued = false;
+
+  constructor(private readonly host: SendHost) {}
+
+  /** C_ABORT: the client gave up on confirm send `id`. */
+  abort(s: NodeSock, id: number): void {
+    for (const it of s.backlog) if (it.id === id) it.ac?.abort();
+    this.confirming.get(id)?.abort();
+  }
+
+  /** RDS_CANCEL_SENT_TO: messages to address:port still waiting here go first, as the real socket drops its own. */
+  cancelBacklog(s: NodeSock, address: string, port: number): void {
+    const keep: Item[] = [];
+    for (const it of s.backlog) {
+      if (it.dest.address === address && it.dest.port === port) {
+        if (it.ac !== null) {
+          it.ac.abort(); // the head, waiting inside real.send(): it leaves the backlog itself
+          keep.push(it);
+          continue;
+        }
+        this.handed(s, it);
+        if (it.id !== 0)
+          this.host.fail(it.id, new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${address}:${port}`));
+      } else {
+        keep.push(it);
+      }
+    }
+    s.backlog = keep;
+    if (keep.length === 0 && !s.running) drained(s);
+  }
+
+  /** A SEND frame for socket `s` (undefined: closed by a call already in flight). */
+  accept(f: Frame, s: NodeSock | undefined): void {
+    const sm = decodeSend(f.bin);
+    const confirm = sm.confirm;
+    if (confirm) this.host.countCall();
+    if (s === undefined) {
+      // Closed by a call already in flight: answer as a closed socket would.
+      if (confirm) this.host.fail(f.id, new RdsError('EBADF', 'sendmsg() on a closed socket; make a new RdsSocket'));
+      return;
+    }
+    const it: Item = {
+      data: f.data,
+      dest: { address: sm.address, port: sm.port },
+      flags: sm.flags,
+      cookie: sm.cookie,
+      confirm,
+      id: confirm ? f.id : 0,
+      ac: null,
+    };
+    s.backlog.push(it);
+    s.backlogBytes += it.data.length;
+    // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
+    const limit = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) + RDS_MAX_MSG_SIZE;
+    if (s.backlogBytes > limit)
+      throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
+    if (!s.running) void this.run(s);
+  }
+
+  /**
+   * A message left the backlog (queued by the real socket, failed or cancelled): the client's
+   * budget has it back. The client hears of it lazily: in any write that goes to it anyway, or on
+   * its own once a quarter of the socket's SO_SNDBUF has been handed on unreported (before the
+   * client can run out of budget), never with a wakeup of its own per message.
+   */
+  private handed(s: NodeSock, it: Item): void {
+    s.backlogBytes -= it.data.length;
+    if (s.closed) return; // its client has closed it: nobody counts this budget any more
+    s.sentAcc += it.data.length;
+    s.sentMsgs++;
+    this.unreported.add(s);
+    // getsockopt reports twice the budget (as Linux does): a quarter of it is an eighth of that.
+    if (!this.reportQueued && s.sentAcc * 8 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF)) {
+      this.reportQueued = true;
+      this.host.writer.beforeFlush(this.reportSent);
+    }
+    if (s.backlog.length === 0 && !s.running) drained(s);
+  }
+
+  /** Writes a SENT frame for every socket with messages handed on since its last one. */
+  readonly reportSent = (): void => {
+    this.reportQueued = false;
+    if (this.unreported.size === 0) return;
+    for (const s of this.unreported) {
+      if (s.sentMsgs > 0 && !this.host.isGone())
+        this.host.writer.write(encodeCount(N_SENT, s.id, s.sentAcc, s.sentMsgs));
+      s.sentAcc = 0;
+      s.sentMsgs = 0;
+    }
+    this.unreported.clear();
+  };
+
+  /** Resolves once every message the client sent on `s` so far has left the backlog. */
+  whenDrained(s: NodeSock): Promise<void> {
+    if (s.backlog.length === 0 || s.closed) return Promise.resolve();
+    return new Promise((resolve) => s.drainWaiters.push(resolve));
+  }
+
+  /** Hands the backlog to the real socket in order; waits (without blocking other sockets) for room or an uncongested port. */
+  private async run(s: NodeSock): Promise<void> {
+    s.running = true;
+    try {
+      while (s.backlog.length > 0 && !s.closed) {
+        const it = s.backlog[0]!;
+        const opts =
+          it.cookie !== undefined
+            ? { flags: it.flags, zcopyCookie: it.cookie }
+            : it.flags !== 0
+              ? { flags: it.flags }
+              : undefined;
+        if (it.confirm) {
+          s.backlog.shift();
+          this.handed(s, it);
+          const ac = new AbortController();
+          this.confirming.set(it.id, ac);
+          s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
+            () => {
+              this.confirming.delete(it.id);
+              this.host.answer(it.id, null);
+            },
+            (e) => {
+              this.confirming.delete(it.id);
+              this.host.fail(it.id, e);
+            },
+          );
+          continue;
+        }
+        let congested = false;
+        try {
+          s.real.sendmsg(it.data, it.dest, opts);
+          s.backlog.shift();
+          this.handed(s, it);
+          continue;
+        } catch (e) {
+          const code = e instanceof RdsError ? e.code : '';
+          if (code !== 'EAGAIN' && code !== 'ENOBUFS') {
+            // Checked by the client before it sent; what is left (a closed or unbound socket) has nobody to tell.
+            s.backlog.shift();
+            this.handed(s, it);
+            this.host.node.counters.sendFailed++;
+            continue;
+          }
+          congested = code === 'ENOBUFS';
+        }
+        if (congested) this.host.event(s.id, { ev: 'cong', a: it.dest.address, p: it.dest.port });
+        it.ac = new AbortController();
+        // send() may wait for room first (EAGAIN) and then for the port to clear: tell the client
+        // as soon as the destination is congested, whichever came first, or its sendmsg() only
+        // ever sees EAGAIN and never the ENOBUFS the kernel's API gives.
+        const stack = this.host.node.stack;
+        const dest = it.dest;
+        let waiting = true;
+        const watch = (): void => {
+          if (!waiting || congested) return;
+          if (stack.congMap(dest.address).test(dest.port)) {
+            congested = true;
+            this.host.event(s.id, { ev: 'cong', a: dest.address, p: dest.port });
+          } else stack.addCongWaiter(watch);
+        };
+        watch();
+        try {
+          await s.real.send(it.data, it.dest, { ...opts, signal: it.ac.signal });
+        } catch {
+          this.host.node.counters.sendFailed++;
+        } finally {
+          waiting = false;
+          stack.removeCongWaiter(watch);
+        }
+        if (congested) this.host.event(s.id, { ev: 'uncong', a: it.dest.address, p: it.dest.port });
+        if (s.backlog[0] === it) s.backlog.shift();
+        this.handed(s, it);
+      }
+    } finally {
+      s.running = false;
+      if (s.backlog.length === 0) drained(s);
+    }
+  }
+}
