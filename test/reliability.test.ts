@@ -176,12 +176,14 @@ describe('knowing what the peer has (RDS-level acks between rds-socket nodes)', 
 
   it('a node with rdsAcks: false still answers the heartbeats it advertises (no idle reconnect loop)', async () => {
     const { a, b, A, B } = await net({
-      a: { heartbeatIntervalMs: 50, heartbeatMissedLimit: 3 },
+      a: { heartbeatIntervalMs: 100, heartbeatMissedLimit: 5 },
       b: { rdsAcks: false },
     });
     a.sendmsg(Buffer.from('x'), b.address());
     await b.recv({ timeout: 5000 });
-    // Idle: A asks every 50 ms of silence and gives up after 150 ms without an answer.
+    // Idle: A asks every 100 ms of silence and gives up after 500 ms without an answer (wide
+    // enough that a loaded machine's event-loop stalls do not look like a silent peer; without
+    // answers the 12 heartbeats below take 1.2 s, over two timeouts).
     const sent = A.counters.get('heartbeat_sent');
     await until(() => A.counters.get('heartbeat_sent') >= sent + 12, 'heartbeats sent', 10_000);
     expect(A.counters.get('heartbeat_timeout')).toBe(0);
