@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { RdsSocket, RdsStack, type RdsStackOptions, constants } from '../lib/index.js';
 
 /** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
@@ -199,6 +199,25 @@ export function payload(i: number, size: number, seed = 0): Buffer {
   for (let k = 0; k < size; k++) b[k] = (i * 31 + k * 7 + seed) & 0xff;
   if (size >= 4) b.writeUInt32BE(i >>> 0, 0);
   return b;
+}
+
+/** A socket of `stack` bound to (address, port), with an 8 MiB send buffer (tests queue a lot). */
+export async function bigBufferSocket(stack: RdsStack, address: string, port: number): Promise<RdsSocket> {
+  const s = new RdsSocket({ stack });
+  await s.bind({ address, port });
+  raiseSndbuf(s, 8 << 20);
+  return s;
+}
+
+/** Why tests that make network namespaces cannot run here (null: they can). */
+export function netnsUnavailable(): string | null {
+  if (process.getuid?.() !== 0) return 'needs root';
+  try {
+    execFileSync('ip', ['netns', 'list'], { stdio: 'ignore' });
+  } catch {
+    return '`ip netns` is unavailable';
+  }
+  return null;
 }
 
 export function raiseSndbuf(s: RdsSocket, bytes: number): void {

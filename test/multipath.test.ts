@@ -10,7 +10,7 @@ import {
 } from '../lib/index.js';
 import { FaultProxy } from '../lib/testing/index.js';
 import { RawListener, rawConnect } from './raw-peer.js';
-import { TEST_TCP_PORT, payload, until } from './helpers.js';
+import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
 
 let cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -42,12 +42,7 @@ async function pair(optsA: StackOpts = {}, optsB: StackOpts = {}, viaProxy = fal
     () => A.close(),
     () => B.close(),
   );
-  const mk = async (stack: RdsStack, address: string, port: number): Promise<RdsSocket> => {
-    const s = new RdsSocket({ stack });
-    await s.bind({ address, port });
-    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
-    return s;
-  };
+  const mk = bigBufferSocket;
   return { A, B, proxy, base, mk, a: await mk(A, `${base}.1`, 4000), b: await mk(B, `${base}.2`, 4000) };
 }
 

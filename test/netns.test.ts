@@ -1,5 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { netnsUnavailable } from './helpers.js';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -8,16 +9,7 @@ const PEER = fileURLToPath(new URL('./fixtures/node-peer.mjs', import.meta.url))
 const NS_A = 'rdssock-a';
 const NS_B = 'rdssock-b';
 
-function canRun(): string | null {
-  if (process.getuid?.() !== 0) return 'needs root';
-  try {
-    execFileSync('ip', ['netns', 'list'], { stdio: 'ignore' });
-  } catch {
-    return '`ip netns` is unavailable';
-  }
-  return null;
-}
-const why = canRun();
+const why = netnsUnavailable();
 if (why) console.log(`netns tests skipped: ${why}`);
 
 const ip = (...a: string[]): void => {

@@ -1,5 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { netnsUnavailable } from './helpers.js';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
@@ -15,16 +16,7 @@ const B1 = '10.132.0.2';
 const RA = '10.132.1.1';
 const RB = '10.132.1.2';
 
-function canRun(): string | null {
-  if (process.getuid?.() !== 0) return 'needs root';
-  try {
-    execFileSync('ip', ['netns', 'list'], { stdio: 'ignore' });
-  } catch {
-    return '`ip netns` is unavailable';
-  }
-  return null;
-}
-const why = canRun();
+const why = netnsUnavailable();
 if (why) console.log(`rails netns tests skipped: ${why}`);
 
 const ip = (...a: string[]): void => {

@@ -5,7 +5,7 @@ import type { RdsConnection } from '../lib/core/connection.js';
 import type { RdsConnPath } from '../lib/core/path.js';
 import { connect } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { TEST_TCP_PORT, runNode, until } from './helpers.js';
+import { TEST_TCP_PORT, bigBufferSocket, runNode, until } from './helpers.js';
 
 // Rails (issue #25) on loopback: primary addresses 127.132.N.1 <-> 127.132.N.2, the rail
 // 127.132.(N+1).1 <-> 127.132.(N+1).2, a fresh N per test.
@@ -32,12 +32,7 @@ async function railPair(optsA: Opts = {}, optsB: Opts = {}, declare = true) {
     () => A.close(),
     () => B.close(),
   );
-  const mk = async (stack: RdsStack, address: string, port: number): Promise<RdsSocket> => {
-    const s = new RdsSocket({ stack });
-    await s.bind({ address, port });
-    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
-    return s;
-  };
+  const mk = bigBufferSocket;
   const railA = { peer: b1, local: ra, remote: rb };
   const railB = { peer: a1, local: rb, remote: ra };
   const b = await mk(B, b1, 4000);

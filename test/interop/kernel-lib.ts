@@ -116,3 +116,13 @@ export async function until(cond: () => boolean, ms: number): Promise<boolean> {
   }
   return true;
 }
+
+/**
+ * A mesh's verdict: every pair, the guest's (`theirs`) and ours, got all N messages once, in
+ * order and intact, and none of ours timed out.
+ */
+export function expectEveryPairExact(theirs: object[], ours: object[], n: number): void {
+  const exact = { got: n, next: n, dups: 0, gaps: 0, bad: 0, strangers: 0 };
+  for (const t of theirs) expect(t, JSON.stringify(t)).toMatchObject(exact);
+  for (const o of ours) expect(o, JSON.stringify(o)).toMatchObject({ ...exact, timeout: false });
+}

@@ -15,6 +15,7 @@ import {
   pattern,
   reloadRds,
   until,
+  expectEveryPairExact,
 } from './kernel-lib.js';
 
 // Multipath with a kernel that pairs by source port (SPORT_IDX, 7.0+; spec §3.6): rds-socket
@@ -192,18 +193,7 @@ describe.skipIf(!IS_7X)(`8 paths with a kernel that pairs by source port (Linux 
       );
       expect(r.code, r.out).toBe(0);
       expect(theirs.length, r.out).toBe(ourSend.length);
-      for (const t of theirs)
-        expect(t, JSON.stringify(t)).toMatchObject({ got: N, next: N, dups: 0, gaps: 0, bad: 0, strangers: 0 });
-      for (const o of ours)
-        expect(o, JSON.stringify(o)).toMatchObject({
-          got: N,
-          next: N,
-          dups: 0,
-          gaps: 0,
-          bad: 0,
-          strangers: 0,
-          timeout: false,
-        });
+      expectEveryPairExact(theirs, ours, N);
       // Traffic used every path both ways: each of our senders owns one lane, and the kernel's
       // senders reached every lane (a path without a socket carries at most a few congestion maps).
       for (const [i, p] of perPath.entries()) {

@@ -20,6 +20,7 @@ import {
   readyFile,
   sha,
   type GuestRun,
+  expectEveryPairExact,
 } from './kernel-lib.js';
 
 // Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3, the
@@ -653,18 +654,7 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
       if (short) console.log(JSON.stringify({ lossTestShort: await lossDiagnostics(drops) }));
       expect(r.code, r.out).toBe(0);
       expect(theirs.length, r.out).toBe(pairs.filter((p) => p.toKernel).length);
-      for (const t of theirs)
-        expect(t, JSON.stringify(t)).toMatchObject({ got: N, next: N, dups: 0, gaps: 0, bad: 0, strangers: 0 });
-      for (const o of ours)
-        expect(o, JSON.stringify(o)).toMatchObject({
-          got: N,
-          next: N,
-          dups: 0,
-          gaps: 0,
-          bad: 0,
-          strangers: 0,
-          timeout: false,
-        });
+      expectEveryPairExact(theirs, ours, N);
       const killed = k.lines[0]?.killed as number;
       expect(killed).toBeGreaterThanOrEqual(2);
       // Each kill takes down one connection per address order; reconnects back off, so a
