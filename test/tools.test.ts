@@ -1,6 +1,8 @@
+import { tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack } from '../lib/index.js';
+import { native } from '../lib/native.js';
 import { runNode } from './helpers.js';
 
 // The commands in bin/ (compiled to dist/cli), run as a user would, their output parsed.
@@ -95,5 +97,62 @@ describe('rds-info', () => {
     const r = await run('rds-info', ['--socket', '/nonexistent/rds.sock']);
     expect(r.code).toBe(1);
     expect(r.out).toMatch(/no rds-socket node answered/);
+  });
+});
+
+describe('rds-ctl', () => {
+  it('disconnects and reconnects a path and resets the figures through the control endpoint', async () => {
+    const a = new RdsStack({ tcpPort: PORT, control: true, npaths: 1, reconnectMaxDelayMs: 50 });
+    const b = new RdsStack({ tcpPort: PORT, npaths: 1 });
+    stacks.push(a, b);
+    const sa = new RdsSocket({ stack: a });
+    await sa.bind({ address: '127.28.4.1', port: 4000 });
+    const sb = new RdsSocket({ stack: b });
+    await sb.bind({ address: '127.28.4.2', port: 4000 });
+    sa.sendmsg(Buffer.from('x'), sb.address());
+    await sb.recv({ timeout: 5000 });
+    const path = await a.openControl();
+    const path0 = () => a.connections().find((c) => c.peerAddress === '127.28.4.2')!.paths[0]!;
+    const d = await run('rds-ctl', ['--socket', path, 'disconnect', '127.28.4.2', '0']);
+    expect(d.code, d.out).toBe(0);
+    expect(path0().state).toBe('DOWN');
+    // Held down: a message waits, nothing reconnects.
+    sa.sendmsg(Buffer.from('held'), sb.address());
+    const info = await run('rds-info', ['--socket', path, '-R']);
+    expect(info.out).toMatch(/127\.28\.4\.1\s+127\.28\.4\.2\s+0\s+lane\s+\S+\s+\S+\s+DOWN\(held\)/);
+    expect(sb.recvmsg()).toBeNull();
+    const r = await run('rds-ctl', ['--socket', path, 'reconnect', '127.28.4.2', '0']);
+    expect(r.code, r.out).toBe(0);
+    expect((await sb.recv({ timeout: 5000 })).data.toString()).toBe('held');
+    expect(a.counters.get('send_queued')).toBeGreaterThan(0);
+    const z = await run('rds-ctl', ['--socket', path, 'reset-stats']);
+    expect(z.code, z.out).toBe(0);
+    expect(a.counters.get('send_queued')).toBe(0);
+    // A path that is not there, bad usage, no node.
+    const none = await run('rds-ctl', ['--socket', path, 'reconnect', '127.28.4.9', '0']);
+    expect(none.code).toBe(1);
+    expect(none.out).toMatch(/reconnect refused: ENOENT: no path 0 to 127\.28\.4\.9/);
+    expect((await run('rds-ctl', ['--socket', path, 'reconnect', '127.28.4.2'])).code).toBe(2);
+    expect((await run('rds-ctl', ['--socket', path, 'frobnicate'])).code).toBe(2);
+    expect((await run('rds-ctl', ['--socket', '/nonexistent/rds.sock', 'reset-stats'])).code).toBe(1);
+  });
+
+  it("steers a host node when asked by the node's own user", async () => {
+    const node = new RdsStack({ tcpPort: PORT });
+    stacks.push(node);
+    const sock = `${tmpdir()}/rds-ctl-test-${process.pid}.sock`;
+    await node.serve({ path: sock });
+    const total = (): number => Object.values(node.counters.snapshot()).reduce((x, y) => x + y, 0);
+    node.counters.add(0, 5);
+    expect(total()).toBeGreaterThan(0);
+    const z = await run('rds-ctl', ['--socket', sock, 'reset-stats']);
+    // The node knows who asks only through SO_PEERCRED (the native addon); without it, it refuses.
+    const verified = native()?.peerCred !== undefined;
+    expect(z.code, z.out).toBe(verified ? 0 : 1);
+    if (verified) expect(total()).toBe(0);
+    else expect(z.out).toMatch(/refused: only the node's user.*\(EPERM\)/);
+    const none = await run('rds-ctl', ['--socket', sock, 'disconnect', '127.28.5.9', '3']);
+    expect(none.code).toBe(1);
+    expect(none.out).toMatch(verified ? /no path 3 to 127\.28\.5\.9/ : /only the node's user/);
   });
 });

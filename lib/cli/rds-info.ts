@@ -6,9 +6,7 @@
  *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [--json] [-p PID | --socket PATH]
  * (-v, accepted before, did nothing and is refused now.)
  */
-import { connect } from 'node:net';
-import { controlDir, listControlSockets, removeStaleControlSockets } from '../core/control.js';
-import { defaultNodePath, nodeSeemsAlive } from '../host/paths.js';
+import { HOW_TO_OPEN, controlDir, controlRequest, nodeSockets } from './control-client.js';
 import { l, parseFlags, r } from './format.js';
 
 interface Msg {
@@ -63,30 +61,7 @@ interface Info {
   recvQueue: Msg[];
 }
 
-const HOW_TO_OPEN =
-  'A node answers once its control endpoint is open: run it with RDS_SOCKET_CONTROL=1 in its environment ' +
-  '(default stack), or make its stack with new RdsStack({ control: true }) or call stack.openControl(); ' +
-  'it must run as the same user (and XDG_RUNTIME_DIR), or give its socket with --socket PATH.';
-
 const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [--json] [-p PID | --socket PATH]';
-
-function query(path: string): Promise<Info> {
-  return new Promise((resolve, reject) => {
-    const c = connect(path);
-    let buf = '';
-    c.setEncoding('utf8');
-    c.on('data', (d: string) => (buf += d));
-    c.on('end', () => {
-      try {
-        resolve(JSON.parse(buf) as Info);
-      } catch (e) {
-        reject(e as Error);
-      }
-    });
-    c.on('error', reject);
-    c.write('info\n');
-  });
-}
 
 const FLAGS: Record<string, string> = {
   UP: 'C',
@@ -229,13 +204,10 @@ async function main(): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  if (typeof opts['--socket'] !== 'string') removeStaleControlSockets();
-  let paths = typeof opts['--socket'] === 'string' ? [opts['--socket']] : listControlSockets();
-  // The host node (rds-socketd) may live outside the control directory (/run/rds-socket for root).
-  const hostNode = defaultNodePath();
-  if (typeof opts['--socket'] !== 'string' && !paths.includes(hostNode) && nodeSeemsAlive(hostNode))
-    paths.push(hostNode);
-  if (typeof opts['-p'] === 'string') paths = paths.filter((p) => p.split('/').pop()!.startsWith(`${opts['-p']}.`));
+  const paths = nodeSockets(
+    typeof opts['--socket'] === 'string' ? opts['--socket'] : undefined,
+    typeof opts['-p'] === 'string' ? opts['-p'] : undefined,
+  );
   if (paths.length === 0) {
     console.error(`rds-info: no rds-socket node found in ${controlDir()}. ${HOW_TO_OPEN}`);
     return 1;
@@ -244,7 +216,7 @@ async function main(): Promise<number> {
   const infos: Info[] = [];
   for (const p of paths) {
     try {
-      infos.push(await query(p));
+      infos.push(await controlRequest<Info>(p, 'info'));
     } catch {
       // A node that went away without removing its socket.
     }

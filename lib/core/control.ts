@@ -60,8 +60,9 @@ export function removeStaleControlSockets(dir = controlDir()): string[] {
 let seq = 0;
 
 /**
- * A local control endpoint for tools (rds-info): a Unix socket, owner-only, answering one JSON
- * document per request line. Requests: "info".
+ * A local control endpoint for tools (rds-info, rds-ctl): a Unix socket, owner-only (only the
+ * node's own user can connect, who could signal the process anyway), answering one JSON document
+ * per request line. What a request means is the caller's `answer` (see control-commands.ts).
  */
 export class ControlEndpoint {
   private constructor(
@@ -69,7 +70,7 @@ export class ControlEndpoint {
     readonly path: string,
   ) {}
 
-  static async open(info: () => unknown, path?: string): Promise<ControlEndpoint> {
+  static async open(answer: (request: string) => unknown, path?: string): Promise<ControlEndpoint> {
     const dir = controlDir();
     const file = path ?? join(dir, `${process.pid}.${seq++}.sock`);
     if (path === undefined) {
@@ -90,11 +91,13 @@ export class ControlEndpoint {
         if (buf.length > 4096) c.destroy();
         const nl = buf.indexOf('\n');
         if (nl < 0) return;
-        const req = buf.slice(0, nl).trim();
-        const body =
-          req === 'info'
-            ? { pid: process.pid, ...(info() as object) }
-            : { error: `unknown request ${JSON.stringify(req)}` };
+        let body: unknown;
+        try {
+          body = answer(buf.slice(0, nl).trim());
+        } catch (e) {
+          // The request was understood but failed (no such path, ...): the tool says why.
+          body = { error: (e as Error).message, code: (e as { code?: string }).code };
+        }
         c.end(`${JSON.stringify(body)}\n`);
       });
       c.on('error', () => {});

@@ -10,6 +10,7 @@ import type { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { defer } from './defer.js';
+import { controlAnswer } from './control-commands.js';
 import { ControlEndpoint } from './control.js';
 import {
   controlFromEnv,
@@ -252,7 +253,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Opens the rds-info control endpoint (see the `control` option); returns its path. */
   async openControl(path?: string): Promise<string> {
-    if (this.control === null) this.control = await ControlEndpoint.open(() => this.info(), path);
+    if (this.control === null) this.control = await ControlEndpoint.open((req) => controlAnswer(this, req), path);
     return this.control.path;
   }
 

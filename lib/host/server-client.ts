@@ -28,6 +28,7 @@ import {
 import type { HostNode } from './server.js';
 import { decodeCount, encodeMsg } from './hot-frames.js';
 import { peerCredentials, widenSendBuffer } from './unix-peer.js';
+import { controlAnswer } from '../core/control-commands.js';
 import { SendSide } from './node-send.js';
 import {
   MAX_CLIENT_WRITE_BACKLOG,
@@ -86,12 +87,14 @@ export class Client {
     this.writer.piggyback = this.sends.reportSent;
     conn.on('data', (chunk: Buffer) => {
       if (this.gone) return;
-      // rds-info speaks its line protocol to every control socket it finds, this one included.
-      if (!this.hello && !this.infoAsked && chunk.length >= 5 && chunk.toString('latin1', 0, 5) === 'info\n') {
+      // rds-info and rds-ctl speak their line protocol to every control socket they find, this
+      // one included: a request line instead of the attach protocol's hello.
+      const line = !this.hello && !this.infoAsked ? controlLine(chunk) : null;
+      if (line !== null) {
         this.infoAsked = true;
         this.gone = true;
         this.node.forget(this);
-        conn.end(`${JSON.stringify(this.node.info())}\n`);
+        conn.end(`${JSON.stringify(this.controlRequest(line))}\n`);
         return;
       }
       try {
@@ -171,6 +174,26 @@ export class Client {
   /** @internal */ fail(id: number, e: unknown): void {
     this.outstanding--;
     this.send(N_RESP, 0, id, { err: wireError(e) });
+  }
+
+  /**
+   * A tool's request on the node's socket: 'info' for anyone allowed to attach; the operator's
+   * controls (rds-ctl: reconnect, disconnect, reset-stats) only for the node's own user or root,
+   * as the kernel's SO_PEERCRED says (the socket's group may attach, not steer the node's paths).
+   */
+  private controlRequest(line: string): unknown {
+    if (line === 'info') return this.node.info();
+    const me = process.getuid?.() ?? -1;
+    if (!this.verified || (this.uid !== me && this.uid !== 0))
+      return {
+        error: `only the node's user (uid ${me}) or root may ${line.split(' ')[0]} (${this.verified ? `you are uid ${this.uid}` : 'peer credentials unavailable: the native addon is not built'})`,
+        code: 'EPERM',
+      };
+    try {
+      return controlAnswer(this.node.stack, line);
+    } catch (e) {
+      return { error: (e as Error).message, code: (e as { code?: string }).code };
+    }
   }
 
   private frame(f: Frame): void {
@@ -365,4 +388,16 @@ export class Client {
         );
     }
   }
+}
+
+/** The words a tool's request line may start with (see control-commands.ts). */
+const CONTROL_WORDS = ['info', 'reconnect', 'disconnect', 'reset-stats'];
+
+/** A first chunk that is one tool request line (not the attach protocol's binary hello), or null. */
+function controlLine(chunk: Buffer): string | null {
+  const nl = chunk.indexOf(0x0a);
+  if (nl < 0 || nl > 512) return null;
+  const line = chunk.toString('latin1', 0, nl).trim();
+  const word = line.split(' ')[0];
+  return word !== undefined && CONTROL_WORDS.includes(word) ? line : null;
 }
