@@ -128,6 +128,10 @@ export class Handshake {
   pathUp(cp: RdsConnPath): void {
     const conn = this.conn;
     if (conn.isLoopback || cp.index !== 0) return;
+    if (conn.transport.peerKindHint?.(cp) === 'kernel') {
+      if (!this.capsKnown || this.peerCaps !== 0) this.settle(0);
+      return;
+    }
     // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
     if (cp.lastProbe === null || cp.lastProbe.sentAt !== 0 || cp.lastProbe.done) this.queueProbe(cp);
     if (!this.capsKnown) {

@@ -85,6 +85,8 @@ export const RDS_COUNTER_NAMES = [
   'conn_reclaimed',
   // a path was asked to move from a state it was not in (RdsConnPath.transition): refused
   'conn_transition_refused',
+  // a multipath probe not sent to a kernel's RDS/IB (6.1 hangs on one; see transports/ib-send.ts)
+  'ib_probe_withheld',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

@@ -76,6 +76,8 @@ export interface IbPath {
   /** xmit told the core "no more for now": kick it once the ring moves again. */
   coreWaiting: boolean;
   version: number;
+  /** The peer's private data carried rds-socket's mark (RDS_SOCKET_IB_MARK); else it is a kernel. */
+  peerRdsSocket: boolean;
 }
 
 /** The IB transport's carrier object of a path: the slot of its current cm id's state. */

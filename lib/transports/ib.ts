@@ -190,6 +190,7 @@ export class IbTransport implements RdsTransport {
       blocked: false,
       coreWaiting: false,
       version: 0,
+      peerRdsSocket: false,
     };
     cp.carrier(IB_CARRIER).set(tp);
     this.byId.set(id, cp);
@@ -235,6 +236,7 @@ export class IbTransport implements RdsTransport {
       tos: 0,
       ackSeq: 0,
       credit: credits,
+      rdsSocket: true,
     });
   }
 
@@ -272,6 +274,7 @@ export class IbTransport implements RdsTransport {
             return;
           }
           tp.version = version;
+          tp.peerRdsSocket = peer!.rdsSocket === true;
           this.applyPeerCredits(tp, peer!);
         }
         tp.established = true;
@@ -350,6 +353,7 @@ export class IbTransport implements RdsTransport {
     }
     const tp = this.newPath(id, true, cp);
     tp.version = version;
+    tp.peerRdsSocket = peer.rdsSocket === true;
     this.applyPeerCredits(tp, peer);
     try {
       this.setupQp(tp);
@@ -389,6 +393,12 @@ export class IbTransport implements RdsTransport {
   connPathShutdown(cp: RdsConnPath): void {
     const tp = ibPath(cp);
     if (tp !== null) this.release(cp, tp);
+  }
+
+  /** A peer whose private data lacks rds-socket's mark is a kernel: no multipath probe for it. */
+  peerKindHint(cp: RdsConnPath): 'kernel' | 'unknown' {
+    const tp = ibPath(cp);
+    return tp?.established === true && !tp.peerRdsSocket ? 'kernel' : 'unknown';
   }
 
   // ---- sending ----
@@ -435,6 +445,7 @@ export class IbTransport implements RdsTransport {
       postedUnadvertised: tp.ledger.postedUnadvertised,
       freeSendSlots: tp.freeSend.length,
       reassembling: tp.rxHeader !== null,
+      peer: tp.established ? (tp.peerRdsSocket ? 'rds-socket' : 'kernel') : null,
     };
   }
 }
