@@ -148,7 +148,7 @@ describe.each(ORDERS)('rds-socket and the kernel RDS/IB, $name', ({ kernel: KA, 
     for (let i = 0; i < N; i++) {
       for (const j of [0, 1]) {
         const sz = ourSize(i + j);
-        ours[j]!.sendmsg(meshBody(i, sz, seed + 6100 + j), { address: KA, port: 7100 + j });
+        await ours[j]!.send(meshBody(i, sz, seed + 6100 + j), { address: KA, port: 7100 + j }, { timeout: 120_000 });
       }
     }
     await Promise.all(got);
@@ -198,24 +198,22 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     // 0 credits: flow control can only come on in the kernel, as the passive side, from our credits
     // (rds_ib_set_flow_control), and we leave it off for our sends, as a kernel in our place would.
     try {
-      const s = await bound(LA, 6300);
-      // Reloading rds_rdma drops the connection and resets its sysctls; then flow control on.
+      // Reloading rds_rdma drops the connection and resets its sysctls, and we would reconnect at
+      // once (IB reconnects from both sides), before flow control is on: close our node first,
+      // reload, turn flow control on, then a new node makes the connection.
+      await stack.close();
+      open.length = 0;
       const drop = await kernel(
         'modprobe -r rds_rdma && modprobe rds_rdma && sysctl -qw net.rds.ib.flow_control=1 && echo reloaded',
         60,
       );
       expect(drop.code, drop.out).toBe(0);
+      stack = new RdsStack();
+      stack.on('error', () => {});
+      const s = await bound(LA, 6300);
       // We connect (a message to a port nobody holds), so the kernel is the passive side.
-      const upBefore =
-        stack.connections().find((c) => c.localAddress === LA && c.peerAddress === KA)?.paths[0]?.upCount ?? 0;
       s.sendmsg(Buffer.from('connect'), { address: KA, port: 7399 });
-      await until(
-        () =>
-          (stack.connections().find((c) => c.localAddress === LA && c.peerAddress === KA)?.paths[0]?.upCount ?? 0) >
-          upBefore,
-        'our connection to the reloaded kernel',
-        60_000,
-      );
+      await until(() => ibInfo(LA, KA)?.established === true, 'our connection to the reloaded kernel', 60_000);
       const log = await kernel('dmesg | grep "conn connected <::ffff:10.88.0.1,::ffff:10.88.0.2" | tail -1', 10);
       expect(log.out).toMatch(/Passive conn connected .*, flow control/);
       expect(ibInfo(LA, KA)).toMatchObject({ flowControl: false });
@@ -230,7 +228,9 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
           expect(m.data.equals(meshBody(i, sizes[i]!, 3 + 7301))).toBe(true);
         }
       })();
-      for (let i = 0; i < N; i++) s.sendmsg(meshBody(i, 100 + (i % 1900), 3 + 6300), { address: KA, port: 7300 });
+      // send() waits while the kernel's slow python reader has the port congested.
+      for (let i = 0; i < N; i++)
+        await s.send(meshBody(i, 100 + (i % 1900), 3 + 6300), { address: KA, port: 7300 }, { timeout: 120_000 });
       await got;
       await kernel('touch /rdsinst/mesh.done', 10);
       const r = await k;
@@ -256,14 +256,18 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     await kernelFile('ready.mesh');
     const upBefore =
       stack.connections().find((c) => c.localAddress === LA && c.peerAddress === KA)?.paths[0]?.upCount ?? 0;
-    for (let i = 0; i < N / 2; i++) s.sendmsg(meshBody(i, 1000 + i, 5 + 6400), { address: KA, port: 7400 });
+    const send = (i: number) =>
+      s.send(meshBody(i, 1000 + i, 5 + 6400), { address: KA, port: 7400 }, { timeout: 150_000 });
+    for (let i = 0; i < N / 2; i++) await send(i);
     // Tear the kernel's RDMA device down under the connection and bring it back.
     const t = await kernel(
       'rdma link delete rxe1 && sleep 2 && rdma link add rxe1 type rxe netdev eth1 && echo readded',
       60,
     );
     expect(t.code, t.out).toBe(0);
-    for (let i = N / 2; i < N; i++) s.sendmsg(meshBody(i, 1000 + i, 5 + 6400), { address: KA, port: 7400 });
+    const rest = (async () => {
+      for (let i = N / 2; i < N; i++) await send(i);
+    })();
     await until(
       () =>
         (stack.connections().find((c) => c.localAddress === LA && c.peerAddress === KA)?.paths[0]?.upCount ?? 0) >
@@ -271,6 +275,7 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
       'reconnect after the device came back',
       120_000,
     );
+    await rest;
     await s.flush({ timeout: 150_000 });
     await kernel('touch /rdsinst/mesh.done', 10);
     const r = await k;
