@@ -151,6 +151,10 @@ export class Handshake {
   pathUp(cp: RdsConnPath): void {
     const conn = this.conn;
     if (conn.isLoopback || cp.index !== 0) return;
+    if (conn.transport.peerKindHint?.(cp) === 'kernel') {
+      if (!this.capsKnown || this.peerCaps !== 0) this.settle(0);
+      return;
+    }
     // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
     if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
     if (!this.capsKnown) {

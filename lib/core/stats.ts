@@ -92,6 +92,8 @@ export const RDS_COUNTER_NAMES = [
   'rail_refused',
   'rail_removed',
   'conn_reconnect_exhausted',
+  // a multipath probe not sent to a kernel's RDS/IB (6.1 hangs on one; see transports/ib-send.ts)
+  'ib_probe_withheld',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

@@ -82,6 +82,13 @@ export interface RdsTransport {
    * the rail hello (see RailHost). Only TCP.
    */
   readonly rails?: boolean;
+  /**
+   * What the transport's own connection setup already says about the peer of `cp` (IB: private
+   * data without rds-socket's mark comes from a kernel). 'kernel' skips the multipath probe and
+   * settles the peer as a kernel at once: a kernel's RDS/IB never probes, and 6.1 answers a probe
+   * received over IB with a WARN_ON (rds_conn_peer_gen_update expects TCP).
+   */
+  peerKindHint?(cp: RdsConnPath): 'kernel' | 'unknown';
 
   /** Called once when the transport is registered with a stack. */
   attach(host: TransportHost): void;

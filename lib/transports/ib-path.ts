@@ -76,6 +76,7 @@ export class IbPath {
   private isBlocked = false;
   private coreWaiting = false;
   private protocol = 0;
+  private peerMark = false;
 
   constructor(
     readonly id: number,
@@ -92,6 +93,16 @@ export class IbPath {
 
   markEstablished(): void {
     this.isEstablished = true;
+  }
+
+  /** The peer's private data carried rds-socket's mark (RDS_SOCKET_IB_MARK); else it is a kernel. */
+  get peerRdsSocket(): boolean {
+    return this.peerMark;
+  }
+
+  /** Connection setup read the peer's private data: whether it carried rds-socket's mark. */
+  peerMarked(rdsSocket: boolean): void {
+    this.peerMark = rdsSocket;
   }
 
   /** The negotiated RDS/IB protocol version (major << 8 | minor); 0 until known. */

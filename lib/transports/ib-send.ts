@@ -14,6 +14,8 @@ import {
   writeU64,
 } from '../wire/header.js';
 import { encodeCongUpdate } from '../wire/header.js';
+import { RDS_FLAG_PROBE_PORT } from '../constants.js';
+import { RDS_CTR } from '../core/stats.js';
 import { ibPath, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
 
 /**
@@ -27,6 +29,15 @@ export class IbSender {
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
+    if (!tp.peerRdsSocket && isHandshakeFrame(msg.sport, msg.dport)) {
+      // The multipath probe queued ahead of the first message, before we knew the peer: a kernel's
+      // RDS/IB never gets one. 6.1 handles a probe received over IB with a WARN_ON and then spins
+      // on a lock in softirq (rds_recv_hs_exthdrs), hanging the CPU. Skipping its sequence number
+      // is harmless (receivers only drop sequences below the next expected); the kernel's next
+      // h_ack frees it with the messages after it.
+      this.ib.host.counters.add(RDS_CTR.ib_probe_withheld);
+      return true;
+    }
     msg.xmitHold();
     tp.startFrame({ wire: msg.wire, len: msg.len, off: 0, msg });
     return this.take(cp, tp);
@@ -130,4 +141,9 @@ export class IbSender {
     const rc = this.ib.ep!.postSend(tp.id, Int32Array.from(posts));
     if (rc !== 0) cp.drop(`ibv_post_send failed (${rc})`);
   }
+}
+
+/** The ports of the kernel's handshake frames (RDS_HS_PROBE): probe 1 -> 0, pong 0 -> 1. */
+export function isHandshakeFrame(sport: number, dport: number): boolean {
+  return (sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT);
 }

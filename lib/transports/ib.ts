@@ -218,6 +218,7 @@ export class IbTransport implements RdsTransport {
       tos: 0,
       ackSeq: 0,
       credit: credits,
+      rdsSocket: true,
     });
   }
 
@@ -255,6 +256,7 @@ export class IbTransport implements RdsTransport {
             return;
           }
           tp.versionNegotiated(version);
+          tp.peerMarked(peer!.rdsSocket === true);
           this.applyPeerCredits(tp, peer!);
         }
         tp.markEstablished();
@@ -333,6 +335,7 @@ export class IbTransport implements RdsTransport {
     }
     const tp = this.newPath(id, true, cp);
     tp.versionNegotiated(version);
+    tp.peerMarked(peer.rdsSocket === true);
     this.applyPeerCredits(tp, peer);
     try {
       this.setupQp(tp);
@@ -370,6 +373,12 @@ export class IbTransport implements RdsTransport {
   connPathShutdown(cp: RdsConnPath): void {
     const tp = ibPath(cp);
     if (tp !== null) this.release(cp, tp);
+  }
+
+  /** A peer whose private data lacks rds-socket's mark is a kernel: no multipath probe for it. */
+  peerKindHint(cp: RdsConnPath): 'kernel' | 'unknown' {
+    const tp = ibPath(cp);
+    return tp?.established === true && !tp.peerRdsSocket ? 'kernel' : 'unknown';
   }
 
   // ---- sending ----
@@ -416,6 +425,7 @@ export class IbTransport implements RdsTransport {
       postedUnadvertised: tp.ledger.postedUnadvertised,
       freeSendSlots: tp.freeSendSlots,
       reassembling: tp.reassembling !== null,
+      peer: tp.established ? (tp.peerRdsSocket ? 'rds-socket' : 'kernel') : null,
     };
   }
 }

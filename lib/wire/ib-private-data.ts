@@ -7,6 +7,12 @@ export const RDS_IB_PRIVATE_DATA_SIZE = 32;
 export const RDS_PROTOCOL_3_1 = 0x0301;
 export const RDS_PROTOCOL_4_0 = 0x0400;
 export const RDS_IB_SUPPORTED_PROTOCOLS = 0x0003;
+/**
+ * rds-socket's mark in the reserved bytes 13..15 ("RSK"), which kernels send as zero and ignore:
+ * it tells an rds-socket peer from a kernel before any frame, so a kernel never gets the
+ * multipath probe (6.1 answers one received over IB with a WARN_ON).
+ */
+export const RDS_SOCKET_IB_MARK = Buffer.from('RSK', 'latin1');
 
 export interface IbPrivateData {
   saddr: string;
@@ -17,6 +23,8 @@ export interface IbPrivateData {
   tos: number;
   ackSeq: number;
   credit: number;
+  /** The sender is rds-socket (RDS_SOCKET_IB_MARK in the reserved bytes); kernels: false. */
+  rdsSocket?: boolean;
 }
 
 function ipv4(buf: Uint8Array, off: number): string {
@@ -39,6 +47,7 @@ export function encodeIbPrivateData(d: IbPrivateData): Buffer {
   b[9] = d.minor;
   b.writeUInt16BE(d.minorMask, 10);
   b[12] = d.tos;
+  if (d.rdsSocket === true) RDS_SOCKET_IB_MARK.copy(b, 13);
   writeU64(b, 16, d.ackSeq);
   b.writeUInt32BE(d.credit >>> 0, 24);
   return b;
@@ -61,6 +70,7 @@ export function decodeIbPrivateData(buf: Uint8Array): IbPrivateData | null {
     tos: b[12]!,
     ackSeq: readU64(b, 16),
     credit: b.readUInt32BE(24),
+    rdsSocket: b.compare(RDS_SOCKET_IB_MARK, 0, 3, 13, 16) === 0,
   };
 }
 

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # npm run test:ib — the conformance suite and the IB transport tests over Soft-RoCE (rdma_rxe)
-# inside the qemu guest of test/interop (two node stacks on 10.77.0.2 and 10.77.0.5, both on rxe0).
+# inside the qemu guest of test/interop (two node stacks on 10.77.0.2 and 10.77.0.5, both on rxe0),
+# then rds-socket against the kernel's RDS/IB (rds_rdma): a second guest (the "peer", no tap) on a
+# point-to-point qemu link to the first, rds-socket there on rxe0 (10.88.0.2, .3, .6), the kernel's
+# RDS/IB in the first guest on rxe1 (10.88.0.1, .4, .5), test/ib/kernel-ib.test.ts in the peer
+# driving the kernel side through test/ib/guest/kctl.py. Why two guests: README, "InfiniBand".
+# $RDS_KERNEL picks the kernel of both guests (6.1, 6.12, 7; see kernel-vm.sh); RDS_IB_KERNEL=0
+# skips the kernel interop part, RDS_IB_KERNEL=only runs nothing else.
 # npm run bench:ib — bench/ib.mjs in the same guest (rds-socket next to ib_send_bw / ibv_rc_pingpong).
 # Skips (exit 0, with the reason) where it cannot run: not root, no qemu and no apt-get, no /dev/net/tun.
 set -uo pipefail
@@ -16,7 +22,13 @@ if ((${#pkgs[@]})); then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}") >/dev/null \
     || { echo "IB: cannot install ${pkgs[*]}"; exit 1; }
 fi
+KINTEROP=${RDS_IB_KERNEL:-1}
+[ "${1:-}" = --bench ] && KINTEROP=0
+# The kernel guest listens for the peer guest's link (qemu socket netdev, 127.0.0.1 inside $RDS_NETNS).
+LINK_PORT=${RDS_IB_LINK_PORT:-7788}
+[ "$KINTEROP" != 0 ] && export RDS_KVM_LINK=listen:$LINK_PORT
 vm_start
+unset RDS_KVM_LINK
 bash $VM exec 'modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && rdma link add rxe0 type rxe netdev eth0 && ip addr add 10.77.0.5/24 dev eth0 && ibv_devices' \
   || { echo "IB: Soft-RoCE setup in the guest failed"; exit 1; }
 if [ "${1:-}" = --bench ]; then
@@ -26,8 +38,31 @@ if [ "${1:-}" = --bench ]; then
 fi
 inst="${RDS_KVM_CACHE:-/var/tmp/rds-socket-kernel}/instance"
 rm -f "$inst/ib.json"
-RDS_KVM_EXEC_TIMEOUT=1500 bash $VM exec "cd '$PWD' && RDS_IB_ADDRS=10.77.0.2,10.77.0.5 RDS_CONFORMANCE_KINDS=ib \
-  npx vitest run --config test/ib/vitest.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib.json $*"
-rc=$?
+rc=0
+[ "$KINTEROP" = only ] || RDS_KVM_EXEC_TIMEOUT=1500 bash $VM exec "cd '$PWD' && RDS_IB_ADDRS=10.77.0.2,10.77.0.5 RDS_CONFORMANCE_KINDS=ib \
+  npx vitest run --config test/ib/vitest.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib.json $*" || rc=$?
 [ -n "${IB_JSON:-}" ] && [ -f "$inst/ib.json" ] && cp "$inst/ib.json" "$IB_JSON"
-exit $rc
+[ "$KINTEROP" != 0 ] || exit $rc
+
+# ---- rds-socket (peer guest) against the kernel's RDS/IB (this guest) ----
+CACHE=$(bash $VM cache)
+PEER=(env RDS_KVM_CACHE="$CACHE-peer" RDS_KVM_NOTAP=1 RDS_KVM_LINK=connect:$LINK_PORT RDS_KVM_GUEST_IP=10.88.0.2/24 RDS_KVM_KERNEL_FROM="$CACHE")
+trap '"${PEER[@]}" bash $VM stop; bash "$VM" stop' EXIT
+"${PEER[@]}" bash $VM setup >/dev/null && "${PEER[@]}" bash $VM start || { echo "IB kernel interop: the peer guest did not start"; exit 1; }
+bash $VM exec "cd '$PWD' && ip addr add 10.88.0.1/24 dev eth1 && ip addr add 10.88.0.4/24 dev eth1 && ip addr add 10.88.0.5/24 dev eth1 && ip link set eth1 up \
+  && rdma link add rxe1 type rxe netdev eth1 && modprobe rds_rdma \
+  && { setsid python3 test/ib/guest/kctl.py 10.88.0.1 7000 > /rdsinst/kctl.log 2>&1 < /dev/null & } && sleep 1 && cat /rdsinst/kctl.log" \
+  || { echo "IB kernel interop: kernel guest setup failed"; exit 1; }
+"${PEER[@]}" bash $VM exec 'modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && ip addr add 10.88.0.3/24 dev eth0 && ip addr add 10.88.0.6/24 dev eth0 && rdma link add rxe0 type rxe netdev eth0 && ibv_devices' \
+  || { echo "IB kernel interop: Soft-RoCE setup in the peer guest failed"; exit 1; }
+krel=$(bash $VM exec 'uname -r' | tr -d '\n')
+pinst="$CACHE-peer/instance"
+rm -f "$pinst/ib-kernel.json"
+RDS_KVM_EXEC_TIMEOUT=1500 "${PEER[@]}" bash $VM exec "cd '$PWD' && RDS_IB_KCTL=10.88.0.1:7000 RDS_IB_KERNEL_ADDRS=10.88.0.1,10.88.0.4,10.88.0.5 \
+  RDS_IB_LOCAL_ADDRS=10.88.0.2,10.88.0.3,10.88.0.6 RDS_KERNEL_RELEASE='$krel' \
+  npx vitest run --config test/ib/vitest.kernel.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib-kernel.json"
+krc=$?
+[ -n "${IB_JSON:-}" ] && [ -f "$pinst/ib-kernel.json" ] && cp "$pinst/ib-kernel.json" "${IB_JSON%.json}-kernel.json"
+echo "IB: rds-socket stacks $([ "$KINTEROP" = only ] && echo "not run" || { [ $rc = 0 ] && echo passed || echo FAILED; }); against the kernel's RDS/IB ($krel) $([ $krc = 0 ] && echo passed || echo FAILED)"
+((rc || krc)) && exit 1
+exit 0

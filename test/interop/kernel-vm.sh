@@ -13,6 +13,11 @@
 # The guest's root is this machine's root, read-only over 9p under a tmpfs overlay, so it has python3,
 # node and the project. Network: netns $RDS_NETNS holds tap $RDS_TAP with 10.77.0.1, .3 and .4 (/24)
 # and fd77::1 and fd77::3 (/64); the guest is 10.77.0.2 and fd77::2.
+# A second guest (test/ib's kernel interop): $RDS_KVM_LINK=listen:PORT or connect:PORT adds a NIC
+# joined to the other guest's by a qemu socket link on 127.0.0.1:PORT inside $RDS_NETNS (listen
+# side first); with $RDS_KVM_NOTAP=1 that link is the guest's only NIC (eth0), with no tap and
+# $RDS_KVM_GUEST_IP (default 10.77.0.2/24) on it. $RDS_KVM_KERNEL_FROM names another cache whose
+# kernel this one reuses (no second download).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KERNEL="${RDS_KERNEL:-6.1}"
@@ -28,7 +33,8 @@ CACHE="${RDS_KVM_CACHE:-$DEFAULT_CACHE}"
 NETNS="${RDS_NETNS:-rdsint}"
 TAP="${RDS_TAP:-rdstap0}"
 HOST_IPS=(10.77.0.1/24 10.77.0.3/24 10.77.0.4/24 fd77::1/64 fd77::3/64)
-GUEST_IP=10.77.0.2
+GUEST_IP=${RDS_KVM_GUEST_IP:-10.77.0.2/24}
+GUEST_IP=${GUEST_IP%/24}
 GUEST_IP6=fd77::2
 INST="$CACHE/instance"
 kver() { ls "$CACHE/kernel/lib/modules" 2>/dev/null | head -n1; }
@@ -50,6 +56,7 @@ cmd_setup() {
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   fi
   mkdir -p "$CACHE/debs"
+  if [ -n "${RDS_KVM_KERNEL_FROM:-}" ] && [ ! -e "$CACHE/kernel" ]; then ln -s "$RDS_KVM_KERNEL_FROM/kernel" "$CACHE/kernel"; fi
   [ -n "$(kver)" ] || fetch_kernel
   local v; v=$(kver)
   [ -f "$CACHE/kernel/lib/modules/$v/modules.dep" ] || depmod -b "$CACHE/kernel" "$v"
@@ -123,6 +130,7 @@ boot_image() {
 netns_up() {
   [ -e "/run/netns/$NETNS" ] || ip netns add "$NETNS"
   ip -n "$NETNS" link set lo up
+  [ "${RDS_KVM_NOTAP:-}" = 1 ] && return 0
   ip -n "$NETNS" link show "$TAP" >/dev/null 2>&1 || ip -n "$NETNS" tuntap add dev "$TAP" mode tap
   local a
   for a in "${HOST_IPS[@]}"; do
@@ -137,15 +145,18 @@ cmd_start() {
   if [ -f "$CACHE/qemu.pid" ] && kill -0 "$(cat "$CACHE/qemu.pid")" 2>/dev/null; then echo "guest already running"; return 0; fi
   netns_up
   rm -rf "$INST"; mkdir -p "$INST/queue"
-  local accel=(-accel tcg,thread=multi,tb-size=512 -cpu max)
+  local accel=(-accel tcg,thread=multi,tb-size=512 -cpu max) nics=() link="${RDS_KVM_LINK:-}"
+  [ "${RDS_KVM_NOTAP:-}" = 1 ] || nics=(-netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02)
+  # The inter-guest link: qemu's socket netdev, a point-to-point Ethernet between the two guests.
+  [ -n "$link" ] && nics+=(-netdev "socket,id=n1,${link%%:*}=127.0.0.1:${link#*:}" -device "virtio-net-pci,netdev=n1,mac=52:54:00:88:00:$([ "${link%%:*}" = listen ] && echo 01 || echo 02)")
   setsid ip netns exec "$NETNS" qemu-system-x86_64 "${accel[@]}" -M q35 -m "${RDS_KVM_MEM:-1536}" -smp "${RDS_KVM_SMP:-$SMP}" \
     -nodefaults -no-user-config -display none -no-reboot \
     -kernel "$(boot_image)" -initrd "$CACHE/initramfs.cpio.gz" \
-    -append "console=ttyS0 quiet loglevel=3 panic=-1 rds.kroot=$CACHE/kernel rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64" \
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 rds.kroot=$(readlink -f "$CACHE/kernel") rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64" \
     -serial "file:$INST/console.log" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$INST,mount_tag=rdsinst,security_model=none" \
-    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02 \
+    "${nics[@]}" \
     -device virtio-rng-pci < /dev/null > "$INST/qemu.out" 2>&1 &
   echo $! > "$CACHE/qemu.pid"
   local i
@@ -182,6 +193,8 @@ cmd_stop() {
     kill -0 "$pid" 2>/dev/null && kill "$pid" || true
   fi
   rm -f "$CACHE/qemu.pid"
+  # The second guest (no tap) leaves the namespace to the first.
+  [ "${RDS_KVM_NOTAP:-}" = 1 ] && return 0
   [ -e "/run/netns/$NETNS" ] && ip netns del "$NETNS" || true
 }
 

@@ -10,7 +10,19 @@ describe('IB connection private data (spec §7.1)', () => {
     expect([...b.subarray(0, 16)]).toEqual([10, 1, 2, 3, 10, 1, 2, 4, 3, 1, 0, 3, 0, 0, 0, 0]);
     expect([...b.subarray(16, 24)]).toEqual([0, 0, 0, 1, 2, 3, 4, 5]);
     expect([...b.subarray(24, 32)]).toEqual([0, 1, 2, 3, 0, 0, 0, 0]);
-    expect(wire.decodeIbPrivateData(b)).toEqual({ ...base, ackSeq: 0x0102030405, credit: 0x10203 });
+    expect(wire.decodeIbPrivateData(b)).toEqual({ ...base, ackSeq: 0x0102030405, credit: 0x10203, rdsSocket: false });
+  });
+
+  it("rds-socket's mark in the reserved bytes 13..15 tells an rds-socket peer from a kernel (zeros there)", () => {
+    const ours = wire.encodeIbPrivateData({ ...base, rdsSocket: true });
+    expect([...ours.subarray(12, 16)]).toEqual([0, 0x52, 0x53, 0x4b]);
+    expect(wire.decodeIbPrivateData(ours)?.rdsSocket).toBe(true);
+    // A kernel's private data (ib_cm.c zeroes the reserved fields).
+    expect(wire.decodeIbPrivateData(wire.encodeIbPrivateData(base))?.rdsSocket).toBe(false);
+    // The rest of the struct reads the same with or without the mark.
+    expect({ ...wire.decodeIbPrivateData(ours), rdsSocket: false }).toEqual(
+      wire.decodeIbPrivateData(wire.encodeIbPrivateData(base)),
+    );
   });
 
   it('negotiates as the passive kernel does', () => {

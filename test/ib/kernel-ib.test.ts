@@ -1,0 +1,307 @@
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
+import { until } from '../helpers.js';
+
+// rds-socket against the kernel's RDS/IB (rds_rdma) over Soft-RoCE. Runs in the peer guest of
+// test/ib/run.sh (rds-socket on rxe0: 10.88.0.2 and 10.88.0.3); the kernel's RDS/IB runs in the
+// other guest (rxe1: 10.88.0.1 and 10.88.0.4), driven through test/ib/guest/kctl.py, which runs
+// test/interop/guest/rdspeer.py there. Both address orders: kernel 10.88.0.1 < us 10.88.0.2, and
+// us 10.88.0.3 < kernel 10.88.0.4.
+const KCTL = (process.env.RDS_IB_KCTL ?? '').split(':');
+const [K1, K2, K3] = (process.env.RDS_IB_KERNEL_ADDRS ?? '').split(',') as [string, string, string];
+const [L1, L2, L3] = (process.env.RDS_IB_LOCAL_ADDRS ?? '').split(',') as [string, string, string];
+const ORDERS = [
+  { name: 'kernel on the smaller address', kernel: K1, local: L1 },
+  { name: 'rds-socket on the smaller address', kernel: K2, local: L2 },
+];
+const PEER = 'python3 test/interop/guest/rdspeer.py';
+const ROOT = process.cwd();
+
+/** Runs a bash command in the kernel guest; resolves with its status, output and JSON lines. */
+function kernel(cmd: string, timeoutS = 150): Promise<{ code: number; out: string; lines: Record<string, unknown>[] }> {
+  return new Promise((resolve, reject) => {
+    const s = connect(Number(KCTL[1]), KCTL[0]!);
+    let buf = '';
+    s.on('data', (d: Buffer) => (buf += d));
+    s.on('error', reject);
+    s.on('end', () => {
+      try {
+        const r = JSON.parse(buf) as { rc: number; out: string };
+        const lines = r.out
+          .split('\n')
+          .filter((l) => l.startsWith('{'))
+          .map((l) => JSON.parse(l) as Record<string, unknown>);
+        resolve({ code: r.rc, out: r.out, lines });
+      } catch (e) {
+        reject(new Error(`kctl answered ${JSON.stringify(buf)}: ${(e as Error).message}`));
+      }
+    });
+    s.write(`${JSON.stringify({ cmd: `cd '${ROOT}' && ${cmd}`, timeout: timeoutS })}\n`);
+  });
+}
+
+/** rdspeer.py's pattern(i, size, seed). */
+function pattern(i: number, size: number, seed: number): Buffer {
+  const tile = Buffer.alloc(256);
+  for (let k = 0; k < 256; k++) tile[k] = (i * 131 + k * 7 + seed) & 0xff;
+  const b = Buffer.alloc(size);
+  for (let o = 0; o < size; o += 256) tile.copy(b, o, 0, Math.min(256, size - o));
+  return b;
+}
+
+/** rdspeer.py's mesh_body: [index u32][pattern(i, size - 4, seed)]. */
+function meshBody(i: number, size: number, seed: number): Buffer {
+  const b = Buffer.alloc(Math.max(4, size));
+  b.writeUInt32BE(i, 0);
+  pattern(i, Math.max(0, size - 4), seed).copy(b, 4);
+  return b;
+}
+
+/** rdspeer.py's mesh sender sizes for kernel port `kport` (4 .. maxsize bytes). */
+function meshSizes(kport: number, n: number, maxsize: number): number[] {
+  let x = BigInt((kport * 2654435761) & 0x7fffffff);
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    x = (x * 1103515245n + 12345n) & 0x7fffffffn;
+    out.push(4 + Number(x % BigInt(maxsize - 3)));
+  }
+  return out;
+}
+
+/** Sizes we send: 4 B (index only) up to exactly 1 MiB, spread over the fragment boundaries. */
+function ourSize(i: number): number {
+  return [4, 48, 4095, 4096, 4097, 8192 + 1, 65536, 300_000, 1 << 20][i % 9]!;
+}
+
+let stack: RdsStack;
+const open: RdsSocket[] = [];
+
+async function bound(address: string, port: number): Promise<RdsSocket> {
+  const s = new RdsSocket({ stack, transport: 'ib' });
+  await s.bind({ address, port });
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 16 << 20);
+  s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
+  open.push(s);
+  return s;
+}
+
+/** Waits until the kernel guest has file /rdsinst/NAME (rdspeer's ready marks). */
+async function kernelFile(name: string, ms = 60_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const r = await kernel(`test -e /rdsinst/${name}`, 10);
+    if (r.code === 0) return;
+    if (Date.now() > deadline) throw new Error(`kernel guest: /rdsinst/${name} never appeared`);
+    await new Promise((r2) => setTimeout(r2, 200));
+  }
+}
+
+function ibInfo(local: string, faddr: string): Record<string, unknown> | undefined {
+  const c = stack.connections().find((x) => x.localAddress === local && x.peerAddress === faddr);
+  return (c?.paths[0]?.transport ?? undefined) as Record<string, unknown> | undefined;
+}
+
+/** The kernel's log has no WARNING, BUG, Oops or stall (what our probe once caused). */
+async function kernelLogClean(): Promise<string> {
+  const r = await kernel('dmesg | grep -E "WARNING|BUG|Oops|rcu.*stall|soft lockup" || true');
+  return r.out.trim();
+}
+
+beforeAll(async () => {
+  expect(KCTL.length, 'RDS_IB_KCTL (host:port of kctl.py) must be set; run through npm run test:ib').toBe(2);
+  const r = await kernel('uname -r && lsmod | grep -c "^rds_rdma"');
+  expect(r.code, r.out).toBe(0);
+  stack = new RdsStack();
+  stack.on('error', () => {});
+});
+
+afterAll(async () => {
+  for (const s of open) s.close();
+  await stack?.close();
+});
+
+describe.each(ORDERS)('rds-socket and the kernel RDS/IB, $name', ({ kernel: KA, local: LA }) => {
+  it('messages of 0 B..1 MiB both ways on several sockets, in order, intact, once', async () => {
+    const N = 18;
+    const MAX = 1 << 20;
+    const seed = 7;
+    // Two of our sockets send to two kernel receivers; two kernel senders send to two of ours.
+    const ours = [await bound(LA, 6100), await bound(LA, 6101), await bound(LA, 6102), await bound(LA, 6103)];
+    const k = kernel(
+      `MESH_IDLE_S=100 ${PEER} mesh ${KA} ${N} ${MAX} ${seed} r7100@${LA}:6100 r7101@${LA}:6101 s7102@${LA}:6102 s7103@${LA}:6103`,
+      250,
+    );
+    await kernelFile('ready.mesh');
+    const got = [6102, 6103].map(async (p, j) => {
+      const s = ours[2 + j]!;
+      const sizes = meshSizes(7102 + j, N, MAX);
+      for (let i = 0; i < N; i++) {
+        const m = await s.recv({ timeout: 120_000 });
+        expect(m.address).toBe(KA);
+        expect(m.port).toBe(7102 + j);
+        expect(m.data.readUInt32BE(0), `socket ${p}: message ${i}`).toBe(i);
+        expect(m.data.length).toBe(sizes[i]);
+        expect(m.data.equals(meshBody(i, sizes[i]!, seed + 7102 + j))).toBe(true);
+      }
+    });
+    for (let i = 0; i < N; i++) {
+      for (const j of [0, 1]) {
+        const sz = ourSize(i + j);
+        await ours[j]!.send(meshBody(i, sz, seed + 6100 + j), { address: KA, port: 7100 + j }, { timeout: 120_000 });
+      }
+    }
+    await Promise.all(got);
+    await kernel('touch /rdsinst/mesh.done', 10);
+    const r = await k;
+    await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
+    expect(r.code, r.out).toBe(0);
+    const recv = r.lines.filter((l) => l.dir === 'to-kernel');
+    expect(recv).toHaveLength(2);
+    for (const l of recv) expect(l, r.out).toMatchObject({ got: N, dups: 0, gaps: 0, bad: 0, strangers: 0 });
+    const info = ibInfo(LA, KA);
+    // A kernel peer: 3.1 as mainline proposes, no rds-socket mark in its private data.
+    expect(info).toMatchObject({ protocol: '3.1', peer: 'kernel' });
+    expect(await kernelLogClean()).toBe('');
+  });
+
+  it('0-byte messages both ways and a kernel ping answered', async () => {
+    const s = await bound(LA, 6200);
+    const recv = kernel(`${PEER} recv ${KA} 7200 3 ${LA} 6200`);
+    const ready = await s.recv({ timeout: 60_000 });
+    expect(ready.data.toString()).toBe('ready');
+    for (let i = 0; i < 3; i++) s.sendmsg(Buffer.alloc(0), { address: KA, port: 7200 });
+    const r = await recv;
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines.map((l) => l.len)).toEqual([0, 0, 0]);
+    // The kernel sends pattern messages whose first is 0 bytes (rdspeer's sizes()).
+    const from = kernel(`${PEER} send ${KA} 7201 ${LA} 6200 2 100`);
+    const a = await s.recv({ timeout: 60_000 });
+    const b = await s.recv({ timeout: 60_000 });
+    expect((await from).code).toBe(0);
+    expect([a.data.length, b.data.length]).toEqual([0, 100]);
+    expect(b.data.equals(pattern(1, 100, 0))).toBe(true);
+    const before = stack.counters.get('send_pong');
+    const p = await kernel(`${PEER} ping ${KA} ${LA}`, 60);
+    expect(p.code, p.out).toBe(0);
+    expect(p.lines[0]).toMatchObject({ from: LA, port: 0, len: 0 });
+    expect(stack.counters.get('send_pong')).toBeGreaterThan(before);
+  });
+});
+
+describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion', () => {
+  const KA = K1;
+  const LA = L1;
+
+  it('credits (net.rds.ib.flow_control=1, rds-socket connecting): the kernel spends ours, exhausts and gets them refilled', async () => {
+    // Mainline posts its receive buffers only once connected, so its private data always offers
+    // 0 credits: flow control can only come on in the kernel, as the passive side, from our credits
+    // (rds_ib_set_flow_control), and we leave it off for our sends, as a kernel in our place would.
+    // On a pair of addresses never connected before (10.88.0.5 / .6), so the connection is new and
+    // made after the sysctl. (Reloading rds_rdma instead, which resets its sysctls, panicked 7.2:
+    // an rdma_cm event reached the unloaded module's handler; see README.)
+    const KF = K3;
+    const LF = L3;
+    try {
+      const on = await kernel('sysctl -qw net.rds.ib.flow_control=1 && echo on', 10);
+      expect(on.code, on.out).toBe(0);
+      const s = await bound(LF, 6300);
+      // We connect (a message to a port nobody holds), so the kernel is the passive side.
+      s.sendmsg(Buffer.from('connect'), { address: KF, port: 7399 });
+      await until(() => ibInfo(LF, KF)?.established === true, 'our connection to the kernel', 60_000);
+      const log = await kernel(`dmesg | grep "conn connected <::ffff:${KF},::ffff:${LF}" | tail -1`, 10);
+      expect(log.out).toMatch(/Passive conn connected .*, flow control/);
+      expect(ibInfo(LF, KF)).toMatchObject({ flowControl: false });
+      const N = 1500; // far more than the 256 receive buffers we grant at once
+      const k = kernel(`MESH_IDLE_S=100 ${PEER} mesh ${KF} ${N} 2000 3 r7300@${LF}:6300 s7301@${LF}:6300`, 250);
+      await kernelFile('ready.mesh');
+      const sizes = meshSizes(7301, N, 2000);
+      const got = (async () => {
+        for (let i = 0; i < N; i++) {
+          const m = await s.recv({ timeout: 120_000 });
+          expect(m.data.readUInt32BE(0)).toBe(i);
+          expect(m.data.equals(meshBody(i, sizes[i]!, 3 + 7301))).toBe(true);
+        }
+      })();
+      // send() waits while the kernel's slow python reader has the port congested.
+      for (let i = 0; i < N; i++)
+        await s.send(meshBody(i, 100 + (i % 1900), 3 + 6300), { address: KF, port: 7300 }, { timeout: 120_000 });
+      await got;
+      await kernel('touch /rdsinst/mesh.done', 10);
+      const r = await k;
+      await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
+      expect(r.code, r.out).toBe(0);
+      expect(
+        r.lines.find((l) => l.dir === 'to-kernel'),
+        r.out,
+      ).toMatchObject({ got: N, dups: 0, gaps: 0, bad: 0 });
+      // Still the connection the kernel flow-controls: no reconnect on the way.
+      const again = await kernel(`dmesg | grep "conn connected <::ffff:${KF},::ffff:${LF}" | tail -1`, 10);
+      expect(again.out).toBe(log.out);
+      expect(await kernelLogClean()).toBe('');
+    } finally {
+      await kernel('sysctl -qw net.rds.ib.flow_control=0', 10);
+    }
+  });
+
+  it('the RDMA device torn down in the middle of a stream: retransmitted, nothing lost, no duplicates', async () => {
+    const s = await bound(LA, 6400);
+    const N = 400;
+    const k = kernel(`MESH_IDLE_S=120 ${PEER} mesh ${KA} ${N} 3000 5 r7400@${LA}:6400`, 280);
+    await kernelFile('ready.mesh');
+    const upBefore =
+      stack.connections().find((c) => c.localAddress === LA && c.peerAddress === KA)?.paths[0]?.upCount ?? 0;
+    const send = (i: number) =>
+      s.send(meshBody(i, 1000 + i, 5 + 6400), { address: KA, port: 7400 }, { timeout: 150_000 });
+    for (let i = 0; i < N / 2; i++) await send(i);
+    // Tear the kernel's RDMA device down under the connection and bring it back.
+    const t = await kernel(
+      'rdma link delete rxe1 && sleep 2 && rdma link add rxe1 type rxe netdev eth1 && echo readded',
+      60,
+    );
+    expect(t.code, t.out).toBe(0);
+    const rest = (async () => {
+      for (let i = N / 2; i < N; i++) await send(i);
+    })();
+    await until(
+      () =>
+        (stack.connections().find((c) => c.localAddress === LA && c.peerAddress === KA)?.paths[0]?.upCount ?? 0) >
+        upBefore,
+      'reconnect after the device came back',
+      120_000,
+    );
+    await rest;
+    await s.flush({ timeout: 150_000 });
+    await kernel('touch /rdsinst/mesh.done', 10);
+    const r = await k;
+    await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines[0], r.out).toMatchObject({ got: N, dups: 0, gaps: 0, bad: 0 });
+  });
+
+  it('a kernel receiver that stops reading makes our sender get ENOBUFS, then resume', async () => {
+    const s = await bound(LA, 6500);
+    const hold = kernel(`${PEER} congest ${KA} 7500 4096 8 ${LA} 6500`, 120);
+    expect((await s.recv({ timeout: 60_000 })).data.toString()).toBe('ready');
+    const dst = { address: KA, port: 7500 };
+    let sent = 0;
+    let congested = false;
+    const deadline = Date.now() + 60_000;
+    while (!congested && Date.now() < deadline) {
+      try {
+        s.sendmsg(Buffer.alloc(2000, 1), dst);
+        sent++;
+      } catch (e) {
+        if (!(e instanceof RdsError)) throw e;
+        if (e.code === 'ENOBUFS') congested = true;
+        else if (e.code !== 'EAGAIN') throw e;
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(congested).toBe(true);
+    await s.send(Buffer.alloc(10, 2), dst, { signal: AbortSignal.timeout(60_000) });
+    const r = await hold;
+    expect(r.code, r.out).toBe(0);
+    expect((r.lines[1]?.drained as number) ?? 0).toBeGreaterThanOrEqual(sent);
+  });
+});
