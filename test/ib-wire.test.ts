@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { RDS_HEADER_SIZE } from '../lib/constants.js';
 import { RDS_CTR } from '../lib/core/stats.js';
-import { IbShared, SLOT_SIZE, type IbPath } from '../lib/transports/ib-path.js';
+import { IbPath, IbShared, SLOT_SIZE } from '../lib/transports/ib-path.js';
 import { IbReceiver } from '../lib/transports/ib-recv.js';
 import { IbSender, isHandshakeFrame } from '../lib/transports/ib-send.js';
 import { encodeHeader, headerChecksum, OFF_CSUM } from '../lib/wire/header.js';
@@ -32,34 +32,18 @@ function harness(peerRdsSocket: boolean) {
   const shared = new IbShared(SEND_SLOTS);
   shared.attach(host as never);
   shared.setEndpoint(ep as never);
-  const tp: IbPath = {
-    id: 1,
-    established: true,
-    passive: false,
-    ring: Buffer.alloc((SEND_SLOTS + 1 + RECV_SLOTS) * SLOT_SIZE),
-    freeSend: [3, 2, 1, 0],
-    ackSlotBusy: false,
-    ackDone: null,
-    flowControl: false,
-    ledger: { advertise: () => 0, posted: () => {}, grant: () => {} } as never,
-    current: null,
-    controls: [],
-    lastAck: 0,
-    rxHeader: null,
-    rxPayload: null,
-    rxFilled: 0,
-    blocked: false,
-    coreWaiting: false,
-    version: 0x0301,
-    peerRdsSocket,
-  };
+  const tp = new IbPath(1, false, { advertise: () => 0, posted: () => {}, grant: () => {} } as never);
+  tp.markEstablished();
+  tp.ringReady(Buffer.alloc((SEND_SLOTS + 1 + RECV_SLOTS) * SLOT_SIZE), SEND_SLOTS);
+  tp.flowControlNegotiated(false);
+  tp.versionNegotiated(0x0301);
+  tp.peerMarked(peerRdsSocket);
   const slot = { current: tp, is: (t: IbPath) => t === tp };
   const cp = {
     carrier: () => slot,
     noteRxActivity: () => {},
-    ackThrough: () => {},
+    tx: { ackThrough: () => {}, kick: () => {} },
     drop: (why: string) => drops.push(why),
-    kick: () => {},
   };
   const sender = new IbSender(shared);
   const receiver = new IbReceiver(shared, sender);
