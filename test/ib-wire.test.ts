@@ -92,6 +92,20 @@ describe('IB receive: what 7.x kernels add (RDMA_BYTES extension, h_flags 0x20)'
   });
 });
 
+describe('IB completion figures (RTRS wc_completion: completions per wake-up)', () => {
+  it('counts each wake-up of the completion channel and the completions it brought; reset starts over', () => {
+    const h = harness(true);
+    const header = Buffer.alloc(RDS_HEADER_SIZE);
+    encodeHeader(header, 0, { sequence: 1, len: 10, sport: 5000, dport: 6000 });
+    arrive(h, 0, header, Buffer.alloc(10));
+    // One wake-up bringing three send completions (slots 0..2).
+    h.receiver.onCompletions(h.cp, 1, Int32Array.of(0, 0, 0, 1, 0, 0, 2, 0, 0));
+    expect(h.tp.completionFigures).toEqual({ wakeups: 2, completions: 4 });
+    h.tp.resetCompletionFigures();
+    expect(h.tp.completionFigures).toEqual({ wakeups: 0, completions: 0 });
+  });
+});
+
 describe('IB send: the multipath probe never goes to a kernel', () => {
   const probe = { sport: 1, dport: 0, wire: Buffer.alloc(RDS_HEADER_SIZE), len: 0, xmitHold() {}, xmitDone() {} };
 

@@ -162,14 +162,14 @@ function print(info: Info, want: Set<string>): void {
     // the device GIDs and the QP details the kernel shows.
     out.push(
       '\nRDMA Connections:',
-      `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${l('State', 13)} ${r('NextTX', 16)} ${r('NextRX', 16)}`,
+      `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${l('State', 13)} ${r('NextTX', 16)} ${r('NextRX', 16)} ${r('Wc/Wake', 8)}`,
     );
     for (const c of info.connections) {
       if (c.transport !== 'ib') continue;
       const p = c.paths[0];
       if (p === undefined) continue;
       out.push(
-        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)}`,
+        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(p.transport?.completionsPerWakeup ?? '-', 8)}`,
       );
     }
   }

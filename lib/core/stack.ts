@@ -446,7 +446,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Sets every counter and every path's figures (stats(), connections(), rds-info) back to zero. */
   resetStats(): void {
     this.counters.reset();
-    for (const c of this.conns.values()) for (const p of c.paths) resetPathFigures(p);
+    for (const c of this.conns.values())
+      for (const p of c.paths) {
+        resetPathFigures(p);
+        c.transport.resetPathStats?.(p);
+      }
   }
 
   /** Closes every socket and connection and stops listening. The stack cannot be used afterwards. */

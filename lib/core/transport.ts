@@ -148,4 +148,6 @@ export interface RdsTransport {
 
   /** Per-path details for diagnostics (rds-info -T). */
   pathInfo?(cp: RdsConnPath): Record<string, unknown> | null;
+  /** resetStats(): the transport's own per-path figures (those pathInfo shows) start over. */
+  resetPathStats?(cp: RdsConnPath): void;
 }

@@ -77,6 +77,8 @@ export class IbPath {
   private coreWaiting = false;
   private protocol = 0;
   private peerMark = false;
+  private wakeups = 0;
+  private completions = 0;
 
   constructor(
     readonly id: number,
@@ -93,6 +95,23 @@ export class IbPath {
 
   markEstablished(): void {
     this.isEstablished = true;
+  }
+
+  /** A completion-channel wake-up handed us `n` work completions (RTRS's wc_completion figure). */
+  completionsArrived(n: number): void {
+    this.wakeups++;
+    this.completions += n;
+  }
+
+  /** Wake-ups and the work completions they brought since the carrier came (or the last reset). */
+  get completionFigures(): { wakeups: number; completions: number } {
+    return { wakeups: this.wakeups, completions: this.completions };
+  }
+
+  /** resetStats(): the completion figures start over. */
+  resetCompletionFigures(): void {
+    this.wakeups = 0;
+    this.completions = 0;
   }
 
   /** The peer's private data carried rds-socket's mark (RDS_SOCKET_IB_MARK); else it is a kernel. */

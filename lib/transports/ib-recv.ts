@@ -24,6 +24,7 @@ export class IbReceiver {
     const tp = ibPath(cp);
     if (tp === null || tp.id !== id || tp.ring === null) return;
     cp.noteRxActivity();
+    tp.completionsArrived(batch.length / 3);
     const reposts: number[] = [];
     let sendFreed = false;
     for (let i = 0; i < batch.length; i += 3) {
