@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { RdsSocket, RdsStack, type RdsStackOptions, constants } from '../lib/index.js';
+import { RdsError, RdsSocket, RdsStack, type RdsStackOptions, constants } from '../lib/index.js';
 
 /** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
 export const TEST_TCP_PORT = 26385;
@@ -249,4 +249,30 @@ export function runNode(args: string[], ms: number): Promise<{ code: number; out
       resolve({ code: code ?? 1, out });
     });
   });
+}
+
+/**
+ * Sends 2000-byte messages from `s` to `dst` every 20 ms until sendmsg says ENOBUFS (the
+ * destination's port is congested; EAGAIN, a full send buffer, is waited out) or `ms` pass:
+ * how many went out, and whether congestion came.
+ */
+export async function sendUntilCongested(
+  s: RdsSocket,
+  dst: { address: string; port: number },
+  ms: number,
+): Promise<{ sent: number; congested: boolean }> {
+  let sent = 0;
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    try {
+      s.sendmsg(Buffer.alloc(2000, 1), dst);
+      sent++;
+    } catch (e) {
+      if (!(e instanceof RdsError)) throw e;
+      if (e.code === 'ENOBUFS') return { sent, congested: true };
+      if (e.code !== 'EAGAIN') throw e;
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return { sent, congested: false };
 }

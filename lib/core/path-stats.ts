@@ -1,19 +1,21 @@
 import type { RdsConnPath } from './path.js';
+import type { PathInfo } from './types.js';
 
-/** A path's cumulative figures (what rds-info shows per path). */
-export interface PathFigures {
-  sentMessages: number;
-  sentBytes: number;
-  recvMessages: number;
-  recvBytes: number;
-  upCount: number;
-  connectFailures: number;
-  acksSent: number;
-  heartbeatsSent: number;
-  movedByFailover: number;
-  latencyHistogram: number[];
-  latencySumMs: number;
-}
+/** A path's cumulative figures (what rds-info shows per path; documented on PathInfo). */
+export type PathFigures = Pick<
+  PathInfo,
+  | 'sentMessages'
+  | 'sentBytes'
+  | 'recvMessages'
+  | 'recvBytes'
+  | 'upCount'
+  | 'connectFailures'
+  | 'acksSent'
+  | 'heartbeatsSent'
+  | 'movedByFailover'
+  | 'latencyHistogram'
+  | 'latencySumMs'
+>;
 
 /** What each path's figures were at the last resetStats(): shown figures count from there. */
 const baselines = new WeakMap<RdsConnPath, PathFigures>();

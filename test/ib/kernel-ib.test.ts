@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
-import { until } from '../helpers.js';
+import { sendUntilCongested, until } from '../helpers.js';
 
 // rds-socket against the kernel's RDS/IB (rds_rdma) over Soft-RoCE. Runs in the peer guest of
 // test/ib/run.sh (rds-socket on rxe0: 10.88.0.2 and 10.88.0.3); the kernel's RDS/IB runs in the
@@ -284,20 +284,7 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     const hold = kernel(`${PEER} congest ${KA} 7500 4096 8 ${LA} 6500`, 120);
     expect((await s.recv({ timeout: 60_000 })).data.toString()).toBe('ready');
     const dst = { address: KA, port: 7500 };
-    let sent = 0;
-    let congested = false;
-    const deadline = Date.now() + 60_000;
-    while (!congested && Date.now() < deadline) {
-      try {
-        s.sendmsg(Buffer.alloc(2000, 1), dst);
-        sent++;
-      } catch (e) {
-        if (!(e instanceof RdsError)) throw e;
-        if (e.code === 'ENOBUFS') congested = true;
-        else if (e.code !== 'EAGAIN') throw e;
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    const { sent, congested } = await sendUntilCongested(s, dst, 60_000);
     expect(congested).toBe(true);
     await s.send(Buffer.alloc(10, 2), dst, { signal: AbortSignal.timeout(60_000) });
     const r = await hold;

@@ -22,6 +22,7 @@ import {
   type GuestRun,
   expectEveryPairExact,
 } from './kernel-lib.js';
+import { sendUntilCongested } from '../helpers.js';
 
 // Runs inside the test's network namespace (run.sh): this side is 10.77.0.1 and 10.77.0.3, the
 // guest kernel is 10.77.0.2 with rds_tcp loaded. Guest programs are python AF_RDS sockets; the
@@ -108,20 +109,7 @@ describe('rds-socket as the smaller address (10.77.0.1) with a kernel peer', () 
     const hold = peer(`congest ${KERNEL} 4200 4096 6 ${SMALL} 5003`);
     await ready(s);
     const dst = { address: KERNEL, port: 4200 };
-    let sent = 0;
-    let congested = false;
-    const deadline = Date.now() + 60_000;
-    while (!congested && Date.now() < deadline) {
-      try {
-        s.sendmsg(Buffer.alloc(2000, 1), dst);
-        sent++;
-      } catch (e) {
-        if (!(e instanceof RdsError)) throw e;
-        if (e.code === 'ENOBUFS') congested = true;
-        else if (e.code !== 'EAGAIN') throw e;
-      }
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    const { sent, congested } = await sendUntilCongested(s, dst, 60_000);
     expect(congested).toBe(true);
     // send() waits for the kernel's map to clear once the reader drains.
     await s.send(Buffer.alloc(10, 2), dst, { signal: AbortSignal.timeout(60_000) });
