@@ -22,12 +22,7 @@ const arg = (n, d) => {
   return i >= 0 ? Number(process.argv[i + 1]) : d;
 };
 
-/** Extra node options for every process the bench starts (e.g. "--cpu-prof --cpu-prof-dir=DIR"). */
-const NODE_ARGS = (process.env.RDS_BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
-
 const role = process.argv[2];
-// Exit (not die) on the bench's SIGTERM, so NODE_OPTIONS=--cpu-prof writes each process's profile.
-if (role !== undefined) process.on('SIGTERM', () => process.exit(0));
 if (role === 'sender' || role === 'receiver') await peer(role, JSON.parse(process.argv[3]));
 else await main();
 
@@ -91,7 +86,7 @@ async function peer(r, cfg) {
 }
 
 function run(args) {
-  const p = spawn(process.execPath, [...NODE_ARGS, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
   const lines = [];
   let wake = null;
   let buf = '';
@@ -245,11 +240,8 @@ async function main() {
     ]) {
       if (!only.includes(key)) continue;
       for (let i = 0; i < runs; i++)
-        for (const mode of ['in-process', 'attached']) {
+        for (const mode of ['in-process', 'attached'])
           console.log(`${name} ${mode}: ${JSON.stringify(await once(mode, test, size, ms))}`);
-          // Time for the processes to exit (and write their profiles, with --cpu-prof).
-          await new Promise((r) => setTimeout(r, 1500));
-        }
     }
     if (only.includes('fan')) for (let i = 0; i < runs; i++) console.log(`8->8: ${JSON.stringify(await fanout(ms))}`);
     process.exit(0);
