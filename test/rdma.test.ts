@@ -1,5 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { RdsSocket, RdsStack, constants as C, wire } from '../lib/index.js';
+import { TEST_TCP_PORT } from './helpers.js';
 
 // RDS's RDMA operations: what a TCP socket answers (the kernel's RDS/TCP has no get_mr and no
 // xmit_rdma: EOPNOTSUPP; cookies it never issued: EINVAL), and the RDMA extension records.
@@ -9,11 +13,11 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
   let a: RdsSocket;
   let b: RdsSocket;
   beforeAll(async () => {
-    A = new RdsStack({ tcpPort: 26393 });
+    A = new RdsStack({ tcpPort: TEST_TCP_PORT });
     a = new RdsSocket({ stack: A, transport: 'tcp' });
     b = new RdsSocket({ stack: A, transport: 'tcp' });
-    await a.bind({ address: '127.150.0.1', port: 4000 });
-    await b.bind({ address: '127.150.0.2', port: 4000 });
+    await a.bind({ address: '127.151.0.1', port: 4000 });
+    await b.bind({ address: '127.151.0.2', port: 4000 });
   });
   afterAll(async () => {
     await A.close();
@@ -38,7 +42,7 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
       tcpRefusal,
     );
     expect(() =>
-      a.setsockopt(C.SOL_RDS, C.RDS_GET_MR_FOR_DEST, { buffer: buf, dest: { address: '127.150.0.2', port: 4000 } }),
+      a.setsockopt(C.SOL_RDS, C.RDS_GET_MR_FOR_DEST, { buffer: buf, dest: { address: '127.151.0.2', port: 4000 } }),
     ).toThrow(tcpRefusal);
   });
 
@@ -77,7 +81,7 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
   });
 
   it('sendmsg with rdma is EOPNOTSUPP and nothing is queued; bad arguments are EINVAL/EMSGSIZE first', () => {
-    const dest = { address: '127.150.0.2', port: 4000 };
+    const dest = { address: '127.151.0.2', port: 4000 };
     const rdma = { cookie: 0x100000abcn, local: [Buffer.alloc(32)], write: true, notify: true };
     expect(() => a.sendmsg(Buffer.from('x'), dest, { rdma })).toThrow(
       expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/RDMA_ARGS.*TCP/) }),
@@ -108,6 +112,37 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
     a.sendmsg(Buffer.from('after'), b.address());
     const m = await b.recv({ timeout: 10000 });
     expect(m.data.toString()).toBe('after');
+  });
+});
+
+describe('RDMA calls on a socket attached to a host node', () => {
+  it('are refused in the process (the node cannot register its memory) and never reach the node', async () => {
+    const node = new RdsStack({ tcpPort: TEST_TCP_PORT });
+    const path = join(mkdtempSync(join(tmpdir(), 'rds-rdma-test-')), 'node.sock');
+    await node.serve({ path });
+    const attached = await RdsStack.attach(path);
+    try {
+      const s = new RdsSocket({ stack: attached, transport: 'tcp' });
+      expect(() => s.getMr(Buffer.alloc(64))).toThrow(expect.objectContaining({ code: 'ENOTCONN' }));
+      await s.bind({ address: '127.151.1.1', port: 4000 });
+      const peer = new RdsSocket({ stack: node });
+      await peer.bind({ address: '127.151.1.2', port: 4000 });
+      const tcpRefusal = expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/TCP/) });
+      expect(() => s.getMr(Buffer.alloc(64), { flags: C.RDS_RDMA_READWRITE })).toThrow(tcpRefusal);
+      expect(() => s.setsockopt(C.SOL_RDS, C.RDS_GET_MR, { buffer: Buffer.alloc(64) })).toThrow(tcpRefusal);
+      expect(() => s.freeMr(9n)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+      expect(() =>
+        s.sendmsg(Buffer.from('x'), peer.address(), { rdma: { cookie: 1n, local: [Buffer.alloc(8)], write: false } }),
+      ).toThrow(tcpRefusal);
+      expect(() => s.sendmsg(Buffer.from('x'), peer.address(), { rdmaDest: 3n })).toThrow(
+        expect.objectContaining({ code: 'EINVAL' }),
+      );
+      s.sendmsg(Buffer.from('plain'), peer.address());
+      expect((await peer.recv({ timeout: 10000 })).data.toString()).toBe('plain');
+    } finally {
+      await attached.close();
+      await node.close();
+    }
   });
 });
 
