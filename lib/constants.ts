@@ -58,6 +58,31 @@ export const RDS_CMSG_ATOMIC_FADD = 6;
 export const RDS_CMSG_ATOMIC_CSWP = 7;
 export const RDS_CMSG_MASKED_ATOMIC_FADD = 8;
 export const RDS_CMSG_MASKED_ATOMIC_CSWP = 9;
+
+// RDMA operation flags (struct rds_rdma_args.flags, struct rds_get_mr_args.flags)
+/** rds_rdma_args: the operation is an RDMA WRITE to the peer (else a READ from it). */
+export const RDS_RDMA_READWRITE = 0x0001;
+/** rds_rdma_args: fence the SEND behind the RDMA op (IB_SEND_FENCE). */
+export const RDS_RDMA_FENCE = 0x0002;
+/** rds_get_mr_args / RDS_FREE_MR: invalidate the mapping when it is released. */
+export const RDS_RDMA_INVALIDATE = 0x0004;
+/** rds_get_mr_args: free the MR once the peer's RDMA op on it completes (exthdr RDMA). */
+export const RDS_RDMA_USE_ONCE = 0x0008;
+export const RDS_RDMA_DONTWAIT = 0x0010;
+/** rds_rdma_args: report the op's completion with RDS_CMSG_RDMA_STATUS. */
+export const RDS_RDMA_NOTIFY_ME = 0x0020;
+/** rds_rdma_args: no RDS message reaches the peer's socket, only the RDMA op. */
+export const RDS_RDMA_SILENT = 0x0040;
+
+// RDMA completion status (struct rds_rdma_notify.status)
+export const RDS_RDMA_SUCCESS = 0;
+export const RDS_RDMA_REMOTE_ERROR = 1;
+export const RDS_RDMA_CANCELED = 2;
+export const RDS_RDMA_DROPPED = 3;
+export const RDS_RDMA_OTHER_ERROR = 4;
+/** RDS_RDMA_BYTES extension flags (u8). */
+export const RDS_FLAG_RDMA_WR_BYTES = 0x01;
+export const RDS_FLAG_RDMA_RD_BYTES = 0x02;
 export const RDS_CMSG_RXPATH_LATENCY = 11;
 export const RDS_CMSG_ZCOPY_COOKIE = 12;
 export const RDS_CMSG_ZCOPY_COMPLETION = 13;
@@ -101,6 +126,11 @@ export const RDS_FLAG_CONG_BITMAP = 0x01;
 export const RDS_FLAG_ACK_REQUIRED = 0x02;
 export const RDS_FLAG_RETRANSMITTED = 0x04;
 export const RDS_FLAG_PROBE_PORT = 1;
+/**
+ * Header flag 0x20 (UEK, and mainline 7.0+ on IB): the extension area holds an RDMA_BYTES record.
+ * Receivers find the record by walking the area anyway; the flag is informational.
+ */
+export const RDS_FLAG_EXTHDR_EXTENSION = 0x20;
 export const RDS_MPATH_WORKERS = 8;
 export const RDS_MAX_ADV_CREDIT = 255;
 

@@ -3,6 +3,10 @@
 import {
   RDS_CANCEL_SENT_TO,
   RDS_CONG_MONITOR,
+  RDS_FREE_MR,
+  RDS_GET_MR,
+  RDS_GET_MR_FOR_DEST,
+  RDS_RDMA_INVALIDATE,
   RDS_RECVERR,
   type RDS_TRANS_IB,
   type RDS_TRANS_TCP,
@@ -21,6 +25,8 @@ import {
 } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { SocketRecv } from './socket-recv.js';
+import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetMrOptions } from './rdma.js';
+import { parseEndpoint } from './address.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
 export abstract class SocketOptions extends SocketRecv {
@@ -46,6 +52,17 @@ export abstract class SocketOptions extends SocketRecv {
     optname: typeof SO_RDS_TRANSPORT,
     value: typeof RDS_TRANS_TCP | typeof RDS_TRANS_IB,
   ): void;
+  /**
+   * RDS_GET_MR ({ buffer, flags }), RDS_GET_MR_FOR_DEST ({ buffer, flags, dest }): getMr(); the
+   * cookie is written to value.cookie, as the kernel writes it to cookie_addr.
+   */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_GET_MR | typeof RDS_GET_MR_FOR_DEST,
+    value: { buffer: Uint8Array; cookie?: bigint } & GetMrOptions,
+  ): void;
+  /** RDS_FREE_MR ({ cookie, flags }): freeMr(); flags 0 or RDS_RDMA_INVALIDATE. */
+  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_FREE_MR, value: { cookie: bigint; flags?: number }): void;
   /** An option given by a computed number; checked at run time (ENOPROTOOPT, EINVAL). */
   setsockopt(level: number, optname: number, value: number | boolean): void;
   setsockopt(level: number, optname: number, value: unknown): void {
@@ -93,6 +110,25 @@ export abstract class SocketOptions extends SocketRecv {
       case RDS_CANCEL_SENT_TO:
         this.cancelSentTo(value);
         return;
+      case RDS_GET_MR:
+      case RDS_GET_MR_FOR_DEST: {
+        const v = objectValue(value, optname === RDS_GET_MR ? 'RDS_GET_MR' : 'RDS_GET_MR_FOR_DEST');
+        if (optname === RDS_GET_MR_FOR_DEST && v.dest === undefined)
+          throw new RdsError('EINVAL', 'RDS_GET_MR_FOR_DEST needs dest: { address, port }');
+        v.cookie = this.getMr(v.buffer as Uint8Array, {
+          flags: v.flags as number | undefined,
+          dest: v.dest as GetMrOptions['dest'],
+        });
+        return;
+      }
+      case RDS_FREE_MR: {
+        const v = objectValue(value, 'RDS_FREE_MR');
+        const flags = v.flags ?? 0;
+        if (flags !== 0 && flags !== RDS_RDMA_INVALIDATE)
+          throw new RdsError('EINVAL', `RDS_FREE_MR flags take 0 or RDS_RDMA_INVALIDATE, got ${String(flags)}`);
+        this.freeMr(v.cookie as bigint, { invalidate: flags === RDS_RDMA_INVALIDATE });
+        return;
+      }
       case RDS_RECVERR:
         this.recvErr = boolValue(value, 'RDS_RECVERR');
         return;
@@ -116,6 +152,59 @@ export abstract class SocketOptions extends SocketRecv {
       default:
         throw new RdsError('ENOPROTOOPT', `unknown SOL_RDS option ${optname}`);
     }
+  }
+
+  /**
+   * RDS_GET_MR / RDS_GET_MR_FOR_DEST: registers `buffer` (the caller keeps it) for the peer's RDMA
+   * ops and returns its cookie: (offset << 32) + rkey, the region registered zero-based as the
+   * kernel registers it. Flags: RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE, RDS_RDMA_READWRITE.
+   * Throws ENOTCONN on an unbound socket (the transport registers the memory) and EOPNOTSUPP on a
+   * transport without RDMA: TCP, as the kernel's RDS/TCP does; no rds-socket transport has it yet.
+   */
+  getMr(buffer: Uint8Array, opts?: GetMrOptions): bigint {
+    this.checkOpen('getMr()');
+    checkGetMr(buffer, opts);
+    if (opts?.dest !== undefined) {
+      if (opts.dest === null || typeof opts.dest !== 'object')
+        throw new RdsError('EINVAL', 'getMr() dest must be { address, port }');
+      parseEndpoint(opts.dest, 'getMr() dest');
+    }
+    if (!this.isBound())
+      throw new RdsError(
+        'ENOTCONN',
+        'getMr() needs a bound socket: bind() chooses the transport that registers the memory',
+      );
+    throw this.rdmaRefusal('getMr() (RDS_GET_MR)');
+  }
+
+  /** Whether bind() has completed (an attached socket keeps its own record). @internal */
+  protected isBound(): boolean {
+    return this.bound !== null;
+  }
+
+  /** The EOPNOTSUPP this socket's transport gives RDMA calls. @internal */
+  protected rdmaRefusal(what: string): RdsError {
+    return rdmaUnsupported(this.transport, what);
+  }
+
+  /**
+   * RDS_FREE_MR: releases the region `cookie` names; cookie 0n with { invalidate: true } flushes
+   * every region of the socket. A cookie this socket did not register is EINVAL, as in the kernel;
+   * on a transport without RDMA (TCP) every cookie, 0n included, is EINVAL.
+   */
+  freeMr(cookie: bigint, opts?: FreeMrOptions): void {
+    this.checkOpen('freeMr()');
+    checkCookie(cookie, 'freeMr() cookie');
+    if (opts !== undefined && (opts === null || typeof opts !== 'object'))
+      throw new RdsError('EINVAL', 'freeMr() options must be an object');
+    if (opts?.invalidate !== undefined && typeof opts.invalidate !== 'boolean')
+      throw new RdsError('EINVAL', 'freeMr() invalidate must be a boolean');
+    if (cookie === 0n)
+      throw new RdsError(
+        'EINVAL',
+        `freeMr(0n) flushes the regions of an RDMA transport; this socket's ${this.transport?.name ?? 'unbound'} transport has none`,
+      );
+    throw new RdsError('EINVAL', `freeMr(): cookie 0x${cookie.toString(16)} names no memory region of this socket`);
   }
 
   /** SO_SNDBUF, SO_RCVBUF: twice the value set, as Linux reports; SO_TIMESTAMP, SO_ZEROCOPY: 0 or 1. */
@@ -175,4 +264,9 @@ export function intValue(v: unknown, name: string): number {
 
 function boolValue(v: unknown, name: string): boolean {
   return intValue(v, name) !== 0;
+}
+
+function objectValue(value: unknown, name: string): Record<string, unknown> {
+  if (value === null || typeof value !== 'object') throw new RdsError('EINVAL', `${name} takes an object`);
+  return value as Record<string, unknown>;
 }

@@ -6,6 +6,7 @@ import { RDS_MAX_MSG_SIZE, RDS_TRANS_TCP, MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZER
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort } from './address.js';
 import { defer } from './defer.js';
+import { refuseRdmaControl, rdmaUnsupported } from './rdma.js';
 import { RdsSendList, type RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
 import { RDS_CTR } from './stats.js';
@@ -78,6 +79,8 @@ export abstract class SocketSend extends SocketBase {
       if (this.binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
+    if (opts !== undefined && opts !== null && (opts.rdma !== undefined || opts.rdmaDest !== undefined))
+      refuseRdmaControl(opts, () => rdmaUnsupported(this.transport, 'sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
     if (address === null) {
       if (this.peer === null)
         throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');

@@ -1,5 +1,6 @@
 import type { PeerEvent } from './peer-state.js';
 import type { RdsStack } from './stack.js';
+import type { RdmaArgs } from './rdma.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -40,6 +41,16 @@ export interface SendmsgOptions {
   flags?: number;
   /** RDS_CMSG_ZCOPY_COOKIE: a u32 naming this message in completions; required with MSG_ZEROCOPY. */
   zcopyCookie?: number;
+  /**
+   * RDS_CMSG_RDMA_ARGS: an RDMA READ or WRITE on the peer's memory (its cookie), posted before the
+   * message. Needs an RDMA transport: TCP sockets refuse it with EOPNOTSUPP, as the kernel's do.
+   */
+  rdma?: RdmaArgs;
+  /**
+   * RDS_CMSG_RDMA_DEST: expose one of this socket's memory regions (a getMr() cookie) to the peer
+   * with this message. A cookie that names no region of this socket is EINVAL; not with `rdma`.
+   */
+  rdmaDest?: bigint;
 }
 
 export interface SendOptions extends WaitOptions, SendmsgOptions {

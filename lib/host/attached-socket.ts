@@ -6,6 +6,10 @@ import {
   POLLWRBAND,
   POLLWRNORM,
   RDS_CANCEL_SENT_TO,
+  RDS_FREE_MR,
+  RDS_GET_MR,
+  RDS_GET_MR_FOR_DEST,
+  RDS_TRANS_TCP,
   RDS_MAX_MSG_SIZE,
   RDS_TRANS_NONE,
   SO_RDS_TRANSPORT,
@@ -17,6 +21,7 @@ import {
 import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { parseEndpoint, type RdsAddress } from '../core/address.js';
 import { defer } from '../core/defer.js';
+import { refuseRdmaControl, rdmaUnsupported } from '../core/rdma.js';
 import { Fifo } from '../core/fifo.js';
 import {
   RdsSocket,
@@ -155,6 +160,8 @@ export class AttachedSocket extends RdsSocket {
       if (this.#binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
+    if (opts !== undefined && opts !== null && (opts.rdma !== undefined || opts.rdmaDest !== undefined))
+      refuseRdmaControl(opts, () => this.rdmaRefusal('sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
     if (address === '') {
       let peer: RdsAddress;
       try {
@@ -330,8 +337,24 @@ export class AttachedSocket extends RdsSocket {
     return mask;
   }
 
+  protected override isBound(): boolean {
+    return this.#bound !== null;
+  }
+
+  /** EOPNOTSUPP: the node runs in another process and cannot register this one's memory. */
+  protected override rdmaRefusal(what: string): RdsError {
+    if (this.#transport === RDS_TRANS_TCP) return rdmaUnsupported({ name: 'tcp', transType: RDS_TRANS_TCP }, what);
+    return new RdsError(
+      'EOPNOTSUPP',
+      `${what}: this socket is attached to an rds-socket node in another process, which cannot register this process's memory`,
+    );
+  }
+
   override setsockopt(level: number, optname: number, value: unknown): void {
     this.#check('setsockopt()');
+    // RDMA: answered here (the node cannot register this process's memory), never forwarded.
+    if (level === SOL_RDS && (optname === RDS_GET_MR || optname === RDS_GET_MR_FOR_DEST || optname === RDS_FREE_MR))
+      return super.setsockopt(level, optname, value as number);
     if (level === SOL_RDS && optname === RDS_CANCEL_SENT_TO) {
       if (this.#bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
       const ep = parseEndpoint(value, 'RDS_CANCEL_SENT_TO value');

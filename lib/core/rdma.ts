@@ -1,0 +1,154 @@
+// RDS's RDMA operations (rds-rdma(7), the kernel's net/rds/rdma.c): argument checks made as the
+// kernel makes them, and the answer a transport without RDMA gives. Kept out of the socket
+// classes so they only route calls here.
+import {
+  RDS_MAX_MSG_SIZE,
+  RDS_RDMA_INVALIDATE,
+  RDS_RDMA_READWRITE,
+  RDS_RDMA_USE_ONCE,
+  RDS_TRANS_TCP,
+} from '../constants.js';
+import { RdsError } from '../errors.js';
+import type { SendmsgOptions } from './socket-types.js';
+
+/** RDS_GET_MR / RDS_GET_MR_FOR_DEST arguments besides the memory. */
+export interface GetMrOptions {
+  /** RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE, RDS_RDMA_READWRITE (or'ed); default 0. */
+  flags?: number;
+  /** RDS_GET_MR_FOR_DEST: the peer the region is for. */
+  dest?: { address: string; port: number };
+}
+
+/** RDS_FREE_MR arguments besides the cookie. */
+export interface FreeMrOptions {
+  /** RDS_RDMA_INVALIDATE: invalidate the mapping now (with cookie 0n: every MR of the socket). */
+  invalidate?: boolean;
+}
+
+/** RDS_CMSG_RDMA_ARGS as sendmsg() takes it. */
+export interface RdmaArgs {
+  /** The peer's MR cookie (from RDS_CMSG_RDMA_DEST on a message it sent, or out of band). */
+  cookie: bigint;
+  /** Where in the peer's exposed memory the op starts (added to the cookie's offset); default 0. */
+  remoteOffset?: number;
+  /** Local memory the op reads into (READ) or writes from (WRITE); the caller keeps it until the status. */
+  local: readonly Uint8Array[];
+  /** true: RDMA WRITE to the peer (RDS_RDMA_READWRITE); false: RDMA READ from it. */
+  write: boolean;
+  /** RDS_RDMA_NOTIFY_ME: report the op's completion through recvmsg's `rdmaStatus`. */
+  notify?: boolean;
+  /** RDS_RDMA_SILENT: the peer's socket receives no message, only the RDMA op happens. */
+  silent?: boolean;
+  /** RDS_RDMA_FENCE: the SEND waits for the RDMA op. */
+  fence?: boolean;
+  /** user_token: names the op in its status; default 0n. */
+  token?: bigint;
+}
+
+const MR_FLAGS = RDS_RDMA_USE_ONCE | RDS_RDMA_INVALIDATE | RDS_RDMA_READWRITE;
+const U64_MAX = (1n << 64n) - 1n;
+/** UIO_MAXIOV: the most local iovecs one RDMA op takes (more is EMSGSIZE, as in rds_rdma_pages). */
+export const RDS_RDMA_MAX_IOV = 1024;
+
+function isBytes(v: unknown): v is Uint8Array {
+  return v instanceof Uint8Array;
+}
+
+export function checkCookie(cookie: unknown, what: string): bigint {
+  if (typeof cookie !== 'bigint' || cookie < 0n || cookie > U64_MAX)
+    throw new RdsError('EINVAL', `${what} must be a u64 bigint (the cookie getMr() returned), got ${String(cookie)}`);
+  return cookie;
+}
+
+/** The memory and flags of RDS_GET_MR, checked as __rds_rdma_map checks them. */
+export function checkGetMr(buffer: unknown, opts: GetMrOptions | undefined): { buffer: Uint8Array; flags: number } {
+  if (!isBytes(buffer)) throw new RdsError('EINVAL', 'getMr() needs a Buffer or Uint8Array to register');
+  if (buffer.byteLength === 0) throw new RdsError('EINVAL', 'getMr() cannot register an empty buffer');
+  if (buffer.byteLength > RDS_MAX_MSG_SIZE)
+    throw new RdsError(
+      'EMSGSIZE',
+      `a memory region holds at most RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE}) bytes, got ${buffer.byteLength}`,
+    );
+  if (opts !== undefined && (opts === null || typeof opts !== 'object'))
+    throw new RdsError('EINVAL', 'getMr() options must be an object');
+  const flags = opts?.flags ?? 0;
+  if (typeof flags !== 'number' || !Number.isInteger(flags) || (flags & ~MR_FLAGS) !== 0)
+    throw new RdsError(
+      'EINVAL',
+      `getMr() flags take RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE and RDS_RDMA_READWRITE, got ${String(flags)}`,
+    );
+  return { buffer, flags };
+}
+
+/** RDS_CMSG_RDMA_ARGS checked as rds_cmsg_rdma_args checks it (before any transport is asked). */
+export function checkRdmaArgs(a: unknown): RdmaArgs & { bytes: number } {
+  if (a === null || typeof a !== 'object')
+    throw new RdsError('EINVAL', 'rdma must be an object { cookie, local, write }');
+  const r = a as RdmaArgs;
+  checkCookie(r.cookie, 'rdma.cookie');
+  if (typeof r.write !== 'boolean')
+    throw new RdsError('EINVAL', 'rdma.write must be true (RDMA WRITE to the peer) or false (RDMA READ from it)');
+  if (!Array.isArray(r.local) || r.local.length === 0)
+    throw new RdsError('EINVAL', 'rdma.local must be a non-empty array of Buffers (the local side of the op)');
+  if (r.local.length > RDS_RDMA_MAX_IOV)
+    throw new RdsError('EMSGSIZE', `rdma.local has ${r.local.length} buffers; at most ${RDS_RDMA_MAX_IOV}`);
+  let bytes = 0;
+  for (const b of r.local) {
+    if (!isBytes(b)) throw new RdsError('EINVAL', 'every rdma.local entry must be a Buffer or Uint8Array');
+    bytes += b.byteLength;
+  }
+  if (bytes === 0) throw new RdsError('EINVAL', 'rdma.local holds no bytes');
+  if (bytes > RDS_MAX_MSG_SIZE)
+    throw new RdsError(
+      'EMSGSIZE',
+      `an RDMA op moves at most RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE}) bytes, got ${bytes}`,
+    );
+  const off = r.remoteOffset ?? 0;
+  if (typeof off !== 'number' || !Number.isInteger(off) || off < 0 || off > 0xffffffff)
+    throw new RdsError('EINVAL', `rdma.remoteOffset must be an integer 0..2^32-1, got ${String(off)}`);
+  for (const k of ['notify', 'silent', 'fence'] as const) {
+    if (r[k] !== undefined && typeof r[k] !== 'boolean') throw new RdsError('EINVAL', `rdma.${k} must be a boolean`);
+  }
+  if (r.token !== undefined) checkCookie(r.token, 'rdma.token');
+  return { ...r, remoteOffset: off, bytes };
+}
+
+/**
+ * The refusal of a transport that cannot do RDMA: EOPNOTSUPP, as the kernel's RDS/TCP (no get_mr,
+ * no xmit_rdma) answers. No rds-socket transport registers memory yet.
+ */
+export function rdmaUnsupported(transport: { name: string; transType: number } | null, what: string): RdsError {
+  if (transport !== null && transport.transType === RDS_TRANS_TCP) {
+    return new RdsError(
+      'EOPNOTSUPP',
+      `${what} needs an RDMA transport (InfiniBand/RoCE); this socket uses TCP, which cannot register memory or post RDMA ops (the kernel's RDS/TCP refuses it the same way)`,
+    );
+  }
+  return new RdsError(
+    'EOPNOTSUPP',
+    `${what}: the ${transport?.name ?? 'selected'} transport of rds-socket does not implement RDS's RDMA operations`,
+  );
+}
+
+/**
+ * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST, checked in rds_sendmsg's order: mixing them is EINVAL,
+ * then the op's arguments, then the transport (`refusal`: EOPNOTSUPP without RDMA) or the cookie
+ * (EINVAL: the socket has registered no memory). Always throws: no rds-socket transport carries
+ * RDMA ops yet.
+ */
+export function refuseRdmaControl(opts: SendmsgOptions, refusal: () => RdsError): never {
+  if (opts.rdma !== undefined && opts.rdmaDest !== undefined)
+    throw new RdsError(
+      'EINVAL',
+      'rdma and rdmaDest cannot go in one message (RDS_CMSG_RDMA_ARGS with RDS_CMSG_RDMA_DEST)',
+    );
+  if (opts.rdma !== undefined) {
+    checkRdmaArgs(opts.rdma);
+    throw refusal();
+  }
+  const cookie = checkCookie(opts.rdmaDest, 'rdmaDest');
+  throw new RdsError(
+    'EINVAL',
+    `rdmaDest 0x${cookie.toString(16)} names no memory region of this socket (register one with getMr() first)`,
+  );
+}
