@@ -415,7 +415,7 @@ async function scale(RdsSocket, RdsStack, constants) {
       done++;
     }),
   );
-  // Let the lanes the handshake opens come up before the victim measures.
+  // Let the echo's lane (lanes open on demand) and the last acks settle before the victim measures.
   await new Promise((r) => setTimeout(r, o.settleMs ?? 1000));
   out({ ready: true, peers: done });
 }
