@@ -154,7 +154,7 @@ export const RDSSOCK_CAP_NO_HELLO = 0x100;
  * is the lane index mod 8 (its pokes for path 0 use ports that are 0 mod 8). An initiator opens
  * every lane as soon as the path count is known only for peers without this bit.
  */
-export const RDSSOCK_CAP_LAZY_LANES = 0x200;
+export const RDSSOCK_CAP_LAZY_LANES = 0x400;
 /**
  * On ack-only frames to RDSSOCK_CAP_CONFIRM peers: be64 read cursor (every message up to it has
  * been read, except those reported refused), be32 how many refused or discarded messages lie at
