@@ -80,7 +80,10 @@ export class TcpConnector {
         cp.connectFailed();
         return;
       }
-      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr, this.pokePort(cp.index));
+      // A kernel, or a peer not yet known, gets its pokes from an ephemeral port, as before lanes
+      // opened on demand (the kernel reads nothing into the port).
+      const port = conn.handshake.peer === 'rds-socket' ? this.pokePort(cp.index) : undefined;
+      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr, port);
       this.ctx.track(poke);
       tp.pokeSent(poke);
       let delivered = false;
