@@ -15,7 +15,7 @@ Handshake.prototype.localCaps = function (this: Handshake): number {
 };
 
 // Lanes > 0 open on demand (RDSSOCK_CAP_LAZY_LANES): an idle peer costs one carrier, a lane
-// connects when a socket that uses it first has something to send. Addresses 127.160.x.y.
+// connects when a socket that uses it first has something to send. Addresses 127.155.x.y.
 
 let cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -28,7 +28,7 @@ type Opts = { failoverGraceMs?: number; oldPeer?: boolean };
 
 /** A on .1 (the smaller address: it initiates), B on .2; optionally A dials through a proxy. */
 async function pair(optsA: Opts = {}, optsB: Opts = {}, viaProxy = false) {
-  const base = `127.160.${++sub}`;
+  const base = `127.155.${++sub}`;
   let proxy: FaultProxy | null = null;
   if (viaProxy) {
     proxy = await FaultProxy.start({
@@ -72,7 +72,7 @@ const upLanes = (s: RdsStack): number[] =>
 
 /** The lane a socket bound to `port` on `from` uses towards `to` (once the path count is settled). */
 function laneFor(st: RdsStack, from: string, to: string, port: number): number {
-  return st.connFor(from, to, st.transport('tcp')!).pathFor(port).index;
+  return st.connFor(from, to, st.transports.get('tcp')!).pathFor(port).index;
 }
 
 /** Ports (from 5000 up) whose sockets use `lane`, and one that uses lane 0 (for the handshake). */
@@ -97,7 +97,7 @@ describe('lanes open on demand', () => {
     await handshake(A, a, b, B);
     // Lanes that open with the path count start connecting as path 0 sees the peer's pong.
     const p0 = (st: RdsStack, from: string, to: string) =>
-      st.connFor(`${base}.${from}`, `${base}.${to}`, st.transport('tcp')!).paths[0]!;
+      st.connFor(`${base}.${from}`, `${base}.${to}`, st.transports.get('tcp')!).paths[0]!;
     await until(() => p0(A, '1', '2').peerPongSeen && p0(B, '2', '1').peerPongSeen, 'pongs on path 0');
     await a.flush({ timeout: 5000 });
     for (const st of [A, B])
@@ -202,7 +202,7 @@ describe('read memory of an idle carrier', () => {
     await a.flush({ timeout: 5000 });
     await b.flush({ timeout: 5000 });
     const reader = (st: RdsStack, from: string, to: string) => {
-      return tcpPath(st.connFor(`${base}.${from}`, `${base}.${to}`, st.transport('tcp')!).paths[0]!).reader!;
+      return tcpPath(st.connFor(`${base}.${from}`, `${base}.${to}`, st.transports.get('tcp')!).paths[0]!).reader!;
     };
     // The acks and read reports that end the exchange arrive last; then both readers are quiet.
     await until(
