@@ -62,7 +62,12 @@ export class FrameReader {
   private slabFill = 0;
   /** Bytes the last readBuffer() offered, and whether the read that followed took fewer (see QUIET_SLAB). */
   private offered = 0;
-  private quiet = false;
+  /**
+   * A new connection starts quiet: its first reads (handshake, a few messages) go into a 2 KiB slab,
+   * and it moves to full slabs only once reads fill what they are offered. A 64 KiB first slab
+   * released a moment later still cost the process its RSS (the allocator keeps the pages), per path.
+   */
+  private quiet = true;
   /** Reads in a row that took all they were offered (a stream, or a frame straddling a small slab). */
   private streak = 0;
   /** Bytes the last read took. */

@@ -96,17 +96,21 @@ describe('frame in progress (receive limits)', () => {
   it('while growth is held, a frame in progress gets no memory of its own, and completes once released', () => {
     const got: Buffer[] = [];
     const r = new FrameReader((_h, p) => got.push(Buffer.from(p)));
-    // The first read fills the first (64 KiB) slab with the header and part of the payload.
-    feed(r, big.subarray(0, 64 * 1024));
+    // The first read fills the first slab (a small one: a new connection starts quiet) with the
+    // header and part of the payload.
+    const first = r.readBuffer();
+    const n0 = first.length;
+    big.copy(first, 0, 0, n0);
+    r.filled(n0);
     r.holdGrowth = true;
     const next = r.readBuffer();
     // Room for one more read, not for the 300 KiB frame.
     expect(next.buffer.byteLength).toBeLessThan(100 * 1024);
     const n = Math.min(next.length, 4096);
-    big.copy(next, 0, 64 * 1024, 64 * 1024 + n);
+    big.copy(next, 0, n0, n0 + n);
     r.filled(n);
     r.holdGrowth = false;
-    feed(r, big.subarray(64 * 1024 + n), 64 * 1024);
+    feed(r, big.subarray(n0 + n), 64 * 1024);
     expect(got.length).toBe(1);
     expect(got[0]!.equals(big.subarray(48))).toBe(true);
   });
@@ -121,6 +125,20 @@ describe('read memory of a quiet connection', () => {
     r.filled(n);
     return n;
   }
+
+  it('a new connection reads its first frames (handshake, a message) into a 2 KiB slab, never a 64 KiB one', () => {
+    const got: number[] = [];
+    const r = new FrameReader((h) => got.push(h.readUInt32BE(4)));
+    expect(r.readBuffer().length).toBeLessThanOrEqual(2048);
+    for (let i = 0; i < 3; i++) {
+      const f = frame(1 + i, Buffer.alloc(200, i));
+      let off = 0;
+      while (off < f.length) off += read(r, f.subarray(off));
+      r.readBuffer();
+      expect(r.slabBytes).toBeLessThanOrEqual(2048);
+    }
+    expect(got).toHaveLength(3);
+  });
 
   it('after a read that ends between frames and took less than offered, no big slab is kept', () => {
     const got: number[] = [];
