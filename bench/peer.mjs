@@ -384,7 +384,7 @@ async function scale(RdsSocket, RdsStack, constants) {
   const sample = () => {
     global.gc?.();
     const u = process.memoryUsage();
-    return { rss: u.rss, heapUsed: u.heapUsed };
+    return { rss: u.rss, heapUsed: u.heapUsed, arrayBuffers: u.arrayBuffers };
   };
   if (role === 'scalevictim') {
     const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
@@ -395,6 +395,13 @@ async function scale(RdsSocket, RdsStack, constants) {
       for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg())
         s.sendmsg(msg.data, { address: msg.address, port: msg.port });
     });
+    // Touch the whole young generation (run.mjs fixes its size) with garbage that dies young, so
+    // its pages are in the baseline and the old generation stays as it was.
+    let recent = [];
+    for (let i = 0; i < 2000000; i++) {
+      recent.push({ i, a: [i] });
+      if (recent.length === 1000) recent = [];
+    }
     await new Promise((r) => setTimeout(r, 200));
     out({ ready: true, ...sample() });
     process.stdin.on('data', () => {
