@@ -316,7 +316,7 @@ async function runRds() {
 /**
  * Head-of-line blocking: one node streams 1 MiB messages from one socket while another socket of
  * the same node pings a socket of the receiving node. holsink: port 4000 counts the stream, port
- * 4001 echoes. holsrc: with o.stream port 5000 streams, with o.pings port 5001 pings.
+ * 4001 echoes. holsrc: with o.stream port 5000 streams, with o.pings port o.pingPort pings.
  */
 async function headOfLine(RdsSocket, RdsStack, constants) {
   const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
@@ -359,7 +359,7 @@ async function headOfLine(RdsSocket, RdsStack, constants) {
     pump();
   }
   if (o.pings) {
-    const p = await bind(5001);
+    const p = await bind(o.pingPort);
     const record = rttRecorder();
     const small = Buffer.alloc(64, 1);
     let t0 = 0n;
