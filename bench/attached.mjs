@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench:attached [-- --seconds S --runs N]
+// npm run bench:attached [-- --seconds S --runs N --only 1k,64k,rtt,fan]
 // Attached sockets (issue 21) against in-process ones, in the same run: sender and receiver each
 // in its own process; "attached": each attached to its own host node (rds-socketd) on
 // 127.150.200.1 / .2; "in-process": each process its own embedded node on those addresses.
@@ -65,7 +65,7 @@ async function peer(r, cfg) {
     out({ ready: true });
     for await (const m of s) {
       if (m.data.length === 1 && m.data[0] === 0xff) {
-        out({ mibPerSec: bytes / (1 << 20) / ((performance.now() - t0) / 1000) });
+        out({ mibPerSec: bytes / (1 << 20) / ((performance.now() - t0) / 1000), mib: bytes / (1 << 20) });
         process.exit(0);
       }
       if (t0 === 0) t0 = performance.now();
@@ -74,6 +74,7 @@ async function peer(r, cfg) {
     return;
   }
   const d = Buffer.alloc(cfg.size, 7);
+  out({ started: true });
   const end = performance.now() + cfg.ms;
   while (performance.now() < end) {
     for (let k = 0; k < 64; k++) await s.send(d, to);
@@ -147,8 +148,22 @@ async function once(mode, test, size, ms) {
   await rx.next((l) => l.ready);
   const tx = run([SELF, 'sender', JSON.stringify(cfgA)]);
   procs.push(tx);
+  // CPU from the moment the sender starts sending (process start-up left out).
+  let cpu0 = procs.map(() => 0);
+  if (test !== 'rtt') {
+    await tx.next((l) => l.started);
+    cpu0 = procs.map((p) => cpuOf(p.p.pid));
+  }
   const r =
     test === 'rtt' ? await tx.next((l) => l.p50 !== undefined) : await rx.next((l) => l.mibPerSec !== undefined);
+  // CPU seconds per GiB moved, all processes of the run together (host nodes included): on this
+  // 2-core machine a mode that needs more CPU per byte cannot keep up, whatever it waits for.
+  // Each process's own share (host nodes first when attached), to see which one the time goes to.
+  if (r.mib !== undefined) {
+    const each = procs.map((p, i) => ((cpuOf(p.p.pid) - cpu0[i]) / r.mib) * 1024);
+    r.cpuPerGiBEach = each.map((c) => Number(c.toFixed(2)));
+    r.cpuPerGiB = each.reduce((a, c) => a + c, 0);
+  }
   for (const p of procs) p.kill();
   return r;
 }
@@ -214,6 +229,23 @@ async function main() {
   const runs = arg('--runs', 3);
   const ms = arg('--seconds', 2) * 1000;
   const res = {};
+  // --only picks rows (a quicker look while working on one of them); the targets need them all.
+  const oi = process.argv.indexOf('--only');
+  const only = oi >= 0 ? process.argv[oi + 1].split(',') : null;
+  if (only !== null) {
+    for (const [name, test, size, key] of [
+      ['1 KiB', 'tput', 1024, '1k'],
+      ['64 KiB', 'tput', 65536, '64k'],
+      ['rtt', 'rtt', 64, 'rtt'],
+    ]) {
+      if (!only.includes(key)) continue;
+      for (let i = 0; i < runs; i++)
+        for (const mode of ['in-process', 'attached'])
+          console.log(`${name} ${mode}: ${JSON.stringify(await once(mode, test, size, ms))}`);
+    }
+    if (only.includes('fan')) for (let i = 0; i < runs; i++) console.log(`8->8: ${JSON.stringify(await fanout(ms))}`);
+    process.exit(0);
+  }
   for (const [name, test, size] of [
     ['1 KiB', 'tput', 1024],
     ['64 KiB', 'tput', 65536],
@@ -238,6 +270,11 @@ async function main() {
   console.log(`${'metric'.padEnd(28)}${'in-process'.padEnd(14)}${'attached'.padEnd(14)}attached/in-process`);
   for (const [m, a, b] of rows)
     console.log(`${m.padEnd(28)}${a.toFixed(1).padEnd(14)}${b.toFixed(1).padEnd(14)}${(b / a).toFixed(2)}x`);
+  const cpu = (k) => median(res[k].map((r) => r.cpuPerGiB));
+  for (const n of ['1 KiB', '64 KiB'])
+    console.log(
+      `${`${n} CPU s per GiB`.padEnd(28)}${cpu(`${n} in-process`).toFixed(2).padEnd(14)}${cpu(`${n} attached`).toFixed(2).padEnd(14)}${(cpu(`${n} attached`) / cpu(`${n} in-process`)).toFixed(2)}x  (all processes of a run, host nodes included)`,
+    );
   const targets = [
     [
       '1 KiB throughput attached >= 0.7x in-process',

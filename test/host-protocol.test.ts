@@ -2,10 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { decodeCount, decodeMsg, decodeSend, encodeCount, encodeMsg, encodeSend } from '../lib/host/hot-frames.js';
 import {
   C_CREDIT,
+  C_REQ,
   C_SEND,
   encodeFrame,
   FrameParser,
   FrameWriter,
+  HEADER_BYTES,
   MAX_FRAME_BYTES,
   N_MSG,
   N_SENT,
@@ -51,6 +53,27 @@ describe('host node control framing', () => {
       });
       expect(f.data.equals(Buffer.alloc(i * 37, i & 0xff))).toBe(true);
     });
+  });
+
+  it('copies a frame that spans reads once, and never the frames after it in the same read', () => {
+    const big = Buffer.alloc(100 << 10, 3);
+    const stream = Buffer.concat([
+      ...encodeFrame(C_REQ, 1, 1, null, big),
+      ...encodeFrame(C_REQ, 2, 2, null, Buffer.from('tail')),
+      ...encodeFrame(C_REQ, 3, 3, null, Buffer.from('next')),
+    ]);
+    // Socket-sized reads, each its own memory; the third frame's length field is cut in two.
+    const firstLen = stream.length - (HEADER_BYTES + 2 + 4) + 2;
+    const cuts = [64 << 10, firstLen, stream.length];
+    const chunks = cuts.map((end, i) => Buffer.from(stream.subarray(i === 0 ? 0 : cuts[i - 1], end)));
+    const p = new FrameParser();
+    const got = chunks.flatMap((c) => p.push(c));
+    expect(got.map((f) => f.sock)).toEqual([1, 2, 3]);
+    expect(got[0]!.data.equals(big)).toBe(true);
+    expect(got[1]!.data.toString()).toBe('tail');
+    expect(got[2]!.data.toString()).toBe('next');
+    // The frame after the spanning one is still a view of the read that carried it, not a copy.
+    expect(got[1]!.data.buffer).toBe(chunks[1]!.buffer);
   });
 
   it('rejects lengths out of bounds and metas that are not JSON objects', () => {

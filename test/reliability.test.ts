@@ -290,6 +290,28 @@ describe('path state machine (spec §8)', () => {
     ]);
   });
 
+  it("a 'drop' or 'state' listener that throws is reported as 'error'; the path still reconnects and delivers", async () => {
+    // Seen in CI: a test's 'drop' listener pinged on a socket whose send budget was full, its
+    // EAGAIN escaped into the drop, and the path stayed UP on a dead carrier for good.
+    const { a, b, proxy, A } = await net();
+    a.sendmsg(Buffer.from('1'), b.address());
+    await b.recv({ timeout: 5000 });
+    const errors: Error[] = [];
+    A.on('error', (e) => errors.push(e));
+    A.on('drop', () => {
+      throw new Error('drop listener bug');
+    });
+    A.on('state', (e) => {
+      if (e.to === 'DISCONNECTING') throw new Error('state listener bug');
+    });
+    proxy.resetAll();
+    await until(() => errors.length >= 2, 'both listener errors reported');
+    expect(errors.map((e) => e.message).sort()).toEqual(['drop listener bug', 'state listener bug']);
+    a.sendmsg(Buffer.from('2'), b.address());
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('2');
+    expect(A.connections()[0]!.paths[0]!.state).toBe('UP');
+  });
+
   it('a refused connect goes CONNECTING→DOWN and retries with backoff until the peer appears', async () => {
     const A = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20 });
     const events: string[] = [];

@@ -86,6 +86,19 @@ export async function nextStats(victim, ms = 1000) {
   return victim.stats();
 }
 
+/** What an attack reports: the victim's peak RSS and life, the good peer's figures, then `detail`. */
+export function attackReport(victim, good, detail) {
+  const g = good.figures();
+  return {
+    peakRssMiB: victim.peakRssMiB(),
+    goodP99Ms: good.p99(),
+    goodRoundTrips: g.roundTrips,
+    goodTimeouts: g.timeouts,
+    victimUp: victim.alive(),
+    detail: { ...detail, good: g },
+  };
+}
+
 /**
  * A good peer at `address` (TLS with `tls` buffers, if given) doing one round trip at a time
  * against the victim, each bounded by `timeoutMs` (a timed-out one counts as timeoutMs).

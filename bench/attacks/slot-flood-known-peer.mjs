@@ -2,7 +2,7 @@
 // peer keeps restarting. Before issue 18 "known" meant "path 0 is up now", so after each drop the
 // peer queued behind the strangers and got back only after 8-17 s (headerTimeoutMs).
 import { connect } from 'node:net';
-import { forMs, nextStats, sleep, startGoodPeer, startVictim } from './admission-lib.mjs';
+import { attackReport, forMs, nextStats, sleep, startGoodPeer, startVictim } from './admission-lib.mjs';
 
 export const name = 'slot-flood-known-peer';
 
@@ -51,20 +51,12 @@ export async function run({ seconds = 3 } = {}) {
     });
     flooding = false;
     const stats = await nextStats(victim);
-    return {
-      peakRssMiB: victim.peakRssMiB(),
-      goodP99Ms: good.p99(),
-      goodRoundTrips: good.figures().roundTrips,
-      goodTimeouts: good.figures().timeouts,
-      victimUp: victim.alive(),
-      detail: {
-        restarts: reconnects.length,
-        reconnectMaxMs: +Math.max(...reconnects).toFixed(1),
-        strangersOpened: opened,
-        good: good.figures(),
-        victim: stats?.counters,
-      },
-    };
+    return attackReport(victim, good, {
+      restarts: reconnects.length,
+      reconnectMaxMs: +Math.max(...reconnects).toFixed(1),
+      strangersOpened: opened,
+      victim: stats?.counters,
+    });
   } finally {
     flooding = false;
     for (const s of open) s.destroy();

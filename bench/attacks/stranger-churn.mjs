@@ -3,7 +3,7 @@
 // for good and the victim kept dialling every one about twice a second (3,000 strangers: 6,068
 // connection attempts per second long after they left).
 import { connect } from 'node:net';
-import { forMs, nextStats, sleep, startGoodPeer, startVictim } from './admission-lib.mjs';
+import { attackReport, forMs, nextStats, sleep, startGoodPeer, startVictim } from './admission-lib.mjs';
 
 export const name = 'stranger-churn';
 
@@ -46,22 +46,14 @@ export async function run({ seconds = 3 } = {}) {
     const before = await nextStats(victim);
     await sleep(1000);
     const after = await nextStats(victim);
-    return {
-      peakRssMiB: victim.peakRssMiB(),
-      goodP99Ms: good.p99(),
-      goodRoundTrips: good.figures().roundTrips,
-      goodTimeouts: good.figures().timeouts,
-      victimUp: victim.alive(),
-      detail: {
-        strangers,
-        connsAtEnd: atEnd?.conns,
-        connsAfterIdle: after?.conns,
-        dialsPerSecAfterIdle:
-          after && before ? Math.round(((after.dials - before.dials) * 1000) / (after.t - before.t)) : null,
-        good: good.figures(),
-        victim: after?.counters,
-      },
-    };
+    return attackReport(victim, good, {
+      strangers,
+      connsAtEnd: atEnd?.conns,
+      connsAfterIdle: after?.conns,
+      dialsPerSecAfterIdle:
+        after && before ? Math.round(((after.dials - before.dials) * 1000) / (after.t - before.t)) : null,
+      victim: after?.counters,
+    });
   } finally {
     await good.close().catch(() => {});
     await victim.stop();

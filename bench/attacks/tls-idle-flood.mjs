@@ -2,7 +2,7 @@
 // (each one the node closes is replaced). Before issue 18 TLS applied no limit before the
 // handshake and Node held each pending one for 120 s, until file descriptors ran out.
 import { connect } from 'node:net';
-import { forMs, nextStats, sleep, startGoodPeer, startVictim, tlsMaterial } from './admission-lib.mjs';
+import { attackReport, forMs, nextStats, sleep, startGoodPeer, startVictim, tlsMaterial } from './admission-lib.mjs';
 
 export const name = 'tls-idle-flood';
 
@@ -53,14 +53,7 @@ export async function run({ seconds = 3 } = {}) {
     });
     await good.stop();
     const stats = await nextStats(victim);
-    return {
-      peakRssMiB: victim.peakRssMiB(),
-      goodP99Ms: good.p99(),
-      goodRoundTrips: good.figures().roundTrips,
-      goodTimeouts: good.figures().timeouts,
-      victimUp: victim.alive(),
-      detail: { opened, closedByVictim, stillOpen: open.size, good: good.figures(), victim: stats?.counters },
-    };
+    return attackReport(victim, good, { opened, closedByVictim, stillOpen: open.size, victim: stats?.counters });
   } finally {
     for (const s of open) s.destroy();
     open.clear();

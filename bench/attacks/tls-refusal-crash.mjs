@@ -3,7 +3,7 @@
 // restart, or a stolen certificate on the wrong host). Before issue 18 the first refusal threw
 // ERR_INVALID_HANDLE_TYPE inside the TLS server's handler and the victim process exited.
 import * as tls from 'node:tls';
-import { forMs, nextStats, sleep, startGoodPeer, startVictim, tlsMaterial } from './admission-lib.mjs';
+import { attackReport, forMs, nextStats, sleep, startGoodPeer, startVictim, tlsMaterial } from './admission-lib.mjs';
 
 export const name = 'tls-refusal-crash';
 
@@ -76,20 +76,12 @@ export async function run({ seconds = 3 } = {}) {
     });
     await good.stop();
     const stats = await nextStats(victim);
-    return {
-      peakRssMiB: victim.peakRssMiB(),
-      goodP99Ms: good.p99(),
-      goodRoundTrips: good.figures().roundTrips,
-      goodTimeouts: good.figures().timeouts,
-      victimUp: victim.alive(),
-      detail: {
-        ...outcome,
-        good: good.figures(),
-        victim: stats?.counters,
-        victimExit: victim.exit(),
-        victimStderr: victim.alive() ? undefined : victim.stderr().slice(-600),
-      },
-    };
+    return attackReport(victim, good, {
+      ...outcome,
+      victim: stats?.counters,
+      victimExit: victim.exit(),
+      victimStderr: victim.alive() ? undefined : victim.stderr().slice(-600),
+    });
   } finally {
     await good.close().catch(() => {});
     await victim.stop();

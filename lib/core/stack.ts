@@ -28,7 +28,7 @@ import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
 import type { RdsTransport } from './transport.js';
 import { TransportRegistry, transportHostOf } from './transport-registry.js';
-import type { BoundSocket, ConnectionInfo, RdsStackEvents, Receipt } from './types.js';
+import type { ConnectionInfo, RdsStackEvents, Receipt } from './types.js';
 import type { RdsCounterName } from './stats.js';
 import { StackRails, type RailSpec } from './rail.js';
 import { checkPathPolicy, PathPolicies, type PathPolicy } from './path-policy.js';
@@ -199,6 +199,22 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return super.emit(event, ...args);
   }
 
+  /**
+   * Calls listeners from inside a path's state change ('state', 'drop', 'failover',
+   * 'protocol-error', 'peer-down': they run before the change goes on, so they see it happen).
+   * A listener that throws must not leave the change half done (a path still UP on a dead
+   * carrier would never reconnect): its exception becomes the stack's 'error' event, on the
+   * next microtask (a process warning when nobody listens), and the change completes.
+   */
+  /** @internal */ private fromInside(call: () => void): void {
+    try {
+      call();
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      defer(() => this.emit('error', err));
+    }
+  }
+
   // ---- sockets keep the process alive, an idle stack does not ----
 
   /** @internal */ socketOpened(): void {
@@ -281,7 +297,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** A path moved (the path has told its connection): a 'state' event, and the peer's reachability. @internal */
   pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
-    this.emit('state', { ...pathOf(cp), from, to });
+    this.fromInside(() => this.emit('state', { ...pathOf(cp), from, to }));
     this.peerTable.pathChanged(cp.conn.faddr, from, to);
   }
 
@@ -303,7 +319,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   }
 
   /** @internal */ private peerWentDown(ev: PeerEvent): void {
-    this.emit('peer-down', ev);
+    this.fromInside(() => this.emit('peer-down', ev));
     for (const s of this.binds.all()) s.peerDown?.(ev);
     // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
     if (!this.conns.refersTo(ev.address)) this.peerTable.forget(ev.address);
@@ -321,18 +337,18 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
   pathDropped(cp: RdsConnPath, reason: string): void {
-    this.emit('drop', { ...pathOf(cp), reason });
+    this.fromInside(() => this.emit('drop', { ...pathOf(cp), reason }));
   }
 
   /** A path's messages moved to a live one: a 'failover' event. @internal */
   pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
-    this.emit('failover', { ...pathOf(cp), to: to.index, moved });
+    this.fromInside(() => this.emit('failover', { ...pathOf(cp), to: to.index, moved }));
   }
 
   /** The peer broke the protocol on `cp`: counted, and a 'protocol-error' event. @internal */
   reportProtocolError(cp: RdsConnPath, error: Error): void {
     this.counters.add(RDS_CTR.recv_drop_protocol_error);
-    this.emit('protocol-error', { ...pathOf(cp), error });
+    this.fromInside(() => this.emit('protocol-error', { ...pathOf(cp), error }));
   }
 
   // ---- receive side ----

@@ -111,26 +111,50 @@ export class FrameParser {
   }
 
   private peekLength(): number {
-    if (this.chunks[0]!.length >= 4) return this.chunks[0]!.readUInt32BE(0);
-    return this.gather(4).readUInt32BE(0);
-  }
-
-  /** Joins just enough leading chunks that the first holds `n` bytes (never the whole backlog). */
-  private gather(n: number): Buffer {
-    let len = 0;
+    const c = this.chunks[0]!;
+    if (c.length >= 4) return c.readUInt32BE(0);
+    let v = 0;
     let k = 0;
-    while (len < n) len += this.chunks[k++]!.length;
-    const joined = Buffer.concat(this.chunks.slice(0, k), len);
-    this.chunks.splice(0, k, joined);
-    return joined;
+    let i = 0;
+    for (let got = 0; got < 4; got++) {
+      while (i >= this.chunks[k]!.length) {
+        k++;
+        i = 0;
+      }
+      v = v * 256 + this.chunks[k]![i++]!;
+    }
+    return v;
   }
 
+  /**
+   * The next `n` bytes. A frame inside one chunk is a view of it; a frame spanning chunks is
+   * copied once into a buffer of exactly its size, and the rest of its last chunk stays a view:
+   * joining whole chunks instead would copy that rest again with the next frame (with 64 KiB
+   * socket reads and 64 KiB messages, every byte twice).
+   */
   private take(n: number): Buffer {
-    const first = this.chunks[0]!.length >= n ? this.chunks[0]! : this.gather(n);
-    const b = first.subarray(0, n);
-    if (first.length === n) this.chunks.shift();
-    else this.chunks[0] = first.subarray(n);
     this.buffered -= n;
+    const first = this.chunks[0]!;
+    if (first.length >= n) {
+      if (first.length === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
+      return first.subarray(0, n);
+    }
+    const b = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const c = this.chunks[0]!;
+      const want = n - off;
+      if (c.length <= want) {
+        c.copy(b, off);
+        off += c.length;
+        this.chunks.shift();
+      } else {
+        c.copy(b, off, 0, want);
+        off = n;
+        this.chunks[0] = c.subarray(want);
+      }
+    }
     return b;
   }
 }

@@ -144,6 +144,19 @@ function metric(name: string, help: string, type: CollectedMetric['type'], colle
   };
 }
 
+type PathFigures = ReturnType<RdsStack['connections']>[number]['paths'][number];
+
+/** Every path of every registered stack, with the labels that name it. */
+function* eachPath(stacks: Registered[]): Generator<{ p: PathFigures; labels: Labels }> {
+  for (const s of stacks)
+    for (const c of s.stack.connections())
+      for (const p of c.paths)
+        yield {
+          p,
+          labels: { ...s.labels, local: c.localAddress, peer: c.peerAddress, transport: c.transport, path: p.index },
+        };
+}
+
 function buildMetrics(stacks: Registered[]): CollectedMetric[] {
   const out: CollectedMetric[] = [];
   for (const c of RDS_COUNTER_NAMES) {
@@ -153,29 +166,9 @@ function buildMetrics(stacks: Registered[]): CollectedMetric[] {
       ),
     );
   }
-  type P = ReturnType<RdsStack['connections']>[number]['paths'][number];
-  const perPath = (name: string, help: string, type: 'counter' | 'gauge', value: (p: P) => number) =>
+  const perPath = (name: string, help: string, type: 'counter' | 'gauge', value: (p: PathFigures) => number) =>
     out.push(
-      metric(name, help, type, () => {
-        const values: Sample[] = [];
-        for (const s of stacks) {
-          for (const c of s.stack.connections()) {
-            for (const p of c.paths) {
-              values.push({
-                value: value(p),
-                labels: {
-                  ...s.labels,
-                  local: c.localAddress,
-                  peer: c.peerAddress,
-                  transport: c.transport,
-                  path: p.index,
-                },
-              });
-            }
-          }
-        }
-        return values;
-      }),
+      metric(name, help, type, () => [...eachPath(stacks)].map(({ p, labels }) => ({ value: value(p), labels }))),
     );
   out.push(
     metric(
@@ -184,20 +177,8 @@ function buildMetrics(stacks: Registered[]): CollectedMetric[] {
       'gauge',
       () => {
         const values: Sample[] = [];
-        for (const s of stacks) {
-          for (const c of s.stack.connections()) {
-            for (const p of c.paths) {
-              const base = {
-                ...s.labels,
-                local: c.localAddress,
-                peer: c.peerAddress,
-                transport: c.transport,
-                path: p.index,
-              };
-              for (const st of STATES) values.push({ value: p.state === st ? 1 : 0, labels: { ...base, state: st } });
-            }
-          }
-        }
+        for (const { p, labels } of eachPath(stacks))
+          for (const st of STATES) values.push({ value: p.state === st ? 1 : 0, labels: { ...labels, state: st } });
         return values;
       },
     ),
@@ -233,31 +214,20 @@ function buildMetrics(stacks: Registered[]): CollectedMetric[] {
   out.push(
     metric(h, 'Time from sending a message to its acknowledgement', 'histogram', () => {
       const values: Sample[] = [];
-      for (const s of stacks) {
-        for (const c of s.stack.connections()) {
-          for (const p of c.paths) {
-            const base = {
-              ...s.labels,
-              local: c.localAddress,
-              peer: c.peerAddress,
-              transport: c.transport,
-              path: p.index,
-            };
-            let cum = 0;
-            for (let b = 0; b < ACK_LATENCY_BUCKETS_SECONDS.length; b++) {
-              cum += p.latencyHistogram[b] ?? 0;
-              values.push({
-                metricName: `${h}_bucket`,
-                value: cum,
-                labels: { ...base, le: ACK_LATENCY_BUCKETS_SECONDS[b]! },
-              });
-            }
-            const count = p.latencyHistogram.reduce((a, v) => a + v, 0);
-            values.push({ metricName: `${h}_bucket`, value: count, labels: { ...base, le: '+Inf' } });
-            values.push({ metricName: `${h}_sum`, value: p.latencySumMs / 1000, labels: base });
-            values.push({ metricName: `${h}_count`, value: count, labels: base });
-          }
+      for (const { p, labels: base } of eachPath(stacks)) {
+        let cum = 0;
+        for (let b = 0; b < ACK_LATENCY_BUCKETS_SECONDS.length; b++) {
+          cum += p.latencyHistogram[b] ?? 0;
+          values.push({
+            metricName: `${h}_bucket`,
+            value: cum,
+            labels: { ...base, le: ACK_LATENCY_BUCKETS_SECONDS[b]! },
+          });
         }
+        const count = p.latencyHistogram.reduce((a, v) => a + v, 0);
+        values.push({ metricName: `${h}_bucket`, value: count, labels: { ...base, le: '+Inf' } });
+        values.push({ metricName: `${h}_sum`, value: p.latencySumMs / 1000, labels: base });
+        values.push({ metricName: `${h}_count`, value: count, labels: base });
       }
       return values;
     }),

@@ -121,6 +121,71 @@ export async function until(cond: () => boolean, ms: number): Promise<boolean> {
  * A mesh's verdict: every pair, the guest's (`theirs`) and ours, got all N messages once, in
  * order and intact, and none of ours timed out.
  */
+/** Mesh message i from sender port `sport`: [i u32][pattern], as rdspeer.py mesh_body. */
+export function meshBody(i: number, size: number, seed: number): Buffer {
+  const b = Buffer.alloc(size);
+  b.writeUInt32BE(i, 0);
+  pattern(i, size - 4, seed).copy(b, 4);
+  return b;
+}
+
+/** What one of our sockets received of a kernel mesh sender: expectEveryPairExact judges it. */
+export interface MeshReceipt {
+  port: number;
+  got: number;
+  dups: number;
+  gaps: number;
+  bad: number;
+  strangers: number;
+  next: number;
+  timeout: boolean;
+}
+
+/**
+ * Receives the kernel mesh sender `kport`'s n messages on `s` (bodies seeded with seed + kport),
+ * counting duplicates, gaps, corrupt bodies and messages from anyone else; `timeout` if the
+ * socket went quiet for `quietMs` first.
+ */
+export async function receiveMesh(
+  s: RdsSocket,
+  kport: number,
+  n: number,
+  seed: number,
+  quietMs: number,
+): Promise<MeshReceipt> {
+  const r: MeshReceipt = {
+    port: s.address().port,
+    got: 0,
+    dups: 0,
+    gaps: 0,
+    bad: 0,
+    strangers: 0,
+    next: 0,
+    timeout: false,
+  };
+  try {
+    while (r.next < n) {
+      const m = await s.recv({ timeout: quietMs });
+      if (m.address !== KERNEL || m.port !== kport) {
+        r.strangers++;
+        continue;
+      }
+      const i = m.data.length >= 4 ? m.data.readUInt32BE(0) : -1;
+      if (i < r.next) {
+        r.dups++;
+        continue;
+      }
+      if (i > r.next) r.gaps += i - r.next;
+      if (!m.data.equals(meshBody(i, m.data.length, seed + kport))) r.bad++;
+      r.got++;
+      r.next = i + 1;
+    }
+  } catch {
+    r.timeout = true;
+  }
+  return r;
+}
+
 export function expectEveryPairExact(theirs: object[], ours: object[], n: number): void {
   const exact = { got: n, next: n, dups: 0, gaps: 0, bad: 0, strangers: 0 };
   for (const t of theirs) expect(t, JSON.stringify(t)).toMatchObject(exact);

@@ -12,10 +12,11 @@ import {
   bound,
   clearMeshMarkers,
   guest,
-  pattern,
   reloadRds,
   until,
   expectEveryPairExact,
+  meshBody,
+  receiveMesh,
 } from './kernel-lib.js';
 
 // Multipath with a kernel that pairs by source port (SPORT_IDX, 7.0+; spec §3.6): rds-socket
@@ -32,14 +33,6 @@ afterAll(async () => {
   await stack?.close();
   if (IS_7X) await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
-
-/** Mesh message i from sender port `sport`: [i u32][pattern], as rdspeer.py mesh_body. */
-function meshBody(i: number, size: number, seed: number): Buffer {
-  const b = Buffer.alloc(size);
-  b.writeUInt32BE(i, 0);
-  pattern(i, size - 4, seed).copy(b, 4);
-  return b;
-}
 
 /**
  * The lane rds-socket gives a bound port with 8 paths (a copy of RdsConnection's port hash; the
@@ -136,31 +129,7 @@ describe.skipIf(!IS_7X)(`8 paths with a kernel that pairs by source port (Linux 
           );
         }
       });
-      const receivers = ourRecv.map(async (p, k) => {
-        const s = socks.get(p)!;
-        const r = { port: p, got: 0, dups: 0, gaps: 0, bad: 0, strangers: 0, next: 0, timeout: false };
-        try {
-          while (r.next < N) {
-            const m = await s.recv({ timeout: 180_000 });
-            if (m.address !== KERNEL || m.port !== kernelSend[k]) {
-              r.strangers++;
-              continue;
-            }
-            const i = m.data.length >= 4 ? m.data.readUInt32BE(0) : -1;
-            if (i < r.next) {
-              r.dups++;
-              continue;
-            }
-            if (i > r.next) r.gaps += i - r.next;
-            if (!m.data.equals(meshBody(i, m.data.length, SEED + kernelSend[k]!))) r.bad++;
-            r.got++;
-            r.next = i + 1;
-          }
-        } catch {
-          r.timeout = true;
-        }
-        return r;
-      });
+      const receivers = ourRecv.map((p, k) => receiveMesh(socks.get(p)!, kernelSend[k]!, N, SEED, 180_000));
 
       // Kill paths in the guest while traffic flows: one, then several at once, then path 0.
       const killed: number[][] = [];

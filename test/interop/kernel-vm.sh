@@ -17,7 +17,8 @@
 # joined to the other guest's by a qemu socket link on 127.0.0.1:PORT inside $RDS_NETNS (listen
 # side first); with $RDS_KVM_NOTAP=1 that link is the guest's only NIC (eth0), with no tap and
 # $RDS_KVM_GUEST_IP (default 10.77.0.2/24) on it. $RDS_KVM_KERNEL_FROM names another cache whose
-# kernel this one reuses (no second download).
+# kernel this one reuses (no second download). $RDS_KVM_LOGLEVEL (default 3) is the guest console
+# loglevel: 7 puts every kernel message in $CACHE/instance/console.log.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KERNEL="${RDS_KERNEL:-6.1}"
@@ -152,7 +153,7 @@ cmd_start() {
   setsid ip netns exec "$NETNS" qemu-system-x86_64 "${accel[@]}" -M q35 -m "${RDS_KVM_MEM:-1536}" -smp "${RDS_KVM_SMP:-$SMP}" \
     -nodefaults -no-user-config -display none -no-reboot \
     -kernel "$(boot_image)" -initrd "$CACHE/initramfs.cpio.gz" \
-    -append "console=ttyS0 quiet loglevel=3 panic=-1 rds.kroot=$(readlink -f "$CACHE/kernel") rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64" \
+    -append "console=ttyS0 quiet loglevel=${RDS_KVM_LOGLEVEL:-3} panic=-1 rds.kroot=$(readlink -f "$CACHE/kernel") rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64" \
     -serial "file:$INST/console.log" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$INST,mount_tag=rdsinst,security_model=none" \

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { RdsError, RdsSocket, RdsStack, constants } from '../../lib/index.js';
+import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
 import {
   INST,
   IS_7X,
@@ -21,6 +21,8 @@ import {
   sha,
   type GuestRun,
   expectEveryPairExact,
+  meshBody,
+  receiveMesh,
 } from './kernel-lib.js';
 import { sendUntilCongested } from '../helpers.js';
 
@@ -359,14 +361,6 @@ describe('tools against the kernel', () => {
   });
 });
 
-/** Mesh message i from sender port `sport`: [i u32][pattern], as rdspeer.py mesh_body. */
-function meshBody(i: number, size: number, seed: number): Buffer {
-  const b = Buffer.alloc(size);
-  b.writeUInt32BE(i, 0);
-  pattern(i, size - 4, seed).copy(b, 4);
-  return b;
-}
-
 describe('the kernel sees nothing from rds-socket that a kernel peer would not cause', () => {
   const stack = smallNode;
 
@@ -587,31 +581,7 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
         });
       const receivers = pairs
         .filter((p) => !p.toKernel)
-        .map(async (p) => {
-          const s = socks.get(p.port)!;
-          const st = { port: p.port, got: 0, dups: 0, gaps: 0, bad: 0, strangers: 0, next: 0, timeout: false };
-          try {
-            while (st.next < N) {
-              const m = await s.recv({ timeout: 120_000 });
-              if (m.address !== KERNEL || m.port !== p.kport) {
-                st.strangers++;
-                continue;
-              }
-              const i = m.data.length >= 4 ? m.data.readUInt32BE(0) : -1;
-              if (i < st.next) {
-                st.dups++;
-                continue;
-              }
-              if (i > st.next) st.gaps += i - st.next;
-              if (!m.data.equals(meshBody(i, m.data.length, SEED + p.kport))) st.bad++;
-              st.got++;
-              st.next = i + 1;
-            }
-          } catch {
-            st.timeout = true;
-          }
-          return st;
-        });
+        .map((p) => receiveMesh(socks.get(p.port)!, p.kport, N, SEED, 120_000));
       await Promise.all(senders);
       const ours = await Promise.all(receivers);
       writeFileSync(`${INST}/mesh.done`, '');

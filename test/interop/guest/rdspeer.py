@@ -243,7 +243,10 @@ def main(argv):
                 s.sendto(data, dest)
                 print(json.dumps({'port': port, 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
         probe = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)  # RDS_INFO works on any RDS socket
-        drained = wait_unacked(probe, set(ports), 60)
+        # DRAIN_S: how long to wait for the peer's acks. Over IB a kernel peer (and rds-socket,
+        # which acks as it does) acknowledges only messages that ask for it (one in
+        # net.rds.max_unacked_packets) or on its own next send: the last few may wait for good.
+        drained = wait_unacked(probe, set(ports), float(os.environ.get('DRAIN_S', '60')))
         print(json.dumps({"sent": n, "drained": drained}), flush=True)
     elif cmd == 'ping':
         s = sock(argv[1], 0)
