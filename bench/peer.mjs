@@ -316,7 +316,7 @@ async function runRds() {
 /**
  * Head-of-line blocking: one node streams 1 MiB messages from one socket while another socket of
  * the same node pings a socket of the receiving node. holsink: port 4000 counts the stream, port
- * 4001 echoes. holsrc: with o.stream port 5000 streams, with o.pings port 5001 pings.
+ * 4001 echoes. holsrc: with o.stream port 5000 streams, with o.pings port o.pingPort pings.
  */
 async function headOfLine(RdsSocket, RdsStack, constants) {
   const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
@@ -359,7 +359,7 @@ async function headOfLine(RdsSocket, RdsStack, constants) {
     pump();
   }
   if (o.pings) {
-    const p = await bind(5001);
+    const p = await bind(o.pingPort);
     const record = rttRecorder();
     const small = Buffer.alloc(64, 1);
     let t0 = 0n;
@@ -384,7 +384,7 @@ async function scale(RdsSocket, RdsStack, constants) {
   const sample = () => {
     global.gc?.();
     const u = process.memoryUsage();
-    return { rss: u.rss, heapUsed: u.heapUsed };
+    return { rss: u.rss, heapUsed: u.heapUsed, arrayBuffers: u.arrayBuffers };
   };
   if (role === 'scalevictim') {
     const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
@@ -395,6 +395,13 @@ async function scale(RdsSocket, RdsStack, constants) {
       for (let msg = s.recvmsg(); msg !== null; msg = s.recvmsg())
         s.sendmsg(msg.data, { address: msg.address, port: msg.port });
     });
+    // Touch the whole young generation (run.mjs fixes its size) with garbage that dies young, so
+    // its pages are in the baseline and the old generation stays as it was.
+    let recent = [];
+    for (let i = 0; i < 2000000; i++) {
+      recent.push({ i, a: [i] });
+      if (recent.length === 1000) recent = [];
+    }
     await new Promise((r) => setTimeout(r, 200));
     out({ ready: true, ...sample() });
     process.stdin.on('data', () => {
@@ -415,7 +422,7 @@ async function scale(RdsSocket, RdsStack, constants) {
       done++;
     }),
   );
-  // Let the lanes the handshake opens come up before the victim measures.
+  // Let the echo's lane (lanes open on demand) and the last acks settle before the victim measures.
   await new Promise((r) => setTimeout(r, o.settleMs ?? 1000));
   out({ ready: true, peers: done });
 }

@@ -48,8 +48,8 @@ const SCALE_PEERS = arg('--peers', smoke ? 8 : 1000);
 const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
 let block = 0;
 
-function proc(contender, role, opts) {
-  const p = spawn(process.execPath, ['--expose-gc', PEER, contender, role, JSON.stringify(opts)], {
+function proc(contender, role, opts, nodeFlags = []) {
+  const p = spawn(process.execPath, ['--expose-gc', ...nodeFlags, PEER, contender, role, JSON.stringify(opts)], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   const lines = [];
@@ -322,10 +322,15 @@ async function headOfLine() {
       mibPerSec: thr ? thr.bytes / thr.secs / 2 ** 20 : null,
     };
   };
-  const idle = await once({ pings: true });
+  // Sockets reach lanes by a hash of their port (the kernel's way too): 5000 and 5002 land on
+  // different lanes of 8 (0 and 7), the case multipath is for. 5001 shares the stream's lane (0):
+  // its pings queue behind the stream's megabytes in one TCP connection, which no scheduling in
+  // either process can undo; that figure is printed too, not held to the targets.
+  const idle = await once({ pings: true, pingPort: 5002 });
   const streamOnly = await once({ stream: true });
-  const both = await once({ stream: true, pings: true });
-  return { idle, streamOnly, both };
+  const both = await once({ stream: true, pings: true, pingPort: 5002 });
+  const sameLane = await once({ stream: true, pings: true, pingPort: 5001 });
+  return { idle, streamOnly, both, sameLane };
 }
 
 /**
@@ -336,7 +341,14 @@ async function headOfLine() {
  */
 async function scale() {
   const a = addrs();
-  const victim = proc('rds', 'scalevictim', { addr: '127.43.0.1', tcpPort: a.tcpPort });
+  // V8's young generation grows with the first bursts of work (8 to 32 MiB committed, measured)
+  // and keeps that size: once per process, whatever the peer count. The victim runs with it at its
+  // full size from the start and touches it before the baseline (peer.mjs), so the RSS it adds
+  // is not counted as the peers'.
+  const victim = proc('rds', 'scalevictim', { addr: '127.43.0.1', tcpPort: a.tcpPort }, [
+    '--min-semi-space-size=16',
+    '--max-semi-space-size=16',
+  ]);
   const before = await victim.next((l) => l.ready);
   const perProc = 250;
   const groups = [];
@@ -366,6 +378,8 @@ async function scale() {
     rssMiB: after.rss / 2 ** 20,
     perPeerKiB,
     heapPerPeerKiB: (after.heapUsed - before.heapUsed) / peers / 1024,
+    // Buffers outside the JS heap (read slabs, congestion maps), per peer.
+    arrayBuffersPerPeerKiB: (after.arrayBuffers - before.arrayBuffers) / peers / 1024,
     // The 1,000-peer figure: measured if the run had 1,000 peers, else extrapolated from this one.
     rssAt1000MiB: (before.rss + (after.rss - before.rss) * (1000 / peers)) / 2 ** 20,
   };
@@ -465,13 +479,13 @@ if (sustainResult)
 if (holResult) {
   const h = holResult;
   console.log(
-    `\nhead-of-line, 8 paths: 64 B ping p50/p99 idle ${h.idle.p50us.toFixed(0)}/${h.idle.p99us.toFixed(0)} us, under a 1 MiB stream ${h.both.p50us.toFixed(0)}/${h.both.p99us.toFixed(0)} us; stream ${fmt(h.streamOnly.mibPerSec)} MiB/s alone, ${fmt(h.both.mibPerSec)} MiB/s with the pings`,
+    `\nhead-of-line, 8 paths: 64 B ping p50/p99 idle ${h.idle.p50us.toFixed(0)}/${h.idle.p99us.toFixed(0)} us, under a 1 MiB stream ${h.both.p50us.toFixed(0)}/${h.both.p99us.toFixed(0)} us; stream ${fmt(h.streamOnly.mibPerSec)} MiB/s alone, ${fmt(h.both.mibPerSec)} MiB/s with the pings; pings on the stream's own lane ${h.sameLane.p50us.toFixed(0)}/${h.sameLane.p99us.toFixed(0)} us`,
   );
 }
 if (scaleResult) {
   const x = scaleResult;
   console.log(
-    `\nscale: a node with ${x.peers} idle peers (${x.pathsUp} paths up): RSS ${x.baselineMiB.toFixed(1)} -> ${x.rssMiB.toFixed(1)} MiB, ${x.perPeerKiB.toFixed(1)} KiB RSS and ${x.heapPerPeerKiB.toFixed(1)} KiB heap per idle peer`,
+    `\nscale: a node with ${x.peers} idle peers (${x.pathsUp} paths up): RSS ${x.baselineMiB.toFixed(1)} -> ${x.rssMiB.toFixed(1)} MiB, ${x.perPeerKiB.toFixed(1)} KiB RSS and ${x.heapPerPeerKiB.toFixed(1)} KiB heap and ${x.arrayBuffersPerPeerKiB.toFixed(1)} KiB array buffers per idle peer`,
   );
 }
 console.log('\nratios (throughput: higher is better; latency: lower is better)');

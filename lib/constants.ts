@@ -179,6 +179,14 @@ export const RDSSOCK_CAP_CONFIRM = 0x8;
  */
 export const RDSSOCK_CAP_NO_HELLO = 0x100;
 /**
+ * Lanes open on demand: the peer opens a lane > 0 only when a socket whose messages use it has
+ * something to send, and, as the larger address, asks for one with a poke whose TCP source port
+ * is the lane index mod 8 (its pokes for path 0 to a peer it knows use ports that are 0 mod 8;
+ * before the handshake, an ephemeral port, so a lane may open unasked, never fail to). An initiator opens
+ * every lane as soon as the path count is known only for peers without this bit.
+ */
+export const RDSSOCK_CAP_LAZY_LANES = 0x400;
+/**
  * On ack-only frames to RDSSOCK_CAP_CONFIRM peers: be64 read cursor (every message up to it has
  * been read, except those reported refused), be32 how many refused or discarded messages lie at
  * or before it (so a sender can tell a lost RDSSOCK_EXTHDR_REFUSED).

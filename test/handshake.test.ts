@@ -7,6 +7,7 @@ import {
   RDSSOCK_CAP_CONFIRM,
   RDSSOCK_CAP_FAILOVER,
   RDSSOCK_CAP_HEARTBEAT,
+  RDSSOCK_CAP_LAZY_LANES,
   RDSSOCK_CAP_NO_HELLO,
   RDSSOCK_CAP_PATHS_SHIFT,
 } from '../lib/constants.js';
@@ -171,13 +172,19 @@ describe('handshake negotiator', () => {
     expect(hs.npaths).toBe(1);
     expect(hs.genNum).toBe(initiator.stack.genNum);
     expect(hs.sportIdx).toBe(true);
-    expect(hs.rdsCaps).toBe(RDS_SOCKET_CAPS | (4 << RDSSOCK_CAP_PATHS_SHIFT));
+    // More than one path: lanes open on demand (RDSSOCK_CAP_LAZY_LANES).
+    expect(hs.rdsCaps).toBe(RDS_SOCKET_CAPS | RDSSOCK_CAP_LAZY_LANES | (4 << RDSSOCK_CAP_PATHS_SHIFT));
     expect(exts.at(-1)!.type).toBe(rdsCapsExtension(0).type);
     const acceptor = setup({ rdsAcks: false }, '127.130.1.4', '127.130.1.3');
     const hs2 = decodeHandshake(acceptor.conn.handshake.extensions());
     expect(hs2.sportIdx).toBeUndefined();
     // Without acks: no ACK, CONFIRM or FAILOVER (failover needs to know what the peer has).
-    expect(hs2.rdsCaps).toBe(RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | (8 << RDSSOCK_CAP_PATHS_SHIFT));
+    expect(hs2.rdsCaps).toBe(
+      RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | RDSSOCK_CAP_LAZY_LANES | (8 << RDSSOCK_CAP_PATHS_SHIFT),
+    );
+    // One path: no lanes to open on demand.
+    const single = setup({ npaths: 1 }, '127.130.1.5', '127.130.1.6');
+    expect(single.conn.handshake.localCaps() & RDSSOCK_CAP_LAZY_LANES).toBe(0);
     // The hello carries the same extensions, unsequenced.
     const hello = acceptor.conn.handshake.helloFrame();
     expect(hello.readBigUInt64BE(0)).toBe(0n);

@@ -50,14 +50,16 @@ const conn = (s: RdsStack): ConnectionInfo => s.connections().find((c) => c.tran
 const upPaths = (s: RdsStack): number => conn(s).paths.filter((p) => p.state === 'UP').length;
 
 describe('multipath negotiation (spec §3)', () => {
-  it('8 <-> 8: both sides run 8 paths, all UP, the initiator opened them', async () => {
-    const { A, B, a, b } = await pair();
-    a.sendmsg(Buffer.from('x'), b.address());
-    await b.recv({ timeout: 5000 });
-    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
-    expect(conn(A).npaths).toBe(8);
-    expect(conn(B).npaths).toBe(8);
+  it('8 <-> 8: both sides run 8 paths; each lane opens when a socket that uses it first sends', async () => {
+    const { A, B, a, b, mk, base } = await pair();
+    a.sendmsg(Buffer.from('probe-lane'), b.address());
+    await drainProbes(b, 1);
+    await until(() => conn(A).npaths === 8 && conn(B).npaths === 8, 'npaths 8');
     expect(A.counters.get('mprds_fanout')).toBe(1);
+    // Sockets until every lane has one: each lane comes up as its first socket sends.
+    const { socks } = await socketsByLane(A, mk, base, b, 8, 8);
+    await drainProbes(b, socks.length);
+    await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
   });
 
   it('8 <-> 1: the smaller count wins', async () => {
@@ -69,9 +71,13 @@ describe('multipath negotiation (spec §3)', () => {
   });
 
   it('4 <-> 8 negotiates 4', async () => {
-    const { A, B, a, b } = await pair({ npaths: 4 }, {});
-    a.sendmsg(Buffer.from('x'), b.address());
-    await b.recv({ timeout: 5000 });
+    const { A, B, a, b, mk, base } = await pair({ npaths: 4 }, {});
+    a.sendmsg(Buffer.from('probe-lane'), b.address());
+    await drainProbes(b, 1);
+    await until(() => conn(A).npaths === 4 && conn(B).npaths === 4, 'npaths 4');
+    const { socks, lanes } = await socketsByLane(A, mk, base, b, 4, 4);
+    await drainProbes(b, socks.length);
+    expect(Math.max(...lanes)).toBe(3);
     await until(() => upPaths(A) === 4 && upPaths(B) === 4, '4 paths up');
   });
 
@@ -160,7 +166,7 @@ describe('paths and ordering', () => {
       for (const s of senders) await s.send(payload(i, 200), b.address(), { timeout: 20000 });
       if (i % 40 === 20) {
         await a.flush({ timeout: 20000 });
-        await until(() => upPaths(A) === 8, 'all lanes up');
+        await until(() => usedLanesUp(A), 'every lane in use up');
         proxy!.resetAll();
       }
     }
@@ -196,17 +202,25 @@ async function laneOf(A: RdsStack, s: RdsSocket, dest: { address: string; port: 
   return moved();
 }
 
-/** Sockets on A, one per lane that some socket maps to; several per lane are fine. */
+/** Lanes open on demand: every path that has carried a message (and path 0) is UP. */
+const usedLanesUp = (s: RdsStack): boolean =>
+  conn(s).paths.every((p) => p.state === 'UP' || (p.index > 0 && p.sentMessages === 0));
+
+/**
+ * Sockets on A, one per lane that some socket maps to; several per lane are fine. With `lanes`,
+ * more sockets (up to 64) until that many distinct lanes are in use.
+ */
 async function socketsByLane(
   A: RdsStack,
   mk: (st: RdsStack, a: string, p: number) => Promise<RdsSocket>,
   base: string,
   b: RdsSocket,
   count: number,
+  distinct = 0,
 ): Promise<{ socks: RdsSocket[]; lanes: number[] }> {
   const socks: RdsSocket[] = [];
   const lanes: number[] = [];
-  for (let i = 0; i < count; i++) {
+  for (let i = 0; i < 64 && (i < count || new Set(lanes).size < distinct); i++) {
     const s = await mk(A, `${base}.1`, 4200 + i);
     socks.push(s);
     lanes.push(await laneOf(A, s, b.address()));
@@ -218,7 +232,7 @@ async function drainProbes(b: RdsSocket, n: number): Promise<void> {
   for (let i = 0; i < n; i++) expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('probe-lane');
 }
 
-/** Brings all 8 paths up, then makes `count` sockets on A and learns each one's lane. */
+/** Settles 8 paths, then makes `count` sockets on A, learns each one's lane and waits for those lanes to be up. */
 async function lanesUp(
   A: RdsStack,
   B: RdsStack,
@@ -230,9 +244,14 @@ async function lanesUp(
 ) {
   a.sendmsg(Buffer.from('probe-lane'), b.address());
   await drainProbes(b, 1);
-  await until(() => upPaths(A) === 8 && upPaths(B) === 8, '8 paths up');
+  await until(() => conn(A).npaths === 8 && conn(B).npaths === 8, 'npaths 8');
+  // Lanes open on demand: the sockets' first messages bring theirs up.
   const r = await socketsByLane(A, mk, base, b, count);
   await drainProbes(b, r.socks.length);
+  await until(
+    () => r.lanes.every((l) => conn(A).paths[l]!.state === 'UP' && conn(B).paths[l]!.state === 'UP'),
+    'the lanes in use up',
+  );
   return r;
 }
 

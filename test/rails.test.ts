@@ -287,8 +287,13 @@ describe('path policies', () => {
     cleanups.push(() => c.close());
     a.sendmsg(Buffer.from('x'), b.address());
     await b.recv({ timeout: 5000 });
-    await until(() => tcpConn(A, b1).paths.filter((p) => p.state === 'UP').length === 2, 'two lanes up');
+    // Lanes open on demand: once the path count is settled, a message from `a` opens its lane (1).
     const conn = internalConn(A, a1, b1);
+    await until(() => conn.lanesMayConnect(), 'path count settled');
+    expect(conn.pathFor(a.address().port).index).toBe(1);
+    a.sendmsg(Buffer.from('y'), b.address());
+    await b.recv({ timeout: 5000 });
+    await until(() => tcpConn(A, b1).paths.filter((p) => p.state === 'UP').length === 2, 'two lanes up');
     const lane = conn.pathFor(c.address().port).index;
     A.disconnectPath(b1, lane);
     for (let i = 0; i < 5; i++) c.sendmsg(Buffer.from(`c${i}`), b.address());

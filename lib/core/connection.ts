@@ -146,6 +146,10 @@ export class RdsConnection {
   get wantsLegacyHello(): boolean {
     return this.handshake.wantsLegacyHello;
   }
+  /** See Handshake.lazyLanes. */
+  get lazyLanes(): boolean {
+    return this.handshake.lazyLanes;
+  }
   /** See Handshake.heartbeatMode. */
   get heartbeatMode(): boolean {
     return this.handshake.heartbeatMode;
@@ -205,8 +209,18 @@ export class RdsConnection {
     return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen && !this.handshake.awaitingPathsPong;
   }
 
+  /**
+   * Opens the lanes that may open now. With lazyLanes only those wanted (see RdsConnPath.laneWanted)
+   * or with messages queued: an idle peer costs one carrier, not npaths. The larger side connects
+   * nothing itself: it pokes for the lanes it has messages for (RdsConnPath.connectIfDown).
+   */
   openLanes(): void {
-    if (!this.lanesMayConnect() || !this.transport.initiates(this.paths[0]!)) return;
-    for (let i = 1; i < this.npaths; i++) this.paths[i]!.connectIfDown();
+    if (!this.lanesMayConnect()) return;
+    const lazy = this.lazyLanes;
+    if (!lazy && !this.transport.initiates(this.paths[0]!)) return;
+    for (let i = 1; i < this.npaths; i++) {
+      const p = this.paths[i]!;
+      if (!lazy || p.laneWanted || p.sendQueue.length > 0) p.connectIfDown();
+    }
   }
 }

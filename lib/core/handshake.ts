@@ -7,6 +7,7 @@ import {
   RDSSOCK_CAP_CONFIRM,
   RDSSOCK_CAP_FAILOVER,
   RDSSOCK_CAP_HEARTBEAT,
+  RDSSOCK_CAP_LAZY_LANES,
   RDSSOCK_CAP_NO_HELLO,
   RDSSOCK_CAP_PATHS_SHIFT,
   RDSSOCK_CAP_RAILS,
@@ -91,7 +92,11 @@ export class Handshake {
     const acks = opts.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
     // Rails (other address pairs to the same peer) need acks too, and a transport that carries them.
     const rails = opts.rdsAcks && this.conn.transport.rails === true ? RDSSOCK_CAP_RAILS : 0;
-    return acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | rails | (paths << RDSSOCK_CAP_PATHS_SHIFT);
+    // Lanes open on demand (lazyLanes) wherever there are lanes.
+    const lazy = paths > 1 ? RDSSOCK_CAP_LAZY_LANES : 0;
+    return (
+      acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | rails | lazy | (paths << RDSSOCK_CAP_PATHS_SHIFT)
+    );
   }
 
   /**
@@ -297,6 +302,15 @@ export class Handshake {
    */
   get wantsLegacyHello(): boolean {
     return this.peer === 'rds-socket' && (this.peerCaps & RDSSOCK_CAP_NO_HELLO) === 0 && !this.conn.isLoopback;
+  }
+
+  /**
+   * Lanes > 0 open on demand (both sides advertise RDSSOCK_CAP_LAZY_LANES): a lane
+   * connects when a socket that uses it has something to send, or (initiator) when the peer pokes
+   * for it. Otherwise the initiator opens every lane once the path count is settled.
+   */
+  get lazyLanes(): boolean {
+    return (this.peerCaps & RDSSOCK_CAP_LAZY_LANES) !== 0 && (this.localCaps() & RDSSOCK_CAP_LAZY_LANES) !== 0;
   }
 
   /** The peer answers heartbeats. */

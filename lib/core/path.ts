@@ -63,6 +63,7 @@ export class RdsConnPath {
   private carrierObj: unknown = null;
   private paused = false;
   private pongSeen = false;
+  private wanted = false;
   private backoffMs = 0;
   /** When the current carrier came up; see queueReconnect. */
   private upAt = 0;
@@ -169,6 +170,20 @@ export class RdsConnPath {
     this.connectIfDown();
   }
 
+  /**
+   * Lane > 0: something wanted this lane (a message queued on it, or the peer poked for it); from
+   * then on it opens with the others (RdsConnection.openLanes) and reconnects like path 0.
+   */
+  get laneWanted(): boolean {
+    return this.wanted;
+  }
+
+  /** The peer (larger address, lanes on demand) poked for this lane: connect it now. */
+  pokedFor(): void {
+    this.wanted = true;
+    this.connectNow();
+  }
+
   /** A reconnect or poke is scheduled (the connection is not idle). */
   get reconnectPending(): boolean {
     return this.reconnectTimer !== null;
@@ -180,12 +195,13 @@ export class RdsConnPath {
     // Rails (index >= 8): the dialling side, once the peer is known to run them (rail.ts).
     if (this.index >= this.stack.maxPaths) {
       if (!railMayConnect(this)) return;
-    } else if (
-      // Lanes > 0: only the initiator opens them, and only once path 0 has settled the path count.
-      this.index > 0 &&
-      (!this.conn.transport.initiates(this) || !this.conn.lanesMayConnect() || this.index >= this.conn.npaths)
-    )
-      return;
+    } else if (this.index > 0) {
+      // Lanes > 0: only once path 0 has settled the path count; the initiator connects them, and the
+      // larger side pokes for one only when lanes open on demand (it has messages for this one).
+      if (!this.conn.lanesMayConnect() || this.index >= this.conn.npaths) return;
+      if (!this.conn.transport.initiates(this) && !(this.conn.lazyLanes && this.tx.hasPendingData())) return;
+      this.wanted = true;
+    }
     this.transition(RDS_CONN_DOWN, RDS_CONN_CONNECTING);
     this.conn.transport.connPathConnect(this);
   }
@@ -275,7 +291,8 @@ export class RdsConnPath {
    * then with random exponential backoff, while the connection is worth it (conn.wantsPeer: data
    * for the peer, or a path up within peerIdleTimeoutMs; the kernel retries forever, which makes
    * every stranger a target for good). A side that waits to be connected still pokes the peer
-   * (path 0 only) while it has application messages for it, spaced by the same backoff.
+   * (path 0, and a lane when lanes open on demand) while it has application messages for it,
+   * spaced by the same backoff.
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
@@ -286,7 +303,8 @@ export class RdsConnPath {
   private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing || this.control.held) return;
     const initiates = this.conn.transport.initiates(this);
-    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(this.index === 0 && this.tx.hasPendingData())) return;
+    const pokes = this.index === 0 || this.conn.lazyLanes;
+    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(pokes && this.tx.hasPendingData())) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {

@@ -91,8 +91,11 @@ export class RxAckTracker {
   /** Refusals not reported yet, oldest first. */
   toReport: RxRefusal[] = [];
   private recent: RxRefusal[] = [];
-  /** Refused and discarded messages by sequence number, oldest first (at most FATE_MEMORY). */
-  private refusedFates = new Map<number, RxOutcome>();
+  /**
+   * Refused and discarded messages by sequence number, oldest first (at most FATE_MEMORY); made at
+   * the first refusal: an empty Map costs ~190 bytes, and every path of every peer has a tracker.
+   */
+  private refusedFates: Map<number, RxOutcome> | null = null;
   /** Highest sequence number whose refusal fell out of refusedFates: fates at or below it are unknown. */
   private fatesForgottenThrough = 0;
   epoch = 0;
@@ -118,10 +121,11 @@ export class RxAckTracker {
       this.toReport.push(r);
       this.recent.push(r);
       if (this.recent.length > RECENT_REFUSALS) this.recent.shift();
-      this.refusedFates.set(e.seq, outcome);
-      if (this.refusedFates.size > FATE_MEMORY) {
-        const oldest = this.refusedFates.keys().next().value as number;
-        this.refusedFates.delete(oldest);
+      const fates = (this.refusedFates ??= new Map());
+      fates.set(e.seq, outcome);
+      if (fates.size > FATE_MEMORY) {
+        const oldest = fates.keys().next().value as number;
+        fates.delete(oldest);
         this.fatesForgottenThrough = Math.max(this.fatesForgottenThrough, oldest);
       }
     }
@@ -136,7 +140,7 @@ export class RxAckTracker {
    */
   fateOf(seq: number): RxEntry | RxOutcome {
     for (const e of this.log) if (e.seq === seq) return e.state === RX_PENDING ? e : (e.state as RxOutcome);
-    const refused = this.refusedFates.get(seq);
+    const refused = this.refusedFates?.get(seq);
     if (refused !== undefined) return refused;
     // Past the read cursor and not refused: read, unless its record may have been forgotten.
     return seq <= this.fatesForgottenThrough ? RX_DISCARDED : RX_READ;
@@ -226,7 +230,7 @@ export class RxAckTracker {
     this.refusedThroughRead = 0;
     this.toReport = [];
     this.recent = [];
-    this.refusedFates.clear();
+    this.refusedFates = null;
     this.fatesForgottenThrough = 0;
     this.forced = false;
   }

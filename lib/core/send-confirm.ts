@@ -16,8 +16,11 @@ const MAX_REFUSALS_AHEAD = 8192;
 export class ReadConfirmations {
   /** Acknowledged as queued, waiting for the read cursor. */
   readonly awaitingRead = new Fifo<RdsOutgoing>();
-  /** Refusals reported beyond the last read cursor (deduplicated: a new carrier repeats them). */
-  private refusalsAhead = new Set<number>();
+  /**
+   * Refusals reported beyond the last read cursor (deduplicated: a new carrier repeats them); made
+   * at the first refusal (an empty Set costs ~150 bytes, on every path of every peer).
+   */
+  private refusalsAhead: Set<number> | null = null;
   /** Refusals at or before the last read cursor, as the peer counts them. */
   private refusalsCounted = 0;
   /** The highest read cursor the peer reported. */
@@ -41,10 +44,12 @@ export class ReadConfirmations {
    */
   readThrough(seq: number, refused: number, sendQueue: Iterable<RdsOutgoing>): void {
     let counted = this.refusalsCounted;
-    for (const s of this.refusalsAhead) {
-      if (s <= seq) {
-        counted++;
-        this.refusalsAhead.delete(s);
+    if (this.refusalsAhead !== null) {
+      for (const s of this.refusalsAhead) {
+        if (s <= seq) {
+          counted++;
+          this.refusalsAhead.delete(s);
+        }
       }
     }
     const unknown = refused > counted;
@@ -73,10 +78,11 @@ export class ReadConfirmations {
   /** RDSSOCK_EXTHDR_REFUSED: the peer did not deliver our message `seq` (RDSSOCK_REFUSED_*); `find` looks it up in the path's queues. */
   refused(seq: number, reason: number, find: (seq: number) => RdsOutgoing | undefined): void {
     // A repeat (a new carrier repeats recent refusals), or one a read cursor already counted.
-    if (this.refusalsAhead.has(seq) || seq <= this.readReported) return;
+    if (this.refusalsAhead?.has(seq) || seq <= this.readReported) return;
     // Bounded against a peer that invents refusals: one not remembered is caught by the count in
     // the next read report, and what it covers rejects rather than resolves.
-    if (this.refusalsAhead.size < MAX_REFUSALS_AHEAD) this.refusalsAhead.add(seq);
+    const ahead = (this.refusalsAhead ??= new Set());
+    if (ahead.size < MAX_REFUSALS_AHEAD) ahead.add(seq);
     const noSock = reason === RDSSOCK_REFUSED_NO_SOCK;
     this.counters.add(noSock ? RDS_CTR.send_refused_no_sock : RDS_CTR.send_discarded_unread);
     const m = findBySeq(this.awaitingRead, seq) ?? find(seq);
@@ -101,7 +107,7 @@ export class ReadConfirmations {
         ),
       );
     }
-    this.refusalsAhead.clear();
+    this.refusalsAhead = null;
     this.refusalsCounted = 0;
     this.readReported = 0;
   }

@@ -169,10 +169,16 @@ export class PathSend {
     if (this.path.state === RDS_CONN_UP) this.schedulePump();
   }
 
-  /** A new carrier is up: the map goes first, and the transport takes frames again. */
+  /**
+   * A new carrier is up: the map goes first, and the transport takes frames again. Map updates
+   * travel on path 0 (cong.ts), so a lane that opens on demand (lazyLanes, rds-socket peers only)
+   * sends none: it would only repeat path 0's, and the peer would report it (POLLWRBAND) as news
+   * whenever a socket first used a lane. Kernels, and peers whose lanes open all at once, still
+   * get the map on every carrier, as before.
+   */
   carrierUp(): void {
     this.blocked = false;
-    this.congPending = true;
+    this.congPending = this.path.index === 0 || !this.path.conn.lazyLanes;
   }
 
   /**

@@ -74,12 +74,16 @@ export class TcpConnector {
     const host = this.ctx.host;
     if (!conn.isInitiator) {
       // The larger address never keeps a connection it opened: it only pokes the smaller side,
-      // which answers by connecting to us (spec §2.2). Paths > 0 are never poked.
-      if (cp.index !== 0) {
+      // which answers by connecting to us (spec §2.2). Lanes > 0 are poked only when lanes open on
+      // demand; the poke's source port says which (port % 8, as SPORT_IDX), 0 for path 0.
+      if (cp.index !== 0 && !conn.lazyLanes) {
         cp.connectFailed();
         return;
       }
-      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr);
+      // A kernel, or a peer not yet known, gets its pokes from an ephemeral port, as before lanes
+      // opened on demand (the kernel reads nothing into the port).
+      const port = conn.handshake.peer === 'rds-socket' ? this.pokePort(cp.index) : undefined;
+      const { sock: poke, ready } = this.dialSocket(conn.laddr, conn.faddr, port);
       this.ctx.track(poke);
       tp.pokeSent(poke);
       let delivered = false;
@@ -112,6 +116,13 @@ export class TcpConnector {
       return;
     }
     this.connectFrom(cp, 0);
+  }
+
+  /** A source port for a poke for path `index`: port % 8 == index, from a rotating group. */
+  private pokePort(index: number): number {
+    const [lo, hi] = localPortRange();
+    const groups = Math.max(1, Math.floor((hi - lo + 1) / 8));
+    return lo + 8 * (this.portGroup++ % groups) + index;
   }
 
   /**

@@ -147,8 +147,9 @@ export class TcpListener {
         refuse(raw);
         return;
       }
+      const port = raw.remotePort ?? 0;
       refuse(raw);
-      this.pokeReceived(local, remote);
+      this.pokeReceived(local, remote, port);
       return;
     }
     const peerSlots = known ? adm.knownSlots(remote) : 0;
@@ -188,9 +189,10 @@ export class TcpListener {
     sock.once('close', () => this.admission.freeSlot(pending.slot));
     if (compareAddresses(pending.remote, pending.local) > 0) {
       // An authenticated poke: close it for the peer (its client side waits for that) and connect.
+      const port = (raw as Socket).remotePort ?? 0;
       this.admission.freeSlot(pending.slot);
       refuse(sock);
-      this.pokeReceived(pending.local, pending.remote);
+      this.pokeReceived(pending.local, pending.remote, port);
       return;
     }
     this.admit(sock, pending.local, pending.remote, pending.slot);
@@ -200,9 +202,13 @@ export class TcpListener {
    * The peer (larger address) has something for us and we are the one who must connect: at once,
    * whatever backoff was running, so its messages (and ours for it) need not wait.
    */
-  private pokeReceived(local: string, remote: string): void {
+  private pokeReceived(local: string, remote: string, port: number): void {
     this.ctx.host.counters.add(RDS_CTR.conn_poke_received);
-    this.ctx.host.connFor(local, remote, this.ctx.transport).paths[0]!.connectNow();
+    const conn = this.ctx.host.connFor(local, remote, this.ctx.transport);
+    conn.paths[0]!.connectNow();
+    // A peer whose lanes open on demand pokes for lane port % 8 when it has messages for it.
+    const i = port % 8;
+    if (i > 0 && conn.lazyLanes && i < conn.npaths) conn.paths[i]!.pokedFor();
   }
 
   /** An admitted connection from a smaller address: it becomes a path's carrier. */

@@ -3,6 +3,7 @@ import type { RdsConnPath } from '../core/path.js';
 import { RDS_CTR } from '../core/stats.js';
 import type { FrameReader } from '../wire/frame-reader.js';
 import { PartialFrameBudget } from './partial-frames.js';
+import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { refuse, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
 import type { TcpSender } from './tcp-send.js';
@@ -208,9 +209,18 @@ export class TcpReceiver {
         headerTimer = null;
       }
     };
+    // A bounded read per turn (read-turn.ts); the receive limits' own pause (cp.readPaused) wins.
+    const turn = new ReadTurn(
+      () => sock.pause(),
+      () => {
+        if (carrier.is(sock)) sock.resume();
+      },
+      () => cp.readPaused,
+    );
     const received = carrier.guard(sock, (input: Buffer | number): void => {
       host.counters.add(RDS_CTR.tcp_data_ready_calls);
       cp.noteRxActivity();
+      turn.read(typeof input === 'number' ? input : input.length);
       try {
         if (typeof input === 'number') reader.filled(input);
         else reader.push(input);

@@ -22,6 +22,17 @@ const MIN_READ = 16 * 1024;
  * 1 KiB messages per second with unbounded reads, and no gain at 64 KiB.
  */
 const READ_MAX = 64 * 1024;
+/**
+ * A quiet connection (its last read took less than it was offered, and ended between frames)
+ * reads into a 2 KiB slab instead of keeping a 64 KiB one: an idle carrier holds almost no read
+ * memory. A read that fills what it was offered means more is waiting, and the next slab is a
+ * full one again.
+ */
+const QUIET_SLAB = 2048;
+/** A quiet slab with less room than this left is replaced (a small frame or header still fits). */
+const QUIET_MIN = 256;
+/** A quiet connection keeps reading into its current slab up to this size (one grown for a frame). */
+const QUIET_KEEP = 8192;
 
 /**
  * Reassembles `[48-byte header][h_len bytes]` records from a TCP byte stream (spec §2.3), in one
@@ -49,6 +60,18 @@ export class FrameReader {
   private slab: Buffer | null = null;
   private slabParse = 0;
   private slabFill = 0;
+  /** Bytes the last readBuffer() offered, and whether the read that followed took fewer (see QUIET_SLAB). */
+  private offered = 0;
+  /**
+   * A new connection starts quiet: its first reads (handshake, a few messages) go into a 2 KiB slab,
+   * and it moves to full slabs only once reads fill what they are offered. A 64 KiB first slab
+   * released a moment later still cost the process its RSS (the allocator keeps the pages), per path.
+   */
+  private quiet = true;
+  /** Reads in a row that took all they were offered (a stream, or a frame straddling a small slab). */
+  private streak = 0;
+  /** Bytes the last read took. */
+  private lastRead = 0;
 
   /**
    * Set while the transport has stopped reading: readBuffer() then hands out what is left of the
@@ -111,9 +134,29 @@ export class FrameReader {
     if (this.failed) return this.header;
     let slab = this.slab;
     if (this.holdGrowth && slab !== null && slab.length > this.slabFill) {
-      return slab.subarray(this.slabFill, Math.min(slab.length, this.slabFill + READ_MAX));
+      const end = Math.min(slab.length, this.slabFill + READ_MAX);
+      this.offered = end - this.slabFill;
+      return slab.subarray(this.slabFill, end);
     }
     const have = this.slabFill - this.slabParse;
+    const quiet = this.quiet && !this.holdGrowth;
+    if (quiet && have === 0) {
+      // Between messages on a quiet connection: let a big slab go (the frames handed up keep
+      // what they still reference), read into a small one.
+      // Room for at least what the last read brought, so request/response traffic takes one read
+      // per message, not two around a slab's end.
+      if (
+        slab === null ||
+        slab.length > QUIET_KEEP ||
+        slab.length - this.slabFill < Math.max(QUIET_MIN, this.lastRead)
+      ) {
+        // Memory of its own: a slice of Node's shared pool would keep a whole 8 KiB pool alive.
+        this.slab = slab = Buffer.allocUnsafeSlow(QUIET_SLAB);
+        this.slabParse = this.slabFill = 0;
+      }
+      this.offered = slab.length - this.slabFill;
+      return slab.subarray(this.slabFill);
+    }
     // filled() has bounded h_len, so a frame in progress is at most maxLen + header bytes.
     // While growth is held, only room for one more read: the frame gets its memory once it may.
     const need =
@@ -122,24 +165,53 @@ export class FrameReader {
         : this.holdGrowth
           ? have + MIN_READ
           : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
-    if (slab === null || slab.length - this.slabParse < need || slab.length - this.slabFill < MIN_READ) {
+    if (
+      slab === null ||
+      slab.length - this.slabParse < need ||
+      slab.length - this.slabFill < (quiet ? QUIET_MIN : MIN_READ)
+    ) {
       // The first slab is one read's worth: a connection that only ever carries a few messages
       // holds no more than Node's own read buffer would; one that streams moves to full slabs.
-      const next = Buffer.allocUnsafe(
-        this.holdGrowth ? need : Math.max(slab === null ? READ_MAX : READ_SLAB_SIZE, need),
-      );
+      // A quiet one partway through a frame gets room for that frame and a little more (so a read
+      // that ends with it comes short: still quiet), and so does one whose first
+      // read after quiet took all its small slab offered (a frame straddling it, as in
+      // request/response): a 64 KiB slab per message there would cost more than it saves. A
+      // second full read in a row is a stream.
+      const small = slab !== null && slab.length <= QUIET_SLAB;
+      const size = this.holdGrowth
+        ? need
+        : quiet || (small && this.streak <= 1)
+          ? Math.max(QUIET_SLAB, need + QUIET_MIN)
+          : Math.max(slab === null || small ? READ_MAX : READ_SLAB_SIZE, need);
+      // A small slab may be what a quiet connection keeps: memory of its own (see above).
+      const next = size <= QUIET_KEEP ? Buffer.allocUnsafeSlow(size) : Buffer.allocUnsafe(size);
       if (have > 0) slab!.copy(next, 0, this.slabParse, this.slabFill);
       this.slab = slab = next;
       this.slabParse = 0;
       this.slabFill = have;
     }
-    return slab.subarray(this.slabFill, Math.min(slab.length, this.slabFill + READ_MAX));
+    const end = Math.min(slab.length, this.slabFill + READ_MAX);
+    this.offered = end - this.slabFill;
+    return slab.subarray(this.slabFill, end);
+  }
+
+  /** Bytes of read memory this reader keeps for the next read (0 before the first). */
+  get slabBytes(): number {
+    return this.slab === null ? 0 : this.slab.length;
   }
 
   /** `n` bytes were read into the last readBuffer(); throws RdsProtocolError on a violation. */
   filled(n: number): void {
     if (this.failed) throw new RdsProtocolError('stream already failed');
     const slab = this.slab!;
+    this.lastRead = n;
+    if (n < this.offered) {
+      this.quiet = true;
+      this.streak = 0;
+    } else {
+      this.quiet = false;
+      this.streak++;
+    }
     const end = (this.slabFill += n);
     let off = this.slabParse;
     while (end - off >= RDS_HEADER_SIZE) {
