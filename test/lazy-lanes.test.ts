@@ -64,6 +64,21 @@ async function pair(optsA: Opts = {}, optsB: Opts = {}, viaProxy = false) {
   return { A, B, base, proxy, mk, a: await mk(A, '1', 4000), b: await mk(B, '2', 4000) };
 }
 
+/**
+ * Every socket of `socks` sends messages 0..n-1 (of size(i) bytes) to `to` at once; `to` must
+ * receive n from each, in order per socket.
+ */
+async function sendInOrder(socks: RdsSocket[], to: RdsSocket, n: number, size: (i: number) => number): Promise<void> {
+  for (let i = 0; i < n; i++) for (const s of socks) s.sendmsg(payload(i, size(i)), to.address());
+  const next = new Map<number, number>();
+  for (let k = 0; k < n * socks.length; k++) {
+    const m = await to.recv({ timeout: 10000 });
+    const want = next.get(m.port) ?? 0;
+    expect(m.data.readUInt32BE(0)).toBe(want);
+    next.set(m.port, want + 1);
+  }
+}
+
 const info = (s: RdsStack): ConnectionInfo => s.connections().find((c) => c.transport === 'tcp')!;
 const upLanes = (s: RdsStack): number[] =>
   info(s)
@@ -111,14 +126,7 @@ describe('lanes open on demand', () => {
     const socks = await Promise.all(ports.map((p) => mk(A, '1', p)));
     const N = 200;
     // Queued at once, before lane 3 is up: they wait on their lane while it connects.
-    for (let i = 0; i < N; i++) for (const s of socks) s.sendmsg(payload(i, 100 + ((i * 37) % 1500)), b.address());
-    const next = new Map<number, number>();
-    for (let k = 0; k < N * socks.length; k++) {
-      const m = await b.recv({ timeout: 10000 });
-      const want = next.get(m.port) ?? 0;
-      expect(m.data.readUInt32BE(0)).toBe(want);
-      next.set(m.port, want + 1);
-    }
+    await sendInOrder(socks, b, N, (i) => 100 + ((i * 37) % 1500));
     for (const s of socks) await s.flush({ timeout: 10000 });
     expect(upLanes(A)).toEqual([0, 3]);
     expect(upLanes(B)).toEqual([0, 3]);
@@ -132,14 +140,7 @@ describe('lanes open on demand', () => {
     const ports = portsOnLane(B, `${base}.2`, `${base}.1`, 3, 2);
     const socks = await Promise.all(ports.map((p) => mk(B, '2', p)));
     const N = 100;
-    for (let i = 0; i < N; i++) for (const s of socks) s.sendmsg(payload(i, 300), a.address());
-    const next = new Map<number, number>();
-    for (let k = 0; k < N * socks.length; k++) {
-      const m = await a.recv({ timeout: 10000 });
-      const want = next.get(m.port) ?? 0;
-      expect(m.data.readUInt32BE(0)).toBe(want);
-      next.set(m.port, want + 1);
-    }
+    await sendInOrder(socks, a, N, () => 300);
     expect(A.counters.get('conn_poke_received')).toBeGreaterThan(pokesBefore);
     expect(upLanes(A)).toEqual([0, 3]);
     expect(upLanes(B)).toEqual([0, 3]);
@@ -154,14 +155,7 @@ describe('lanes open on demand', () => {
     const ports = portsOnLane(B, `${base}.2`, `${base}.1`, 3, 2);
     const socks = await Promise.all(ports.map((p) => mk(B, '2', p)));
     const N = 50;
-    for (let i = 0; i < N; i++) for (const s of socks) s.sendmsg(payload(i, 200), a.address());
-    const next = new Map<number, number>();
-    for (let k = 0; k < N * socks.length; k++) {
-      const m = await a.recv({ timeout: 10000 });
-      const want = next.get(m.port) ?? 0;
-      expect(m.data.readUInt32BE(0)).toBe(want);
-      next.set(m.port, want + 1);
-    }
+    await sendInOrder(socks, a, N, () => 200);
     expect(B.counters.get('failover_moved')).toBeGreaterThan(0);
     expect(info(B).paths[3]!.state).not.toBe('UP');
     // Once the lane may open, the sockets go back to it, behind what went ahead on path 0.
