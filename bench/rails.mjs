@@ -191,29 +191,13 @@ try {
     setup(false);
     const pps = 500;
     const secs = SMOKE ? 3 : 5;
-    const single = await session({
-      rails: false,
-      sockets: 4,
-      rounds: pps * secs,
-      size: 256,
-      ratePps: pps,
-      policy: SMALL_POLICY,
-    });
-    const steady = await session({
-      rails: true,
-      sockets: 4,
-      rounds: pps * secs,
-      size: 256,
-      ratePps: pps,
-      policy: SMALL_POLICY,
-    });
+    // The same small-message run three times: one link, both links, the rail's link cut mid-way.
+    const small = { sockets: 4, rounds: pps * secs, size: 256, ratePps: pps, policy: SMALL_POLICY };
+    const single = await session({ ...small, rails: false });
+    const steady = await session({ ...small, rails: true });
     const failing = await session({
+      ...small,
       rails: true,
-      sockets: 4,
-      rounds: pps * secs,
-      size: 256,
-      ratePps: pps,
-      policy: SMALL_POLICY,
       during: async (_a, b) => {
         await b.waitFor((e) => e.ev === 'progress' && e.n >= pps * 4, 20000, 'traffic');
         sh('ip', '-n', NS_A, 'link', 'set', 'r9r-a', 'down');

@@ -2,6 +2,7 @@ import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
 import { sendUntilCongested, until } from '../helpers.js';
+import { meshBody, pattern } from '../interop/kernel-lib.js';
 
 // rds-socket against the kernel's RDS/IB (rds_rdma) over Soft-RoCE. Runs in the peer guest of
 // test/ib/run.sh (rds-socket on rxe0: 10.88.0.2 and 10.88.0.3); the kernel's RDS/IB runs in the
@@ -39,23 +40,6 @@ function kernel(cmd: string, timeoutS = 150): Promise<{ code: number; out: strin
     });
     s.write(`${JSON.stringify({ cmd: `cd '${ROOT}' && ${cmd}`, timeout: timeoutS })}\n`);
   });
-}
-
-/** rdspeer.py's pattern(i, size, seed). */
-function pattern(i: number, size: number, seed: number): Buffer {
-  const tile = Buffer.alloc(256);
-  for (let k = 0; k < 256; k++) tile[k] = (i * 131 + k * 7 + seed) & 0xff;
-  const b = Buffer.alloc(size);
-  for (let o = 0; o < size; o += 256) tile.copy(b, o, 0, Math.min(256, size - o));
-  return b;
-}
-
-/** rdspeer.py's mesh_body: [index u32][pattern(i, size - 4, seed)]. */
-function meshBody(i: number, size: number, seed: number): Buffer {
-  const b = Buffer.alloc(Math.max(4, size));
-  b.writeUInt32BE(i, 0);
-  pattern(i, Math.max(0, size - 4), seed).copy(b, 4);
-  return b;
 }
 
 /** rdspeer.py's mesh sender sizes for kernel port `kport` (4 .. maxsize bytes). */
