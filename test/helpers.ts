@@ -66,21 +66,26 @@ export async function makePair(kind: TransportKind, net: number, host: number): 
   const addrB = kind === 'ib' ? IB_ADDRS[1]! : `127.${net}.${host}.2`;
   const stackA = new RdsStack({ tcpPort: TEST_TCP_PORT });
   const stackB = kind === 'loopback' ? stackA : new RdsStack({ tcpPort: TEST_TCP_PORT });
-  const transport = kind === 'ib' ? 'ib' : undefined;
+  return bindPair(stackA, stackB, addrA, addrB, kind === 'ib' ? 'ib' : undefined, async () => {
+    await stackA.close();
+    if (stackB !== stackA) await stackB.close();
+  });
+}
+
+/** Port 4000 of `addrA` on `stackA` and of `addrB` on `stackB`, bound: the pair every kind returns. */
+async function bindPair(
+  stackA: RdsStack,
+  stackB: RdsStack,
+  addrA: string,
+  addrB: string,
+  transport: 'ib' | undefined,
+  close: () => Promise<void>,
+): Promise<Pair> {
   const a = new RdsSocket({ stack: stackA, ...(transport ? { transport } : {}) });
   const b = new RdsSocket({ stack: stackB, ...(transport ? { transport } : {}) });
   await a.bind({ address: addrA, port: 4000 });
   await b.bind({ address: addrB, port: 4000 });
-  return {
-    a,
-    b,
-    stackA,
-    stackB,
-    async close() {
-      await stackA.close();
-      if (stackB !== stackA) await stackB.close();
-    },
-  };
+  return { a, b, stackA, stackB, close };
 }
 
 let attachedSeq = 0;
@@ -103,22 +108,12 @@ async function makeAttachedPair(net: number, host: number): Promise<Pair> {
   const stackB = await RdsStack.attach(join(dir, 'b.sock'));
   Object.defineProperty(stackA, 'counters', { value: nodeA.counters });
   Object.defineProperty(stackB, 'counters', { value: nodeB.counters });
-  const a = new RdsSocket({ stack: stackA });
-  const b = new RdsSocket({ stack: stackB });
-  await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
-  await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
-  return {
-    a,
-    b,
-    stackA,
-    stackB,
-    async close() {
-      await stackA.close();
-      await stackB.close();
-      await nodeA.close();
-      await nodeB.close();
-    },
-  };
+  return bindPair(stackA, stackB, `127.${net}.${host}.1`, `127.${net}.${host}.2`, undefined, async () => {
+    await stackA.close();
+    await stackB.close();
+    await nodeA.close();
+    await nodeB.close();
+  });
 }
 
 /**
@@ -168,25 +163,15 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
     };
     Object.defineProperty(st, 'counters', { value: counters });
   }
-  const a = new RdsSocket({ stack: stackA });
-  const b = new RdsSocket({ stack: stackB });
-  await a.bind({ address: `127.${net}.${host}.1`, port: 4000 });
-  await b.bind({ address: `127.${net}.${host}.2`, port: 4000 });
-  return {
-    a,
-    b,
-    stackA,
-    stackB,
-    async close() {
-      await stackA.close();
-      await stackB.close();
-      for (const p of procs) {
-        const gone = new Promise((r) => p.once('exit', r));
-        p.kill('SIGTERM');
-        await gone;
-      }
-    },
-  };
+  return bindPair(stackA, stackB, `127.${net}.${host}.1`, `127.${net}.${host}.2`, undefined, async () => {
+    await stackA.close();
+    await stackB.close();
+    for (const p of procs) {
+      const gone = new Promise((r) => p.once('exit', r));
+      p.kill('SIGTERM');
+      await gone;
+    }
+  });
 }
 
 export function timeout(ms = 10000): AbortSignal {

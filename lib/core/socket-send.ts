@@ -2,10 +2,11 @@
 // flush, the send budget, send({ confirm }) confirmations, zero-copy completions, peer reachability
 // reports and RDS_CANCEL_SENT_TO.
 import { isIPv4 } from 'node:net';
-import { RDS_MAX_MSG_SIZE, RDS_TRANS_TCP, MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY } from '../constants.js';
+import { RDS_MAX_MSG_SIZE, RDS_TRANS_TCP } from '../constants.js';
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort } from './address.js';
 import { defer } from './defer.js';
+import { zeroCopyRequested } from './send-flags.js';
 import { refuseRdmaControl, rdmaUnsupported } from './rdma.js';
 import { RdsSendList, type RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
@@ -188,38 +189,8 @@ export abstract class SocketSend extends SocketBase {
 
   /** sendmsg flags and the zero-copy cookie, checked as rds_sendmsg checks them; true for zero-copy. @internal */
   protected zeroCopyRequested(opts: SendmsgOptions): boolean {
-    if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
-    const flags = opts.flags ?? 0;
-    if (typeof flags !== 'number' || !Number.isInteger(flags))
-      throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
-    if ((flags & ~(MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY)) !== 0) {
-      throw new RdsError(
-        'EOPNOTSUPP',
-        `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`,
-      );
-    }
-    // As in the kernel, MSG_ZEROCOPY means zero-copy only on a socket that opted in with SO_ZEROCOPY.
-    const zcopy = (flags & MSG_ZEROCOPY) !== 0 && this.zerocopy;
-    if (zcopy && this.transport !== null && this.transportType !== RDS_TRANS_TCP) {
-      throw new RdsError('EOPNOTSUPP', `MSG_ZEROCOPY works on TCP sockets only; this one uses ${this.transport.name}`);
-    }
-    const cookie = opts.zcopyCookie;
-    if (cookie === undefined) {
-      if (zcopy) throw new RdsError('EINVAL', 'MSG_ZEROCOPY needs a zcopyCookie (a u32) to report the completion with');
-      return false;
-    }
-    if (!zcopy) {
-      throw new RdsError(
-        'EINVAL',
-        this.zerocopy
-          ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
-          : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY',
-      );
-    }
-    if (typeof cookie !== 'number' || !Number.isInteger(cookie) || cookie < 0 || cookie > 0xffffffff) {
-      throw new RdsError('EINVAL', `zcopyCookie must be an integer in [0, 2^32), got ${String(cookie)}`);
-    }
-    return true;
+    const nonTcp = this.transport !== null && this.transportType !== RDS_TRANS_TCP ? this.transport.name : null;
+    return zeroCopyRequested(opts, this.zerocopy, nonTcp);
   }
 
   /**

@@ -1,10 +1,11 @@
 // Argument checks of AttachedSocket's bind() and sendmsg(), made here with the same errors RdsSocket
 // gives, since an attached socket answers them before the host node sees the call; and the abort race
 // of its flush().
-import { MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY, RDS_TRANS_IB, RDS_TRANS_TCP } from '../constants.js';
+import { RDS_TRANS_IB, RDS_TRANS_TCP } from '../constants.js';
 import { abortError, RdsError } from '../errors.js';
 import { checkedAddress, nonUnicastReason, parseEndpoint } from '../core/address.js';
 import type { RdsData, SendmsgOptions } from '../core/socket.js';
+import { zeroCopyRequested } from '../core/send-flags.js';
 
 /**
  * sendmsg flags and the zero-copy cookie of an attached socket, checked with RdsSocket's errors;
@@ -16,41 +17,10 @@ export function sendFlags(
   zeroCopyOn: () => boolean,
   transport: number | null,
 ): { zcopy: boolean; flags: number } {
-  let zcopy = false;
-  let flags = 0;
-  if (opts !== undefined && opts !== null) {
-    if (typeof opts !== 'object') throw new RdsError('EINVAL', 'sendmsg options must be an object');
-    flags = opts.flags ?? 0;
-    if (typeof flags !== 'number' || !Number.isInteger(flags))
-      throw new RdsError('EINVAL', `flags must be an integer, got ${String(flags)}`);
-    if ((flags & ~(MSG_DONTWAIT | MSG_CMSG_COMPAT | MSG_ZEROCOPY)) !== 0) {
-      throw new RdsError(
-        'EOPNOTSUPP',
-        `unsupported sendmsg flags 0x${(flags >>> 0).toString(16)}; RDS takes MSG_DONTWAIT and MSG_ZEROCOPY`,
-      );
-    }
-    const zc = zeroCopyOn();
-    zcopy = (flags & MSG_ZEROCOPY) !== 0 && zc;
-    if (zcopy && transport !== null && transport !== RDS_TRANS_TCP) {
-      throw new RdsError('EOPNOTSUPP', 'MSG_ZEROCOPY works on TCP sockets only');
-    }
-    const cookie = opts.zcopyCookie;
-    if (cookie === undefined) {
-      if (zcopy) throw new RdsError('EINVAL', 'MSG_ZEROCOPY needs a zcopyCookie (a u32) to report the completion with');
-    } else {
-      if (!zcopy) {
-        throw new RdsError(
-          'EINVAL',
-          zc
-            ? 'zcopyCookie is only for MSG_ZEROCOPY sends; add MSG_ZEROCOPY to flags'
-            : 'zcopyCookie needs zero-copy: set SO_ZEROCOPY on the socket and pass MSG_ZEROCOPY',
-        );
-      }
-      if (typeof cookie !== 'number' || !Number.isInteger(cookie) || cookie < 0 || cookie > 0xffffffff) {
-        throw new RdsError('EINVAL', `zcopyCookie must be an integer in [0, 2^32), got ${String(cookie)}`);
-      }
-    }
-  }
+  if (opts === undefined || opts === null) return { zcopy: false, flags: 0 };
+  // SO_RDS_TRANSPORT on an attached socket is TCP or IB.
+  const zcopy = zeroCopyRequested(opts, zeroCopyOn(), transport === null || transport === RDS_TRANS_TCP ? null : 'ib');
+  const flags = opts.flags ?? 0;
   return { zcopy, flags };
 }
 
