@@ -7,6 +7,10 @@ const [contender, role, optsText] = process.argv.slice(2);
 const o = JSON.parse(optsText);
 const out = (x) => process.stdout.write(`${JSON.stringify(x)}\n`);
 const payload = Buffer.alloc(o.size ?? 1024, 0x5a);
+// RDS_BENCH_TCP_SNDBUF=N|auto: the stacks' tcpSndbuf (default: the library's, 'auto'), to compare.
+const SNDBUF = process.env.RDS_BENCH_TCP_SNDBUF
+  ? { tcpSndbuf: process.env.RDS_BENCH_TCP_SNDBUF === 'auto' ? 'auto' : Number(process.env.RDS_BENCH_TCP_SNDBUF) }
+  : {};
 // o.stay: report but keep running (a node that also echoes pings another process still sends).
 function finishAfter(ms, fn) {
   setTimeout(() => {
@@ -256,7 +260,7 @@ async function runRds() {
   const { RdsSocket, RdsStack, constants } = await import('../dist/index.js');
   if (role === 'holsink' || role === 'holsrc') return headOfLine(RdsSocket, RdsStack, constants);
   if (role === 'scalevictim' || role === 'scalepeers') return scale(RdsSocket, RdsStack, constants);
-  const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
+  const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, ...SNDBUF });
   const s = new RdsSocket({ stack });
   await s.bind({ address: o.addr, port: 4000 });
   s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, (o.sndbufMiB ?? 4) << 20);
@@ -319,7 +323,7 @@ async function runRds() {
  * 4001 echoes. holsrc: with o.stream port 5000 streams, with o.pings port o.pingPort pings.
  */
 async function headOfLine(RdsSocket, RdsStack, constants) {
-  const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8 });
+  const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, ...SNDBUF });
   const bind = async (port) => {
     const s = new RdsSocket({ stack });
     await s.bind({ address: o.addr, port });
@@ -387,7 +391,7 @@ async function scale(RdsSocket, RdsStack, constants) {
     return { rss: u.rss, heapUsed: u.heapUsed, arrayBuffers: u.arrayBuffers };
   };
   if (role === 'scalevictim') {
-    const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
+    const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0, ...SNDBUF });
     const s = new RdsSocket({ stack });
     await s.bind({ address: o.addr, port: 4000 });
     s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
@@ -414,7 +418,7 @@ async function scale(RdsSocket, RdsStack, constants) {
   let done = 0;
   await Promise.all(
     o.addrs.map(async (addr) => {
-      const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0 });
+      const stack = new RdsStack({ tcpPort: o.tcpPort, npaths: o.npaths ?? 8, heartbeatIntervalMs: 0, ...SNDBUF });
       const s = new RdsSocket({ stack });
       await s.bind({ address: addr, port: 4000 });
       s.sendmsg(Buffer.from('hello'), { address: o.peer, port: 4000 });

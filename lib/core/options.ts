@@ -69,6 +69,19 @@ export interface RdsStackOptions {
    */
   headerTimeoutMs?: number;
   /**
+   * The kernel send buffer of each TCP connection, in bytes, as `net.rds.tcp.rds_tcp_sndbuf` sets
+   * it in the kernel (what `getsockopt(SO_SNDBUF)` then reports): 0 leaves it to the kernel's
+   * autotuning (the kernel's RDS default). Default `'auto'`: 128 KiB for a connection to a peer on
+   * this host (a 127.0.0.0/8 address or one of this host's own), autotuning for the rest. Why: on
+   * this host one `write()` delivers its bytes to the receiving socket in the same call, and every
+   * path of a node shares one JavaScript thread, so with an autotuned buffer (up to 4 MiB) one
+   * write of a 1 MiB message held every other path of the node for about a millisecond (README,
+   * Performance: head-of-line). Otherwise 0 or at least 131072: with less, loopback TCP was seen
+   * waiting on delayed acknowledgements (64 KiB moved 2 MiB/s). Linux caps a value above twice
+   * `net.core.wmem_max`. TCP-only: also a TcpTransport option, which wins.
+   */
+  tcpSndbuf?: number | 'auto';
+  /**
    * Once a frame's header has arrived, its payload must be complete within this many ms, or the
    * connection is dropped (recv_drop_frame_timeout). Time while the node itself has stopped
    * reading the connection (receive limits) does not count. Default 30000.
@@ -191,6 +204,7 @@ export const DEFAULTS: ResolvedStackOptions = Object.freeze({
   maxConnections: 4096,
   maxUnidentifiedConnections: 64,
   headerTimeoutMs: 10000,
+  tcpSndbuf: 'auto',
   frameTimeoutMs: 30000,
   maxPartialFrameBytes: 64 << 20,
   recvHardLimitFactor: 64,
@@ -210,6 +224,10 @@ interface Rule {
   infinity?: boolean;
   /** Added to the message when the value is refused: why the bound is what it is. */
   why?: string;
+  /** A word also taken, meaning what the option documents (e.g. 'auto'). */
+  word?: string;
+  /** Integers inside [min, max] that are still refused. */
+  gap?: readonly [number, number];
 }
 
 /** setTimeout's limit: a longer timer fires at once. */
@@ -232,6 +250,7 @@ const RULES: { readonly [K in Tunable]: Rule | 'boolean' } = {
   maxConnections: { min: 1 },
   maxUnidentifiedConnections: { min: 1 },
   headerTimeoutMs: { min: 1 },
+  tcpSndbuf: { min: 0, word: 'auto', gap: [1, 131071], why: 'below 128 KiB loopback TCP waits on delayed acknowledgements' },
   frameTimeoutMs: { min: 1 },
   maxPartialFrameBytes: { min: RDS_MAX_MSG_SIZE, why: 'one frame of the largest message must always fit' },
   recvHardLimitFactor: { min: 1 },
@@ -264,14 +283,21 @@ export function checkOption<K extends Tunable>(name: K, value: unknown, owner = 
   const rule = RULES[name];
   if (rule === 'boolean') return value as ResolvedStackOptions[K];
   if (rule.infinity && value === Infinity) return value as ResolvedStackOptions[K];
+  if (rule.word !== undefined && value === rule.word) return value as ResolvedStackOptions[K];
   if (
     typeof value !== 'number' ||
     !Number.isInteger(value) ||
     value < rule.min ||
-    (rule.max !== undefined && value > rule.max)
+    (rule.max !== undefined && value > rule.max) ||
+    (rule.gap !== undefined && value >= rule.gap[0] && value <= rule.gap[1])
   ) {
-    const range = rule.max === undefined ? `>= ${rule.min}` : `${rule.min}..${rule.max}`;
-    const inf = rule.infinity ? ' or Infinity' : '';
+    const range =
+      rule.gap !== undefined
+        ? `${rule.min} or >= ${rule.gap[1] + 1}`
+        : rule.max === undefined
+          ? `>= ${rule.min}`
+          : `${rule.min}..${rule.max}`;
+    const inf = (rule.infinity ? ' or Infinity' : '') + (rule.word !== undefined ? ` or '${rule.word}'` : '');
     const why = rule.why ? ` (${rule.why})` : '';
     throw new RdsError(
       'EINVAL',

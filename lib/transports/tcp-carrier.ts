@@ -9,6 +9,7 @@ import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
 import { native } from '../native.js';
 import { checkOption } from '../core/options.js';
+import { carrierSndbuf } from './tcp-sndbuf.js';
 import type { FrameReader } from '../wire/frame-reader.js';
 
 /**
@@ -32,17 +33,19 @@ export interface TcpTransportOptions {
   dial?: (laddr: string, faddr: string, port: number) => { host: string; port: number };
   /**
    * TCP's own knobs: the port listened on and connected to (default 16385), the cap on TCP
-   * connections (default 4096) and the deadline for each header and each step of a new
-   * connection (default 10000 ms); see RdsStackOptions for what each does. Given here they win
+   * connections (default 4096), the deadline for each header and each step of a new
+   * connection (default 10000 ms) and each connection's kernel send buffer (default 'auto');
+   * see RdsStackOptions for what each does. Given here they win
    * over the stack's spelling of them (still accepted: `new RdsStack({ tcpPort })`).
    */
   tcpPort?: number;
   maxConnections?: number;
   headerTimeoutMs?: number;
+  tcpSndbuf?: number | 'auto';
 }
 
 /** The knobs TcpTransportOptions shares with RdsStackOptions (checked by the stack's rules). */
-export const TCP_KNOBS = ['tcpPort', 'maxConnections', 'headerTimeoutMs'] as const;
+export const TCP_KNOBS = ['tcpPort', 'maxConnections', 'headerTimeoutMs', 'tcpSndbuf'] as const;
 
 /** Polling for TCP acknowledgements backs off from 1 ms to this while messages wait. */
 const OUTQ_POLL_MAX_MS = 50;
@@ -343,6 +346,16 @@ export class TcpShared {
           n.tcpKeepalive(fd, KEEPALIVE_MS / 1000, KEEPALIVE_MS / 1000, 5);
         } catch {
           /* keep Node's setting */
+        }
+        const bytes = carrierSndbuf(this.host.options.tcpSndbuf, sock.remoteAddress);
+        if (bytes > 0 && typeof n.setSendBuffer === 'function') {
+          try {
+            // The kernel doubles what setsockopt asks for (its bookkeeping overhead); the option
+            // names the doubled size, as net.rds.tcp.rds_tcp_sndbuf does.
+            n.setSendBuffer(fd, bytes >>> 1);
+          } catch {
+            /* keep autotuning */
+          }
         }
       }
     };
