@@ -250,7 +250,12 @@ const RULES: { readonly [K in Tunable]: Rule | 'boolean' } = {
   maxConnections: { min: 1 },
   maxUnidentifiedConnections: { min: 1 },
   headerTimeoutMs: { min: 1 },
-  tcpSndbuf: { min: 0, word: 'auto', gap: [1, 131071], why: 'below 128 KiB loopback TCP waits on delayed acknowledgements' },
+  tcpSndbuf: {
+    min: 0,
+    word: 'auto',
+    gap: [1, 131071],
+    why: 'below 128 KiB loopback TCP waits on delayed acknowledgements',
+  },
   frameTimeoutMs: { min: 1 },
   maxPartialFrameBytes: { min: RDS_MAX_MSG_SIZE, why: 'one frame of the largest message must always fit' },
   recvHardLimitFactor: { min: 1 },
