@@ -130,7 +130,7 @@ export class RdsConnection {
 
   /** Application messages wait to be sent or acknowledged on some path (probes and pongs do not count). */
   hasPendingData(): boolean {
-    for (const p of this.slots) if (p !== undefined && p.tx.hasPendingData()) return true;
+    for (const p of this.slots) if (p?.tx.hasPendingData()) return true;
     return false;
   }
 

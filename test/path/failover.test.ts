@@ -91,7 +91,9 @@ describe('ConnFailover: failover between the paths of a connection', () => {
     p0.connectComplete();
     // Queued before the path count is known: it goes on lane 0, unacknowledged.
     const early = p0.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner);
-    f.conn.handshake.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_CAP_NO_HELLO | (8 << RDSSOCK_CAP_PATHS_SHIFT));
+    f.conn.handshake.settle(
+      RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_CAP_NO_HELLO | (8 << RDSSOCK_CAP_PATHS_SHIFT),
+    );
     expect(f.conn.npaths).toBe(8);
     expect(f.conn.pathIf(3)).toBeUndefined();
     return { ...f, p0, early };
