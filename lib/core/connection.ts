@@ -67,7 +67,7 @@ export class RdsConnection {
   /** Path `index`, made on first use; undefined outside the slots. */
   path(index: number): RdsConnPath | undefined {
     const p = this.slots[index];
-    if (p !== undefined || !(index >= 0 && index < this.slots.length)) return p;
+    if (p !== undefined || !(Number.isInteger(index) && index >= 0 && index < this.slots.length)) return p;
     const made = new RdsConnPath(this, index);
     this.slots[index] = made;
     // A lane made after the fan-out waits where it would have waited had it existed then.
