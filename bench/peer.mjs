@@ -409,9 +409,11 @@ async function scale(RdsSocket, RdsStack, constants) {
     await new Promise((r) => setTimeout(r, 200));
     out({ ready: true, ...sample() });
     process.stdin.on('data', () => {
+      // Measured before the listing below is made: it is the benchmark's, not the peers' memory.
+      const mem = sample();
       const conns = stack.connections();
       const pathsUp = conns.reduce((n, c) => n + c.paths.filter((p) => p.state === 'UP').length, 0);
-      out({ measured: true, peers: conns.length, pathsUp, ...sample() });
+      out({ measured: true, peers: conns.length, pathsUp, ...mem });
     });
     return;
   }

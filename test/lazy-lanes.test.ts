@@ -1,7 +1,10 @@
+import { queryObjects } from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants, type ConnectionInfo } from '../lib/index.js';
 import { FaultProxy } from '../lib/testing/index.js';
 import { Handshake } from '../lib/core/handshake.js';
+import { RdsConnPath } from '../lib/core/path.js';
+import { portHash } from '../lib/core/path-policy.js';
 import { tcpPath } from '../lib/transports/tcp-carrier.js';
 import { TEST_TCP_PORT, payload, until } from './helpers.js';
 
@@ -180,6 +183,42 @@ describe('lanes open on demand', () => {
     await handshake(A, a, b, B);
     await until(() => upLanes(A).length === 8 && upLanes(B).length === 8, '8 lanes up');
     expect(A.counters.get('conn_poke_received')).toBe(0);
+  });
+});
+
+describe('path objects of an idle connection', () => {
+  it('with 8 paths negotiated, only the lanes used have a path object (a lane is made at first use)', async () => {
+    // Path objects alive in the heap (counted after a full GC), made by either stack.
+    const count = () => queryObjects(RdsConnPath, { format: 'count' }) as number;
+    const before = count();
+    const { A, B, a, b, mk, base } = await pair();
+    await handshake(A, a, b, B);
+    // One message from a socket whose port hashes to lane 3 (the 'hash' policy: portHash % npaths),
+    // then the connection is idle.
+    let port = 5000;
+    while (portHash(port) % 8 !== 3) port++;
+    const s = await mk(A, '1', port);
+    s.sendmsg(Buffer.from('on lane 3'), b.address());
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('on lane 3');
+    await s.flush({ timeout: 5000 });
+    await until(() => upLanes(B).includes(3), 'lane 3 up at B');
+    expect(upLanes(A)).toEqual([0, 3]);
+    expect(info(A).paths[3]!.sentMessages).toBe(1);
+    // Two connections (A to B, B to A): paths 0 and 3 each, not 8 each.
+    expect(count() - before).toBeLessThanOrEqual(4);
+    for (const [st, from, to] of [
+      [A, '1', '2'],
+      [B, '2', '1'],
+    ] as const) {
+      const conn = st.connFor(`${base}.${from}`, `${base}.${to}`, st.transports.get('tcp')!);
+      expect(conn.npaths).toBe(8);
+      expect(conn.madePaths().map((p) => p.index)).toEqual([0, 3]);
+      // What rds-info shows is unchanged: every lane in use, those never made as fresh DOWN ones.
+      expect(info(st).paths.map((p) => [p.index, p.state, p.upCount])).toEqual(
+        [0, 1, 2, 3, 4, 5, 6, 7].map((i) => [i, i === 0 || i === 3 ? 'UP' : 'DOWN', i === 0 || i === 3 ? 1 : 0]),
+      );
+      expect(conn.madePaths()).toHaveLength(2);
+    }
   });
 });
 

@@ -32,7 +32,7 @@ export class CongTable {
   localChanged(laddr: string, conns: Iterable<RdsConnection>): void {
     for (const c of conns) {
       if (c.laddr !== laddr || c.isLoopback) continue;
-      c.paths[0]!.tx.queueCongUpdate();
+      c.path(0)!.tx.queueCongUpdate();
     }
     // Loopback senders read this map directly; wake any that wait on it.
     this.wake();

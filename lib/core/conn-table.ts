@@ -56,7 +56,7 @@ export class ConnTable {
   }
 
   setRef(ref: boolean): void {
-    for (const c of this.conns.values()) for (const p of c.paths) p.setRef(ref);
+    for (const c of this.conns.values()) for (const p of c.madePaths()) p.setRef(ref);
   }
 
   /**
@@ -64,8 +64,8 @@ export class ConnTable {
    * discarded with their sockets) before the carriers end, then stop every timer.
    */
   close(): void {
-    for (const c of this.conns.values()) for (const p of c.paths) p.acks.finalAck();
-    for (const c of this.conns.values()) for (const p of c.paths) p.dispose();
+    for (const c of this.conns.values()) for (const p of c.madePaths()) p.acks.finalAck();
+    for (const c of this.conns.values()) for (const p of c.madePaths()) p.dispose();
     this.reclaimer.stop();
   }
 
@@ -79,7 +79,7 @@ export class ConnTable {
   path(peer: string, index: number, localAddress?: string): RdsConnPath {
     for (const c of this.values()) {
       if (c.faddr !== peer || (localAddress !== undefined && c.laddr !== localAddress) || c.isLoopback) continue;
-      const p = c.paths[index];
+      const p = c.path(index);
       if (p !== undefined) return p;
     }
     throw new RdsError(

@@ -15,7 +15,12 @@ import { RDS_CTR } from './stats.js';
  * Connections are shared by every socket of the stack and live as long as the stack.
  */
 export class RdsConnection {
-  readonly paths: RdsConnPath[];
+  /**
+   * The paths by index: path 0 from the start, a lane > 0 or rail slot once something uses it
+   * (path()). Until then it is a hole: a fresh path holds nothing and does nothing, so an idle
+   * peer with 8 lanes negotiated keeps only the path objects (~1.2 KiB each) of the lanes it used.
+   */
+  private readonly slots: (RdsConnPath | undefined)[];
   private pathCount = 0;
   /** The negotiator: hello, probe and pong, and all that is known about the peer from them. @internal */
   readonly handshake: Handshake = new Handshake(this);
@@ -41,7 +46,49 @@ export class RdsConnection {
     this.peerCong = stack.congMap(faddr);
     this.isInitiator = compareAddresses(laddr, faddr) < 0;
     this.isLoopback = transport.local === true;
-    this.paths = Array.from({ length: maxPaths }, (_, i) => new RdsConnPath(this, i));
+    this.slots = Array.from({ length: maxPaths }, (_, i) => (i === 0 ? new RdsConnPath(this, 0) : undefined));
+  }
+
+  /**
+   * Every path, lanes then rail slots, each made now if it was not yet. For users, tests and
+   * tools; the stack itself goes through path(), pathIf() and madePaths(), so a lane nobody uses
+   * costs nothing.
+   */
+  get paths(): RdsConnPath[] {
+    for (let i = 1; i < this.slots.length; i++) this.path(i);
+    return this.slots as RdsConnPath[];
+  }
+
+  /** How many path slots there are: the lanes the transport can run, then the rail slots. */
+  get pathSlots(): number {
+    return this.slots.length;
+  }
+
+  /** Path `index`, made on first use; undefined outside the slots. */
+  path(index: number): RdsConnPath | undefined {
+    const p = this.slots[index];
+    if (p !== undefined || !(Number.isInteger(index) && index >= 0 && index < this.slots.length)) return p;
+    const made = new RdsConnPath(this, index);
+    this.slots[index] = made;
+    // A lane made after the fan-out waits where it would have waited had it existed then.
+    this.failover.laneMade(made);
+    return made;
+  }
+
+  /** Path `index` if it was made (a path not made is DOWN, empty and idle). */
+  pathIf(index: number): RdsConnPath | undefined {
+    return this.slots[index];
+  }
+
+  /** The paths made so far, in index order: what there is to count, show, time or stop. */
+  madePaths(): RdsConnPath[] {
+    return this.slots.filter((p): p is RdsConnPath => p !== undefined);
+  }
+
+  /** Rail slot `index` (rail.ts), the slots before it left to be made when used. @internal */
+  railSlot(index: number): RdsConnPath {
+    if (this.slots.length <= index) this.slots.length = index + 1;
+    return this.path(index)!;
   }
 
   /** 0 until a handshake says otherwise (spec §3.2); then the agreed number of paths. */
@@ -83,12 +130,12 @@ export class RdsConnection {
 
   /** Application messages wait to be sent or acknowledged on some path (probes and pongs do not count). */
   hasPendingData(): boolean {
-    for (const p of this.paths) if (p.tx.hasPendingData()) return true;
+    for (const p of this.slots) if (p?.tx.hasPendingData()) return true;
     return false;
   }
 
   anyPathUp(): boolean {
-    for (const p of this.paths) if (p.state === RDS_CONN_UP) return true;
+    for (const p of this.slots) if (p !== undefined && p.state === RDS_CONN_UP) return true;
     return false;
   }
 
@@ -192,8 +239,8 @@ export class RdsConnection {
     if (n > 1 && before <= 1) {
       // Lanes wait until lane 0 has delivered what was queued before the fan-out, so no socket's
       // message on its new lane overtakes one still on lane 0 (spec §3.3).
-      const p0 = this.paths[0]!;
-      for (let i = 1; i < n; i++) this.failover.holdBehind(this.paths[i]!, p0, p0.nextTxSeq - 1);
+      const p0 = this.path(0)!;
+      this.failover.holdLanesBehind(p0, p0.nextTxSeq - 1, n);
       this.stack.counters.add(RDS_CTR.mprds_fanout);
     }
     this.openLanes();
@@ -205,7 +252,7 @@ export class RdsConnection {
    * lane by source port. Before that it could take a lane connection for path 0.
    */
   lanesMayConnect(): boolean {
-    const p0 = this.paths[0]!;
+    const p0 = this.path(0)!;
     return this.npaths > 1 && p0.state === RDS_CONN_UP && p0.peerPongSeen && !this.handshake.awaitingPathsPong;
   }
 
@@ -217,10 +264,11 @@ export class RdsConnection {
   openLanes(): void {
     if (!this.lanesMayConnect()) return;
     const lazy = this.lazyLanes;
-    if (!lazy && !this.transport.initiates(this.paths[0]!)) return;
+    if (!lazy && !this.transport.initiates(this.path(0)!)) return;
     for (let i = 1; i < this.npaths; i++) {
-      const p = this.paths[i]!;
-      if (!lazy || p.laneWanted || p.sendQueue.length > 0) p.connectIfDown();
+      // On demand, a lane not made yet is neither wanted nor has messages.
+      const p = lazy ? this.pathIf(i) : this.path(i);
+      if (p !== undefined && (!lazy || p.laneWanted || p.sendQueue.length > 0)) p.connectIfDown();
     }
   }
 }

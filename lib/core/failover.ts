@@ -32,6 +32,11 @@ interface PathFailover {
  */
 export class ConnFailover {
   private readonly st = new Map<RdsConnPath, PathFailover>();
+  /**
+   * The holds of lanes not made yet (RdsConnection.path), by index: what holdLanesBehind set and
+   * failOver moved, given to the lane when it is made (laneMade). Null until a fan-out.
+   */
+  private unmade: ({ behind: RdsConnPath; seq: number } | undefined)[] | null = null;
 
   constructor(private readonly conn: RdsConnection) {}
 
@@ -132,9 +137,37 @@ export class ConnFailover {
         else this.holdBehind(p, target, target.nextTxSeq - 1);
       }
     }
+    // Lanes not made yet (in use, as failoverPaths) that would wait on this path: the same move.
+    const unmade = this.unmade;
+    const seq = target.nextTxSeq - 1;
+    if (unmade !== null && seq > 0)
+      for (let i = 0; i < Math.min(unmade.length, Math.max(1, this.conn.npaths)); i++)
+        if (unmade[i]?.behind === from) unmade[i] = { behind: target, seq };
     s.behind = null;
     this.conn.stack.pathFailedOver(from, target, moved);
     target.tx.schedulePump();
+  }
+
+  /**
+   * The fan-out: lanes 1..n-1 send nothing until lane 0 has had everything up to `seq`
+   * acknowledged; those not made yet get the hold when they are (laneMade).
+   */
+  holdLanesBehind(p0: RdsConnPath, seq: number, n: number): void {
+    if (seq <= 0) return; // as holdBehind: nothing to wait for, no hold changes
+    const hold = { behind: p0, seq };
+    for (let i = 1; i < n; i++) {
+      const p = this.conn.pathIf(i);
+      if (p !== undefined) this.holdBehind(p, p0, seq);
+      else (this.unmade ??= [])[i] = hold;
+    }
+  }
+
+  /** Lane `p` was just made: it takes the hold it would have had, had it existed. */
+  laneMade(p: RdsConnPath): void {
+    const h = this.unmade?.[p.index];
+    if (h === undefined) return;
+    this.unmade![p.index] = undefined;
+    this.holdBehind(p, h.behind, h.seq);
   }
 
   /** `p` sends nothing until `behind` has had everything up to `seq` acknowledged. */

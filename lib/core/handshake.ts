@@ -110,7 +110,7 @@ export class Handshake {
   advertisedPaths(): number {
     const conn = this.conn;
     return this.kernelPairsBySport && conn.transport.mpathCapable
-      ? Math.min(conn.stack.options.npaths, conn.paths.length)
+      ? Math.min(conn.stack.options.npaths, conn.pathSlots)
       : 1;
   }
 
@@ -229,7 +229,7 @@ export class Handshake {
    */
   private peerRestarted(): void {
     this.conn.stack.counters.add(RDS_CTR.peer_restarted);
-    for (const p of this.conn.paths) p.peerRestarted();
+    for (const p of this.conn.madePaths()) p.peerRestarted();
   }
 
   /** A forgotten connection made again: the generation its tombstone kept (see reclaim.ts). */
@@ -253,20 +253,21 @@ export class Handshake {
     const peerPaths = (caps >>> RDSSOCK_CAP_PATHS_SHIFT) & 0xf;
     const n =
       peerPaths > 0 && conn.transport.mpathCapable
-        ? Math.min(conn.stack.options.npaths, peerPaths, conn.paths.length)
+        ? Math.min(conn.stack.options.npaths, peerPaths, conn.pathSlots)
         : Math.max(1, Math.min(this.advertisedPaths(), hs.npaths ?? 1));
     // A kernel that just told us it pairs by source port has so far seen NPATHS = 1 from us: a
     // new probe tells it our real count (7.x accepts the increase), and lanes wait for its pong.
     if (learnedSportIdx && caps === 0 && this.advertisedPaths() > 1) {
       this.pathsPongPending = true;
-      if (!conn.isLoopback && conn.paths[0]!.state === RDS_CONN_UP) this.queueProbe(conn.paths[0]!);
+      if (!conn.isLoopback && conn.path(0)!.state === RDS_CONN_UP) this.queueProbe(conn.path(0)!);
     }
     conn.setPathCount(n);
     // A kernel is never acknowledged: drop what was tracked while we did not know.
-    if (!this.tracksReceipts) for (const p of conn.paths) p.acks.rx.reset();
-    if (changed) for (const p of conn.paths) p.capabilitiesChanged();
+    // (Paths not made yet start empty and idle: nothing to drop or start there.)
+    if (!this.tracksReceipts) for (const p of conn.madePaths()) p.acks.rx.reset();
+    if (changed) for (const p of conn.madePaths()) p.capabilitiesChanged();
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
-    if (changed && this.wantsLegacyHello && conn.paths[0]!.state === RDS_CONN_UP) conn.paths[0]!.sendLegacyHello();
+    if (changed && this.wantsLegacyHello && conn.path(0)!.state === RDS_CONN_UP) conn.path(0)!.sendLegacyHello();
     conn.transport.capabilitiesChanged?.(conn);
     // The dialling side opens the rails declared to this peer (if it runs them).
     conn.stack.rails.settled(conn);

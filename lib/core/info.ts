@@ -1,4 +1,5 @@
 import type { RdsConnection } from './connection.js';
+import { RdsConnPath } from './path.js';
 import { pathFigures } from './path-stats.js';
 import { pathEndpoints, RAIL_FIRST_INDEX } from './rail.js';
 import type { PeerInfo, PeerTable } from './peer-state.js';
@@ -24,7 +25,7 @@ export function stackInfo(conns: Iterable<RdsConnection>, counters: RdsStats, so
   const sendQueue: MessageInfo[] = [];
   const retransQueue: MessageInfo[] = [];
   for (const c of all) {
-    for (const p of c.paths) {
+    for (const p of c.madePaths()) {
       const list = (
         q: Iterable<{ done: boolean; sport: number; dport: number; seq: number; len: number }>,
         out: MessageInfo[],
@@ -63,10 +64,10 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     transport: c.transport.name,
     npaths: c.npaths,
     initiator: c.isInitiator,
-    // The lanes in use, then the rail slots (index 8 and up).
-    paths: c.paths
-      .slice(0, Math.max(1, c.npaths))
-      .concat(c.paths.slice(RAIL_FIRST_INDEX))
+    // The lanes in use, then the rail slots (index 8 and up). A path not made yet is shown as the
+    // fresh one it would be (DOWN, zeros), made here and dropped: looking must not cost memory.
+    paths: slotIndexes(c)
+      .map((i) => c.pathIf(i) ?? new RdsConnPath(c, i))
       .map((p) => {
         const q = p.tx.pendingCount();
         const f = pathFigures(p);
@@ -102,6 +103,14 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
   }));
 }
 
+/** The indexes connectionsInfo lists: the lanes in use, then every rail slot. */
+function slotIndexes(c: RdsConnection): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < Math.min(Math.max(1, c.npaths), c.pathSlots); i++) out.push(i);
+  for (let i = RAIL_FIRST_INDEX; i < c.pathSlots; i++) out.push(i);
+  return out;
+}
+
 /** Every peer of the table with its reachability and the application messages queued for it. */
 export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): PeerInfo[] {
   const queued = new Map<string, { messages: number; bytes: number }>();
@@ -111,7 +120,7 @@ export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): Pee
       q = { messages: 0, bytes: 0 };
       queued.set(c.faddr, q);
     }
-    for (const p of c.paths) {
+    for (const p of c.madePaths()) {
       for (const list of [p.sendQueue, p.retrans]) {
         for (const m of list) {
           if (m.done || !m.fromSocket) continue;

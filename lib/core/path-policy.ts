@@ -91,8 +91,12 @@ const latencies = new WeakMap<RdsConnPath, { count: number; sum: number; avg: nu
 function stateOf(conn: RdsConnection): ConnPolicyState {
   let s = states.get(conn);
   if (s === undefined) {
-    const lanes = conn.paths.slice(0, Math.min(conn.paths.length, conn.stack.maxPaths));
-    s = { placed: new Map(), turn: 0, before: lanes.map((p) => p.nextTxSeq - 1) };
+    // A lane not made yet has numbered nothing (a path numbers from 1).
+    const before = Array.from({ length: Math.min(conn.pathSlots, conn.stack.maxPaths) }, (_, i) => {
+      const p = conn.pathIf(i);
+      return p === undefined ? 0 : p.nextTxSeq - 1;
+    });
+    s = { placed: new Map(), turn: 0, before };
     states.set(conn, s);
   }
   return s;
@@ -142,8 +146,8 @@ function place(st: ConnPolicyState, sport: number, home: RdsConnPath, p: RdsConn
 
 /** Path 0 with one path, else the lane the port hashes to (or where that lane failed over). */
 function legacyPath(conn: RdsConnection, sport: number): RdsConnPath {
-  if (conn.npaths <= 1) return conn.paths[0]!;
-  return conn.failover.redirect(conn.paths[portHash(sport) % conn.npaths]!);
+  if (conn.npaths <= 1) return conn.path(0)!;
+  return conn.failover.redirect(conn.path(portHash(sport) % conn.npaths)!);
 }
 
 /** A never-placed socket may have unacknowledged messages from before placements began. */
@@ -151,7 +155,7 @@ function earlierInFlight(conn: RdsConnection, st: ConnPolicyState): boolean {
   const before = st.before;
   if (before === null) return false;
   for (let i = 0; i < before.length; i++) {
-    const p = conn.paths[i]!;
+    const p = conn.path(i)!;
     if (conn.failover.failedOverTo(p) !== null || conn.failover.currentHold(p) !== null) return true;
     const oldest = p.tx.oldestUnacked();
     if (oldest !== undefined && oldest <= before[i]!) return true;
@@ -191,7 +195,10 @@ function queued(p: RdsConnPath, seq: number, sport: number): RdsOutgoing | undef
 /** Live candidates: the lanes in use and the rails, UP, in index order. */
 function livePaths(conn: RdsConnection): RdsConnPath[] {
   const out: RdsConnPath[] = [];
-  for (let i = 0; i < Math.max(1, conn.npaths); i++) if (conn.paths[i]!.state === RDS_CONN_UP) out.push(conn.paths[i]!);
+  for (let i = 0; i < Math.max(1, conn.npaths); i++) {
+    const p = conn.pathIf(i);
+    if (p !== undefined && p.state === RDS_CONN_UP) out.push(p);
+  }
   out.push(...upRailPaths(conn));
   return out;
 }
@@ -201,8 +208,9 @@ function choose(conn: RdsConnection, policy: PathPolicy, sport: number, st: Conn
   const lanes = Math.max(1, conn.npaths);
   if (policy === 'hash' || live.length === 0) {
     // The lanes whatever their state (a down lane's messages wait or fail over), then the live rails.
-    const all = conn.paths.slice(0, lanes).concat(upRailPaths(conn));
-    return conn.failover.redirect(all[portHash(sport) % all.length]!);
+    const rails = upRailPaths(conn);
+    const k = portHash(sport) % (lanes + rails.length);
+    return conn.failover.redirect(k < lanes ? conn.path(k)! : rails[k - lanes]!);
   }
   if (policy === 'round-robin') return live[st.turn++ % live.length]!;
   const score = policy === 'min-inflight' ? unackedBytes : recentLatency;

@@ -17,7 +17,7 @@ import {
 } from '../wire/rail-hello.js';
 import { canonicalAddress } from './address.js';
 import type { RdsConnection } from './connection.js';
-import { RdsConnPath } from './path.js';
+import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
 import type { RdsTransport } from './transport.js';
@@ -64,14 +64,16 @@ export function peerRunsRails(conn: RdsConnection): boolean {
 /** Rail paths of the connection that serve a declared rail. */
 export function liveRailPaths(conn: RdsConnection): RdsConnPath[] {
   const out: RdsConnPath[] = [];
-  for (let i = RAIL_FIRST_INDEX; i < conn.paths.length; i++)
-    if (railOf(conn.paths[i]!) !== null) out.push(conn.paths[i]!);
+  for (let i = RAIL_FIRST_INDEX; i < conn.pathSlots; i++) {
+    const p = conn.pathIf(i);
+    if (p !== undefined && railOf(p) !== null) out.push(p);
+  }
   return out;
 }
 
 /** Whether the connection has any rail slot (live or retired): the policies then keep per-socket order. */
 export function hasRailSlots(conn: RdsConnection): boolean {
-  return conn.paths.length > RAIL_FIRST_INDEX;
+  return conn.pathSlots > RAIL_FIRST_INDEX;
 }
 
 /**
@@ -79,9 +81,16 @@ export function hasRailSlots(conn: RdsConnection): boolean {
  * rail's sockets stay redirected to where its messages went).
  */
 export function failoverPaths(conn: RdsConnection): RdsConnPath[] {
-  const out = conn.paths.slice(0, Math.max(1, conn.npaths));
-  for (let i = RAIL_FIRST_INDEX; i < conn.paths.length; i++) out.push(conn.paths[i]!);
+  // Paths not made yet have nothing to move or redirect (their holds: ConnFailover.unmade).
+  const out: RdsConnPath[] = [];
+  for (let i = 0; i < Math.max(1, conn.npaths); i++) pushMade(out, conn, i);
+  for (let i = RAIL_FIRST_INDEX; i < conn.pathSlots; i++) pushMade(out, conn, i);
   return out;
+}
+
+function pushMade(out: RdsConnPath[], conn: RdsConnection, index: number): void {
+  const p = conn.pathIf(index);
+  if (p !== undefined) out.push(p);
 }
 
 /** More than one path can carry the connection's messages (lanes or rails): failover applies. */
@@ -98,10 +107,9 @@ function specKey(s: RailSpec): string {
   return `${s.peer}|${s.local}|${s.remote}`;
 }
 
-/** The rail path in slot `index` of `conn`, made (with the slots before it) if new. */
+/** The rail path in slot `index` of `conn`, made if new. */
 function slot(conn: RdsConnection, index: number): RdsConnPath {
-  while (conn.paths.length <= index) conn.paths.push(new RdsConnPath(conn, conn.paths.length));
-  return conn.paths[index]!;
+  return conn.railSlot(index);
 }
 
 /** What a transport needs to open and accept rails (TransportHost.rails). */
@@ -208,11 +216,11 @@ export class StackRails implements RailHost {
     if (!this.specs.delete(key)) return false;
     this.removedPairs.add(`${s.local}|${s.remote}`);
     for (const c of this.conns()) {
-      for (let i = RAIL_FIRST_INDEX; i < c.paths.length; i++) {
-        const cp = c.paths[i]!;
-        const b = bindings.get(cp);
+      for (let i = RAIL_FIRST_INDEX; i < c.pathSlots; i++) {
+        const cp = c.pathIf(i);
+        const b = cp === undefined ? undefined : bindings.get(cp);
         if (b === undefined || !b.live || specKey(b.spec) !== key) continue;
-        this.retire(cp, b, 'rail removed');
+        this.retire(cp!, b, 'rail removed');
       }
     }
     return true;
@@ -249,7 +257,7 @@ export class StackRails implements RailHost {
     const key = specKey(s);
     let free = -1;
     for (let i = RAIL_FIRST_INDEX; i < RAIL_FIRST_INDEX + RAIL_MAX; i++) {
-      const cp = conn.paths[i];
+      const cp = conn.pathIf(i);
       const b = cp === undefined ? undefined : bindings.get(cp);
       if (b !== undefined && specKey(b.spec) === key) {
         if (!b.live) {

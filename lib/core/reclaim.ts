@@ -39,7 +39,11 @@ export class ConnReclaimer {
     if (t !== undefined) {
       this.tombstones.delete(conn.key);
       conn.handshake.restoreGeneration(t.genNum);
-      conn.paths.forEach((p, i) => p.rxSeq.restore(t.seqs[3 * i] ?? 0, t.seqs[3 * i + 1] ?? 0, t.seqs[3 * i + 2] ?? 0));
+      // Only the paths that had received something are made again (the others restore to zeros).
+      for (let i = 0; 3 * i < t.seqs.length; i++) {
+        const [next, floor, native] = [t.seqs[3 * i] ?? 0, t.seqs[3 * i + 1] ?? 0, t.seqs[3 * i + 2] ?? 0];
+        if (next !== 0 || floor !== 0 || native !== 0) conn.path(i)?.rxSeq.restore(next, floor, native);
+      }
     }
     if (this.timer !== null || !Number.isFinite(this.idleMs)) return;
     // Sweeping at half the idle time forgets a connection between 1x and 1.5x of it.
@@ -51,7 +55,7 @@ export class ConnReclaimer {
   /** Whether `conn` may be forgotten now. */
   idle(conn: RdsConnection, now: number): boolean {
     if (conn.isLoopback || now - conn.stateChangedAt < this.idleMs) return false;
-    for (const p of conn.paths) if (p.state !== RDS_CONN_DOWN || p.reconnectPending) return false;
+    for (const p of conn.madePaths()) if (p.state !== RDS_CONN_DOWN || p.reconnectPending) return false;
     return !conn.hasPendingData();
   }
 
@@ -60,7 +64,7 @@ export class ConnReclaimer {
     for (const conn of this.conns.values()) {
       if (!this.idle(conn, now)) continue;
       this.remember(conn);
-      for (const p of conn.paths) p.dispose();
+      for (const p of conn.madePaths()) p.dispose();
       conn.markReclaimed();
       this.forget(conn);
       n++;
@@ -71,12 +75,14 @@ export class ConnReclaimer {
 
   /** Only peers that delivered sequenced messages leave a tombstone: strangers leave nothing. */
   private remember(conn: RdsConnection): void {
-    if (!conn.paths.some((p) => p.nextRxSeq > 0)) return;
+    if (!conn.madePaths().some((p) => p.nextRxSeq > 0)) return;
     this.tombstones.delete(conn.key);
     if (this.tombstones.size >= MAX_TOMBSTONES) this.tombstones.delete(this.tombstones.keys().next().value!);
     this.tombstones.set(conn.key, {
       genNum: conn.handshake.peerGenNum,
-      seqs: conn.paths.flatMap((p) => [p.nextRxSeq, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq]),
+      seqs: Array.from({ length: conn.pathSlots }, (_, i) => conn.pathIf(i)).flatMap((p) =>
+        p === undefined ? [0, 0, 0] : [p.nextRxSeq, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq],
+      ),
     });
   }
 

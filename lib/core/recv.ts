@@ -81,7 +81,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
         (flags & RDS_FLAG_RETRANSMITTED) !== 0,
         payload.length,
         true,
-        conn.paths[header[OFF_EXTHDR + 1]!]?.rxSeq,
+        conn.path(header[OFF_EXTHDR + 1]!)?.rxSeq,
         readU64(header, OFF_EXTHDR + 2),
       )
     : cp.rxSeq.accept(seq, (flags & RDS_FLAG_RETRANSMITTED) !== 0, payload.length);
@@ -96,7 +96,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (verdict === 'dup') {
     stack.counters.add(RDS_CTR.recv_drop_moved_dup);
     // It shares the fate of the copy that came first on its original path.
-    const origin = cp.conn.paths[header[OFF_EXTHDR + 1]!];
+    const origin = cp.conn.path(header[OFF_EXTHDR + 1]!);
     const fate = origin?.acks.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
     if (fate === undefined || typeof fate === 'number') {
       const e = cp.acks.recordReceived(

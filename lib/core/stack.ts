@@ -463,7 +463,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   resetStats(): void {
     this.counters.reset();
     for (const c of this.conns.values())
-      for (const p of c.paths) {
+      for (const p of c.madePaths()) {
         resetPathFigures(p);
         c.transport.resetPathStats?.(p);
       }

@@ -39,7 +39,7 @@ export class LoopTransport implements RdsTransport {
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
     const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this);
-    const rcp = rev.paths[0]!;
+    const rcp = rev.path(0)!;
     // The receiver owns the payload from here: the sender never touches an acknowledged message.
     // A zero-copy payload is the sender's to reuse once acknowledged, so the receiver gets a copy.
     const zc = msg.zcPayload;

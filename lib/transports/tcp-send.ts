@@ -142,7 +142,7 @@ export class TcpSender {
   }
 
   capabilitiesChanged(conn: RdsConnection): void {
-    for (const cp of conn.paths) {
+    for (const cp of conn.madePaths()) {
       const tp = cp.carrierIf(TCP_CARRIER);
       if (tp === null) continue;
       if (conn.ackMode) tp.track.drain();

@@ -80,4 +80,50 @@ describe('ConnFailover: failover between the paths of a connection', () => {
     expect(conn.failover.redirect(p1)).toBe(p1);
     expect(p1.sendQueue.length).toBe(1);
   });
+
+  // Lanes > 0 are made when first used (RdsConnection.path): one made after the fan-out must wait
+  // exactly as it would have had it existed then.
+  async function fannedOut() {
+    const f = fakeConn({ npaths: 8, failoverGraceMs: 10, heartbeatIntervalMs: 0 });
+    stack = f.stack;
+    const p0 = f.conn.path(0)!;
+    p0.connectIfDown();
+    p0.connectComplete();
+    // Queued before the path count is known: it goes on lane 0, unacknowledged.
+    const early = p0.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner);
+    f.conn.handshake.settle(
+      RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_CAP_NO_HELLO | (8 << RDSSOCK_CAP_PATHS_SHIFT),
+    );
+    expect(f.conn.npaths).toBe(8);
+    expect(f.conn.pathIf(3)).toBeUndefined();
+    return { ...f, p0, early };
+  }
+
+  it('a lane made after the fan-out waits behind lane 0 for what was queued before it', async () => {
+    const { t, conn, p0, early } = await fannedOut();
+    const p3 = conn.path(3)!;
+    expect(conn.failover.holdingBehind(p3)).toBe(p0);
+    p3.connectIfDown();
+    p3.connectComplete();
+    const later = p3.tx.queue(Buffer.from('n'), 1, 4002, 4001, owner);
+    await turn();
+    expect(t.sent.some((x) => x.path === 3 && x.seq === later.seq)).toBe(false);
+    p0.tx.ackThrough(early.seq);
+    await turn();
+    expect(t.sent.some((x) => x.path === 3 && x.seq === later.seq)).toBe(true);
+  });
+
+  it('lane 0 failing over moves the hold of a lane not made yet to the live lane, as for one made', async () => {
+    const { conn, p0, early } = await fannedOut();
+    const p1 = conn.path(1)!;
+    p1.connectIfDown();
+    p1.connectComplete();
+    p0.drop('test');
+    await until(() => p0.failedOverTo === p1, 'failover');
+    expect(early.path).toBe(p1);
+    // The lane made now waits behind lane 1, where lane 0's messages went, not behind lane 0.
+    const p5 = conn.path(5)!;
+    expect(conn.failover.holdingBehind(p5)).toBe(p1);
+    expect(conn.failover.currentHold(p5)).toBe(p1);
+  });
 });
