@@ -1,5 +1,14 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { RdsError, RdsSocket, RdsStack, type RdsStackOptions, constants } from '../lib/index.js';
+import {
+  LoopTransport,
+  RdsError,
+  RdsSocket,
+  RdsStack,
+  type RdsStackOptions,
+  TcpTransport,
+  constants,
+} from '../lib/index.js';
+import { FaultProxy } from '../lib/testing/index.js';
 
 /** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
 export const TEST_TCP_PORT = 26385;
@@ -260,4 +269,38 @@ export async function sendUntilCongested(
     await new Promise((r) => setTimeout(r, 20));
   }
   return { sent, congested: false };
+}
+
+/**
+ * Two stacks of a multipath test: A on `${base}.1` (the smaller address, so it connects) and B on
+ * `${base}.2`, both reconnecting within 20 ms. With `viaProxy` A dials B through a FaultProxy on
+ * `${base}.100`, which the test can reset or pause. `defer` registers each close for afterEach.
+ */
+export async function proxiedStacks(
+  base: string,
+  optsA: RdsStackOptions,
+  optsB: RdsStackOptions,
+  viaProxy: boolean,
+  defer: (close: () => Promise<void>) => void,
+): Promise<{ A: RdsStack; B: RdsStack; proxy: FaultProxy | null }> {
+  let proxy: FaultProxy | null = null;
+  if (viaProxy) {
+    const p = await FaultProxy.start({
+      listen: { host: `${base}.100`, port: 0 },
+      target: { host: `${base}.2`, port: TEST_TCP_PORT },
+      sourceAddress: `${base}.1`,
+    });
+    defer(() => p.close());
+    proxy = p;
+  }
+  const A = new RdsStack({
+    tcpPort: TEST_TCP_PORT,
+    reconnectMaxDelayMs: 20,
+    ...optsA,
+    ...(proxy ? { transports: [new TcpTransport({ dial: () => proxy.address }), new LoopTransport()] } : {}),
+  });
+  const B = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, ...optsB });
+  defer(() => A.close());
+  defer(() => B.close());
+  return { A, B, proxy };
 }

@@ -1,12 +1,11 @@
 import { queryObjects } from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants, type ConnectionInfo } from '../lib/index.js';
-import { FaultProxy } from '../lib/testing/index.js';
+import { RdsSocket, type RdsStack, constants, type ConnectionInfo } from '../lib/index.js';
 import { Handshake } from '../lib/core/handshake.js';
 import { RdsConnPath } from '../lib/core/path.js';
 import { portHash } from '../lib/core/path-policy.js';
 import { tcpPath } from '../lib/transports/tcp-carrier.js';
-import { TEST_TCP_PORT, payload, until } from './helpers.js';
+import { payload, proxiedStacks, until } from './helpers.js';
 
 /** Stacks that play an rds-socket node from before lanes opened on demand (no RDSSOCK_CAP_LAZY_LANES). */
 const oldPeers = new WeakSet<object>();
@@ -32,32 +31,13 @@ type Opts = { failoverGraceMs?: number; oldPeer?: boolean };
 /** A on .1 (the smaller address: it initiates), B on .2; optionally A dials through a proxy. */
 async function pair(optsA: Opts = {}, optsB: Opts = {}, viaProxy = false) {
   const base = `127.155.${++sub}`;
-  let proxy: FaultProxy | null = null;
-  if (viaProxy) {
-    proxy = await FaultProxy.start({
-      listen: { host: `${base}.100`, port: 0 },
-      target: { host: `${base}.2`, port: TEST_TCP_PORT },
-      sourceAddress: `${base}.1`,
-    });
-    cleanups.push(() => proxy!.close());
-  }
-  const mkStack = (o: Opts, dialProxy: boolean): RdsStack => {
-    const st = new RdsStack({
-      tcpPort: TEST_TCP_PORT,
-      reconnectMaxDelayMs: 20,
-      ...(o.failoverGraceMs === undefined ? {} : { failoverGraceMs: o.failoverGraceMs }),
-      ...(dialProxy ? { transports: [new TcpTransport({ dial: () => proxy!.address }), new LoopTransport()] } : {}),
-    });
-    // An rds-socket node from before lanes opened on demand: it does not advertise the bit.
-    if (o.oldPeer) oldPeers.add(st);
-    return st;
-  };
-  const A = mkStack(optsA, proxy !== null);
-  const B = mkStack(optsB, false);
-  cleanups.push(
-    () => A.close(),
-    () => B.close(),
+  const stackOpts = (o: Opts) => (o.failoverGraceMs === undefined ? {} : { failoverGraceMs: o.failoverGraceMs });
+  const { A, B, proxy } = await proxiedStacks(base, stackOpts(optsA), stackOpts(optsB), viaProxy, (c) =>
+    cleanups.push(c),
   );
+  // An rds-socket node from before lanes opened on demand: it does not advertise the bit.
+  if (optsA.oldPeer) oldPeers.add(A);
+  if (optsB.oldPeer) oldPeers.add(B);
   const mk = async (stack: RdsStack, host: string, port: number): Promise<RdsSocket> => {
     const s = new RdsSocket({ stack });
     await s.bind({ address: `${base}.${host}`, port });

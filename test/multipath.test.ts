@@ -1,16 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  LoopTransport,
-  RdsSocket,
-  RdsStack,
-  TcpTransport,
-  constants,
-  wire as w,
-  type ConnectionInfo,
-} from '../lib/index.js';
-import { FaultProxy } from '../lib/testing/index.js';
+import { RdsSocket, RdsStack, constants, wire as w, type ConnectionInfo } from '../lib/index.js';
 import { RawListener, rawConnect } from './raw-peer.js';
-import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
+import { TEST_TCP_PORT, bigBufferSocket, payload, proxiedStacks, until } from './helpers.js';
 
 let cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -22,26 +13,7 @@ let sub = 0;
 type StackOpts = { npaths?: number; failoverGraceMs?: number; ackDelayMaxMs?: number };
 async function pair(optsA: StackOpts = {}, optsB: StackOpts = {}, viaProxy = false) {
   const base = `127.27.${++sub}`;
-  let proxy: FaultProxy | null = null;
-  if (viaProxy) {
-    proxy = await FaultProxy.start({
-      listen: { host: `${base}.100`, port: 0 },
-      target: { host: `${base}.2`, port: TEST_TCP_PORT },
-      sourceAddress: `${base}.1`,
-    });
-    cleanups.push(() => proxy!.close());
-  }
-  const A = new RdsStack({
-    tcpPort: TEST_TCP_PORT,
-    reconnectMaxDelayMs: 20,
-    ...optsA,
-    ...(proxy ? { transports: [new TcpTransport({ dial: () => proxy!.address }), new LoopTransport()] } : {}),
-  });
-  const B = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 20, ...optsB });
-  cleanups.push(
-    () => A.close(),
-    () => B.close(),
-  );
+  const { A, B, proxy } = await proxiedStacks(base, optsA, optsB, viaProxy, (c) => cleanups.push(c));
   const mk = bigBufferSocket;
   return { A, B, proxy, base, mk, a: await mk(A, `${base}.1`, 4000), b: await mk(B, `${base}.2`, 4000) };
 }
