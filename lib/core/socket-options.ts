@@ -26,6 +26,7 @@ import {
 import { RdsError } from '../errors.js';
 import { SocketRecv } from './socket-recv.js';
 import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetMrOptions } from './rdma.js';
+import { MrTable } from './rdma-ops.js';
 import { parseEndpoint } from './address.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
@@ -174,7 +175,10 @@ export abstract class SocketOptions extends SocketRecv {
         'ENOTCONN',
         'getMr() needs a bound socket: bind() chooses the transport that registers the memory',
       );
-    throw this.rdmaRefusal('getMr() (RDS_GET_MR)');
+    const rdma = this.transport?.rdma;
+    if (rdma === undefined) throw this.rdmaRefusal('getMr() (RDS_GET_MR)');
+    this.mrs ??= new MrTable(rdma);
+    return this.mrs.register(this.boundAddress, buffer, opts?.flags ?? 0);
   }
 
   /** Whether bind() has completed (an attached socket keeps its own record). @internal */
@@ -199,6 +203,12 @@ export abstract class SocketOptions extends SocketRecv {
       throw new RdsError('EINVAL', 'freeMr() options must be an object');
     if (opts?.invalidate !== undefined && typeof opts.invalidate !== 'boolean')
       throw new RdsError('EINVAL', 'freeMr() invalidate must be a boolean');
+    if (this.transport?.rdma !== undefined) {
+      // Cookie 0: flush the regions freed but not yet invalidated (rds_free_mr -> flush_mrs). This
+      // transport deregisters at once, so nothing is left to flush.
+      if (cookie === 0n || this.mrs?.free(cookie) === true) return;
+      throw new RdsError('EINVAL', `freeMr(): cookie 0x${cookie.toString(16)} names no memory region of this socket`);
+    }
     if (cookie === 0n)
       throw new RdsError(
         'EINVAL',

@@ -1,4 +1,12 @@
-import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_PORT, RDS_TRANS_IB } from '../constants.js';
+import {
+  RDS_CONN_CONNECTING,
+  RDS_CONN_DOWN,
+  RDS_CONN_UP,
+  RDS_PORT,
+  RDS_RDMA_DROPPED,
+  RDS_TRANS_IB,
+} from '../constants.js';
+import type { RdmaTransport } from '../core/rdma-ops.js';
 import { CreditLedger } from '../core/credits.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
@@ -65,6 +73,29 @@ export class IbTransport implements RdsTransport {
   private readonly resolveTimeoutMs: number;
   private ref = false;
   private closed = false;
+
+  /** Memory registration for getMr(): one PD per device, shared with every connection on it. */
+  readonly rdma: RdmaTransport = {
+    regMr: (laddr, mem, readWrite) => {
+      const ep = this.endpoint();
+      if (ep.regMr === undefined)
+        throw new RdsError('EOPNOTSUPP', 'getMr(): this build of the rds-socket addon cannot register memory');
+      try {
+        const [handle, rkey] = ep.regMr(laddr, mem, readWrite);
+        return { handle, rkey };
+      } catch (e) {
+        const errno = (e as { errno?: number }).errno;
+        throw new RdsError(
+          errno === 95 ? 'EOPNOTSUPP' : 'ENOBUFS',
+          `getMr(): cannot register ${mem.byteLength} bytes on the RDMA device of ${laddr}: ${(e as Error).message}`,
+          { cause: e },
+        );
+      }
+    },
+    deregMr: (handle) => {
+      this.ep?.deregMr?.(handle);
+    },
+  };
 
   constructor(opts: IbTransportOptions = {}) {
     this.port = opts.port ?? RDS_PORT;
@@ -360,6 +391,10 @@ export class IbTransport implements RdsTransport {
     const slot = cp.carrier(IB_CARRIER);
     if (slot.is(tp)) slot.clear();
     const done = tp.takeAckDone();
+    // RDMA ops whose completion never came: reported dropped; their messages are not resent.
+    for (const op of tp.rdmaOps.values()) op.finish(RDS_RDMA_DROPPED);
+    tp.rdmaOps.clear();
+    tp.rdmaWaits(null);
     for (const c of tp.dropControls()) c.done();
     tp.dropFrame();
     if (this.ep !== null) {
