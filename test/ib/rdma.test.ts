@@ -1,4 +1,5 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, type RdsMessage } from '../../lib/index.js';
 import { IB_ADDRS, payload } from '../helpers.js';
@@ -56,7 +57,44 @@ async function expose(owner: RdsSocket, peer: RdsSocket, mem: Buffer, flags: num
   return cookie;
 }
 
+/** Runs examples/rdma.mjs with `args`; resolves with its exit code and output once `until` shows up (or it exits). */
+function example(args: string[], until?: string): Promise<{ done: Promise<{ code: number; out: string }> }> {
+  const p = spawn(process.execPath, [fileURLToPath(new URL('../../examples/rdma.mjs', import.meta.url)), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  cleanups.push(() => {
+    p.kill('SIGKILL');
+  });
+  let out = '';
+  const done = new Promise<{ code: number; out: string }>((res) => p.on('exit', (code) => res({ code: code ?? -1, out })));
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`example did not start: ${out}`)), 60000);
+    const on = (d: Buffer): void => {
+      out += d;
+      if (until === undefined || out.includes(until)) {
+        clearTimeout(t);
+        resolve({ done });
+      }
+    };
+    p.stdout!.on('data', on);
+    p.stderr!.on('data', (d: Buffer) => (out += d));
+    if (until === undefined) on(Buffer.alloc(0));
+  });
+}
+
 describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
+  it('the README example runs: a node exposes a buffer, a peer process reads and writes it', async () => {
+    const owner = await example(['expose', B, '4850'], 'exposing on');
+    const user = await example(['use', A, '4850', B, '4850']);
+    const u = await user.done;
+    expect(u.code, u.out).toBe(0);
+    expect(u.out).toContain('READ status 0 (0 = RDS_RDMA_SUCCESS): "hello from the exposing node"');
+    expect(u.out).toContain('WRITE status 0');
+    const o = await owner.done;
+    expect(o.code, o.out).toBe(0);
+    expect(o.out).toContain('my buffer now starts with "written by the remote node"');
+  });
+
   it('WRITE into and READ from a peer exposed buffer, both directions; the bytes are in the peer Buffer', async () => {
     const { sock: a } = await ibSocket(A, 4800);
     const { sock: b } = await ibSocket(B, 4800);
