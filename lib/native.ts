@@ -18,12 +18,13 @@ export interface IbEndpointBinding {
   /** Posts receives into the given slots; 0 or an errno. */
   postRecv(id: number, slots: Int32Array): number;
   /**
-   * Registers application memory zero-based (I/O virtual address 0 = its first byte) in the PD of
-   * the device owning `address`, shared by every connection on it: remote read, and remote write
-   * with `readWrite`. Returns [handle, rkey]; the memory stays referenced until deregMr. Throws
+   * Registers application memory zero-based as the kernel's RDS does (I/O virtual address 0 = the
+   * start of its first page; its first byte at `offset`, its offset in that page) in the PD of the
+   * device owning `address`, shared by every connection on it: remote read, and remote write with
+   * `readWrite`. Returns [handle, rkey, offset]; the memory stays referenced until deregMr. Throws
    * (errno EOPNOTSUPP) when libibverbs lacks ibv_reg_mr_iova (rdma-core < 25).
    */
-  regMr?(address: string, mem: Uint8Array, readWrite: boolean): [number, number];
+  regMr?(address: string, mem: Uint8Array, readWrite: boolean): [number, number, number];
   /** Releases a registration of regMr; false if the handle names none. */
   deregMr?(handle: number): boolean;
   /**

@@ -10,6 +10,7 @@
 #include <uv.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <cerrno>
@@ -484,10 +485,11 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     return true;
   }
 
-  // regMr(localAddress, Uint8Array, readWrite) -> [handle, rkey]. Registers the memory zero-based
-  // (I/O virtual address 0 = its first byte, as the kernel's RDS registers MRs) in the PD of the
-  // device owning the address: remote read always, remote write with readWrite. The memory is
-  // referenced until deregMr (or close).
+  // regMr(localAddress, Uint8Array, readWrite) -> [handle, rkey, offset]. Registers the memory
+  // zero-based as the kernel's RDS does: I/O virtual address 0 is the start of its first page, so
+  // its first byte is at `offset` (its offset in that page; uverbs requires the I/O address and
+  // the memory to agree modulo the page size). In the PD of the device owning the address: remote
+  // read always, remote write with readWrite. The memory is referenced until deregMr (or close).
   Napi::Value RegMr(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     sockaddr_in sin;
@@ -527,7 +529,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     else api.destroy_id(cm);
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
     if (info[2].As<Napi::Boolean>().Value()) access |= IBV_ACCESS_REMOTE_WRITE;
-    ibv_mr* mr = api.reg_mr_iova(pd->pd, data, len, 0, access);
+    uint64_t offset = reinterpret_cast<uintptr_t>(data) & (static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) - 1);
+    ibv_mr* mr = api.reg_mr_iova(pd->pd, data, len, offset, access);
     if (mr == nullptr) {
       int err = errno;
       ReleasePd(pd);
@@ -540,9 +543,10 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     m->mem = Napi::Persistent(info[1].As<Napi::Object>());
     uint32_t h = nextMr_++;
     mrs_[h] = m;
-    Napi::Array out = Napi::Array::New(env, 2);
+    Napi::Array out = Napi::Array::New(env, 3);
     out.Set(0u, Napi::Number::New(env, h));
     out.Set(1u, Napi::Number::New(env, mr->rkey));
+    out.Set(2u, Napi::Number::New(env, static_cast<double>(offset)));
     return out;
   }
 

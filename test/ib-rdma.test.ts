@@ -210,7 +210,7 @@ describe('RDMA regions and control messages', () => {
       regMr: (_laddr, mem, rw) => {
         const handle = next++;
         regs.set(handle, { mem, rw });
-        return { handle, rkey: 0x100 + handle };
+        return { handle, rkey: 0x100 + handle, offset: handle === 3 ? 0x10 : 0 };
       },
       deregMr: (h) => {
         regs.delete(h);
@@ -219,12 +219,12 @@ describe('RDMA regions and control messages', () => {
     return { t, regs };
   }
 
-  it('cookies are rkey | 0 << 32; READWRITE asks for remote write; free, USE_ONCE and close release the registration', () => {
+  it('cookies are rkey | offset << 32; READWRITE asks for remote write; free, USE_ONCE and close release the registration', () => {
     const { t, regs } = table();
     const c1 = t.register('10.0.0.1', Buffer.alloc(10), RDS_RDMA_READWRITE);
     const c2 = t.register('10.0.0.1', Buffer.alloc(10), RDS_RDMA_USE_ONCE);
     const c3 = t.register('10.0.0.1', Buffer.alloc(10), 0);
-    expect([c1, c2, c3]).toEqual([0x101n, 0x102n, 0x103n]);
+    expect([c1, c2, c3]).toEqual([0x101n, 0x102n, (0x10n << 32n) | 0x103n]);
     expect([...regs.values()].map((r) => r.rw)).toEqual([true, false, false]);
     t.used(0x101); // not USE_ONCE: stays
     t.used(0x102); // USE_ONCE: released

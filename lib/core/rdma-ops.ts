@@ -18,8 +18,11 @@ import type { SendmsgOptions } from './socket-types.js';
 
 /** What a transport offers for RDMA: memory registration in the device's protection domain. */
 export interface RdmaTransport {
-  /** Registers `mem` zero-based for the device owning `laddr`; remote write with readWrite. */
-  regMr(laddr: string, mem: Uint8Array, readWrite: boolean): { handle: number; rkey: number };
+  /**
+   * Registers `mem` for the device owning `laddr`, zero-based from the start of its first page
+   * (its first byte at `offset`); remote write with readWrite.
+   */
+  regMr(laddr: string, mem: Uint8Array, readWrite: boolean): { handle: number; rkey: number; offset: number };
   deregMr(handle: number): void;
 }
 
@@ -90,9 +93,12 @@ export class MrTable {
     return this.byKey.size;
   }
 
-  /** RDS_GET_MR: the cookie, (offset << 32) + rkey; offset 0 as the region starts at I/O address 0. */
+  /**
+   * RDS_GET_MR: the cookie, (offset << 32) + rkey, as the kernel builds it: the region is
+   * registered from the start of the buffer's first page, the offset says where the buffer begins.
+   */
   register(laddr: string, mem: Uint8Array, flags: number): bigint {
-    const { handle, rkey } = this.transport.regMr(laddr, mem, (flags & RDS_RDMA_READWRITE) !== 0);
+    const { handle, rkey, offset } = this.transport.regMr(laddr, mem, (flags & RDS_RDMA_READWRITE) !== 0);
     const old = this.byKey.get(rkey);
     if (old !== undefined) {
       // An rkey the device reused while we still hold it cannot happen; refuse rather than alias.
@@ -100,7 +106,7 @@ export class MrTable {
       throw new RdsError('EINVAL', `the device returned rkey 0x${rkey.toString(16)} twice`);
     }
     this.byKey.set(rkey, { handle, flags, mem });
-    return rdmaCookie(rkey, 0);
+    return rdmaCookie(rkey, offset);
   }
 
   has(cookie: bigint): boolean {

@@ -81,8 +81,8 @@ export class IbTransport implements RdsTransport {
       if (ep.regMr === undefined)
         throw new RdsError('EOPNOTSUPP', 'getMr(): this build of the rds-socket addon cannot register memory');
       try {
-        const [handle, rkey] = ep.regMr(laddr, mem, readWrite);
-        return { handle, rkey };
+        const [handle, rkey, offset] = ep.regMr(laddr, mem, readWrite);
+        return { handle, rkey, offset };
       } catch (e) {
         const errno = (e as { errno?: number }).errno;
         throw new RdsError(

@@ -104,8 +104,9 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     ] as const) {
       const mem = Buffer.alloc(16384, 0xee);
       const cookie = await expose(y, x, mem, RDS_RDMA_READWRITE);
-      // Registered zero-based: the cookie's offset half is 0, its rkey half names the region.
-      expect(cookie >> 32n).toBe(0n);
+      // Registered zero-based from the buffer's first page: the cookie's offset half is where the
+      // buffer starts in that page, its rkey half names the region.
+      expect(cookie >> 32n).toBeLessThan(4096n);
       expect(cookie & 0xffffffffn).not.toBe(0n);
       // WRITE from two local buffers at offset 100 of the peer's region.
       const src = payload(1, 9000);
@@ -186,7 +187,9 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     const cookie = await expose(b, a, mem, 0);
     const posted = sa.stats().counters.send_rdma;
     a.sendmsg(Buffer.from('mid-op'), b.address(), {
-      rdma: { cookie, local: [Buffer.alloc(1 << 20)], write: false, notify: true, token: 33n },
+      // fence: the SEND leaves only once the READ is complete, so the peer cannot have the
+      // message while the READ is outstanding.
+      rdma: { cookie, local: [Buffer.alloc(1 << 20)], write: false, notify: true, fence: true, token: 33n },
     });
     // Wait for the READ to be posted (bounded), then drop the path before its 1 MiB can arrive:
     // the completion is read only in the event loop's poll phase, which this loop does not reach
