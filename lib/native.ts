@@ -34,6 +34,8 @@ export interface IbEndpointBinding {
    * when the send queue has no room for its work requests now.
    */
   postRdma?(id: number, tag: number, write: boolean, remoteAddr: bigint, rkey: number, local: readonly Uint8Array[]): number;
+  /** Before destroy: the RDMA op completions already in the CQ, [tag, status, bytes]*; the rest is discarded. */
+  pollOps?(id: number): Int32Array;
   disconnect(id: number): void;
   /** Destroys the QP, CQ, registration and id; idempotent. */
   destroy(id: number): void;

@@ -211,6 +211,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
                            InstanceMethod<&Endpoint::RegMr>("regMr"),
                            InstanceMethod<&Endpoint::DeregMr>("deregMr"),
                            InstanceMethod<&Endpoint::PostRdma>("postRdma"),
+                           InstanceMethod<&Endpoint::PollOps>("pollOps"),
                            InstanceMethod<&Endpoint::Disconnect>("disconnect"),
                            InstanceMethod<&Endpoint::Destroy>("destroy"),
                            InstanceMethod<&Endpoint::Close>("close"),
@@ -652,6 +653,27 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     c->rdmaWrs += nwr;
     c->ops[tag] = op;
     return Napi::Number::New(env, rc);
+  }
+
+  // pollOps(id) -> Int32Array [tag, status, bytes]*: before a connection is destroyed, the RDMA
+  // ops whose completions are already in its CQ (the kernel drains its rings at shutdown too), so
+  // an op that finished, or failed on the peer's refusal, is not taken for one cut off. Other
+  // completions are discarded: the connection is going away.
+  Napi::Value PollOps(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Conn* c = Find(info);
+    std::vector<int32_t> batch;
+    if (c != nullptr && c->cq != nullptr) {
+      ibv_wc wc[32];
+      int got;
+      while ((got = ibv_poll_cq(c->cq, 32, wc)) > 0) {
+        for (int i = 0; i < got; i++)
+          if (wc[i].wr_id & kOpWr) OpCompleted(c, wc[i], batch);
+      }
+    }
+    Napi::Int32Array arr = Napi::Int32Array::New(env, batch.size());
+    if (!batch.empty()) std::memcpy(arr.Data(), batch.data(), batch.size() * sizeof(int32_t));
+    return arr;
   }
 
   // listen(address, port) -> id

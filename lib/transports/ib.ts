@@ -6,7 +6,7 @@ import {
   RDS_RDMA_DROPPED,
   RDS_TRANS_IB,
 } from '../constants.js';
-import type { RdmaTransport } from '../core/rdma-ops.js';
+import { rdmaStatusOf, type RdmaTransport } from '../core/rdma-ops.js';
 import { CreditLedger } from '../core/credits.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
@@ -391,7 +391,14 @@ export class IbTransport implements RdsTransport {
     const slot = cp.carrier(IB_CARRIER);
     if (slot.is(tp)) slot.clear();
     const done = tp.takeAckDone();
-    // RDMA ops whose completion never came: reported dropped; their messages are not resent.
+    // RDMA ops that completed (or failed) before the teardown get their own status; those whose
+    // completion never came are reported dropped. Their messages are not resent either way.
+    const finished = this.ep?.pollOps?.(tp.id);
+    for (let i = 0; finished !== undefined && i < finished.length; i += 3) {
+      const op = tp.rdmaOps.get(finished[i]!);
+      tp.rdmaOps.delete(finished[i]!);
+      op?.finish(rdmaStatusOf(finished[i + 1]!));
+    }
     for (const op of tp.rdmaOps.values()) op.finish(RDS_RDMA_DROPPED);
     tp.rdmaOps.clear();
     tp.rdmaWaits(null);
