@@ -33,7 +33,19 @@ export interface IbEndpointBinding {
    * as [tag, ibv_wc_status, bytes] (tag >= 2^30 tells it from ring slots). 0, or an errno: EAGAIN
    * when the send queue has no room for its work requests now.
    */
-  postRdma?(id: number, tag: number, write: boolean, remoteAddr: bigint, rkey: number, local: readonly Uint8Array[]): number;
+  postRdma?(
+    id: number,
+    tag: number,
+    /** true/false: RDMA WRITE/READ; or 0 WRITE, 1 READ, 2 atomic fetch-and-add, 3 atomic compare-and-swap. */
+    kind: boolean | number,
+    remoteAddr: bigint,
+    rkey: number,
+    local: readonly Uint8Array[],
+    /** Atomics: the addend (FADD) or the compare value (CSWP). */
+    compareAdd?: bigint,
+    /** CSWP: the value swapped in. */
+    swap?: bigint,
+  ): number;
   /** Before destroy: the RDMA op completions already in the CQ, [tag, status, bytes]*; the rest is discarded. */
   pollOps?(id: number): Int32Array;
   disconnect(id: number): void;
@@ -50,6 +62,8 @@ export interface NativeBinding {
   ibLoad(): string | null;
   /** The RDMA device an IPv4 address belongs to, or null. */
   ibDeviceFor(address: string): string | null;
+  /** Whether the RDMA device owning the address does 64-bit atomics (absent from older prebuilds). */
+  ibAtomics?(address: string): boolean;
   IbEndpoint: new (
     onCmEvent: (
       id: number,

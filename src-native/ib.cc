@@ -181,6 +181,7 @@ struct Conn {
   bool listener = false;
   Pd* pd = nullptr;
   uint32_t maxSge = 1;
+  bool atomics = false;  // the device does 64-bit FADD/CSWP (atomic_cap != IBV_ATOMIC_NONE)
   uint32_t rdmaWrs = 0;  // RDMA work requests outstanding (at most kRdmaWrs)
   std::unordered_map<uint32_t, RdmaOp*> ops;
   ibv_comp_channel* cc = nullptr;
@@ -530,6 +531,10 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     else api.destroy_id(cm);
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
     if (info[2].As<Napi::Boolean>().Value()) access |= IBV_ACCESS_REMOTE_WRITE;
+    // Atomics on the region follow remote write (an atomic writes), where the device has them.
+    ibv_device_attr da;
+    if ((access & IBV_ACCESS_REMOTE_WRITE) && api.query_device(pd->ctx, &da) == 0 && da.atomic_cap != IBV_ATOMIC_NONE)
+      access |= IBV_ACCESS_REMOTE_ATOMIC;
     uint64_t offset = reinterpret_cast<uintptr_t>(data) & (static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) - 1);
     ibv_mr* mr = api.reg_mr_iova(pd->pd, data, len, offset, access);
     if (mr == nullptr) {
@@ -571,14 +576,28 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     Conn* c = FindOrThrow(info);
     if (c == nullptr) return env.Undefined();
     bool lossless = false;
-    if (info.Length() < 6 || !info[1].IsNumber() || !info[2].IsBoolean() || !info[3].IsBigInt() ||
-        !info[4].IsNumber() || !info[5].IsArray()) {
-      Napi::TypeError::New(env, "postRdma(id, tag, write, remoteAddr, rkey, buffers)").ThrowAsJavaScriptException();
+    if (info.Length() < 6 || !info[1].IsNumber() || !(info[2].IsBoolean() || info[2].IsNumber()) ||
+        !info[3].IsBigInt() || !info[4].IsNumber() || !info[5].IsArray()) {
+      Napi::TypeError::New(env, "postRdma(id, tag, write | kind, remoteAddr, rkey, buffers, compareAdd?, swap?)")
+          .ThrowAsJavaScriptException();
       return env.Undefined();
     }
     if (!c->qp || c->pd == nullptr) return Napi::Number::New(env, ENOTCONN);
     uint32_t tag = info[1].As<Napi::Number>().Uint32Value();
-    bool write = info[2].As<Napi::Boolean>().Value();
+    // kind: 0 RDMA WRITE, 1 RDMA READ, 2 atomic fetch-and-add, 3 atomic compare-and-swap.
+    uint32_t kind = info[2].IsBoolean() ? (info[2].As<Napi::Boolean>().Value() ? 0 : 1)
+                                        : info[2].As<Napi::Number>().Uint32Value();
+    bool write = kind == 0;
+    bool atomic = kind == 2 || kind == 3;
+    uint64_t compareAdd = 0, swap = 0;
+    if (atomic) {
+      bool l1 = true, l2 = true;
+      if (info.Length() > 6 && info[6].IsBigInt()) compareAdd = info[6].As<Napi::BigInt>().Uint64Value(&l1);
+      if (info.Length() > 7 && info[7].IsBigInt()) swap = info[7].As<Napi::BigInt>().Uint64Value(&l2);
+      if (!c->atomics) return Napi::Number::New(env, EOPNOTSUPP);
+      if (!l1 || !l2) return Napi::Number::New(env, EINVAL);
+    }
+    if (kind > 3) return Napi::Number::New(env, EINVAL);
     uint64_t raddr = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
     uint32_t rkey = info[4].As<Napi::Number>().Uint32Value();
     Napi::Array bufs = info[5].As<Napi::Array>();
@@ -614,7 +633,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       sges.push_back(sge);
       op->bytes += static_cast<uint32_t>(len);
     }
-    if (sges.empty()) {
+    if (sges.empty() || (atomic && (sges.size() != 1 || sges[0].length != 8 || (raddr & 7) != 0))) {
       FreeOp(op);
       return Napi::Number::New(env, EINVAL);
     }
@@ -629,10 +648,18 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       wr.wr_id = kOpWr | tag;
       wr.sg_list = &sges[first];
       wr.num_sge = static_cast<int>(count);
-      wr.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
       wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr.rdma.remote_addr = at;
-      wr.wr.rdma.rkey = rkey;
+      if (atomic) {
+        wr.opcode = kind == 2 ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+        wr.wr.atomic.remote_addr = at;
+        wr.wr.atomic.compare_add = compareAdd;
+        wr.wr.atomic.swap = swap;
+        wr.wr.atomic.rkey = rkey;
+      } else {
+        wr.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+        wr.wr.rdma.remote_addr = at;
+        wr.wr.rdma.rkey = rkey;
+      }
       for (uint32_t k = 0; k < count; k++) at += sges[first + k].length;
       wr.next = w + 1 < nwr ? &wrs[w + 1] : nullptr;
     }
@@ -767,6 +794,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     c->maxSge = api.query_device(c->cm->verbs, &da) == 0 && da.max_sge > 0
                     ? std::min<uint32_t>(kMaxSge, static_cast<uint32_t>(da.max_sge))
                     : 1;
+    c->atomics = da.atomic_cap != IBV_ATOMIC_NONE;
     c->cc = api.create_comp_channel(c->cm->verbs);
     if (c->cc == nullptr || !SetNonBlocking(c->cc->fd)) return fail("ibv_create_comp_channel");
     c->cq = api.create_cq(c->cm->verbs, static_cast<int>(sendSlots + kRdmaWrs + recvSlots), c, c->cc, 0);
@@ -992,12 +1020,31 @@ Napi::Value IbDeviceFor(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// ibAtomics(ipv4) -> whether the RDMA device owning the address does 64-bit atomics (FADD, CSWP).
+Napi::Value IbAtomics(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  sockaddr_in sin;
+  if (!LoadApi() || info.Length() < 1 || !info[0].IsString() || !ParseIpv4(info[0].As<Napi::String>(), 0, &sin)) {
+    return Napi::Boolean::New(env, false);
+  }
+  rdma_cm_id* cm;
+  if (api.create_id(nullptr, &cm, nullptr, RDMA_PS_TCP) != 0) return Napi::Boolean::New(env, false);
+  bool yes = false;
+  ibv_device_attr da;
+  if (api.bind_addr(cm, reinterpret_cast<sockaddr*>(&sin)) == 0 && cm->verbs != nullptr &&
+      api.query_device(cm->verbs, &da) == 0)
+    yes = da.atomic_cap != IBV_ATOMIC_NONE;
+  api.destroy_id(cm);
+  return Napi::Boolean::New(env, yes);
+}
+
 }  // namespace
 
 void InitIb(Napi::Env env, Napi::Object exports) {
   exports.Set("IbEndpoint", Endpoint::Define(env));
   exports.Set("ibLoad", Napi::Function::New(env, IbLoad, "ibLoad"));
   exports.Set("ibDeviceFor", Napi::Function::New(env, IbDeviceFor, "ibDeviceFor"));
+  exports.Set("ibAtomics", Napi::Function::New(env, IbAtomics, "ibAtomics"));
 }
 
 }  // namespace rds_native

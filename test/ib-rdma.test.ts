@@ -215,6 +215,7 @@ describe('RDMA regions and control messages', () => {
       deregMr: (h) => {
         regs.delete(h);
       },
+      atomics: () => true,
     });
     return { t, regs };
   }
@@ -233,6 +234,46 @@ describe('RDMA regions and control messages', () => {
     expect(t.free(c3)).toBe(true);
     t.clear();
     expect(regs.size).toBe(0);
+  });
+
+  it('atomic FADD/CSWP: exthdr RDMA, the addon kind and operands; alignment, size, device and mixing checked', () => {
+    const { t } = table();
+    const local = Buffer.alloc(8);
+    const f = prepareRdmaControl({ atomic: { op: 'fadd', cookie: rdmaCookie(0x77, 8), remoteOffset: 8, local, add: 5n } }, t, target(), () => true);
+    expect(f.exts.map((e) => e.type)).toEqual([RDS_EXTHDR_RDMA]);
+    expect([f.op?.atomicKind, f.op?.compareAdd, f.op?.remoteAddr, f.op?.bytes]).toEqual([2, 5n, 16n, 8]);
+    const c = prepareRdmaControl(
+      { atomic: { op: 'cswp', cookie: rdmaCookie(0x77, 0), local, compare: 3n, swap: 9n } },
+      t,
+      target(),
+      () => true,
+    );
+    expect([c.op?.atomicKind, c.op?.compareAdd, c.op?.swap]).toEqual([3, 3n, 9n]);
+    const bad = (o: object, code: string, re: RegExp, atomics = true) =>
+      expect(() => prepareRdmaControl(o as never, t, target(), () => atomics)).toThrow(
+        expect.objectContaining({ code, message: expect.stringMatching(re) }),
+      );
+    bad({ atomic: { op: 'fadd', cookie: rdmaCookie(0x77, 4), local } }, 'EINVAL', /aligned/);
+    bad({ atomic: { op: 'fadd', cookie: 0x77n, local: Buffer.alloc(16) } }, 'EINVAL', /8-byte/);
+    bad({ atomic: { op: 'fadd', cookie: 0x77n, local }, rdmaDest: 1n }, 'EINVAL', /one RDMA or atomic/);
+    bad({ atomic: { op: 'fadd', cookie: 0x77n, local } }, 'EOPNOTSUPP', /atomics/, false);
+  });
+
+  it('an atomic op is posted with its kind and operands before the SEND', () => {
+    const h = harness();
+    const o = op(target(), { bufs: 1 });
+    o.atomicKind = 3;
+    o.compareAdd = 4n;
+    o.swap = 6n;
+    const calls: unknown[][] = [];
+    const ep = (h.sender as unknown as { ib: { ep: { postRdma: (...a: unknown[]) => number } } }).ib.ep;
+    ep.postRdma = (...a: unknown[]) => {
+      calls.push(a);
+      return 0;
+    };
+    h.sender.xmit(h.cp, message(o) as never);
+    expect(calls.map((c) => [c[2], c[6], c[7]])).toEqual([[3, 4n, 6n]]);
+    expect(h.calls.map((c) => c[0])).toEqual(['send']);
   });
 
   it('rdma carries exthdr RDMA (the remote rkey), rdmaDest exthdr RDMA_DEST, and only a region of the socket', () => {

@@ -13,7 +13,7 @@ import {
 import { RdsError } from '../errors.js';
 import type { RdsExtension } from '../wire/extensions.js';
 import { cookieOffset, cookieRkey, rdmaCookie, rdmaDestExtension, rdmaExtension } from '../wire/rdma-ext.js';
-import { checkCookie, checkRdmaArgs } from './rdma.js';
+import { checkAtomicArgs, checkCookie, checkRdmaArgs } from './rdma.js';
 import type { SendmsgOptions } from './socket-types.js';
 
 /** What a transport offers for RDMA: memory registration in the device's protection domain. */
@@ -24,6 +24,8 @@ export interface RdmaTransport {
    */
   regMr(laddr: string, mem: Uint8Array, readWrite: boolean): { handle: number; rkey: number; offset: number };
   deregMr(handle: number): void;
+  /** Whether the device owning `laddr` does 64-bit atomics (FADD, CSWP). */
+  atomics(laddr: string): boolean;
 }
 
 /** Who hears an op's status: the sending socket (RDS_CMSG_RDMA_STATUS through recvmsg). */
@@ -44,6 +46,11 @@ export class RdmaOp {
   readonly rkey: number;
   /** Where on the peer the op starts: the cookie's offset plus remoteOffset (the MR is zero-based). */
   readonly remoteAddr: bigint;
+
+  /** Atomics: 2 fetch-and-add, 3 compare-and-swap (the addon's kinds); 0 for READ/WRITE. */
+  atomicKind = 0;
+  compareAdd = 0n;
+  swap = 0n;
 
   constructor(
     readonly cookie: bigint,
@@ -146,7 +153,28 @@ export function prepareRdmaControl(
   opts: SendmsgOptions,
   mrs: MrTable | null,
   target: RdmaNotifyTarget,
+  atomics?: () => boolean,
 ): { exts: RdsExtension[]; op: RdmaOp | null } {
+  if (opts.atomic !== undefined) {
+    if (opts.rdma !== undefined || opts.rdmaDest !== undefined)
+      throw new RdsError(
+        'EINVAL',
+        'atomic cannot go with rdma or rdmaDest in one message here (one RDMA or atomic op per message)',
+      );
+    const a = checkAtomicArgs(opts.atomic);
+    const op = new RdmaOp(a.cookie, a.remoteOffset, [a.local], false, a.notify, false, a.token, 8, target);
+    if ((op.remoteAddr & 7n) !== 0n)
+      throw new RdsError(
+        'EINVAL',
+        `atomic: the word must be 8-byte aligned in the peer's region (cookie offset + remoteOffset = ${op.remoteAddr})`,
+      );
+    if (atomics !== undefined && !atomics())
+      throw new RdsError('EOPNOTSUPP', 'atomic: the RDMA device of this socket does not do 64-bit atomics');
+    op.atomicKind = a.op === 'fadd' ? 2 : 3;
+    op.compareAdd = a.compareAdd;
+    op.swap = a.swap;
+    return { exts: [rdmaExtension(op.rkey)], op };
+  }
   if (opts.rdma !== undefined && opts.rdmaDest !== undefined)
     throw new RdsError(
       'EINVAL',

@@ -45,6 +45,52 @@ export interface RdmaArgs {
   token?: bigint;
 }
 
+/** RDS_CMSG_ATOMIC_FADD / RDS_CMSG_ATOMIC_CSWP as sendmsg() takes them (unmasked forms only). */
+export interface AtomicArgs {
+  /** 'fadd': add `add` to the peer's 64-bit word; 'cswp': if it equals `compare`, put `swap` there. */
+  op: 'fadd' | 'cswp';
+  /** The peer's MR cookie (a region it registered with RDS_RDMA_READWRITE). */
+  cookie: bigint;
+  /** Where the word is in the peer's region (added to the cookie's offset); the address must be 8-byte aligned. */
+  remoteOffset?: number;
+  /** 8 bytes that receive the word's value from before the op (host byte order of the device). */
+  local: Uint8Array;
+  /** fadd: the addend (u64, wraps). */
+  add?: bigint;
+  /** cswp: the value compared with the word. */
+  compare?: bigint;
+  /** cswp: the value stored when they are equal. */
+  swap?: bigint;
+  /** RDS_RDMA_NOTIFY_ME: report the op's completion through recvmsg's `rdmaStatus`. */
+  notify?: boolean;
+  /** user_token: names the op in its status; default 0n. */
+  token?: bigint;
+}
+
+/** An atomic op's arguments, checked (the remote alignment is checked once the cookie's offset is known). */
+export function checkAtomicArgs(a: unknown): Required<Omit<AtomicArgs, 'add' | 'compare' | 'swap'>> & {
+  compareAdd: bigint;
+  swap: bigint;
+} {
+  if (a === null || typeof a !== 'object')
+    throw new RdsError('EINVAL', "atomic must be an object { op: 'fadd' | 'cswp', cookie, local, ... }");
+  const r = a as AtomicArgs;
+  if (r.op !== 'fadd' && r.op !== 'cswp')
+    throw new RdsError('EINVAL', `atomic.op must be 'fadd' or 'cswp' (masked atomics are not supported), got ${String(r.op)}`);
+  checkCookie(r.cookie, 'atomic.cookie');
+  if (!isBytes(r.local) || r.local.byteLength !== 8)
+    throw new RdsError('EINVAL', 'atomic.local must be an 8-byte Buffer (it receives the old value of the word)');
+  const off = r.remoteOffset ?? 0;
+  if (typeof off !== 'number' || !Number.isInteger(off) || off < 0 || off > 0xffffffff)
+    throw new RdsError('EINVAL', `atomic.remoteOffset must be an integer 0..2^32-1, got ${String(off)}`);
+  const u64 = (v: unknown, what: string): bigint => (v === undefined ? 0n : checkCookie(v, what));
+  const compareAdd = r.op === 'fadd' ? u64(r.add, 'atomic.add') : u64(r.compare, 'atomic.compare');
+  const swap = u64(r.swap, 'atomic.swap');
+  if (r.notify !== undefined && typeof r.notify !== 'boolean') throw new RdsError('EINVAL', 'atomic.notify must be a boolean');
+  if (r.token !== undefined) checkCookie(r.token, 'atomic.token');
+  return { op: r.op, cookie: r.cookie, remoteOffset: off, local: r.local, notify: r.notify === true, token: r.token ?? 0n, compareAdd, swap };
+}
+
 const MR_FLAGS = RDS_RDMA_USE_ONCE | RDS_RDMA_INVALIDATE | RDS_RDMA_READWRITE;
 const U64_MAX = (1n << 64n) - 1n;
 /** UIO_MAXIOV: the most local iovecs one RDMA op takes (more is EMSGSIZE, as in rds_rdma_pages). */

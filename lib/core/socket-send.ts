@@ -6,7 +6,7 @@ import { RDS_MAX_MSG_SIZE, RDS_RDMA_CANCELED, RDS_TRANS_TCP, MSG_CMSG_COMPAT, MS
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort } from './address.js';
 import { defer } from './defer.js';
-import { refuseRdmaControl, rdmaUnsupported } from './rdma.js';
+import { checkAtomicArgs, refuseRdmaControl, rdmaUnsupported } from './rdma.js';
 import { prepareRdmaControl, type RdmaOp } from './rdma-ops.js';
 import type { RdsExtension } from '../wire/extensions.js';
 import { RdsSendList, type RdsOutgoing } from './message.js';
@@ -82,10 +82,21 @@ export abstract class SocketSend extends SocketBase {
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
     let rdmaCtl: { exts: RdsExtension[]; op: RdmaOp | null } | null = null;
-    if (opts !== undefined && opts !== null && (opts.rdma !== undefined || opts.rdmaDest !== undefined)) {
-      if (this.transport?.rdma === undefined)
+    if (
+      opts !== undefined &&
+      opts !== null &&
+      (opts.rdma !== undefined || opts.rdmaDest !== undefined || opts.atomic !== undefined)
+    ) {
+      const rdma = this.transport?.rdma;
+      if (rdma === undefined) {
+        if (opts.atomic !== undefined && opts.rdma === undefined && opts.rdmaDest === undefined) {
+          checkAtomicArgs(opts.atomic);
+          throw rdmaUnsupported(this.transport, 'sendmsg() with atomic (RDS_CMSG_ATOMIC_*)');
+        }
         refuseRdmaControl(opts, () => rdmaUnsupported(this.transport, 'sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
-      rdmaCtl = prepareRdmaControl(opts, this.mrs, this);
+      }
+      const laddr = this.bound.address;
+      rdmaCtl = prepareRdmaControl(opts, this.mrs, this, () => rdma.atomics(laddr));
     }
     if (address === null) {
       if (this.peer === null)

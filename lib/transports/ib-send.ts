@@ -80,7 +80,10 @@ export class IbSender {
       return 'dropped';
     }
     const tag = this.ib.nextRdmaTag();
-    const rc = this.ib.ep!.postRdma!(tp.id, tag, op.write, op.remoteAddr, op.rkey, op.local);
+    const rc =
+      op.atomicKind !== 0
+        ? this.ib.ep!.postRdma!(tp.id, tag, op.atomicKind, op.remoteAddr, op.rkey, op.local, op.compareAdd, op.swap)
+        : this.ib.ep!.postRdma!(tp.id, tag, op.write, op.remoteAddr, op.rkey, op.local);
     if (rc === EAGAIN) return 'wait';
     if (rc !== 0) {
       op.finish(RDS_RDMA_OTHER_ERROR);

@@ -95,6 +95,7 @@ export class IbTransport implements RdsTransport {
     deregMr: (handle) => {
       this.ep?.deregMr?.(handle);
     },
+    atomics: (laddr) => native()?.ibAtomics?.(laddr) === true,
   };
 
   constructor(opts: IbTransportOptions = {}) {

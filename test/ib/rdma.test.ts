@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, type RdsMessage } from '../../lib/index.js';
 import { IB_ADDRS, payload } from '../helpers.js';
+import { native } from '../../lib/native.js';
 
 // RDS's RDMA operations between two rds-socket stacks over Soft-RoCE (npm run test:ib); IB_ADDRS
 // are two addresses of rxe0 in the guest.
@@ -203,6 +204,38 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect(b.recvmsg()).toBeNull();
     await a.flush({ timeout: 60000 });
     expect(b.recvmsg()).toBeNull();
+  });
+
+  it('atomics: FADD and CSWP on a 64-bit word of the peer region return the old value (EOPNOTSUPP without device atomics)', async () => {
+    const { sock: a } = await ibSocket(A, 4860);
+    const { sock: b } = await ibSocket(B, 4860);
+    const mem = Buffer.alloc(64);
+    const cookie = await expose(b, a, mem, RDS_RDMA_READWRITE);
+    // A word 8-byte aligned on the device side: the cookie's offset is where `mem` starts in its page.
+    const w = 16 + ((8 - Number((cookie >> 32n) % 8n)) % 8);
+    mem.writeBigUInt64LE(40n, w);
+    const old = Buffer.alloc(8);
+    const atomic = (o: object): void => {
+      a.sendmsg(Buffer.from('atomic'), b.address(), {
+        atomic: { cookie, remoteOffset: w, local: old, notify: true, token: 40n, ...o } as never,
+      });
+    };
+    if (!native()!.ibAtomics!(A)) {
+      expect(() => atomic({ op: 'fadd', add: 2n })).toThrow(expect.objectContaining({ code: 'EOPNOTSUPP' }));
+      return;
+    }
+    atomic({ op: 'fadd', add: 2n });
+    expect(await status(a)).toEqual({ token: 40n, status: RDS_RDMA_SUCCESS });
+    expect((await next(b)).data.toString()).toBe('atomic');
+    expect([old.readBigUInt64LE(0), mem.readBigUInt64LE(w)]).toEqual([40n, 42n]);
+    atomic({ op: 'cswp', compare: 1n, swap: 7n }); // no match: the word stays
+    expect((await status(a)).status).toBe(RDS_RDMA_SUCCESS);
+    await next(b);
+    expect([old.readBigUInt64LE(0), mem.readBigUInt64LE(w)]).toEqual([42n, 42n]);
+    atomic({ op: 'cswp', compare: 42n, swap: 7n });
+    expect((await status(a)).status).toBe(RDS_RDMA_SUCCESS);
+    await next(b);
+    expect([old.readBigUInt64LE(0), mem.readBigUInt64LE(w)]).toEqual([42n, 7n]);
   });
 
   it('RDMA regions, per-op registrations and queue pairs are all released after close (rdma resource show mr)', async () => {
