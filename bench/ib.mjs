@@ -44,7 +44,8 @@ if (role === 'peer') {
   const cookie = rdma.getMr(region, { flags: constants.RDS_RDMA_READWRITE });
   (async () => {
     for await (const m of rdma) {
-      if (m.data.toString() === 'cookie?') rdma.sendmsg(Buffer.alloc(0), { address: m.address, port: m.port }, { rdmaDest: cookie });
+      if (m.data.toString() === 'cookie?')
+        rdma.sendmsg(Buffer.alloc(0), { address: m.address, port: m.port }, { rdmaDest: cookie });
     }
   })();
   process.stdout.write('ready\n');
@@ -127,7 +128,8 @@ if (role === 'peer') {
     const reap = async () => {
       const m = await rd.recv({ timeout: 30000 });
       if (m.rdmaStatus === undefined) return;
-      if (m.rdmaStatus.status !== constants.RDS_RDMA_SUCCESS) throw new Error(`RDMA ${write ? 'WRITE' : 'READ'} status ${m.rdmaStatus.status}`);
+      if (m.rdmaStatus.status !== constants.RDS_RDMA_SUCCESS)
+        throw new Error(`RDMA ${write ? 'WRITE' : 'READ'} status ${m.rdmaStatus.status}`);
       inFlight--;
       done++;
     };
@@ -184,7 +186,14 @@ if (role === 'peer') {
   const bwOut = await perf('ib_send_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]);
   const bwRow = bwOut.split('\n').find((l) => l.trim().startsWith(String(BIG)));
   const verbsMBs = Number(bwRow.trim().split(/\s+/)[3]) * 1.048576; // perftest's MB/sec is MiB/s
-  const bwOf = (out) => Number(out.split('\n').find((l) => l.trim().startsWith(String(BIG))).trim().split(/\s+/)[3]) * 1.048576;
+  const bwOf = (out) =>
+    Number(
+      out
+        .split('\n')
+        .find((l) => l.trim().startsWith(String(BIG)))
+        .trim()
+        .split(/\s+/)[3],
+    ) * 1.048576;
   const verbsWriteMBs = bwOf(await perf('ib_write_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]));
   const verbsReadMBs = bwOf(await perf('ib_read_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]));
   const ppOut = await perf('ibv_rc_pingpong', ['-d', DEV, '-g', GID, '-s', '2', '-n', iters]);

@@ -101,8 +101,8 @@ bool LoadApi() {
       Sym(verbs, "ibv_create_comp_channel", api.create_comp_channel) &&
       Sym(verbs, "ibv_destroy_comp_channel", api.destroy_comp_channel) && Sym(verbs, "ibv_create_cq", api.create_cq) &&
       Sym(verbs, "ibv_destroy_cq", api.destroy_cq) && Sym(verbs, "ibv_get_cq_event", api.get_cq_event) &&
-      Sym(verbs, "ibv_ack_cq_events", api.ack_cq_events) && Sym(verbs, "ibv_get_device_name", api.get_device_name) &&
-      Sym(verbs, "ibv_query_device", api.query_device);
+      Sym(verbs, "ibv_ack_cq_events", api.ack_cq_events) && Sym(verbs, "ibv_get_device_name", api.get_device_name);
+  ok = ok && Sym(verbs, "ibv_query_device", api.query_device);
   api.reg_mr_iova = reinterpret_cast<decltype(api.reg_mr_iova)>(dlsym(verbs, "ibv_reg_mr_iova"));
   apiLoaded = ok;
   return ok;
@@ -503,8 +503,9 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
       return env.Undefined();
     }
     if (api.reg_mr_iova == nullptr) {
-      Napi::Error e = Napi::Error::New(
-          env, "RDMA memory registration needs ibv_reg_mr_iova (libibverbs 1.8 / rdma-core 25 or newer); this libibverbs lacks it");
+      Napi::Error e = Napi::Error::New(env,
+                                       "RDMA memory registration needs ibv_reg_mr_iova (libibverbs 1.8 / rdma-core 25 "
+                                       "or newer); this libibverbs lacks it");
       e.Set("errno", Napi::Number::New(env, EOPNOTSUPP));
       e.ThrowAsJavaScriptException();
       return env.Undefined();
@@ -585,8 +586,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
     if (!c->qp || c->pd == nullptr) return Napi::Number::New(env, ENOTCONN);
     uint32_t tag = info[1].As<Napi::Number>().Uint32Value();
     // kind: 0 RDMA WRITE, 1 RDMA READ, 2 atomic fetch-and-add, 3 atomic compare-and-swap.
-    uint32_t kind = info[2].IsBoolean() ? (info[2].As<Napi::Boolean>().Value() ? 0 : 1)
-                                        : info[2].As<Napi::Number>().Uint32Value();
+    uint32_t kind =
+        info[2].IsBoolean() ? (info[2].As<Napi::Boolean>().Value() ? 0 : 1) : info[2].As<Napi::Number>().Uint32Value();
     bool write = kind == 0;
     bool atomic = kind == 2 || kind == 3;
     uint64_t compareAdd = 0, swap = 0;
@@ -912,8 +913,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
         wrs[i].num_sge = 1;
         wrs[i].opcode = IBV_WR_SEND;
         int32_t f = a[(base + i) * 3 + 2];
-        wrs[i].send_flags =
-            IBV_SEND_SIGNALED | ((f & 1) ? IBV_SEND_SOLICITED : 0) | ((f & 2) ? IBV_SEND_FENCE : 0);
+        wrs[i].send_flags = IBV_SEND_SIGNALED | ((f & 1) ? IBV_SEND_SOLICITED : 0) | ((f & 2) ? IBV_SEND_FENCE : 0);
         wrs[i].next = i + 1 < m ? &wrs[i + 1] : nullptr;
       }
       ibv_send_wr* bad = nullptr;

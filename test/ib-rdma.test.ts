@@ -239,7 +239,12 @@ describe('RDMA regions and control messages', () => {
   it('atomic FADD/CSWP: exthdr RDMA, the addon kind and operands; alignment, size, device and mixing checked', () => {
     const { t } = table();
     const local = Buffer.alloc(8);
-    const f = prepareRdmaControl({ atomic: { op: 'fadd', cookie: rdmaCookie(0x77, 8), remoteOffset: 8, local, add: 5n } }, t, target(), () => true);
+    const f = prepareRdmaControl(
+      { atomic: { op: 'fadd', cookie: rdmaCookie(0x77, 8), remoteOffset: 8, local, add: 5n } },
+      t,
+      target(),
+      () => true,
+    );
     expect(f.exts.map((e) => e.type)).toEqual([RDS_EXTHDR_RDMA]);
     expect([f.op?.atomicKind, f.op?.compareAdd, f.op?.remoteAddr, f.op?.bytes]).toEqual([2, 5n, 16n, 8]);
     const c = prepareRdmaControl(
@@ -279,7 +284,11 @@ describe('RDMA regions and control messages', () => {
   it('rdma carries exthdr RDMA (the remote rkey), rdmaDest exthdr RDMA_DEST, and only a region of the socket', () => {
     const { t } = table();
     const cookie = t.register('10.0.0.1', Buffer.alloc(10), 0);
-    const r = prepareRdmaControl({ rdma: { cookie: rdmaCookie(0xabc, 4), local: [Buffer.alloc(1)], write: true } }, t, target());
+    const r = prepareRdmaControl(
+      { rdma: { cookie: rdmaCookie(0xabc, 4), local: [Buffer.alloc(1)], write: true } },
+      t,
+      target(),
+    );
     expect(r.exts.map((e) => [e.type, [...e.data]])).toEqual([[RDS_EXTHDR_RDMA, [0, 0, 0xa, 0xbc]]]);
     expect(r.op?.remoteAddr).toBe(4n);
     const d = prepareRdmaControl({ rdmaDest: cookie }, t, target());

@@ -76,7 +76,10 @@ export function checkAtomicArgs(a: unknown): Required<Omit<AtomicArgs, 'add' | '
     throw new RdsError('EINVAL', "atomic must be an object { op: 'fadd' | 'cswp', cookie, local, ... }");
   const r = a as AtomicArgs;
   if (r.op !== 'fadd' && r.op !== 'cswp')
-    throw new RdsError('EINVAL', `atomic.op must be 'fadd' or 'cswp' (masked atomics are not supported), got ${String(r.op)}`);
+    throw new RdsError(
+      'EINVAL',
+      `atomic.op must be 'fadd' or 'cswp' (masked atomics are not supported), got ${String(r.op)}`,
+    );
   checkCookie(r.cookie, 'atomic.cookie');
   if (!isBytes(r.local) || r.local.byteLength !== 8)
     throw new RdsError('EINVAL', 'atomic.local must be an 8-byte Buffer (it receives the old value of the word)');
@@ -86,9 +89,19 @@ export function checkAtomicArgs(a: unknown): Required<Omit<AtomicArgs, 'add' | '
   const u64 = (v: unknown, what: string): bigint => (v === undefined ? 0n : checkCookie(v, what));
   const compareAdd = r.op === 'fadd' ? u64(r.add, 'atomic.add') : u64(r.compare, 'atomic.compare');
   const swap = u64(r.swap, 'atomic.swap');
-  if (r.notify !== undefined && typeof r.notify !== 'boolean') throw new RdsError('EINVAL', 'atomic.notify must be a boolean');
+  if (r.notify !== undefined && typeof r.notify !== 'boolean')
+    throw new RdsError('EINVAL', 'atomic.notify must be a boolean');
   if (r.token !== undefined) checkCookie(r.token, 'atomic.token');
-  return { op: r.op, cookie: r.cookie, remoteOffset: off, local: r.local, notify: r.notify === true, token: r.token ?? 0n, compareAdd, swap };
+  return {
+    op: r.op,
+    cookie: r.cookie,
+    remoteOffset: off,
+    local: r.local,
+    notify: r.notify === true,
+    token: r.token ?? 0n,
+    compareAdd,
+    swap,
+  };
 }
 
 const MR_FLAGS = RDS_RDMA_USE_ONCE | RDS_RDMA_INVALIDATE | RDS_RDMA_READWRITE;

@@ -2,7 +2,14 @@
 // flush, the send budget, send({ confirm }) confirmations, zero-copy completions, peer reachability
 // reports and RDS_CANCEL_SENT_TO.
 import { isIPv4 } from 'node:net';
-import { RDS_MAX_MSG_SIZE, RDS_RDMA_CANCELED, RDS_TRANS_TCP, MSG_CMSG_COMPAT, MSG_DONTWAIT, MSG_ZEROCOPY } from '../constants.js';
+import {
+  RDS_MAX_MSG_SIZE,
+  RDS_RDMA_CANCELED,
+  RDS_TRANS_TCP,
+  MSG_CMSG_COMPAT,
+  MSG_DONTWAIT,
+  MSG_ZEROCOPY,
+} from '../constants.js';
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort } from './address.js';
 import { defer } from './defer.js';

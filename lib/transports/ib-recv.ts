@@ -4,7 +4,16 @@ import { RDS_CTR } from '../core/stats.js';
 import { RdsProtocolError } from '../wire/frame-reader.js';
 import { OFF_ACK, OFF_CREDIT, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum } from '../wire/header.js';
 import { rdmaStatusOf } from '../core/rdma-ops.js';
-import { IB_CARRIER, ibPath, MAX_H_LEN, RDMA_TAG_BASE, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
+import {
+  IB_CARRIER,
+  ibPath,
+  MAX_H_LEN,
+  RDMA_TAG_BASE,
+  RDS_IB_FRAG_SIZE,
+  SLOT_SIZE,
+  type IbPath,
+  type IbShared,
+} from './ib-path.js';
 import type { IbSender } from './ib-send.js';
 
 const EMPTY = Buffer.alloc(0);

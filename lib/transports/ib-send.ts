@@ -74,7 +74,7 @@ export class IbSender {
       msg.complete(
         new RdsError(
           'ECONNRESET',
-          'the connection went down after this message\'s RDMA op was posted; RDMA ops are never retransmitted',
+          "the connection went down after this message's RDMA op was posted; RDMA ops are never retransmitted",
         ),
       );
       return 'dropped';

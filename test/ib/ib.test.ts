@@ -88,7 +88,16 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     );
     expect(r.code, r.out).toBe(0);
     const res = JSON.parse(r.out.trim().split('\n').pop()!) as Record<string, number>;
-    for (const k of ['rdsMBs', 'verbsMBs', 'rdsRttUs', 'verbsRttUs', 'rdsWriteMBs', 'verbsWriteMBs', 'rdsReadMBs', 'verbsReadMBs'])
+    for (const k of [
+      'rdsMBs',
+      'verbsMBs',
+      'rdsRttUs',
+      'verbsRttUs',
+      'rdsWriteMBs',
+      'verbsWriteMBs',
+      'rdsReadMBs',
+      'verbsReadMBs',
+    ])
       expect(res[k]).toBeGreaterThan(0);
     expect(r.out).toMatch(/ratio rds\/verbs/);
   }, 320_000);

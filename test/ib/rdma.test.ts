@@ -8,13 +8,7 @@ import { native } from '../../lib/native.js';
 // RDS's RDMA operations between two rds-socket stacks over Soft-RoCE (npm run test:ib); IB_ADDRS
 // are two addresses of rxe0 in the guest.
 const [A, B] = IB_ADDRS as [string, string];
-const {
-  RDS_RDMA_READWRITE,
-  RDS_RDMA_USE_ONCE,
-  RDS_RDMA_SUCCESS,
-  RDS_RDMA_REMOTE_ERROR,
-  RDS_RDMA_DROPPED,
-} = constants;
+const { RDS_RDMA_READWRITE, RDS_RDMA_USE_ONCE, RDS_RDMA_SUCCESS, RDS_RDMA_REMOTE_ERROR, RDS_RDMA_DROPPED } = constants;
 
 let cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -67,7 +61,9 @@ function example(args: string[], until?: string): Promise<{ done: Promise<{ code
     p.kill('SIGKILL');
   });
   let out = '';
-  const done = new Promise<{ code: number; out: string }>((res) => p.on('exit', (code) => res({ code: code ?? -1, out })));
+  const done = new Promise<{ code: number; out: string }>((res) =>
+    p.on('exit', (code) => res({ code: code ?? -1, out })),
+  );
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`example did not start: ${out}`)), 60000);
     const on = (d: Buffer): void => {
@@ -112,7 +108,14 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
       // WRITE from two local buffers at offset 100 of the peer's region.
       const src = payload(1, 9000);
       x.sendmsg(Buffer.from('wrote'), y.address(), {
-        rdma: { cookie, remoteOffset: 100, local: [src.subarray(0, 3000), src.subarray(3000)], write: true, notify: true, token: 7n },
+        rdma: {
+          cookie,
+          remoteOffset: 100,
+          local: [src.subarray(0, 3000), src.subarray(3000)],
+          write: true,
+          notify: true,
+          token: 7n,
+        },
       });
       expect(await status(x)).toEqual({ token: 7n, status: RDS_RDMA_SUCCESS });
       const m = await next(y);
@@ -167,7 +170,9 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     const cookie = await expose(b, a, mem, RDS_RDMA_READWRITE | RDS_RDMA_USE_ONCE);
     expect(ourMrs()).toBe(before + 1);
     const src = payload(3, 2000);
-    a.sendmsg(Buffer.from('once'), b.address(), { rdma: { cookie, local: [src], write: true, notify: true, token: 1n } });
+    a.sendmsg(Buffer.from('once'), b.address(), {
+      rdma: { cookie, local: [src], write: true, notify: true, token: 1n },
+    });
     expect(await status(a)).toEqual({ token: 1n, status: RDS_RDMA_SUCCESS });
     // The message carries the RDMA extension naming b's region: b frees it on receipt.
     expect((await next(b)).data.toString()).toBe('once');
@@ -249,7 +254,9 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     const cookie = await expose(b, a, mem, RDS_RDMA_READWRITE);
     b.getMr(Buffer.alloc(4096)); // left registered: close() releases it
     a.getMr(Buffer.alloc(4096), { flags: RDS_RDMA_USE_ONCE });
-    a.sendmsg(Buffer.from('w'), b.address(), { rdma: { cookie, local: [Buffer.alloc(100, 3)], write: true, notify: true } });
+    a.sendmsg(Buffer.from('w'), b.address(), {
+      rdma: { cookie, local: [Buffer.alloc(100, 3)], write: true, notify: true },
+    });
     expect((await status(a)).status).toBe(RDS_RDMA_SUCCESS);
     await next(b);
     // Two rings (one per QP) and three application regions.
