@@ -174,7 +174,7 @@ export function checkRdmaArgs(a: unknown): RdmaArgs & { bytes: number } {
 
 /**
  * The refusal of a transport that cannot do RDMA: EOPNOTSUPP, as the kernel's RDS/TCP (no get_mr,
- * no xmit_rdma) answers. No rds-socket transport registers memory yet.
+ * no xmit_rdma) answers. Only the IB transport registers memory (lib/core/rdma-ops.ts).
  */
 export function rdmaUnsupported(transport: { name: string; transType: number } | null, what: string): RdsError {
   if (transport !== null && transport.transType === RDS_TRANS_TCP) {
@@ -192,8 +192,8 @@ export function rdmaUnsupported(transport: { name: string; transType: number } |
 /**
  * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST, checked in rds_sendmsg's order: mixing them is EINVAL,
  * then the op's arguments, then the transport (`refusal`: EOPNOTSUPP without RDMA) or the cookie
- * (EINVAL: the socket has registered no memory). Always throws: no rds-socket transport carries
- * RDMA ops yet.
+ * (EINVAL: the socket has registered no memory). Always throws: the path of a transport without
+ * RDMA (with RDMA, prepareRdmaControl in rdma-ops.ts takes the call).
  */
 export function refuseRdmaControl(opts: SendmsgOptions, refusal: () => RdsError): never {
   if (opts.rdma !== undefined && opts.rdmaDest !== undefined)
