@@ -31,13 +31,19 @@ export interface RdmaArgs {
   cookie: bigint;
   /** Where in the peer's exposed memory the op starts (added to the cookie's offset); default 0. */
   remoteOffset?: number;
-  /** Local memory the op reads into (READ) or writes from (WRITE); the caller keeps it until the status. */
+  /**
+   * Local memory the op reads into (READ) or writes from (WRITE); registered for the op's duration
+   * (at most 8 buffers per work request); the caller keeps it until the status.
+   */
   local: readonly Uint8Array[];
   /** true: RDMA WRITE to the peer (RDS_RDMA_READWRITE); false: RDMA READ from it. */
   write: boolean;
   /** RDS_RDMA_NOTIFY_ME: report the op's completion through recvmsg's `rdmaStatus`. */
   notify?: boolean;
-  /** RDS_RDMA_SILENT: the peer's socket receives no message, only the RDMA op happens. */
+  /**
+   * RDS_RDMA_SILENT: in the kernel the peer's socket then receives no (empty) message, only the
+   * RDMA op happens. Accepted here, but the message is still sent and delivered.
+   */
   silent?: boolean;
   /** RDS_RDMA_FENCE: the SEND waits for the RDMA op. */
   fence?: boolean;
