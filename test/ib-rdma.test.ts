@@ -165,6 +165,30 @@ describe('IB RDMA: posting', () => {
   });
 });
 
+describe('IB RDMA: RDS_RDMA_SILENT', () => {
+  it('an empty message whose op is silent: only the op is posted (no SEND); the message is done with the op', () => {
+    const h = harness();
+    const t = target();
+    const o = op(t);
+    o.silent = true;
+    const m = message(o, 0);
+    expect(h.sender.xmit(h.cp, m as never)).toBe(true);
+    expect(h.calls.map((c) => c[0])).toEqual(['rdma']);
+    expect(m.completed).toEqual([]);
+    h.receiver.onCompletions(h.cp, 1, Int32Array.of(h.calls[0]![1] as number, 0, 200));
+    expect(t.notes).toEqual([{ token: 5n, status: RDS_RDMA_SUCCESS }]);
+    expect(m.completed).toEqual([undefined]);
+  });
+
+  it('a silent op with payload still sends its message (the kernel sends data whatever the op)', () => {
+    const h = harness();
+    const o = op(target());
+    o.silent = true;
+    h.sender.xmit(h.cp, message(o, 10) as never);
+    expect(h.calls.map((c) => c[0])).toEqual(['rdma', 'send']);
+  });
+});
+
 describe('IB RDMA: completions', () => {
   it('success, remote access error and flush map to the RDS statuses; an error drops the connection', () => {
     expect([0, 10, 5, 4, 12].map(rdmaStatusOf)).toEqual([

@@ -51,6 +51,13 @@ export class RdmaOp {
   atomicKind = 0;
   compareAdd = 0n;
   swap = 0n;
+  /**
+   * RDS_RDMA_SILENT on a message with no payload: no SEND at all, only the op (rds_send_xmit's
+   * "all ops are silent"); the message is done when the op is.
+   */
+  silent = false;
+  /** Told once when the status is known (the transport completes a silent op's message). */
+  onFinish: (() => void) | null = null;
 
   constructor(
     readonly cookie: bigint,
@@ -71,6 +78,9 @@ export class RdmaOp {
   finish(status: number): void {
     if (this.state === 'done') return;
     this.state = 'done';
+    const then = this.onFinish;
+    this.onFinish = null;
+    then?.();
     if (this.notify || (status !== RDS_RDMA_SUCCESS && this.target.reportsFailures))
       this.target.rdmaDone(this.token, status);
   }
@@ -193,6 +203,7 @@ export function prepareRdmaControl(
       a.bytes,
       target,
     );
+    op.silent = a.silent === true;
     // exthdr RDMA: tells the peer which of its regions the op used (it frees a USE_ONCE one).
     return { exts: [rdmaExtension(op.rkey)], op };
   }

@@ -44,6 +44,13 @@ export class IbSender {
     if (msg.rdma) {
       const r = this.postRdma(tp, msg);
       if (r === 'dropped') return true;
+      if (r === 'posted' && msg.rdma.silent && msg.len === 0) {
+        // Only the op goes: the peer's socket gets no message (its sequence number is skipped,
+        // which receivers allow); the message is done when the op is.
+        const silent = msg;
+        msg.rdma.onFinish = () => silent.complete();
+        return true;
+      }
       if (r === 'wait') {
         tp.rdmaWaits(msg);
         tp.ringMoved();
@@ -168,7 +175,9 @@ export class IbSender {
       const r = this.postRdma(tp, waiting);
       if (r !== 'wait') {
         tp.rdmaWaits(null);
-        if (r === 'posted') this.startMessage(tp, waiting);
+        if (r === 'posted' && waiting.rdma!.silent && waiting.len === 0)
+          waiting.rdma!.onFinish = () => waiting.complete();
+        else if (r === 'posted') this.startMessage(tp, waiting);
       }
     }
     const posts: number[] = [];

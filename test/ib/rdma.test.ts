@@ -211,6 +211,23 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect(b.recvmsg()).toBeNull();
   });
 
+  it('RDS_RDMA_SILENT with no payload: the WRITE lands, its status comes, the peer socket gets no message', async () => {
+    const { sock: a } = await ibSocket(A, 4870);
+    const { sock: b } = await ibSocket(B, 4870);
+    const mem = Buffer.alloc(4096);
+    const cookie = await expose(b, a, mem, RDS_RDMA_READWRITE);
+    const src = payload(5, 1000);
+    a.sendmsg(Buffer.alloc(0), b.address(), {
+      rdma: { cookie, local: [src], write: true, notify: true, silent: true, token: 50n },
+    });
+    expect(await status(a)).toEqual({ token: 50n, status: RDS_RDMA_SUCCESS });
+    expect(mem.subarray(0, 1000).equals(src)).toBe(true);
+    a.sendmsg(Buffer.from('after silent'), b.address());
+    expect((await next(b)).data.toString()).toBe('after silent');
+    await a.flush({ timeout: 60000 });
+    expect(b.recvmsg()).toBeNull();
+  });
+
   it('atomics: FADD and CSWP on a 64-bit word of the peer region return the old value (EOPNOTSUPP without device atomics)', async () => {
     const { sock: a } = await ibSocket(A, 4860);
     const { sock: b } = await ibSocket(B, 4860);
