@@ -41,8 +41,8 @@ export interface RdmaArgs {
   /** RDS_RDMA_NOTIFY_ME: report the op's completion through recvmsg's `rdmaStatus`. */
   notify?: boolean;
   /**
-   * RDS_RDMA_SILENT: in the kernel the peer's socket then receives no (empty) message, only the
-   * RDMA op happens. Accepted here, but the message is still sent and delivered.
+   * RDS_RDMA_SILENT: with an empty message, only the op happens: no SEND, the peer's socket
+   * receives nothing (as the kernel's rds_send_xmit). A message with payload is sent as usual.
    */
   silent?: boolean;
   /** RDS_RDMA_FENCE: the SEND waits for the RDMA op. */
