@@ -2,7 +2,9 @@
 // rds-socket over InfiniBand next to the verbs baseline on the same device, in the same run:
 // ib_send_bw (64 KiB SENDs) against rds-socket one-way throughput of 64 KiB messages, and an RC
 // SEND ping-pong of 2 bytes (ibv_rc_pingpong: ib_send_lat cannot calibrate its clock under qemu's
-// software emulation and prints inf) against rds-socket 2-byte round trips. Prints ratios rds/verbs.
+// software emulation and prints inf) against rds-socket 2-byte round trips, and RDMA WRITE / READ
+// of 64 KiB through rds-socket (sendmsg's rdma on a region the peer exposes, 16 ops in flight, each
+// reported through recv) against ib_write_bw / ib_read_bw. Prints ratios rds/verbs.
 // Runs where an RDMA device owns --a and --b (npm run bench:ib boots the Soft-RoCE guest for it).
 //   node bench/ib.mjs [--a 10.77.0.2] [--b 10.77.0.5] [--dev rxe0] [--gid 1] [--seconds 3] [--smoke]
 import { execFileSync, spawn } from 'node:child_process';
@@ -35,6 +37,17 @@ if (role === 'peer') {
   const stack = new RdsStack();
   const bulk = await ibSock(stack, B, 5000);
   const echo = await ibSock(stack, B, 5001);
+  // RDMA: a 64 KiB region the main process writes and reads; any message on port 5002 gets its
+  // cookie back (RDS_CMSG_RDMA_DEST); the messages that come with the ops are read and dropped.
+  const rdma = await ibSock(stack, B, 5002);
+  const region = Buffer.alloc(BIG, 0x33);
+  const cookie = rdma.getMr(region, { flags: constants.RDS_RDMA_READWRITE });
+  (async () => {
+    for await (const m of rdma) {
+      if (m.data.toString() === 'cookie?')
+        rdma.sendmsg(Buffer.alloc(0), { address: m.address, port: m.port }, { rdmaDest: cookie });
+    }
+  })();
   process.stdout.write('ready\n');
   let bytes = 0;
   (async () => {
@@ -99,6 +112,39 @@ if (role === 'peer') {
   }
   rtts.sort((x, y) => x - y);
   const rdsRttUs = rtts[Math.floor(rtts.length / 2)] * 1000;
+
+  // RDMA WRITE and READ of 64 KiB on the peer's region, WINDOW ops in flight (each op's status
+  // comes back through recv; a failed one ends the run).
+  const rd = await ibSock(stack, A, 5002);
+  const to = { address: B, port: 5002 };
+  rd.sendmsg(Buffer.from('cookie?'), to);
+  const { rdmaDest: cookie } = await rd.recv({ timeout: 30000 });
+  const WINDOW = 16;
+  const rdmaRun = async (write) => {
+    const local = Buffer.alloc(BIG, write ? 0x77 : 0);
+    let inFlight = 0;
+    let done = 0;
+    const t = performance.now();
+    const reap = async () => {
+      const m = await rd.recv({ timeout: 30000 });
+      if (m.rdmaStatus === undefined) return;
+      if (m.rdmaStatus.status !== constants.RDS_RDMA_SUCCESS)
+        throw new Error(`RDMA ${write ? 'WRITE' : 'READ'} status ${m.rdmaStatus.status}`);
+      inFlight--;
+      done++;
+    };
+    while (performance.now() - t < SECONDS * 1000) {
+      while (inFlight < WINDOW) {
+        rd.sendmsg(Buffer.alloc(0), to, { rdma: { cookie, local: [local], write, notify: true } });
+        inFlight++;
+      }
+      await reap();
+    }
+    while (inFlight > 0) await reap();
+    return (done * BIG) / ((performance.now() - t) / 1000) / 1e6;
+  };
+  const rdsWriteMBs = await rdmaRun(true);
+  const rdsReadMBs = await rdmaRun(false);
   await stack.close();
   peer.kill();
 
@@ -140,6 +186,16 @@ if (role === 'peer') {
   const bwOut = await perf('ib_send_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]);
   const bwRow = bwOut.split('\n').find((l) => l.trim().startsWith(String(BIG)));
   const verbsMBs = Number(bwRow.trim().split(/\s+/)[3]) * 1.048576; // perftest's MB/sec is MiB/s
+  const bwOf = (out) =>
+    Number(
+      out
+        .split('\n')
+        .find((l) => l.trim().startsWith(String(BIG)))
+        .trim()
+        .split(/\s+/)[3],
+    ) * 1.048576;
+  const verbsWriteMBs = bwOf(await perf('ib_write_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]));
+  const verbsReadMBs = bwOf(await perf('ib_read_bw', ['-d', DEV, '-x', GID, '-s', String(BIG), '-n', iters]));
   const ppOut = await perf('ibv_rc_pingpong', ['-d', DEV, '-g', GID, '-s', '2', '-n', iters]);
   const verbsRttUs = Number(ppOut.match(/=\s*([\d.]+) usec\/iter/)[1]);
   const r = (x) => x.toFixed(2);
@@ -152,6 +208,12 @@ if (role === 'peer') {
     `round trip 2 B p50  us   ${r(rdsRttUs).padStart(10)}   ${r(verbsRttUs).padStart(10)} (ibv_rc_pingpong)   ${r(rdsRttUs / verbsRttUs).padStart(8)}x`,
   );
   console.log(
+    `RDMA WRITE 64 KiB MB/s   ${r(rdsWriteMBs).padStart(10)}   ${r(verbsWriteMBs).padStart(10)} (ib_write_bw)       ${r(rdsWriteMBs / verbsWriteMBs).padStart(8)}x`,
+  );
+  console.log(
+    `RDMA READ 64 KiB  MB/s   ${r(rdsReadMBs).padStart(10)}   ${r(verbsReadMBs).padStart(10)} (ib_read_bw)        ${r(rdsReadMBs / verbsReadMBs).padStart(8)}x`,
+  );
+  console.log(
     JSON.stringify({
       rdsMBs,
       verbsMBs,
@@ -159,6 +221,12 @@ if (role === 'peer') {
       verbsRttUs,
       throughputRatio: rdsMBs / verbsMBs,
       latencyRatio: rdsRttUs / verbsRttUs,
+      rdsWriteMBs,
+      verbsWriteMBs,
+      rdsReadMBs,
+      verbsReadMBs,
+      writeRatio: rdsWriteMBs / verbsWriteMBs,
+      readRatio: rdsReadMBs / verbsReadMBs,
     }),
   );
   process.exit(0);

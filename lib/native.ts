@@ -13,10 +13,41 @@ export interface IbEndpointBinding {
   accept(id: number, privateData: Buffer): void;
   /** Refuses a connection request and destroys its id. */
   reject(id: number, privateData?: Buffer): void;
-  /** Posts SENDs: [slot, length, flags(1 = solicited)] triples; 0 or an errno. */
+  /** Posts SENDs: [slot, length, flags(1 = solicited, 2 = fence)] triples; 0 or an errno. */
   postSend(id: number, wrs: Int32Array): number;
   /** Posts receives into the given slots; 0 or an errno. */
   postRecv(id: number, slots: Int32Array): number;
+  /**
+   * Registers application memory zero-based as the kernel's RDS does (I/O virtual address 0 = the
+   * start of its first page; its first byte at `offset`, its offset in that page) in the PD of the
+   * device owning `address`, shared by every connection on it: remote read, and remote write with
+   * `readWrite`. Returns [handle, rkey, offset]; the memory stays referenced until deregMr. Throws
+   * (errno EOPNOTSUPP) when libibverbs lacks ibv_reg_mr_iova (rdma-core < 25).
+   */
+  regMr?(address: string, mem: Uint8Array, readWrite: boolean): [number, number, number];
+  /** Releases a registration of regMr; false if the handle names none. */
+  deregMr?(handle: number): boolean;
+  /**
+   * Posts an RDMA WRITE (write) or READ on connection `id` at the peer's (remoteAddr, rkey), the
+   * local side being `local` (registered for the op's duration). Its completion comes in a batch
+   * as [tag, ibv_wc_status, bytes] (tag >= 2^30 tells it from ring slots). 0, or an errno: EAGAIN
+   * when the send queue has no room for its work requests now.
+   */
+  postRdma?(
+    id: number,
+    tag: number,
+    /** true/false: RDMA WRITE/READ; or 0 WRITE, 1 READ, 2 atomic fetch-and-add, 3 atomic compare-and-swap. */
+    kind: boolean | number,
+    remoteAddr: bigint,
+    rkey: number,
+    local: readonly Uint8Array[],
+    /** Atomics: the addend (FADD) or the compare value (CSWP). */
+    compareAdd?: bigint,
+    /** CSWP: the value swapped in. */
+    swap?: bigint,
+  ): number;
+  /** Before destroy: the RDMA op completions already in the CQ, [tag, status, bytes]*; the rest is discarded. */
+  pollOps?(id: number): Int32Array;
   disconnect(id: number): void;
   /** Destroys the QP, CQ, registration and id; idempotent. */
   destroy(id: number): void;
@@ -31,6 +62,8 @@ export interface NativeBinding {
   ibLoad(): string | null;
   /** The RDMA device an IPv4 address belongs to, or null. */
   ibDeviceFor(address: string): string | null;
+  /** Whether the RDMA device owning the address does 64-bit atomics (absent from older prebuilds). */
+  ibAtomics?(address: string): boolean;
   IbEndpoint: new (
     onCmEvent: (
       id: number,

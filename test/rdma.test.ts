@@ -108,6 +108,20 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
     );
   });
 
+  it('sendmsg with atomic (FADD/CSWP) is EOPNOTSUPP on TCP after its argument checks (EINVAL), nothing queued', () => {
+    const dest = { address: '127.151.0.2', port: 4000 };
+    const atomic = { op: 'fadd' as const, cookie: 0x1234n, local: Buffer.alloc(8), add: 1n, notify: true };
+    expect(() => a.sendmsg(Buffer.from('x'), dest, { atomic })).toThrow(
+      expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/ATOMIC.*TCP/) }),
+    );
+    expect(() => a.sendmsg(Buffer.from('x'), dest, { atomic: { ...atomic, local: Buffer.alloc(4) } })).toThrow(
+      expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/8-byte/) }),
+    );
+    expect(() =>
+      a.sendmsg(Buffer.from('x'), dest, { atomic: { ...atomic, op: 'masked-fadd' as unknown as 'fadd' } }),
+    ).toThrow(expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/masked/) }));
+  });
+
   it('nothing was queued by the refused sends: the next message is the first b receives', async () => {
     a.sendmsg(Buffer.from('after'), b.address());
     const m = await b.recv({ timeout: 10000 });

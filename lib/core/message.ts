@@ -1,6 +1,7 @@
 import { RDS_FLAG_RETRANSMITTED, RDSSOCK_EXTHDR_MOVED } from '../constants.js';
 import { OFF_EXTHDR, OFF_FLAGS, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import type { RdsConnPath } from './path.js';
+import type { RdmaOp } from './rdma-ops.js';
 import type { WireSlab } from './wire-slab.js';
 
 /** Who gets the bytes back when a message is acknowledged or cancelled: the sending socket. */
@@ -38,6 +39,8 @@ export class RdsOutgoing {
   private recycler: WireSlab | null = null;
   /** Transport writes that still read the frame or zcPayload: released only when none remain. */
   private xmitRefs = 0;
+  /** The RDMA READ/WRITE this message carries (RDS_CMSG_RDMA_ARGS), posted before it. */
+  rdma: RdmaOp | null = null;
 
   constructor(
     readonly wire: Buffer,

@@ -31,18 +31,83 @@ export interface RdmaArgs {
   cookie: bigint;
   /** Where in the peer's exposed memory the op starts (added to the cookie's offset); default 0. */
   remoteOffset?: number;
-  /** Local memory the op reads into (READ) or writes from (WRITE); the caller keeps it until the status. */
+  /**
+   * Local memory the op reads into (READ) or writes from (WRITE); registered for the op's duration
+   * (at most 8 buffers per work request); the caller keeps it until the status.
+   */
   local: readonly Uint8Array[];
   /** true: RDMA WRITE to the peer (RDS_RDMA_READWRITE); false: RDMA READ from it. */
   write: boolean;
   /** RDS_RDMA_NOTIFY_ME: report the op's completion through recvmsg's `rdmaStatus`. */
   notify?: boolean;
-  /** RDS_RDMA_SILENT: the peer's socket receives no message, only the RDMA op happens. */
+  /**
+   * RDS_RDMA_SILENT: with an empty message, only the op happens: no SEND, the peer's socket
+   * receives nothing (as the kernel's rds_send_xmit). A message with payload is sent as usual.
+   */
   silent?: boolean;
   /** RDS_RDMA_FENCE: the SEND waits for the RDMA op. */
   fence?: boolean;
   /** user_token: names the op in its status; default 0n. */
   token?: bigint;
+}
+
+/** RDS_CMSG_ATOMIC_FADD / RDS_CMSG_ATOMIC_CSWP as sendmsg() takes them (unmasked forms only). */
+export interface AtomicArgs {
+  /** 'fadd': add `add` to the peer's 64-bit word; 'cswp': if it equals `compare`, put `swap` there. */
+  op: 'fadd' | 'cswp';
+  /** The peer's MR cookie (a region it registered with RDS_RDMA_READWRITE). */
+  cookie: bigint;
+  /** Where the word is in the peer's region (added to the cookie's offset); the address must be 8-byte aligned. */
+  remoteOffset?: number;
+  /** 8 bytes that receive the word's value from before the op (host byte order of the device). */
+  local: Uint8Array;
+  /** fadd: the addend (u64, wraps). */
+  add?: bigint;
+  /** cswp: the value compared with the word. */
+  compare?: bigint;
+  /** cswp: the value stored when they are equal. */
+  swap?: bigint;
+  /** RDS_RDMA_NOTIFY_ME: report the op's completion through recvmsg's `rdmaStatus`. */
+  notify?: boolean;
+  /** user_token: names the op in its status; default 0n. */
+  token?: bigint;
+}
+
+/** An atomic op's arguments, checked (the remote alignment is checked once the cookie's offset is known). */
+export function checkAtomicArgs(a: unknown): Required<Omit<AtomicArgs, 'add' | 'compare' | 'swap'>> & {
+  compareAdd: bigint;
+  swap: bigint;
+} {
+  if (a === null || typeof a !== 'object')
+    throw new RdsError('EINVAL', "atomic must be an object { op: 'fadd' | 'cswp', cookie, local, ... }");
+  const r = a as AtomicArgs;
+  if (r.op !== 'fadd' && r.op !== 'cswp')
+    throw new RdsError(
+      'EINVAL',
+      `atomic.op must be 'fadd' or 'cswp' (masked atomics are not supported), got ${String(r.op)}`,
+    );
+  checkCookie(r.cookie, 'atomic.cookie');
+  if (!isBytes(r.local) || r.local.byteLength !== 8)
+    throw new RdsError('EINVAL', 'atomic.local must be an 8-byte Buffer (it receives the old value of the word)');
+  const off = r.remoteOffset ?? 0;
+  if (typeof off !== 'number' || !Number.isInteger(off) || off < 0 || off > 0xffffffff)
+    throw new RdsError('EINVAL', `atomic.remoteOffset must be an integer 0..2^32-1, got ${String(off)}`);
+  const u64 = (v: unknown, what: string): bigint => (v === undefined ? 0n : checkCookie(v, what));
+  const compareAdd = r.op === 'fadd' ? u64(r.add, 'atomic.add') : u64(r.compare, 'atomic.compare');
+  const swap = u64(r.swap, 'atomic.swap');
+  if (r.notify !== undefined && typeof r.notify !== 'boolean')
+    throw new RdsError('EINVAL', 'atomic.notify must be a boolean');
+  if (r.token !== undefined) checkCookie(r.token, 'atomic.token');
+  return {
+    op: r.op,
+    cookie: r.cookie,
+    remoteOffset: off,
+    local: r.local,
+    notify: r.notify === true,
+    token: r.token ?? 0n,
+    compareAdd,
+    swap,
+  };
 }
 
 const MR_FLAGS = RDS_RDMA_USE_ONCE | RDS_RDMA_INVALIDATE | RDS_RDMA_READWRITE;
@@ -115,7 +180,7 @@ export function checkRdmaArgs(a: unknown): RdmaArgs & { bytes: number } {
 
 /**
  * The refusal of a transport that cannot do RDMA: EOPNOTSUPP, as the kernel's RDS/TCP (no get_mr,
- * no xmit_rdma) answers. No rds-socket transport registers memory yet.
+ * no xmit_rdma) answers. Only the IB transport registers memory (lib/core/rdma-ops.ts).
  */
 export function rdmaUnsupported(transport: { name: string; transType: number } | null, what: string): RdsError {
   if (transport !== null && transport.transType === RDS_TRANS_TCP) {
@@ -133,8 +198,8 @@ export function rdmaUnsupported(transport: { name: string; transType: number } |
 /**
  * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST, checked in rds_sendmsg's order: mixing them is EINVAL,
  * then the op's arguments, then the transport (`refusal`: EOPNOTSUPP without RDMA) or the cookie
- * (EINVAL: the socket has registered no memory). Always throws: no rds-socket transport carries
- * RDMA ops yet.
+ * (EINVAL: the socket has registered no memory). Always throws: the path of a transport without
+ * RDMA (with RDMA, prepareRdmaControl in rdma-ops.ts takes the call).
  */
 export function refuseRdmaControl(opts: SendmsgOptions, refusal: () => RdsError): never {
   if (opts.rdma !== undefined && opts.rdmaDest !== undefined)

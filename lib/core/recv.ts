@@ -5,7 +5,11 @@ import {
   RDS_FLAG_PROBE_PORT,
   RDS_FLAG_RETRANSMITTED,
   RDSSOCK_EXTHDR_MOVED,
+  RDS_EXTHDR_RDMA,
+  RDS_EXTHDR_RDMA_BYTES,
+  RDS_EXTHDR_RDMA_DEST,
 } from '../constants.js';
+import { decodeRdmaExtensions } from '../wire/rdma-ext.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
 import { follow, RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
@@ -135,8 +139,14 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     return;
   }
   const entry = cp.acks.recordReceived(seq, false, ackRequired);
+  // RDMA (a peer's op on one of our regions) and RDMA_DEST (a region it exposes): IB only.
+  const ext = header[OFF_EXTHDR]!;
+  const rdma =
+    ext === RDS_EXTHDR_RDMA || ext === RDS_EXTHDR_RDMA_DEST || ext === RDS_EXTHDR_RDMA_BYTES
+      ? decodeRdmaExtensions(parseExtensions(header.subarray(OFF_EXTHDR)))
+      : undefined;
   // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp) && entry !== null)
+  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp, rdma) && entry !== null)
     cp.acks.consumed(entry, RX_REFUSED);
 }
 

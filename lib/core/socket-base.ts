@@ -9,6 +9,7 @@ import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import type { RdsStack, RdsMessage, Receipt } from './stack.js';
 import type { RdsTransport } from './transport.js';
+import type { MrTable } from './rdma-ops.js';
 import type { RdsSocketEvents } from './socket-types.js';
 
 /** @internal */
@@ -45,6 +46,10 @@ export abstract class SocketBase extends EventEmitter<RdsSocketEvents> {
   protected zerocopy = false;
   /** Cookies of zero-copy messages whose buffers are free again, not yet reported by recvmsg. @internal */
   protected zcookies: number[] = [];
+  /** RDS_GET_MR regions, once the socket registered one (RDMA transports only). @internal */
+  protected mrs: MrTable | null = null;
+  /** RDS_CMSG_RDMA_STATUS notifications not yet returned by recvmsg. @internal */
+  protected rdmaNotes: { token: bigint; status: number }[] = [];
   /** @internal */ protected congMask = 0n;
   /** @internal */ protected congNotify = 0n;
   /** @internal */ protected lastPollCongGen = 0;

@@ -26,6 +26,7 @@ import {
 import { RdsError } from '../errors.js';
 import { SocketRecv } from './socket-recv.js';
 import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetMrOptions } from './rdma.js';
+import { MrTable } from './rdma-ops.js';
 import { parseEndpoint } from './address.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
@@ -155,11 +156,13 @@ export abstract class SocketOptions extends SocketRecv {
   }
 
   /**
-   * RDS_GET_MR / RDS_GET_MR_FOR_DEST: registers `buffer` (the caller keeps it) for the peer's RDMA
-   * ops and returns its cookie: (offset << 32) + rkey, the region registered zero-based as the
-   * kernel registers it. Flags: RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE, RDS_RDMA_READWRITE.
-   * Throws ENOTCONN on an unbound socket (the transport registers the memory) and EOPNOTSUPP on a
-   * transport without RDMA: TCP, as the kernel's RDS/TCP does; no rds-socket transport has it yet.
+   * RDS_GET_MR / RDS_GET_MR_FOR_DEST: registers `buffer` (the socket references it until
+   * freeMr(), a USE_ONCE region's first use by the peer, or close()) for the peer's RDMA ops and
+   * returns its cookie: (offset << 32) + rkey, the region registered zero-based from the start of
+   * the buffer's first page as the kernel registers it (offset: where the buffer starts in that
+   * page). Flags: RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE, RDS_RDMA_READWRITE (remote write, and
+   * remote atomics where the device has them). IB sockets only: throws ENOTCONN on an unbound
+   * socket (the transport registers the memory) and EOPNOTSUPP on TCP, as the kernel's RDS/TCP does.
    */
   getMr(buffer: Uint8Array, opts?: GetMrOptions): bigint {
     this.checkOpen('getMr()');
@@ -174,7 +177,10 @@ export abstract class SocketOptions extends SocketRecv {
         'ENOTCONN',
         'getMr() needs a bound socket: bind() chooses the transport that registers the memory',
       );
-    throw this.rdmaRefusal('getMr() (RDS_GET_MR)');
+    const rdma = this.transport?.rdma;
+    if (rdma === undefined) throw this.rdmaRefusal('getMr() (RDS_GET_MR)');
+    this.mrs ??= new MrTable(rdma);
+    return this.mrs.register(this.boundAddress, buffer, opts?.flags ?? 0);
   }
 
   /** Whether bind() has completed (an attached socket keeps its own record). @internal */
@@ -188,9 +194,10 @@ export abstract class SocketOptions extends SocketRecv {
   }
 
   /**
-   * RDS_FREE_MR: releases the region `cookie` names; cookie 0n with { invalidate: true } flushes
-   * every region of the socket. A cookie this socket did not register is EINVAL, as in the kernel;
-   * on a transport without RDMA (TCP) every cookie, 0n included, is EINVAL.
+   * RDS_FREE_MR: deregisters the region `cookie` names at once (with or without invalidate).
+   * Cookie 0n is the kernel's flush of regions freed but not yet invalidated: over IB nothing is
+   * left to flush and it succeeds. A cookie this socket did not register is EINVAL, as in the
+   * kernel; on a transport without RDMA (TCP) every cookie, 0n included, is EINVAL.
    */
   freeMr(cookie: bigint, opts?: FreeMrOptions): void {
     this.checkOpen('freeMr()');
@@ -199,6 +206,12 @@ export abstract class SocketOptions extends SocketRecv {
       throw new RdsError('EINVAL', 'freeMr() options must be an object');
     if (opts?.invalidate !== undefined && typeof opts.invalidate !== 'boolean')
       throw new RdsError('EINVAL', 'freeMr() invalidate must be a boolean');
+    if (this.transport?.rdma !== undefined) {
+      // Cookie 0: flush the regions freed but not yet invalidated (rds_free_mr -> flush_mrs). This
+      // transport deregisters at once, so nothing is left to flush.
+      if (cookie === 0n || this.mrs?.free(cookie) === true) return;
+      throw new RdsError('EINVAL', `freeMr(): cookie 0x${cookie.toString(16)} names no memory region of this socket`);
+    }
     if (cookie === 0n)
       throw new RdsError(
         'EINVAL',

@@ -46,6 +46,11 @@ export abstract class SocketRecv extends SocketSend {
     return true;
   }
 
+  /** BoundSocket: exthdr RDMA, the peer's op on our region `rkey` is done (rds_rdma_unuse). @internal */
+  rdmaUsed(rkey: number): void {
+    this.mrs?.used(rkey);
+  }
+
   /** BoundSocket: a congestion map from `conn` arrived; `mask` says which port groups cleared. @internal */
   congestionUpdated(_conn: RdsConnection, mask: bigint): void {
     if (this.congMonitor) {
@@ -87,6 +92,9 @@ export abstract class SocketRecv extends SocketSend {
   /** recvmsg(2), non-blocking: the next message, or null when none is queued. */
   recvmsg(): RdsMessage | null {
     this.checkOpen('recvmsg()');
+    // RDMA notifications first, as the kernel's rds_notify_queue_get (one per call here).
+    const note = this.rdmaNotes.shift();
+    if (note !== undefined) return { data: Buffer.alloc(0), address: '', port: 0, rdmaStatus: note };
     if (this.congNotify !== 0n) {
       const mask = this.congNotify;
       this.congNotify = 0n;
@@ -168,7 +176,8 @@ export abstract class SocketRecv extends SocketSend {
   poll(): number {
     let mask = 0;
     if (this.closed) return 0x20; // POLLNVAL
-    if (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0) mask |= POLLIN | POLLRDNORM;
+    if (this.rxQueue.length > 0 || this.congNotify !== 0n || this.zcookies.length > 0 || this.rdmaNotes.length > 0)
+      mask |= POLLIN | POLLRDNORM;
     if (!this.congMonitor && this.lastPollCongGen !== this.stack.congGeneration) {
       this.lastPollCongGen = this.stack.congGeneration;
       mask |= POLLIN | POLLRDNORM | POLLWRBAND;

@@ -2,12 +2,14 @@
 // flush, the send budget, send({ confirm }) confirmations, zero-copy completions, peer reachability
 // reports and RDS_CANCEL_SENT_TO.
 import { isIPv4 } from 'node:net';
-import { RDS_MAX_MSG_SIZE, RDS_TRANS_TCP } from '../constants.js';
+import { RDS_MAX_MSG_SIZE, RDS_RDMA_CANCELED, RDS_TRANS_TCP } from '../constants.js';
 import { abortError, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort } from './address.js';
 import { defer } from './defer.js';
 import { zeroCopyRequested } from './send-flags.js';
-import { refuseRdmaControl, rdmaUnsupported } from './rdma.js';
+import { checkAtomicArgs, refuseRdmaControl, rdmaUnsupported } from './rdma.js';
+import { prepareRdmaControl, type RdmaOp } from './rdma-ops.js';
+import type { RdsExtension } from '../wire/extensions.js';
 import { RdsSendList, type RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
 import { RDS_CTR } from './stats.js';
@@ -80,8 +82,23 @@ export abstract class SocketSend extends SocketBase {
       if (this.binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
-    if (opts !== undefined && opts !== null && (opts.rdma !== undefined || opts.rdmaDest !== undefined))
-      refuseRdmaControl(opts, () => rdmaUnsupported(this.transport, 'sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
+    let rdmaCtl: { exts: RdsExtension[]; op: RdmaOp | null } | null = null;
+    if (
+      opts !== undefined &&
+      opts !== null &&
+      (opts.rdma !== undefined || opts.rdmaDest !== undefined || opts.atomic !== undefined)
+    ) {
+      const rdma = this.transport?.rdma;
+      if (rdma === undefined) {
+        if (opts.atomic !== undefined && opts.rdma === undefined && opts.rdmaDest === undefined) {
+          checkAtomicArgs(opts.atomic);
+          throw rdmaUnsupported(this.transport, 'sendmsg() with atomic (RDS_CMSG_ATOMIC_*)');
+        }
+        refuseRdmaControl(opts, () => rdmaUnsupported(this.transport, 'sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
+      }
+      const laddr = this.bound.address;
+      rdmaCtl = prepareRdmaControl(opts, this.mrs, this, () => rdma.atomics(laddr));
+    }
     if (address === null) {
       if (this.peer === null)
         throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
@@ -125,7 +142,8 @@ export abstract class SocketSend extends SocketBase {
     const path = conn.pathFor(this.bound.port);
     const msg = zcopy
       ? path.tx.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
-      : path.tx.queue(payload, len, this.bound.port, port, this);
+      : path.tx.queue(payload, len, this.bound.port, port, this, rdmaCtl?.exts);
+    if (rdmaCtl?.op) msg.rdma = rdmaCtl.op;
     this.sndBytes += len;
     this.pending.add(msg);
     if (this.sendTimeout.ms > 0) this.sendTimeout.queued(msg);
@@ -276,7 +294,22 @@ export abstract class SocketSend extends SocketBase {
     this.announceReadable();
   }
 
+  /** RdmaNotifyTarget: RDS_RECVERR reports failed RDMA ops without notify. @internal */
+  get reportsFailures(): boolean {
+    return this.recvErr;
+  }
+
+  /** RdmaNotifyTarget: an RDMA op's status, for recvmsg (RDS_CMSG_RDMA_STATUS). @internal */
+  rdmaDone(token: bigint, status: number): void {
+    if (this.closed) return;
+    this.rdmaNotes.push({ token, status });
+    this.wakeAll();
+    this.announceReadable();
+  }
+
   /** @internal */ messageDone(msg: RdsOutgoing): void {
+    // A cancelled message's RDMA op is reported cancelled (RDS_CANCEL_SENT_TO, SO_SNDTIMEO).
+    if (msg.rdma && msg.cancelled) msg.rdma.finish(RDS_RDMA_CANCELED);
     if (this.sndBytes >= this.sndbuf) this.full = true;
     this.sndBytes -= msg.len;
     this.pending.delete(msg);

@@ -1,6 +1,6 @@
 import type { PeerEvent } from './peer-state.js';
 import type { RdsStack } from './stack.js';
-import type { RdmaArgs } from './rdma.js';
+import type { AtomicArgs, RdmaArgs } from './rdma.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -51,6 +51,12 @@ export interface SendmsgOptions {
    * with this message. A cookie that names no region of this socket is EINVAL; not with `rdma`.
    */
   rdmaDest?: bigint;
+  /**
+   * RDS_CMSG_ATOMIC_FADD / RDS_CMSG_ATOMIC_CSWP (unmasked): a 64-bit atomic on a word of the
+   * peer's region, posted before the message like `rdma`. IB between rds-socket nodes, where the
+   * device has atomics (else EOPNOTSUPP, as over TCP); not with `rdma` or `rdmaDest` (EINVAL).
+   */
+  atomic?: AtomicArgs;
 }
 
 export interface SendOptions extends WaitOptions, SendmsgOptions {

@@ -191,6 +191,9 @@ export class RdsSocket extends SocketOptions {
     this.rcvBytes = 0;
     this.rxCharge(-this.rxMem);
     this.zcookies = [];
+    this.rdmaNotes = [];
+    // The socket's memory regions go with it (rds_rdma_drop_keys).
+    this.mrs?.clear();
     this.sendTimeout.stop();
     this.downPeers = null;
     for (const m of this.pending.toArray())

@@ -28,7 +28,8 @@ import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
 import type { RdsTransport } from './transport.js';
 import { TransportRegistry, transportHostOf } from './transport-registry.js';
-import type { ConnectionInfo, RdsStackEvents, Receipt } from './types.js';
+import type { ConnectionInfo, RdsMessage, RdsStackEvents, Receipt } from './types.js';
+import type { RdmaExtensions } from '../wire/rdma-ext.js';
 import type { RdsCounterName } from './stats.js';
 import { StackRails, type RailSpec } from './rail.js';
 import { checkPathPolicy, PathPolicies, type PathPolicy } from './path-policy.js';
@@ -372,6 +373,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     data: Buffer,
     receipt: Receipt | null,
     from?: RdsConnPath,
+    rdma?: RdmaExtensions,
   ): boolean {
     const sock = this.binds.get(laddr, dport);
     if (sock === undefined) {
@@ -380,7 +382,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     }
     this.counters.add(RDS_CTR.recv_delivered);
     this.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
-    if (!sock.enqueueIncoming({ data, address: faddr, port: sport }, receipt)) return false;
+    // rds_recv_incoming_exthdrs: the peer's op on our region is done; a cookie it exposes rides along.
+    if (rdma?.rkey !== undefined) sock.rdmaUsed?.(rdma.rkey);
+    const msg: RdsMessage = { data, address: faddr, port: sport };
+    if (rdma?.destCookie !== undefined) msg.rdmaDest = rdma.destCookie;
+    if (!sock.enqueueIncoming(msg, receipt)) return false;
     if (from !== undefined) this.rxLimit.delivered(from, sock);
     return true;
   }

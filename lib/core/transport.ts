@@ -1,3 +1,4 @@
+import type { RdmaTransport } from './rdma-ops.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
@@ -89,6 +90,11 @@ export interface RdsTransport {
    * received over IB with a WARN_ON (rds_conn_peer_gen_update expects TCP).
    */
   peerKindHint?(cp: RdsConnPath): 'kernel' | 'unknown';
+  /**
+   * RDS's RDMA operations (IB): memory registration for getMr(); the transport posts a message's
+   * RdmaOp (msg.rdma) before its SEND. Transports without it refuse RDMA with EOPNOTSUPP.
+   */
+  readonly rdma?: RdmaTransport;
 
   /** Called once when the transport is registered with a stack. */
   attach(host: TransportHost): void;

@@ -22,6 +22,15 @@ export interface RdsMessage {
    * message is waiting, otherwise carried by the next message.
    */
   zcopyCompletions?: number[];
+  /**
+   * RDS_CMSG_RDMA_STATUS: the completion of one of this socket's RDMA ops (sendmsg's `rdma`),
+   * with its token and status (RDS_RDMA_SUCCESS, RDS_RDMA_REMOTE_ERROR, RDS_RDMA_CANCELED,
+   * RDS_RDMA_DROPPED, RDS_RDMA_OTHER_ERROR). Alone: address '', port 0, data empty; returned before
+   * any message.
+   */
+  rdmaStatus?: { token: bigint; status: number };
+  /** RDS_CMSG_RDMA_DEST: the cookie of a memory region the sender exposes with this message. */
+  rdmaDest?: bigint;
 }
 
 /** Tells the path that delivered a message when the application has taken it (for acks). @internal */
@@ -61,6 +70,8 @@ export interface BoundSocket {
   /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over max(factor x SO_RCVBUF, minBytes). */
   rxOverLimit?(limit: RxSocketLimit): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;
+  /** exthdr RDMA: the peer's RDMA op on our region `rkey` is done (a USE_ONCE region is freed). */
+  rdmaUsed?(rkey: number): void;
   /** A peer was declared down or came back (the socket decides whether it has traffic for it). */
   peerDown?(ev: PeerEvent): void;
   peerUp?(ev: PeerEvent): void;

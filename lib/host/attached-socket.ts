@@ -160,6 +160,14 @@ export class AttachedSocket extends RdsSocket {
       if (this.#binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
+    if (
+      opts !== undefined &&
+      opts !== null &&
+      opts.atomic !== undefined &&
+      opts.rdma === undefined &&
+      opts.rdmaDest === undefined
+    )
+      throw this.rdmaRefusal('sendmsg() with atomic (RDS_CMSG_ATOMIC_*)');
     if (opts !== undefined && opts !== null && (opts.rdma !== undefined || opts.rdmaDest !== undefined))
       refuseRdmaControl(opts, () => this.rdmaRefusal('sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
     if (address === '') {

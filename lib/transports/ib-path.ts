@@ -5,6 +5,7 @@ import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
 import type { RdsTransportHost } from '../core/stack.js';
 import type { IbEndpointBinding } from '../native.js';
+import type { RdmaOp } from '../core/rdma-ops.js';
 
 /** RDS_FRAG_SIZE: every SEND carries a header copy and at most this much payload (spec §7.2). */
 export const RDS_IB_FRAG_SIZE = 4096;
@@ -35,7 +36,18 @@ export class IbShared {
   setEndpoint(ep: IbEndpointBinding | null): void {
     this.endpoint = ep;
   }
+
+  private tag = 0;
+
+  /** A tag naming an RDMA op in completions: >= 2^30, so never a ring slot. */
+  nextRdmaTag(): number {
+    this.tag = (this.tag + 1) % 0x3fffffff;
+    return RDMA_TAG_BASE + this.tag;
+  }
 }
+
+/** Completions whose first field is at least this are RDMA ops' (tags), not ring slots. */
+export const RDMA_TAG_BASE = 0x40000000;
 
 /** A frame waiting for the send ring: one fragment source (message or map). */
 export interface Fragmenting {
@@ -45,6 +57,8 @@ export interface Fragmenting {
   off: number;
   /** The message whose frame this is, held (xmitHold) until its last fragment is in the ring. */
   readonly msg: RdsOutgoing | null;
+  /** RDS_RDMA_FENCE: the first fragment's SEND waits for the RDMA op before it. */
+  readonly fence?: boolean;
 }
 
 /** A header-only control frame waiting for the ack slot. */
@@ -79,6 +93,10 @@ export class IbPath {
   private peerMark = false;
   private wakeups = 0;
   private completions = 0;
+  /** RDMA ops posted on this QP whose completion has not come, by tag. */
+  readonly rdmaOps = new Map<number, RdmaOp>();
+  /** A message whose RDMA op found the send queue full: posted before anything else. */
+  private rdmaWait: RdsOutgoing | null = null;
 
   constructor(
     readonly id: number,
@@ -249,6 +267,15 @@ export class IbPath {
     this.cur = null;
   }
 
+  /** The message waiting for room for its RDMA op's work requests, or null. */
+  get rdmaWaiting(): RdsOutgoing | null {
+    return this.rdmaWait;
+  }
+
+  rdmaWaits(msg: RdsOutgoing | null): void {
+    this.rdmaWait = msg;
+  }
+
   /** The ring cannot take more now (a frame waits, or no data slot is free). */
   get blocked(): boolean {
     return this.isBlocked;
@@ -261,7 +288,7 @@ export class IbPath {
 
   /** After a push: whether the ring is blocked now; true if the core was waiting and may send again. */
   ringMoved(): boolean {
-    this.isBlocked = this.cur !== null || this.freeSend.length === 0;
+    this.isBlocked = this.cur !== null || this.rdmaWait !== null || this.freeSend.length === 0;
     if (!this.coreWaiting || this.isBlocked) return false;
     this.coreWaiting = false;
     return true;

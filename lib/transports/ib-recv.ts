@@ -3,7 +3,17 @@ import type { RdsConnPath } from '../core/path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { RdsProtocolError } from '../wire/frame-reader.js';
 import { OFF_ACK, OFF_CREDIT, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum } from '../wire/header.js';
-import { IB_CARRIER, ibPath, MAX_H_LEN, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
+import { rdmaStatusOf } from '../core/rdma-ops.js';
+import {
+  IB_CARRIER,
+  ibPath,
+  MAX_H_LEN,
+  RDMA_TAG_BASE,
+  RDS_IB_FRAG_SIZE,
+  SLOT_SIZE,
+  type IbPath,
+  type IbShared,
+} from './ib-path.js';
 import type { IbSender } from './ib-send.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -31,6 +41,16 @@ export class IbReceiver {
       const slot = batch[i]!;
       const status = batch[i + 1]!;
       const len = batch[i + 2]!;
+      if (slot >= RDMA_TAG_BASE) {
+        // An RDMA op of ours: reported with its status; its work requests left the send queue.
+        const op = tp.rdmaOps.get(slot);
+        if (op !== undefined) {
+          tp.rdmaOps.delete(slot);
+          op.finish(rdmaStatusOf(status));
+        }
+        sendFreed = true;
+        if (status === 0) continue;
+      }
       if (status !== 0) {
         // Flushes after an error, or the error itself: the connection is gone.
         if (tp.established) cp.drop(`work request failed (ibv_wc_status ${status})`);

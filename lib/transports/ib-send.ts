@@ -14,7 +14,10 @@ import {
   writeU64,
 } from '../wire/header.js';
 import { encodeCongUpdate } from '../wire/header.js';
-import { RDS_FLAG_PROBE_PORT } from '../constants.js';
+import { RDS_FLAG_PROBE_PORT, RDS_RDMA_DROPPED, RDS_RDMA_OTHER_ERROR } from '../constants.js';
+import { RdsError } from '../errors.js';
+
+const EAGAIN = 11;
 import { RDS_CTR } from '../core/stats.js';
 import { ibPath, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from './ib-path.js';
 
@@ -38,9 +41,67 @@ export class IbSender {
       this.ib.host.counters.add(RDS_CTR.ib_probe_withheld);
       return true;
     }
-    msg.xmitHold();
-    tp.startFrame({ wire: msg.wire, len: msg.len, off: 0, msg });
+    if (msg.rdma) {
+      const r = this.postRdma(tp, msg);
+      if (r === 'dropped') return true;
+      if (r === 'posted' && msg.rdma.silent && msg.len === 0) {
+        // Only the op goes: the peer's socket gets no message (its sequence number is skipped,
+        // which receivers allow); the message is done when the op is.
+        const silent = msg;
+        msg.rdma.onFinish = () => silent.complete();
+        return true;
+      }
+      if (r === 'wait') {
+        tp.rdmaWaits(msg);
+        tp.ringMoved();
+        tp.coreWaits();
+        return false;
+      }
+    }
+    this.startMessage(tp, msg);
     return this.take(cp, tp);
+  }
+
+  private startMessage(tp: IbPath, msg: RdsOutgoing): void {
+    msg.xmitHold();
+    tp.startFrame({ wire: msg.wire, len: msg.len, off: 0, msg, fence: msg.rdma?.fence === true });
+  }
+
+  /**
+   * Posts the message's RDMA op ahead of its SEND (rds_send_xmit: xmit_rdma before the data).
+   * 'wait': the send queue has no room for its work requests now. 'dropped': the op was posted on
+   * an earlier carrier (RDMA ops are never retransmitted: the message goes, its op is reported
+   * RDS_RDMA_DROPPED unless already reported) or could not be posted; the message is not sent.
+   */
+  private postRdma(tp: IbPath, msg: RdsOutgoing): 'posted' | 'wait' | 'dropped' {
+    const op = msg.rdma!;
+    const counters = this.ib.host.counters;
+    if (op.state !== 'queued') {
+      op.finish(RDS_RDMA_DROPPED);
+      msg.complete(
+        new RdsError(
+          'ECONNRESET',
+          "the connection went down after this message's RDMA op was posted; RDMA ops are never retransmitted",
+        ),
+      );
+      return 'dropped';
+    }
+    const tag = this.ib.nextRdmaTag();
+    const rc =
+      op.atomicKind !== 0
+        ? this.ib.ep!.postRdma!(tp.id, tag, op.atomicKind, op.remoteAddr, op.rkey, op.local, op.compareAdd, op.swap)
+        : this.ib.ep!.postRdma!(tp.id, tag, op.write, op.remoteAddr, op.rkey, op.local);
+    if (rc === EAGAIN) return 'wait';
+    if (rc !== 0) {
+      op.finish(RDS_RDMA_OTHER_ERROR);
+      msg.complete(new RdsError('ENOBUFS', `the RDMA op could not be posted (errno ${rc}); the message was not sent`));
+      return 'dropped';
+    }
+    op.state = 'posted';
+    tp.rdmaOps.set(tag, op);
+    counters.add(RDS_CTR.send_rdma);
+    counters.add(RDS_CTR.send_rdma_bytes, op.bytes);
+    return 'posted';
   }
 
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
@@ -108,6 +169,17 @@ export class IbSender {
    */
   push(cp: RdsConnPath, tp: IbPath): void {
     if (!tp.established || tp.ring === null) return;
+    const waiting = tp.rdmaWaiting;
+    if (waiting !== null && tp.current === null) {
+      // A completion made room in the send queue (or the op was dropped meanwhile).
+      const r = this.postRdma(tp, waiting);
+      if (r !== 'wait') {
+        tp.rdmaWaits(null);
+        if (r === 'posted' && waiting.rdma!.silent && waiting.len === 0)
+          waiting.rdma!.onFinish = () => waiting.complete();
+        else if (r === 'posted') this.startMessage(tp, waiting);
+      }
+    }
     const posts: number[] = [];
     // Control frames use the dedicated slot, one at a time (one ack in flight, spec §7.4).
     if (!tp.ackSlotBusy && tp.controls.length > 0) {
@@ -127,9 +199,10 @@ export class IbSender {
         if (tp.flowControl && !tp.ledger.tryConsume(1)) break;
         const slot = tp.takeSendSlot();
         const n = Math.min(RDS_IB_FRAG_SIZE, cur.len - cur.off);
+        const fence = cur.off === 0 && cur.fence === true ? 2 : 0;
         this.fill(tp, slot, cur.wire, cur.wire, RDS_HEADER_SIZE + cur.off, n);
         const last = tp.fragmentPosted(n);
-        posts.push(slot, RDS_HEADER_SIZE + n, last ? 1 : 0);
+        posts.push(slot, RDS_HEADER_SIZE + n, (last ? 1 : 0) | fence);
         if (last) {
           cur.msg?.xmitDone();
           break;

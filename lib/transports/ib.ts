@@ -1,4 +1,12 @@
-import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_PORT, RDS_TRANS_IB } from '../constants.js';
+import {
+  RDS_CONN_CONNECTING,
+  RDS_CONN_DOWN,
+  RDS_CONN_UP,
+  RDS_PORT,
+  RDS_RDMA_DROPPED,
+  RDS_TRANS_IB,
+} from '../constants.js';
+import { rdmaStatusOf, type RdmaTransport } from '../core/rdma-ops.js';
 import { CreditLedger } from '../core/credits.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsConnPath } from '../core/path.js';
@@ -65,6 +73,30 @@ export class IbTransport implements RdsTransport {
   private readonly resolveTimeoutMs: number;
   private ref = false;
   private closed = false;
+
+  /** Memory registration for getMr(): one PD per device, shared with every connection on it. */
+  readonly rdma: RdmaTransport = {
+    regMr: (laddr, mem, readWrite) => {
+      const ep = this.endpoint();
+      if (ep.regMr === undefined)
+        throw new RdsError('EOPNOTSUPP', 'getMr(): this build of the rds-socket addon cannot register memory');
+      try {
+        const [handle, rkey, offset] = ep.regMr(laddr, mem, readWrite);
+        return { handle, rkey, offset };
+      } catch (e) {
+        const errno = (e as { errno?: number }).errno;
+        throw new RdsError(
+          errno === 95 ? 'EOPNOTSUPP' : 'ENOBUFS',
+          `getMr(): cannot register ${mem.byteLength} bytes on the RDMA device of ${laddr}: ${(e as Error).message}`,
+          { cause: e },
+        );
+      }
+    },
+    deregMr: (handle) => {
+      this.ep?.deregMr?.(handle);
+    },
+    atomics: (laddr) => native()?.ibAtomics?.(laddr) === true,
+  };
 
   constructor(opts: IbTransportOptions = {}) {
     this.port = opts.port ?? RDS_PORT;
@@ -360,6 +392,17 @@ export class IbTransport implements RdsTransport {
     const slot = cp.carrier(IB_CARRIER);
     if (slot.is(tp)) slot.clear();
     const done = tp.takeAckDone();
+    // RDMA ops that completed (or failed) before the teardown get their own status; those whose
+    // completion never came are reported dropped. Their messages are not resent either way.
+    const finished = this.ep?.pollOps?.(tp.id);
+    for (let i = 0; finished !== undefined && i < finished.length; i += 3) {
+      const op = tp.rdmaOps.get(finished[i]!);
+      tp.rdmaOps.delete(finished[i]!);
+      op?.finish(rdmaStatusOf(finished[i + 1]!));
+    }
+    for (const op of tp.rdmaOps.values()) op.finish(RDS_RDMA_DROPPED);
+    tp.rdmaOps.clear();
+    tp.rdmaWaits(null);
     for (const c of tp.dropControls()) c.done();
     tp.dropFrame();
     if (this.ep !== null) {

@@ -88,7 +88,17 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     );
     expect(r.code, r.out).toBe(0);
     const res = JSON.parse(r.out.trim().split('\n').pop()!) as Record<string, number>;
-    for (const k of ['rdsMBs', 'verbsMBs', 'rdsRttUs', 'verbsRttUs']) expect(res[k]).toBeGreaterThan(0);
+    for (const k of [
+      'rdsMBs',
+      'verbsMBs',
+      'rdsRttUs',
+      'verbsRttUs',
+      'rdsWriteMBs',
+      'verbsWriteMBs',
+      'rdsReadMBs',
+      'verbsReadMBs',
+    ])
+      expect(res[k]).toBeGreaterThan(0);
     expect(r.out).toMatch(/ratio rds\/verbs/);
   }, 320_000);
 
@@ -98,26 +108,6 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     const s = new RdsSocket({ stack, transport: 'ib' });
     const err = await s.bind({ address: '127.0.0.1', port: 4000 }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'ENOPROTOOPT', message: expect.stringMatching(/RDMA device/) });
-  });
-
-  it('RDMA operations (getMr, sendmsg rdma) are EOPNOTSUPP over IB too, register nothing, and messages still flow', async () => {
-    const mrs = (): number =>
-      execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' })
-        .split('\n')
-        .filter((l) => l.trim() !== '').length;
-    const before = mrs();
-    const { sock: a } = await ibSocket(A, 4700);
-    const { sock: b } = await ibSocket(B, 4700);
-    const refusal = expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/infiniband.*RDMA/) });
-    expect(() => a.getMr(Buffer.alloc(4096), { flags: constants.RDS_RDMA_USE_ONCE })).toThrow(refusal);
-    expect(() =>
-      a.sendmsg(Buffer.from('x'), b.address(), { rdma: { cookie: 1n, local: [Buffer.alloc(64)], write: true } }),
-    ).toThrow(refusal);
-    expect(() => a.freeMr(1n)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
-    a.sendmsg(Buffer.from('after rdma refusals'), b.address());
-    expect((await b.recv({ timeout: 30000 })).data.toString()).toBe('after rdma refusals');
-    // Only the connection's own ring registrations (one per QP, both ends) were added.
-    expect(mrs() - before).toBeLessThanOrEqual(2);
   });
 
   it('close() and process exit leave no queue pairs behind', async () => {
