@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
@@ -98,6 +99,12 @@ beforeAll(async () => {
   expect(r.code, r.out).toBe(0);
   stack = new RdsStack();
   stack.on('error', () => {});
+  // Every drop, stamped with this guest's uptime (the console's clock), to set next to the kernel
+  // guest's log when a scenario fails.
+  stack.on('drop', (ev) => {
+    const up = readFileSync('/proc/uptime', 'utf8').split(' ')[0];
+    console.error(`[${up}] drop ${JSON.stringify(ev)}`);
+  });
 });
 
 afterAll(async () => {
