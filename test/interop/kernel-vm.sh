@@ -210,7 +210,7 @@ cmd_stop() {
 cmd_monitor() {
   [ -S "$INST/monitor.sock" ] || { echo "no monitor: start the guest with RDS_KVM_MONITOR=1" >&2; return 3; }
   python3 - "$INST/monitor.sock" "$*" <<'PY'
-import socket, sys, time
+import re, socket, sys
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(2)
 out = b''
 def drain():
@@ -224,7 +224,9 @@ def drain():
         pass
 drain(); out = b''
 s.sendall(sys.argv[2].encode() + b'\n'); drain()
-sys.stdout.write(out.decode(errors='replace').replace('\r', ''))
+# The monitor echoes the command with terminal escapes, then answers, then prompts again.
+text = re.sub(r'\x1b\[[0-9;]*[A-Za-z]', '', out.decode(errors='replace')).replace('\r', '')
+sys.stdout.write(text.split('\n', 1)[1].removesuffix('(qemu) ') if '\n' in text else text)
 PY
 }
 
