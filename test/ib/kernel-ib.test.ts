@@ -1,3 +1,4 @@
+import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -69,6 +70,13 @@ async function bound(address: string, port: number): Promise<RdsSocket> {
   s.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
   open.push(s);
   return s;
+}
+
+/** Runs a program in this guest; resolves with its stdout, rejects if it fails. */
+function run(file: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) =>
+    execFile(file, args, { timeout: 60_000 }, (err, out) => (err ? reject(err) : resolve(out))),
+  );
 }
 
 /** Waits until the kernel guest has file /rdsinst/NAME (rdspeer's ready marks). */
@@ -279,6 +287,47 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     // waits in TCP until the link is back). Whether the QPs outlive it (RC retransmission) or
     // exhaust their retries and both ends reconnect, the stream must arrive whole.
     await streamThrough(6410, 'ip link set eth1 down && sleep 3 && ip link set eth1 up', false);
+  });
+
+  it('our link down for 4 s while the kernel streams to us: its QP exhausts its retries, it reconnects and retransmits; every message once, in order', async () => {
+    // The kernel's RC queue pairs give up after a few unacknowledged tries (rds_ib_retry_count:
+    // about 2 s on Soft-RoCE), so 4 s without our acks ends its connection: "send completion ...
+    // had status 12 (transport retry counter exceeded) ... reconnecting" in its log (the sequence
+    // after which 7.2 guests were seen to hang). The kernel then retransmits what we had not
+    // acknowledged, and our receiver must drop what it already delivered.
+    const s = await bound(LA, 6420);
+    const N = 600;
+    const MAX = 3000;
+    const kport = 7420;
+    const dev = (await run('ip', ['-o', '-4', 'addr', 'show']))
+      .split('\n')
+      .find((l) => l.includes(` ${LA}/`))
+      ?.split(/\s+/)[1];
+    expect(dev, `our interface holding ${LA}`).toBeTruthy();
+    const k = kernel(`MESH_IDLE_S=120 ${PEER} mesh ${KA} ${N} ${MAX} 9 s${kport}@${LA}:6420`, 280);
+    const sizes = meshSizes(kport, N, MAX);
+    const logBefore = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
+    let flap: Promise<string> | null = null;
+    for (let i = 0; i < N; i++) {
+      const m = await s.recv({ timeout: 120_000 });
+      expect(m.port).toBe(kport);
+      expect(m.data.readUInt32BE(0), `message ${i}`).toBe(i);
+      expect(m.data.length).toBe(sizes[i]);
+      expect(m.data.equals(meshBody(i, sizes[i]!, 9 + kport))).toBe(true);
+      // Early in the stream, so the kernel still has most of it to send while our link is down.
+      if (i === 20) flap = run('sh', ['-c', `ip link set ${dev} down && sleep 4 && ip link set ${dev} up`]);
+    }
+    await flap;
+    await kernel('touch /rdsinst/mesh.done', 10);
+    const r = await k;
+    await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
+    expect(r.code, r.out).toBe(0);
+    expect(r.lines[0], r.out).toMatchObject({ dir: 'from-kernel', sent: N });
+    // Nothing more after the last one: no duplicate reached the socket late.
+    expect(s.recvmsg()).toBeNull();
+    const logAfter = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
+    console.error(`kernel retry-exceeded reports: ${logBefore} before, ${logAfter} after`);
+    expect(await kernelLogClean()).toBe('');
   });
 
   it('an rds-socket receiver that stops reading makes the kernel sender get ENOBUFS, then resume', async () => {
