@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { release } from 'node:os';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
@@ -289,46 +290,58 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     await streamThrough(6410, 'ip link set eth1 down && sleep 3 && ip link set eth1 up', false);
   });
 
-  it('our link down for 4 s while the kernel streams to us: its QP exhausts its retries, it reconnects and retransmits; every message once, in order', async () => {
-    // The kernel's RC queue pairs give up after a few unacknowledged tries (rds_ib_retry_count:
-    // about 2 s on Soft-RoCE), so 4 s without our acks ends its connection: "send completion ...
-    // had status 12 (transport retry counter exceeded) ... reconnecting" in its log (the sequence
-    // after which 7.2 guests were seen to hang). The kernel then retransmits what we had not
-    // acknowledged, and our receiver must drop what it already delivered.
-    const s = await bound(LA, 6420);
-    const N = 600;
-    const MAX = 3000;
-    const kport = 7420;
-    const dev = (await run('ip', ['-o', '-4', 'addr', 'show']))
-      .split('\n')
-      .find((l) => l.includes(` ${LA}/`))
-      ?.split(/\s+/)[1];
-    expect(dev, `our interface holding ${LA}`).toBeTruthy();
-    const k = kernel(`MESH_IDLE_S=120 ${PEER} mesh ${KA} ${N} ${MAX} 9 s${kport}@${LA}:6420`, 280);
-    const sizes = meshSizes(kport, N, MAX);
-    const logBefore = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
-    let flap: Promise<string> | null = null;
-    for (let i = 0; i < N; i++) {
-      const m = await s.recv({ timeout: 120_000 });
-      expect(m.port).toBe(kport);
-      expect(m.data.readUInt32BE(0), `message ${i}`).toBe(i);
-      expect(m.data.length).toBe(sizes[i]);
-      expect(m.data.equals(meshBody(i, sizes[i]!, 9 + kport))).toBe(true);
-      // Early in the stream, so the kernel still has most of it to send while our link is down.
-      if (i === 20) flap = run('sh', ['-c', `ip link set ${dev} down && sleep 4 && ip link set ${dev} up`]);
-    }
-    await flap;
-    await kernel('touch /rdsinst/mesh.done', 10);
-    const r = await k;
-    await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
-    expect(r.code, r.out).toBe(0);
-    expect(r.lines[0], r.out).toMatchObject({ dir: 'from-kernel', sent: N });
-    // Nothing more after the last one: no duplicate reached the socket late.
-    expect(s.recvmsg()).toBeNull();
-    const logAfter = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
-    console.error(`kernel retry-exceeded reports: ${logBefore} before, ${logAfter} after`);
-    expect(await kernelLogClean()).toBe('');
-  });
+  // 7.2 does not survive this (README, "7.2"): its rdma_rxe deadlocks (in whichever guest runs
+  // 7.2) or its RDS/IB never reconnects. RDS_IB_FORCE=1 runs it anyway, to reproduce that.
+  const on7 = /^7\./.test(process.env.RDS_KERNEL_RELEASE ?? '') || /^7\./.test(release());
+  it.skipIf(on7 && process.env.RDS_IB_FORCE !== '1')(
+    'our link down for 4 s while the kernel streams to us: its QP exhausts its retries, it reconnects and retransmits; every message once, in order',
+    async () => {
+      // The kernel's RC queue pairs give up after a few unacknowledged tries (rds_ib_retry_count:
+      // about 2 s on Soft-RoCE), so 4 s without our acks ends its connection: "send completion ...
+      // had status 12 (transport retry counter exceeded) ... reconnecting" in its log (the sequence
+      // after which 7.2 guests were seen to hang). The kernel then retransmits what we had not
+      // acknowledged, and our receiver must drop what it already delivered.
+      const s = await bound(LA, 6420);
+      const N = 600;
+      const MAX = 3000;
+      const kport = 7420;
+      const dev = (await run('ip', ['-o', '-4', 'addr', 'show']))
+        .split('\n')
+        .find((l) => l.includes(` ${LA}/`))
+        ?.split(/\s+/)[1];
+      expect(dev, `our interface holding ${LA}`).toBeTruthy();
+      const k = kernel(`MESH_IDLE_S=120 ${PEER} mesh ${KA} ${N} ${MAX} 9 s${kport}@${LA}:6420`, 280);
+      const sizes = meshSizes(kport, N, MAX);
+      const logBefore = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
+      let flap: Promise<string> | null = null;
+      for (let i = 0; i < N; i++) {
+        const m = await s.recv({ timeout: 60_000 }).catch(async (e: Error) => {
+          // What the kernel is doing (blocked tasks, its RDS/IB log) goes into the failure.
+          const d = await kernel('echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 80', 20).catch(
+            (e2: Error) => ({ out: `kctl: ${e2.message}` }),
+          );
+          throw new Error(`message ${i} never came (${e.message}); kernel guest:\n${d.out}`);
+        });
+        expect(m.port).toBe(kport);
+        expect(m.data.readUInt32BE(0), `message ${i}`).toBe(i);
+        expect(m.data.length).toBe(sizes[i]);
+        expect(m.data.equals(meshBody(i, sizes[i]!, 9 + kport))).toBe(true);
+        // Early in the stream, so the kernel still has most of it to send while our link is down.
+        if (i === 20) flap = run('sh', ['-c', `ip link set ${dev} down && sleep 4 && ip link set ${dev} up`]);
+      }
+      await flap;
+      await kernel('touch /rdsinst/mesh.done', 10);
+      const r = await k;
+      await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
+      expect(r.code, r.out).toBe(0);
+      expect(r.lines[0], r.out).toMatchObject({ dir: 'from-kernel', sent: N });
+      // Nothing more after the last one: no duplicate reached the socket late.
+      expect(s.recvmsg()).toBeNull();
+      const logAfter = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
+      console.error(`kernel retry-exceeded reports: ${logBefore} before, ${logAfter} after`);
+      expect(await kernelLogClean()).toBe('');
+    },
+  );
 
   it('an rds-socket receiver that stops reading makes the kernel sender get ENOBUFS, then resume', async () => {
     const data = await bound(LA, 6510);
