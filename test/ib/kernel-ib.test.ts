@@ -327,9 +327,9 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     expect((r.lines[1]?.drained as number) ?? 0).toBeGreaterThanOrEqual(sent);
   });
 
-  // Opt-in (RDS_IB_LINK_LOSS=1), and last: it fails on every kernel tried (README, "(5)"). On 6.1
-  // the connection never came back (both sides' connects stayed outstanding), which also failed
-  // the scenarios after it; on 7.2 rdma_rxe deadlocked the guest.
+  // Opt-in (RDS_IB_LINK_LOSS=1), and last: it fails on every kernel tried (README, IB, (5) and
+  // (6)). On 6.1 and 6.12 the connection never came back (on 6.1 both sides' connects stayed
+  // outstanding), which also failed the scenarios after it; on 7.2 rdma_rxe deadlocked the guest.
   it.skipIf(process.env.RDS_IB_LINK_LOSS !== '1')(
     'our link down for 4 s while the kernel streams to us: its QP exhausts its retries, it reconnects and retransmits; every message once, in order',
     async () => {
@@ -353,11 +353,22 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
       let flap: Promise<string> | null = null;
       for (let i = 0; i < N; i++) {
         const m = await s.recv({ timeout: 60_000 }).catch(async (e: Error) => {
-          // What the kernel is doing (blocked tasks, its RDS/IB log) goes into the failure.
-          const d = await kernel('echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 80', 20).catch(
-            (e2: Error) => ({ out: `kctl: ${e2.message}` }),
+          // What each side is doing goes into the failure: the kernel's blocked tasks and log, the
+          // rdma_cm ids of both guests, and whether a new connection (another address pair) works.
+          const d = await kernel(
+            'echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 40; rdma res show cm_id | grep -v LISTEN',
+            20,
+          ).catch((e2: Error) => ({ out: `kctl: ${e2.message}` }));
+          const ours = await run('rdma', ['res', 'show', 'cm_id']).catch((e2: Error) => e2.message);
+          const p = await bound(L2, 6430);
+          p.sendmsg(Buffer.alloc(0), { address: K2, port: 0 });
+          const pong = await p.recv({ timeout: 20_000 }).then(
+            () => `a ping from ${L2} to ${K2} was answered`,
+            (e2: Error) => `a ping from ${L2} to ${K2} was not answered (${e2.message})`,
           );
-          throw new Error(`message ${i} never came (${e.message}); kernel guest:\n${d.out}`);
+          throw new Error(
+            `message ${i} never came (${e.message}); ${pong}; our cm ids:\n${ours}\nkernel guest:\n${d.out}`,
+          );
         });
         expect(m.port).toBe(kport);
         expect(m.data.readUInt32BE(0), `message ${i}`).toBe(i);
