@@ -356,10 +356,17 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
           // What each side is doing goes into the failure: the kernel's blocked tasks and log, the
           // rdma_cm ids of both guests, and whether a new connection (another address pair) works.
           const d = await kernel(
-            'echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 40; rdma res show cm_id | grep -v LISTEN',
+            'echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 40; rdma res show cm_id | grep -v LISTEN; rdma res show qp lqpn 1; rdma statistic show link',
             20,
           ).catch((e2: Error) => ({ out: `kctl: ${e2.message}` }));
-          const ours = await run('rdma', ['res', 'show', 'cm_id']).catch((e2: Error) => e2.message);
+          // rxe's packet counters and the GSI QP's send PSN, 10 s apart: is the CM (QP1) still
+          // sending and receiving on our device while our connect is retried?
+          const gsi = () =>
+            run('sh', ['-c', 'rdma res show qp lqpn 1; rdma statistic show link']).catch((e2: Error) => e2.message);
+          const gsi1 = await gsi();
+          await new Promise((r2) => setTimeout(r2, 10_000));
+          const gsi2 = await gsi();
+          const ours = `${await run('rdma', ['res', 'show', 'cm_id']).catch((e2: Error) => e2.message)}\nQP1 and counters:\n${gsi1}\n10 s later:\n${gsi2}`;
           const p = await bound(L2, 6430);
           p.sendmsg(Buffer.alloc(0), { address: K2, port: 0 });
           const pong = await p.recv({ timeout: 20_000 }).then(
