@@ -72,6 +72,9 @@ async function bound(address: string, port: number): Promise<RdsSocket> {
   return s;
 }
 
+/** The RoCE GIDs (non-zero entries) of every RDMA device: what rxe accepts packets for. */
+const GIDS = 'grep -v "^0000:0000:0000:0000:0000:0000:0000:0000" /sys/class/infiniband/*/ports/1/gids/* || true';
+
 /** Runs a program in this guest; resolves with its stdout, rejects if it fails. */
 function run(file: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) =>
@@ -356,13 +359,16 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
           // What each side is doing goes into the failure: the kernel's blocked tasks and log, the
           // rdma_cm ids of both guests, and whether a new connection (another address pair) works.
           const d = await kernel(
-            'echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 40; rdma res show cm_id | grep -v LISTEN; rdma res show qp lqpn 1; rdma statistic show link',
+            'echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 40; rdma res show cm_id | grep -v LISTEN; rdma res show qp lqpn 1; rdma statistic show link; ' +
+              GIDS,
             20,
           ).catch((e2: Error) => ({ out: `kctl: ${e2.message}` }));
           // rxe's packet counters and the GSI QP's send PSN, 10 s apart: is the CM (QP1) still
           // sending and receiving on our device while our connect is retried?
           const gsi = () =>
-            run('sh', ['-c', 'rdma res show qp lqpn 1; rdma statistic show link']).catch((e2: Error) => e2.message);
+            run('sh', ['-c', `rdma res show qp lqpn 1; rdma statistic show link; ${GIDS}`]).catch(
+              (e2: Error) => e2.message,
+            );
           const gsi1 = await gsi();
           await new Promise((r2) => setTimeout(r2, 10_000));
           const gsi2 = await gsi();
