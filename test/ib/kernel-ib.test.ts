@@ -369,10 +369,15 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
             run('sh', ['-c', `rdma res show qp lqpn 1; rdma statistic show link; ${GIDS}`]).catch(
               (e2: Error) => e2.message,
             );
+          // Do the kernel's RoCE packets (UDP 4791) still reach our NIC?
+          const cap = await run('sh', [
+            '-c',
+            `timeout 8 tcpdump -ni ${dev} -c 10 udp port 4791 2>&1; ip -s link show ${dev}; ip neigh show dev ${dev}`,
+          ]).catch((e2: Error) => e2.message);
           const gsi1 = await gsi();
           await new Promise((r2) => setTimeout(r2, 10_000));
           const gsi2 = await gsi();
-          const ours = `${await run('rdma', ['res', 'show', 'cm_id']).catch((e2: Error) => e2.message)}\nQP1 and counters:\n${gsi1}\n10 s later:\n${gsi2}`;
+          const ours = `${await run('rdma', ['res', 'show', 'cm_id']).catch((e2: Error) => e2.message)}\nRoCE capture:\n${cap}\nQP1 and counters:\n${gsi1}\n10 s later:\n${gsi2}`;
           const p = await bound(L2, 6430);
           p.sendmsg(Buffer.alloc(0), { address: K2, port: 0 });
           const pong = await p.recv({ timeout: 20_000 }).then(
@@ -402,5 +407,7 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
       console.error(`kernel retry-exceeded reports: ${logBefore} before, ${logAfter} after`);
       expect(await kernelLogClean()).toBe('');
     },
+    // The stream, a minute without a message, then the diagnostics.
+    300_000,
   );
 });
