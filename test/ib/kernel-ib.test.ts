@@ -1,3 +1,5 @@
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
@@ -70,6 +72,16 @@ async function bound(address: string, port: number): Promise<RdsSocket> {
   return s;
 }
 
+/** The RoCE GIDs (non-zero entries) of every RDMA device: what rxe accepts packets for. */
+const GIDS = 'grep -v "^0000:0000:0000:0000:0000:0000:0000:0000" /sys/class/infiniband/*/ports/1/gids/* || true';
+
+/** Runs a program in this guest; resolves with its stdout, rejects if it fails. */
+function run(file: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) =>
+    execFile(file, args, { timeout: 60_000 }, (err, out) => (err ? reject(err) : resolve(out))),
+  );
+}
+
 /** Waits until the kernel guest has file /rdsinst/NAME (rdspeer's ready marks). */
 async function kernelFile(name: string, ms = 60_000): Promise<void> {
   const deadline = Date.now() + ms;
@@ -98,6 +110,12 @@ beforeAll(async () => {
   expect(r.code, r.out).toBe(0);
   stack = new RdsStack();
   stack.on('error', () => {});
+  // Every drop, stamped with this guest's uptime (the console's clock), to set next to the kernel
+  // guest's log when a scenario fails.
+  stack.on('drop', (ev) => {
+    const up = readFileSync('/proc/uptime', 'utf8').split(' ')[0];
+    console.error(`[${up}] drop ${JSON.stringify(ev)}`);
+  });
 });
 
 afterAll(async () => {
@@ -311,4 +329,85 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     expect(r.code, r.out).toBe(0);
     expect((r.lines[1]?.drained as number) ?? 0).toBeGreaterThanOrEqual(sent);
   });
+
+  // Opt-in (RDS_IB_LINK_LOSS=1), and last: it fails on every kernel tried (README, IB, (5) and
+  // (6)). On 6.1 and 6.12 the connection never came back (on 6.1 both sides' connects stayed
+  // outstanding), which also failed the scenarios after it; on 7.2 rdma_rxe deadlocked the guest.
+  it.skipIf(process.env.RDS_IB_LINK_LOSS !== '1')(
+    'our link down for 4 s while the kernel streams to us: its QP exhausts its retries, it reconnects and retransmits; every message once, in order',
+    async () => {
+      // The kernel's RC queue pairs give up after a few unacknowledged tries (rds_ib_retry_count:
+      // about 2 s on Soft-RoCE), so 4 s without our acks ends its connection: "send completion ...
+      // had status 12 (transport retry counter exceeded) ... reconnecting" in its log (the sequence
+      // after which 7.2 guests were seen to hang). The kernel then retransmits what we had not
+      // acknowledged, and our receiver must drop what it already delivered.
+      const s = await bound(LA, 6420);
+      const N = 600;
+      const MAX = 3000;
+      const kport = 7420;
+      const dev = (await run('ip', ['-o', '-4', 'addr', 'show']))
+        .split('\n')
+        .find((l) => l.includes(` ${LA}/`))
+        ?.split(/\s+/)[1];
+      expect(dev, `our interface holding ${LA}`).toBeTruthy();
+      const k = kernel(`MESH_IDLE_S=120 ${PEER} mesh ${KA} ${N} ${MAX} 9 s${kport}@${LA}:6420`, 280);
+      const sizes = meshSizes(kport, N, MAX);
+      const logBefore = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
+      let flap: Promise<string> | null = null;
+      for (let i = 0; i < N; i++) {
+        const m = await s.recv({ timeout: 60_000 }).catch(async (e: Error) => {
+          // What each side is doing goes into the failure: the kernel's blocked tasks and log, the
+          // rdma_cm ids of both guests, and whether a new connection (another address pair) works.
+          const d = await kernel(
+            'echo w > /proc/sysrq-trigger; sleep 1; dmesg | tail -n 40; rdma res show cm_id | grep -v LISTEN; rdma res show qp lqpn 1; rdma statistic show link; ' +
+              GIDS,
+            20,
+          ).catch((e2: Error) => ({ out: `kctl: ${e2.message}` }));
+          // rxe's packet counters and the GSI QP's send PSN, 10 s apart: is the CM (QP1) still
+          // sending and receiving on our device while our connect is retried?
+          const gsi = () =>
+            run('sh', ['-c', `rdma res show qp lqpn 1; rdma statistic show link; ${GIDS}`]).catch(
+              (e2: Error) => e2.message,
+            );
+          // Do the kernel's RoCE packets (UDP 4791) still reach our NIC?
+          const cap = await run('sh', [
+            '-c',
+            `timeout 8 tcpdump -ni ${dev} -c 10 udp port 4791 2>&1; ip -s link show ${dev}; ip neigh show dev ${dev}`,
+          ]).catch((e2: Error) => e2.message);
+          const gsi1 = await gsi();
+          await new Promise((r2) => setTimeout(r2, 10_000));
+          const gsi2 = await gsi();
+          const ours = `${await run('rdma', ['res', 'show', 'cm_id']).catch((e2: Error) => e2.message)}\nRoCE capture:\n${cap}\nQP1 and counters:\n${gsi1}\n10 s later:\n${gsi2}`;
+          const p = await bound(L2, 6430);
+          p.sendmsg(Buffer.alloc(0), { address: K2, port: 0 });
+          const pong = await p.recv({ timeout: 20_000 }).then(
+            () => `a ping from ${L2} to ${K2} was answered`,
+            (e2: Error) => `a ping from ${L2} to ${K2} was not answered (${e2.message})`,
+          );
+          throw new Error(
+            `message ${i} never came (${e.message}); ${pong}; our cm ids:\n${ours}\nkernel guest:\n${d.out}`,
+          );
+        });
+        expect(m.port).toBe(kport);
+        expect(m.data.readUInt32BE(0), `message ${i}`).toBe(i);
+        expect(m.data.length).toBe(sizes[i]);
+        expect(m.data.equals(meshBody(i, sizes[i]!, 9 + kport))).toBe(true);
+        // Early in the stream, so the kernel still has most of it to send while our link is down.
+        if (i === 20) flap = run('sh', ['-c', `ip link set ${dev} down && sleep 4 && ip link set ${dev} up`]);
+      }
+      await flap;
+      await kernel('touch /rdsinst/mesh.done', 10);
+      const r = await k;
+      await kernel('rm -f /rdsinst/mesh.done /rdsinst/ready.mesh', 10);
+      expect(r.code, r.out).toBe(0);
+      expect(r.lines[0], r.out).toMatchObject({ dir: 'from-kernel', sent: N });
+      // Nothing more after the last one: no duplicate reached the socket late.
+      expect(s.recvmsg()).toBeNull();
+      const logAfter = (await kernel('dmesg | grep -c "transport retry counter exceeded" || true', 10)).out.trim();
+      console.error(`kernel retry-exceeded reports: ${logBefore} before, ${logAfter} after`);
+      expect(await kernelLogClean()).toBe('');
+    },
+    // The stream, a minute without a message, then the diagnostics.
+    300_000,
+  );
 });

@@ -6,7 +6,12 @@
 # RDS/IB in the first guest on rxe1 (10.88.0.1, .4, .5), test/ib/kernel-ib.test.ts in the peer
 # driving the kernel side through test/ib/guest/kctl.py. Why two guests: README, "InfiniBand".
 # $RDS_KERNEL picks the kernel of both guests (6.1, 6.12, 7; see kernel-vm.sh); RDS_IB_KERNEL=0
-# skips the kernel interop part, RDS_IB_KERNEL=only runs nothing else.
+# skips the kernel interop part, RDS_IB_KERNEL=only runs nothing else. RDS_IB_PEER_KERNEL (6.1, 6.12,
+# 7) boots rds-socket's guest on another kernel than the kernel's guest (its own cache,
+# $RDS_KVM_CACHE-peer-<kernel>); with RDS_KVM_MONITOR=1 (kernel-vm.sh) both guests get a qemu
+# monitor and the kernel guest's /proc/kallsyms is kept in its instance directory.
+# RDS_IB_KERNEL_TESTS=PATTERN runs only the kernel scenarios whose names match (vitest -t);
+# RDS_IB_LINK_LOSS=1 adds the scenario that fails on every kernel so far (README, IB, (5)).
 # npm run bench:ib — bench/ib.mjs in the same guest (rds-socket next to ib_send_bw / ibv_rc_pingpong).
 # Skips (exit 0, with the reason) where it cannot run: not root, no qemu and no apt-get, no /dev/net/tun.
 set -uo pipefail
@@ -47,20 +52,22 @@ rc=0
 # ---- rds-socket (peer guest) against the kernel's RDS/IB (this guest) ----
 CACHE=$(bash $VM cache)
 PEER=(env RDS_KVM_CACHE="$CACHE-peer" RDS_KVM_NOTAP=1 RDS_KVM_LINK=connect:$LINK_PORT RDS_KVM_GUEST_IP=10.88.0.2/24 RDS_KVM_KERNEL_FROM="$CACHE")
+[ -n "${RDS_IB_PEER_KERNEL:-}" ] && PEER=(env RDS_KERNEL="$RDS_IB_PEER_KERNEL" RDS_KVM_CACHE="$CACHE-peer-$RDS_IB_PEER_KERNEL" RDS_KVM_NOTAP=1 RDS_KVM_LINK=connect:$LINK_PORT RDS_KVM_GUEST_IP=10.88.0.2/24)
 trap '"${PEER[@]}" bash $VM stop; bash "$VM" stop' EXIT
 "${PEER[@]}" bash $VM setup >/dev/null && "${PEER[@]}" bash $VM start || { echo "IB kernel interop: the peer guest did not start"; exit 1; }
 bash $VM exec "cd '$PWD' && ip addr add 10.88.0.1/24 dev eth1 && ip addr add 10.88.0.4/24 dev eth1 && ip addr add 10.88.0.5/24 dev eth1 && ip link set eth1 up \
   && rdma link add rxe1 type rxe netdev eth1 && modprobe rds_rdma \
   && { setsid python3 test/ib/guest/kctl.py 10.88.0.1 7000 > /rdsinst/kctl.log 2>&1 < /dev/null & } && sleep 1 && cat /rdsinst/kctl.log" \
   || { echo "IB kernel interop: kernel guest setup failed"; exit 1; }
+[ "${RDS_KVM_MONITOR:-}" = 1 ] && bash $VM exec 'cat /proc/kallsyms > /rdsinst/kallsyms'
 "${PEER[@]}" bash $VM exec 'modprobe rdma_rxe && modprobe ib_uverbs && modprobe rdma_ucm && ip addr add 10.88.0.3/24 dev eth0 && ip addr add 10.88.0.6/24 dev eth0 && rdma link add rxe0 type rxe netdev eth0 && ibv_devices' \
   || { echo "IB kernel interop: Soft-RoCE setup in the peer guest failed"; exit 1; }
 krel=$(bash $VM exec 'uname -r' | tr -d '\n')
-pinst="$CACHE-peer/instance"
+pinst="$("${PEER[@]}" bash $VM cache)/instance"
 rm -f "$pinst/ib-kernel.json"
 RDS_KVM_EXEC_TIMEOUT=1500 "${PEER[@]}" bash $VM exec "cd '$PWD' && RDS_IB_KCTL=10.88.0.1:7000 RDS_IB_KERNEL_ADDRS=10.88.0.1,10.88.0.4,10.88.0.5 \
-  RDS_IB_LOCAL_ADDRS=10.88.0.2,10.88.0.3,10.88.0.6 RDS_KERNEL_RELEASE='$krel' \
-  npx vitest run --config test/ib/vitest.kernel.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib-kernel.json"
+  RDS_IB_LOCAL_ADDRS=10.88.0.2,10.88.0.3,10.88.0.6 RDS_KERNEL_RELEASE='$krel' RDS_IB_LINK_LOSS='${RDS_IB_LINK_LOSS:-}' \
+  npx vitest run --config test/ib/vitest.kernel.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib-kernel.json${RDS_IB_KERNEL_TESTS:+ -t '$RDS_IB_KERNEL_TESTS'}"
 krc=$?
 [ -n "${IB_JSON:-}" ] && [ -f "$pinst/ib-kernel.json" ] && cp "$pinst/ib-kernel.json" "${IB_JSON%.json}-kernel.json"
 echo "IB: rds-socket stacks $([ "$KINTEROP" = only ] && echo "not run" || { [ $rc = 0 ] && echo passed || echo FAILED; }); against the kernel's RDS/IB ($krel) $([ $krc = 0 ] && echo passed || echo FAILED)"

@@ -6,6 +6,7 @@
 #   kernel-vm.sh exec 'CMD'     run CMD (bash) in the guest, print its output, exit with its status
 #   kernel-vm.sh stop           power the guest off and remove the namespace
 #   kernel-vm.sh cache          print the cache directory of $RDS_KERNEL (instance files live under it)
+#   kernel-vm.sh monitor 'CMD'  send CMD to the guest's qemu monitor (needs RDS_KVM_MONITOR=1 at start)
 # $RDS_KERNEL picks the kernel: 6.1 (default: this machine's own Debian suite, bookworm), 6.12
 # (Debian trixie) or 7 (Debian sid, 7.x). The newer ones come from a private apt list under the
 # cache, so the machine's own apt sources are never touched. Each kernel has its own cache
@@ -19,6 +20,11 @@
 # $RDS_KVM_GUEST_IP (default 10.77.0.2/24) on it. $RDS_KVM_KERNEL_FROM names another cache whose
 # kernel this one reuses (no second download). $RDS_KVM_LOGLEVEL (default 3) is the guest console
 # loglevel: 7 puts every kernel message in $CACHE/instance/console.log.
+# $RDS_KVM_MONITOR=1 (debugging a hung guest) gives qemu a monitor on $CACHE/instance/monitor.sock
+# and boots with sysrq_always_enabled and nokaslr: `monitor 'sendkey alt-sysrq-w'` (or -t, -l)
+# dumps blocked tasks (all tasks, CPU backtraces) to the console even when the guest runs no more
+# commands, and `monitor 'info registers'` gives RIPs that the guest's /proc/kallsyms, saved before
+# the hang (test/ib/run.sh keeps it as kallsyms in the instance directory), names.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KERNEL="${RDS_KERNEL:-6.1}"
@@ -146,15 +152,16 @@ cmd_start() {
   if [ -f "$CACHE/qemu.pid" ] && kill -0 "$(cat "$CACHE/qemu.pid")" 2>/dev/null; then echo "guest already running"; return 0; fi
   netns_up
   rm -rf "$INST"; mkdir -p "$INST/queue"
-  local accel=(-accel tcg,thread=multi,tb-size=512 -cpu max) nics=() link="${RDS_KVM_LINK:-}"
+  local accel=(-accel tcg,thread=multi,tb-size=512 -cpu max) nics=() link="${RDS_KVM_LINK:-}" mon=() dbg=""
+  [ "${RDS_KVM_MONITOR:-}" = 1 ] && { mon=(-monitor "unix:$INST/monitor.sock,server=on,wait=off"); dbg=" sysrq_always_enabled nokaslr"; }
   [ "${RDS_KVM_NOTAP:-}" = 1 ] || nics=(-netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" -device virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02)
   # The inter-guest link: qemu's socket netdev, a point-to-point Ethernet between the two guests.
   [ -n "$link" ] && nics+=(-netdev "socket,id=n1,${link%%:*}=127.0.0.1:${link#*:}" -device "virtio-net-pci,netdev=n1,mac=52:54:00:88:00:$([ "${link%%:*}" = listen ] && echo 01 || echo 02)")
   setsid ip netns exec "$NETNS" qemu-system-x86_64 "${accel[@]}" -M q35 -m "${RDS_KVM_MEM:-1536}" -smp "${RDS_KVM_SMP:-$SMP}" \
     -nodefaults -no-user-config -display none -no-reboot \
     -kernel "$(boot_image)" -initrd "$CACHE/initramfs.cpio.gz" \
-    -append "console=ttyS0 quiet loglevel=${RDS_KVM_LOGLEVEL:-3} panic=-1 rds.kroot=$(readlink -f "$CACHE/kernel") rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64" \
-    -serial "file:$INST/console.log" \
+    -append "console=ttyS0 quiet loglevel=${RDS_KVM_LOGLEVEL:-3} panic=-1 rds.kroot=$(readlink -f "$CACHE/kernel") rds.init=$HERE/guest/guest-init.sh rds.ip=$GUEST_IP/24 rds.ip6=$GUEST_IP6/64$dbg" \
+    "${mon[@]}" -serial "file:$INST/console.log" \
     -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
     -virtfs "local,path=$INST,mount_tag=rdsinst,security_model=none" \
     "${nics[@]}" \
@@ -199,6 +206,30 @@ cmd_stop() {
   [ -e "/run/netns/$NETNS" ] && ip netns del "$NETNS" || true
 }
 
+# One command to qemu's monitor (human monitor protocol), its answer on stdout.
+cmd_monitor() {
+  [ -S "$INST/monitor.sock" ] || { echo "no monitor: start the guest with RDS_KVM_MONITOR=1" >&2; return 3; }
+  python3 - "$INST/monitor.sock" "$*" <<'PY'
+import re, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(2)
+out = b''
+def drain():
+    global out
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d: break
+            out += d
+    except socket.timeout:
+        pass
+drain(); out = b''
+s.sendall(sys.argv[2].encode() + b'\n'); drain()
+# The monitor echoes the command with terminal escapes, then answers, then prompts again.
+text = re.sub(r'\x1b\[[0-9;]*[A-Za-z]', '', out.decode(errors='replace')).replace('\r', '')
+sys.stdout.write(text.split('\n', 1)[1].removesuffix('(qemu) ') if '\n' in text else text)
+PY
+}
+
 case "${1:-}" in
   check) cmd_check ;;
   setup) cmd_setup ;;
@@ -206,5 +237,6 @@ case "${1:-}" in
   exec) shift; cmd_exec "$@" ;;
   stop) cmd_stop ;;
   cache) echo "$CACHE" ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  monitor) shift; cmd_monitor "$@" ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac
