@@ -100,7 +100,8 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
   if (verdict === 'dup') {
     stack.counters.add(RDS_CTR.recv_drop_moved_dup);
     // It shares the fate of the copy that came first on its original path.
-    const origin = cp.conn.path(header[OFF_EXTHDR + 1]!);
+    // A path never made has no fate to share: look, do not make it.
+    const origin = cp.conn.pathIf(header[OFF_EXTHDR + 1]!);
     const fate = origin?.acks.rx.fateOf(readU64(header, OFF_EXTHDR + 2));
     if (fate === undefined || typeof fate === 'number') {
       const e = cp.acks.recordReceived(

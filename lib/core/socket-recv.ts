@@ -93,8 +93,10 @@ export abstract class SocketRecv extends SocketSend {
   recvmsg(): RdsMessage | null {
     this.checkOpen('recvmsg()');
     // RDMA notifications first, as the kernel's rds_notify_queue_get (one per call here).
-    const note = this.rdmaNotes.shift();
-    if (note !== undefined) return { data: Buffer.alloc(0), address: '', port: 0, rdmaStatus: note };
+    if (this.rdmaNotes.length > 0) {
+      const note = this.rdmaNotes.shift()!;
+      return { data: Buffer.alloc(0), address: '', port: 0, rdmaStatus: note };
+    }
     if (this.congNotify !== 0n) {
       const mask = this.congNotify;
       this.congNotify = 0n;
