@@ -31,7 +31,14 @@ export type {
 } from './core/stack.js';
 export type { RdsTransport, TransportHost } from './core/transport.js';
 export type { RdsAddress } from './core/address.js';
-export type { GetMrOptions, FreeMrOptions, RdmaArgs, AtomicArgs } from './core/rdma.js';
+export type {
+  GetMrOptions,
+  FreeMrOptions,
+  RdmaArgs,
+  RdmaMapArgs,
+  AtomicArgs,
+  MaskedAtomicArgs,
+} from './core/rdma.js';
 export type { ConnState } from './core/path.js';
 export type { PeerEvent, PeerInfo, PeerStateName } from './core/peer-state.js';
 export { RdsError, type RdsErrorCode } from './errors.js';

@@ -117,9 +117,14 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
     expect(() => a.sendmsg(Buffer.from('x'), dest, { atomic: { ...atomic, local: Buffer.alloc(4) } })).toThrow(
       expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/8-byte/) }),
     );
+    // Masked atomics: rds-socket refuses them outright (EOPNOTSUPP), before the argument checks;
+    // an op it does not know stays EINVAL.
     expect(() =>
-      a.sendmsg(Buffer.from('x'), dest, { atomic: { ...atomic, op: 'masked-fadd' as unknown as 'fadd' } }),
-    ).toThrow(expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/masked/) }));
+      a.sendmsg(Buffer.from('x'), dest, { atomic: { ...atomic, local: Buffer.alloc(4), op: 'masked-fadd' } }),
+    ).toThrow(expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/masked atomics/) }));
+    expect(() =>
+      a.sendmsg(Buffer.from('x'), dest, { atomic: { ...atomic, op: 'fadd-ish' as unknown as 'fadd' } }),
+    ).toThrow(expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/'fadd' or 'cswp'/) }));
   });
 
   it('nothing was queued by the refused sends: the next message is the first b receives', async () => {
@@ -151,6 +156,17 @@ describe('RDMA calls on a socket attached to a host node', () => {
       expect(() => s.sendmsg(Buffer.from('x'), peer.address(), { rdmaDest: 3n })).toThrow(
         expect.objectContaining({ code: 'EINVAL' }),
       );
+      const rdmaMap: { buffer: Buffer; cookie?: bigint } = { buffer: Buffer.alloc(64) };
+      expect(() => s.sendmsg(Buffer.from('x'), peer.address(), { rdmaMap })).toThrow(tcpRefusal);
+      expect(rdmaMap.cookie).toBeUndefined();
+      expect(() => s.sendmsg(Buffer.from('x'), peer.address(), { rdmaMap, rdmaDest: 3n })).toThrow(
+        expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/rdmaMap and rdmaDest/) }),
+      );
+      expect(() =>
+        s.sendmsg(Buffer.from('x'), peer.address(), {
+          atomic: { op: 'masked-cswp', cookie: 1n, local: Buffer.alloc(8), compareMask: 1n },
+        }),
+      ).toThrow(expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/masked atomics/) }));
       s.sendmsg(Buffer.from('plain'), peer.address());
       expect((await peer.recv({ timeout: 10000 })).data.toString()).toBe('plain');
     } finally {

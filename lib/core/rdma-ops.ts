@@ -13,7 +13,15 @@ import {
 import { RdsError } from '../errors.js';
 import type { RdsExtension } from '../wire/extensions.js';
 import { cookieOffset, cookieRkey, rdmaCookie, rdmaDestExtension, rdmaExtension } from '../wire/rdma-ext.js';
-import { checkAtomicArgs, checkCookie, checkRdmaArgs } from './rdma.js';
+import {
+  checkAtomicArgs,
+  checkCookie,
+  checkRdmaArgs,
+  checkRdmaMap,
+  checkRdmaMapMix,
+  refuseMaskedAtomic,
+  type RdmaMapArgs,
+} from './rdma.js';
 import type { SendmsgOptions } from './socket-types.js';
 
 /** What a transport offers for RDMA: memory registration in the device's protection domain. */
@@ -155,16 +163,39 @@ export class MrTable {
   }
 }
 
+/** RDS_CMSG_RDMA_MAP, checked: the region to register when the message is queued (mapRegion). */
+export interface RdmaMapRequest {
+  args: RdmaMapArgs;
+  buffer: Uint8Array;
+  flags: number;
+}
+
+/** What a message's RDMA control messages come to: its extension records, the op it starts, the region it maps. */
+export interface RdmaControl {
+  exts: RdsExtension[];
+  op: RdmaOp | null;
+  /** rdmaMap: registered by mapRegion once nothing can refuse the message; its RDMA_DEST record is added then. */
+  map: RdmaMapRequest | null;
+}
+
 /**
- * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST on a transport with RDMA, checked in rds_sendmsg's
- * order: the extension records the message carries and the op it starts (if any).
+ * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST / RDS_CMSG_RDMA_MAP / RDS_CMSG_ATOMIC_* on a transport
+ * with RDMA, checked in rds_sendmsg's order: the extension records the message carries, the op it
+ * starts (if any), the region it maps (if any; registered later, by mapRegion). Masked atomics
+ * are EOPNOTSUPP before anything else.
  */
 export function prepareRdmaControl(
   opts: SendmsgOptions,
   mrs: MrTable | null,
   target: RdmaNotifyTarget,
   atomics?: () => boolean,
-): { exts: RdsExtension[]; op: RdmaOp | null } {
+): RdmaControl {
+  if (opts.atomic !== undefined) refuseMaskedAtomic(opts.atomic);
+  checkRdmaMapMix(opts);
+  if (opts.rdmaMap !== undefined) {
+    const { buffer, flags } = checkRdmaMap(opts.rdmaMap);
+    return { exts: [], op: null, map: { args: opts.rdmaMap, buffer, flags } };
+  }
   if (opts.atomic !== undefined) {
     if (opts.rdma !== undefined || opts.rdmaDest !== undefined)
       throw new RdsError(
@@ -183,7 +214,7 @@ export function prepareRdmaControl(
     op.atomicKind = a.op === 'fadd' ? 2 : 3;
     op.compareAdd = a.compareAdd;
     op.swap = a.swap;
-    return { exts: [rdmaExtension(op.rkey)], op };
+    return { exts: [rdmaExtension(op.rkey)], op, map: null };
   }
   if (opts.rdma !== undefined && opts.rdmaDest !== undefined)
     throw new RdsError(
@@ -205,7 +236,7 @@ export function prepareRdmaControl(
     );
     op.silent = a.silent === true;
     // exthdr RDMA: tells the peer which of its regions the op used (it frees a USE_ONCE one).
-    return { exts: [rdmaExtension(op.rkey)], op };
+    return { exts: [rdmaExtension(op.rkey)], op, map: null };
   }
   const cookie = checkCookie(opts.rdmaDest, 'rdmaDest');
   if (mrs === null || !mrs.has(cookie))
@@ -213,7 +244,27 @@ export function prepareRdmaControl(
       'EINVAL',
       `rdmaDest 0x${cookie.toString(16)} names no memory region of this socket (register one with getMr() first)`,
     );
-  return { exts: [rdmaDestExtension(cookie)], op: null };
+  return { exts: [rdmaDestExtension(cookie)], op: null, map: null };
+}
+
+/**
+ * RDS_CMSG_RDMA_MAP, once every check of the send has passed: registers the region in `mrs` (as
+ * getMr() does), writes its cookie to `rdmaMap.cookie` and returns the RDMA_DEST record that
+ * exposes it. A cookie that cannot be written releases the region again (EINVAL), so a refused
+ * call leaves nothing registered.
+ */
+export function mapRegion(mrs: MrTable, laddr: string, map: RdmaMapRequest): RdsExtension {
+  const cookie = mrs.register(laddr, map.buffer, map.flags);
+  try {
+    map.args.cookie = cookie;
+  } catch {
+    mrs.free(cookie);
+    throw new RdsError(
+      'EINVAL',
+      'rdmaMap must be a writable object: sendmsg() writes the region cookie to rdmaMap.cookie',
+    );
+  }
+  return rdmaDestExtension(cookie);
 }
 
 /** The status of an op whose message was cancelled (RDS_CANCEL_SENT_TO, SO_SNDTIMEO, close). */

@@ -19,6 +19,22 @@ export interface GetMrOptions {
   dest?: { address: string; port: number };
 }
 
+/**
+ * RDS_CMSG_RDMA_MAP as sendmsg() takes it (the kernel's struct rds_get_mr_args): register
+ * `buffer` as getMr() does and expose it to the peer with this message, as `rdmaDest` does.
+ */
+export interface RdmaMapArgs {
+  /** The memory to register (at most RDS_MAX_MSG_SIZE bytes); the socket references it until released. */
+  buffer: Uint8Array;
+  /** RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE, RDS_RDMA_READWRITE (or'ed); default 0. */
+  flags?: number;
+  /**
+   * Written by sendmsg() once the message is queued: the region's cookie, the value getMr() would
+   * have returned (the kernel writes it to cookie_addr). Left unset when the send is refused.
+   */
+  cookie?: bigint;
+}
+
 /** RDS_FREE_MR arguments besides the cookie. */
 export interface FreeMrOptions {
   /** RDS_RDMA_INVALIDATE: invalidate the mapping now (with cookie 0n: every MR of the socket). */
@@ -51,7 +67,7 @@ export interface RdmaArgs {
   token?: bigint;
 }
 
-/** RDS_CMSG_ATOMIC_FADD / RDS_CMSG_ATOMIC_CSWP as sendmsg() takes them (unmasked forms only). */
+/** RDS_CMSG_ATOMIC_FADD / RDS_CMSG_ATOMIC_CSWP as sendmsg() takes them (unmasked forms only; see MaskedAtomicArgs). */
 export interface AtomicArgs {
   /** 'fadd': add `add` to the peer's 64-bit word; 'cswp': if it equals `compare`, put `swap` there. */
   op: 'fadd' | 'cswp';
@@ -73,6 +89,36 @@ export interface AtomicArgs {
   token?: bigint;
 }
 
+/**
+ * RDS_CMSG_MASKED_ATOMIC_FADD / RDS_CMSG_MASKED_ATOMIC_CSWP: not supported by rds-socket. sendmsg()
+ * and send() throw EOPNOTSUPP for them before any other check or effect (Soft-RoCE and most verbs
+ * providers refuse masked atomics); use 'fadd' / 'cswp'. Typed so that code written for the
+ * kernel's API compiles and gets that answer.
+ */
+export interface MaskedAtomicArgs extends Omit<AtomicArgs, 'op'> {
+  op: 'masked-fadd' | 'masked-cswp';
+  /** masked-cswp: the bits of the word compared. */
+  compareMask?: bigint;
+  /** masked-cswp: the bits of the word swapped. */
+  swapMask?: bigint;
+  /** masked-fadd: the bit positions whose carry does not propagate. */
+  nocarryMask?: bigint;
+}
+
+/**
+ * Masked atomics (RDS_CMSG_MASKED_ATOMIC_*) are refused with EOPNOTSUPP before anything else;
+ * anything that is not a masked op passes (checkAtomicArgs judges it).
+ */
+export function refuseMaskedAtomic(a: unknown): void {
+  if (a === null || typeof a !== 'object') return;
+  const op = (a as { op?: unknown }).op;
+  if (op === 'masked-fadd' || op === 'masked-cswp')
+    throw new RdsError(
+      'EOPNOTSUPP',
+      `atomic.op '${op}' (RDS_CMSG_MASKED_ATOMIC_${op === 'masked-fadd' ? 'FADD' : 'CSWP'}): masked atomics are not supported by rds-socket (Soft-RoCE and most verbs providers refuse them); use 'fadd' or 'cswp'`,
+    );
+}
+
 /** An atomic op's arguments, checked (the remote alignment is checked once the cookie's offset is known). */
 export function checkAtomicArgs(a: unknown): Required<Omit<AtomicArgs, 'add' | 'compare' | 'swap'>> & {
   compareAdd: bigint;
@@ -80,12 +126,10 @@ export function checkAtomicArgs(a: unknown): Required<Omit<AtomicArgs, 'add' | '
 } {
   if (a === null || typeof a !== 'object')
     throw new RdsError('EINVAL', "atomic must be an object { op: 'fadd' | 'cswp', cookie, local, ... }");
+  refuseMaskedAtomic(a);
   const r = a as AtomicArgs;
   if (r.op !== 'fadd' && r.op !== 'cswp')
-    throw new RdsError(
-      'EINVAL',
-      `atomic.op must be 'fadd' or 'cswp' (masked atomics are not supported), got ${String(r.op)}`,
-    );
+    throw new RdsError('EINVAL', `atomic.op must be 'fadd' or 'cswp', got ${String(r.op)}`);
   checkCookie(r.cookie, 'atomic.cookie');
   if (!isBytes(r.local) || r.local.byteLength !== 8)
     throw new RdsError('EINVAL', 'atomic.local must be an 8-byte Buffer (it receives the old value of the word)');
@@ -125,24 +169,60 @@ export function checkCookie(cookie: unknown, what: string): bigint {
   return cookie;
 }
 
-/** The memory and flags of RDS_GET_MR, checked as __rds_rdma_map checks them. */
-export function checkGetMr(buffer: unknown, opts: GetMrOptions | undefined): { buffer: Uint8Array; flags: number } {
-  if (!isBytes(buffer)) throw new RdsError('EINVAL', 'getMr() needs a Buffer or Uint8Array to register');
-  if (buffer.byteLength === 0) throw new RdsError('EINVAL', 'getMr() cannot register an empty buffer');
+/**
+ * The memory and flags of RDS_GET_MR, checked as __rds_rdma_map checks them; `what` names the call
+ * in the messages (getMr(), or sendmsg's rdmaMap, which takes the same arguments).
+ */
+export function checkGetMr(
+  buffer: unknown,
+  opts: GetMrOptions | undefined,
+  what = 'getMr()',
+): { buffer: Uint8Array; flags: number } {
+  if (!isBytes(buffer)) throw new RdsError('EINVAL', `${what} needs a Buffer or Uint8Array to register`);
+  if (buffer.byteLength === 0) throw new RdsError('EINVAL', `${what} cannot register an empty buffer`);
   if (buffer.byteLength > RDS_MAX_MSG_SIZE)
     throw new RdsError(
       'EMSGSIZE',
       `a memory region holds at most RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE}) bytes, got ${buffer.byteLength}`,
     );
   if (opts !== undefined && (opts === null || typeof opts !== 'object'))
-    throw new RdsError('EINVAL', 'getMr() options must be an object');
+    throw new RdsError('EINVAL', `${what} options must be an object`);
   const flags = opts?.flags ?? 0;
   if (typeof flags !== 'number' || !Number.isInteger(flags) || (flags & ~MR_FLAGS) !== 0)
     throw new RdsError(
       'EINVAL',
-      `getMr() flags take RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE and RDS_RDMA_READWRITE, got ${String(flags)}`,
+      `${what} flags take RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE and RDS_RDMA_READWRITE, got ${String(flags)}`,
     );
   return { buffer, flags };
+}
+
+/** RDS_CMSG_RDMA_MAP's arguments, checked as getMr() checks its own (same codes). */
+export function checkRdmaMap(m: unknown): { buffer: Uint8Array; flags: number } {
+  if (m === null || typeof m !== 'object')
+    throw new RdsError('EINVAL', 'rdmaMap must be an object { buffer, flags? } (sendmsg writes its cookie there)');
+  const r = m as RdmaMapArgs;
+  return checkGetMr(r.buffer, { flags: r.flags }, 'rdmaMap');
+}
+
+/**
+ * The kernel's rule for one message's RDMA control messages: a message names at most one cookie
+ * of its own (RDMA_DEST or RDMA_MAP: both set m_rdma_cookie, the second is EINVAL), and the group
+ * {RDMA_DEST, RDMA_MAP} does not mix with {RDMA_ARGS, ATOMIC} (rds_rm_size: EINVAL). Checked
+ * before any argument; `rdma` with `rdmaDest` keeps its own check (refuseRdmaControl,
+ * prepareRdmaControl).
+ */
+export function checkRdmaMapMix(opts: SendmsgOptions): void {
+  if (opts.rdmaMap === undefined) return;
+  if (opts.rdmaDest !== undefined)
+    throw new RdsError(
+      'EINVAL',
+      'rdmaMap and rdmaDest cannot go in one message (RDS_CMSG_RDMA_MAP with RDS_CMSG_RDMA_DEST: one cookie per message)',
+    );
+  if (opts.rdma !== undefined || opts.atomic !== undefined)
+    throw new RdsError(
+      'EINVAL',
+      `rdmaMap cannot go with ${opts.rdma !== undefined ? 'rdma' : 'atomic'} in one message (RDS_CMSG_RDMA_MAP with ${opts.rdma !== undefined ? 'RDS_CMSG_RDMA_ARGS' : 'RDS_CMSG_ATOMIC_*'}, as the kernel refuses it)`,
+    );
 }
 
 /** RDS_CMSG_RDMA_ARGS checked as rds_cmsg_rdma_args checks it (before any transport is asked). */
@@ -196,20 +276,26 @@ export function rdmaUnsupported(transport: { name: string; transType: number } |
 }
 
 /**
- * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST, checked in rds_sendmsg's order: mixing them is EINVAL,
- * then the op's arguments, then the transport (`refusal`: EOPNOTSUPP without RDMA) or the cookie
- * (EINVAL: the socket has registered no memory). Always throws: the path of a transport without
- * RDMA (with RDMA, prepareRdmaControl in rdma-ops.ts takes the call).
+ * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST / RDS_CMSG_RDMA_MAP, checked in rds_sendmsg's order:
+ * mixing them is EINVAL, then the op's (or the region's) arguments, then the transport
+ * (`refusal(what)`: EOPNOTSUPP without RDMA) or the cookie (EINVAL: the socket has registered no
+ * memory). Always throws: the path of a transport without RDMA (with RDMA, prepareRdmaControl in
+ * rdma-ops.ts takes the call).
  */
-export function refuseRdmaControl(opts: SendmsgOptions, refusal: () => RdsError): never {
+export function refuseRdmaControl(opts: SendmsgOptions, refusal: (what: string) => RdsError): never {
+  checkRdmaMapMix(opts);
   if (opts.rdma !== undefined && opts.rdmaDest !== undefined)
     throw new RdsError(
       'EINVAL',
       'rdma and rdmaDest cannot go in one message (RDS_CMSG_RDMA_ARGS with RDS_CMSG_RDMA_DEST)',
     );
+  if (opts.rdmaMap !== undefined) {
+    checkRdmaMap(opts.rdmaMap);
+    throw refusal('sendmsg() with rdmaMap (RDS_CMSG_RDMA_MAP)');
+  }
   if (opts.rdma !== undefined) {
     checkRdmaArgs(opts.rdma);
-    throw refusal();
+    throw refusal('sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)');
   }
   const cookie = checkCookie(opts.rdmaDest, 'rdmaDest');
   throw new RdsError(

@@ -7,9 +7,8 @@ import { abortError, combineSignals, flowControlError, RdsError } from '../error
 import { checkedAddress, parseEndpoint, validatePort } from './address.js';
 import { defer } from './defer.js';
 import { zeroCopyRequested } from './send-flags.js';
-import { checkAtomicArgs, refuseRdmaControl, rdmaUnsupported } from './rdma.js';
-import { prepareRdmaControl, type RdmaOp } from './rdma-ops.js';
-import type { RdsExtension } from '../wire/extensions.js';
+import { checkAtomicArgs, refuseMaskedAtomic, refuseRdmaControl, rdmaUnsupported } from './rdma.js';
+import { MrTable, mapRegion, prepareRdmaControl, type RdmaControl } from './rdma-ops.js';
 import { RdsSendList, type RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
 import { RDS_CTR } from './stats.js';
@@ -57,6 +56,8 @@ export abstract class SocketSend extends SocketBase {
     opts: SendmsgOptions | undefined,
   ): RdsOutgoing {
     this.checkOpen('sendmsg()');
+    // Masked atomics are answered before anything else: rds-socket never offers them.
+    if (opts !== undefined && opts !== null && opts.atomic !== undefined) refuseMaskedAtomic(opts.atomic);
     const zcopy = opts === undefined || opts === null ? false : this.zeroCopyRequested(opts);
     let len: number;
     let payload: Uint8Array | readonly Uint8Array[];
@@ -82,19 +83,27 @@ export abstract class SocketSend extends SocketBase {
       if (this.binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
       throw new RdsError('ENOTCONN', 'socket is not bound; call bind() before sending (RDS has no auto-bind)');
     }
-    let rdmaCtl: { exts: RdsExtension[]; op: RdmaOp | null } | null = null;
+    let rdmaCtl: RdmaControl | null = null;
     if (
       opts !== undefined &&
       opts !== null &&
-      (opts.rdma !== undefined || opts.rdmaDest !== undefined || opts.atomic !== undefined)
+      (opts.rdma !== undefined ||
+        opts.rdmaDest !== undefined ||
+        opts.atomic !== undefined ||
+        opts.rdmaMap !== undefined)
     ) {
       const rdma = this.transport?.rdma;
       if (rdma === undefined) {
-        if (opts.atomic !== undefined && opts.rdma === undefined && opts.rdmaDest === undefined) {
+        if (
+          opts.atomic !== undefined &&
+          opts.rdma === undefined &&
+          opts.rdmaDest === undefined &&
+          opts.rdmaMap === undefined
+        ) {
           checkAtomicArgs(opts.atomic);
           throw rdmaUnsupported(this.transport, 'sendmsg() with atomic (RDS_CMSG_ATOMIC_*)');
         }
-        refuseRdmaControl(opts, () => rdmaUnsupported(this.transport, 'sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
+        refuseRdmaControl(opts, (what) => rdmaUnsupported(this.transport, what));
       }
       const laddr = this.bound.address;
       rdmaCtl = prepareRdmaControl(opts, this.mrs, this, () => rdma.atomics(laddr));
@@ -140,9 +149,16 @@ export abstract class SocketSend extends SocketBase {
       throw this.sendBufferFull();
     }
     const path = conn.pathFor(this.bound.port);
+    let exts = rdmaCtl?.exts;
+    // rdmaMap: registered only now that nothing can refuse the message, so a refused send leaves
+    // no region behind (the kernel registers first and keeps it on later errors).
+    if (rdmaCtl?.map) {
+      this.mrs ??= new MrTable(this.transport!.rdma!);
+      exts = [mapRegion(this.mrs, this.bound.address, rdmaCtl.map)];
+    }
     const msg = zcopy
       ? path.tx.queueZeroCopy(payload, len, this.bound.port, port, this, opts!.zcopyCookie!)
-      : path.tx.queue(payload, len, this.bound.port, port, this, rdmaCtl?.exts);
+      : path.tx.queue(payload, len, this.bound.port, port, this, exts);
     if (rdmaCtl?.op) msg.rdma = rdmaCtl.op;
     this.sndBytes += len;
     this.pending.add(msg);

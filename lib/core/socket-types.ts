@@ -1,6 +1,6 @@
 import type { PeerEvent } from './peer-state.js';
 import type { RdsStack } from './stack.js';
-import type { AtomicArgs, RdmaArgs } from './rdma.js';
+import type { AtomicArgs, MaskedAtomicArgs, RdmaArgs, RdmaMapArgs } from './rdma.js';
 
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
@@ -48,15 +48,27 @@ export interface SendmsgOptions {
   rdma?: RdmaArgs;
   /**
    * RDS_CMSG_RDMA_DEST: expose one of this socket's memory regions (a getMr() cookie) to the peer
-   * with this message. A cookie that names no region of this socket is EINVAL; not with `rdma`.
+   * with this message. A cookie that names no region of this socket is EINVAL; not with `rdma`,
+   * `atomic` or `rdmaMap`.
    */
   rdmaDest?: bigint;
   /**
+   * RDS_CMSG_RDMA_MAP: register `buffer` as getMr(buffer, { flags }) does (same checks and codes)
+   * and expose it with this message as `rdmaDest` would: the peer finds the cookie as
+   * `msg.rdmaDest`, and sendmsg writes it to `rdmaMap.cookie` (free it with freeMr(), or let
+   * RDS_RDMA_USE_ONCE or close() release it). The region is registered only when the message is
+   * queued: a refused send (EAGAIN, ENOBUFS, EMSGSIZE, no destination, ...) leaves nothing
+   * registered and writes no cookie (the kernel registers first and keeps the region on such
+   * errors). EOPNOTSUPP over TCP; EINVAL with `rdmaDest`, `rdma` or `atomic`.
+   */
+  rdmaMap?: RdmaMapArgs;
+  /**
    * RDS_CMSG_ATOMIC_FADD / RDS_CMSG_ATOMIC_CSWP (unmasked): a 64-bit atomic on a word of the
    * peer's region, posted before the message like `rdma`. IB between rds-socket nodes, where the
-   * device has atomics (else EOPNOTSUPP, as over TCP); not with `rdma` or `rdmaDest` (EINVAL).
+   * device has atomics (else EOPNOTSUPP, as over TCP); not with `rdma`, `rdmaDest` or `rdmaMap`
+   * (EINVAL). The masked forms ('masked-fadd', 'masked-cswp') are always EOPNOTSUPP.
    */
-  atomic?: AtomicArgs;
+  atomic?: AtomicArgs | MaskedAtomicArgs;
 }
 
 export interface SendOptions extends WaitOptions, SendmsgOptions {

@@ -21,7 +21,7 @@ import {
 import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
 import { parseEndpoint, type RdsAddress } from '../core/address.js';
 import { defer } from '../core/defer.js';
-import { refuseRdmaControl, rdmaUnsupported } from '../core/rdma.js';
+import { refuseMaskedAtomic, refuseRdmaControl, rdmaUnsupported } from '../core/rdma.js';
 import { Fifo } from '../core/fifo.js';
 import {
   RdsSocket,
@@ -153,6 +153,7 @@ export class AttachedSocket extends RdsSocket {
     id: number,
   ): number {
     this.#check('sendmsg()');
+    if (opts !== undefined && opts !== null && opts.atomic !== undefined) refuseMaskedAtomic(opts.atomic);
     const { zcopy, flags } = sendFlags(opts, () => super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1, this.#transport);
     const { parts, len } = dataParts(data);
     let { address, port } = destination(dest);
@@ -165,11 +166,16 @@ export class AttachedSocket extends RdsSocket {
       opts !== null &&
       opts.atomic !== undefined &&
       opts.rdma === undefined &&
-      opts.rdmaDest === undefined
+      opts.rdmaDest === undefined &&
+      opts.rdmaMap === undefined
     )
       throw this.rdmaRefusal('sendmsg() with atomic (RDS_CMSG_ATOMIC_*)');
-    if (opts !== undefined && opts !== null && (opts.rdma !== undefined || opts.rdmaDest !== undefined))
-      refuseRdmaControl(opts, () => this.rdmaRefusal('sendmsg() with rdma (RDS_CMSG_RDMA_ARGS)'));
+    if (
+      opts !== undefined &&
+      opts !== null &&
+      (opts.rdma !== undefined || opts.rdmaDest !== undefined || opts.rdmaMap !== undefined)
+    )
+      refuseRdmaControl(opts, (what) => this.rdmaRefusal(what));
     if (address === '') {
       let peer: RdsAddress;
       try {
