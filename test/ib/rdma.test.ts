@@ -186,6 +186,81 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect(mem.subarray(0, 16).equals(src.subarray(0, 16))).toBe(true);
   });
 
+  it('rdmaMap: one sendmsg registers and exposes a buffer; the peer WRITEs and READs it with msg.rdmaDest', async () => {
+    const { sock: a } = await ibSocket(A, 4880);
+    const { sock: b } = await ibSocket(B, 4880);
+    // The connection (and its ring registrations) first, so the counts below are the region's.
+    a.sendmsg(Buffer.from('hi'), b.address());
+    await next(b);
+    const before = ourMrs();
+    const mem = Buffer.alloc(8192, 0xcc);
+    // Refused (larger than the send buffer): nothing registered, no cookie.
+    const refused: { buffer: Buffer; cookie?: bigint } = { buffer: mem };
+    expect(() => b.sendmsg(Buffer.alloc(5 << 20), a.address(), { rdmaMap: refused })).toThrow(
+      expect.objectContaining({ code: 'EMSGSIZE' }),
+    );
+    expect(refused.cookie).toBeUndefined();
+    expect(ourMrs()).toBe(before);
+    const rdmaMap: { buffer: Buffer; flags: number; cookie?: bigint } = { buffer: mem, flags: RDS_RDMA_READWRITE };
+    b.sendmsg(Buffer.from('mapped'), a.address(), { rdmaMap });
+    expect(typeof rdmaMap.cookie).toBe('bigint');
+    expect(ourMrs()).toBe(before + 1);
+    const m = await next(a);
+    expect(m.data.toString()).toBe('mapped');
+    expect(m.rdmaDest).toBe(rdmaMap.cookie);
+    const cookie = m.rdmaDest!;
+    const src = payload(7, 3000);
+    a.sendmsg(Buffer.from('wrote'), b.address(), {
+      rdma: { cookie, remoteOffset: 500, local: [src], write: true, notify: true, token: 60n },
+    });
+    expect(await status(a)).toEqual({ token: 60n, status: RDS_RDMA_SUCCESS });
+    expect((await next(b)).data.toString()).toBe('wrote');
+    expect(mem.subarray(500, 3500).equals(src)).toBe(true);
+    expect([mem[499], mem[3500]]).toEqual([0xcc, 0xcc]);
+    const put = payload(8, 2000);
+    put.copy(mem, 6000);
+    const dst = Buffer.alloc(2000);
+    a.sendmsg(Buffer.from('read'), b.address(), {
+      rdma: { cookie, remoteOffset: 6000, local: [dst], write: false, notify: true, token: 61n },
+    });
+    expect(await status(a)).toEqual({ token: 61n, status: RDS_RDMA_SUCCESS });
+    expect(dst.equals(put)).toBe(true);
+    expect((await next(b)).data.toString()).toBe('read');
+    b.freeMr(cookie);
+    expect(ourMrs()).toBe(before);
+  });
+
+  it('rdmaMap with RDS_RDMA_USE_ONCE: released after the peer op, a second op gets a remote error', async () => {
+    const { sock: a } = await ibSocket(A, 4890);
+    const { sock: b } = await ibSocket(B, 4890);
+    a.sendmsg(Buffer.from('hi'), b.address());
+    await next(b);
+    const before = ourMrs();
+    const mem = Buffer.alloc(4096);
+    const rdmaMap: { buffer: Buffer; flags: number; cookie?: bigint } = {
+      buffer: mem,
+      flags: RDS_RDMA_READWRITE | RDS_RDMA_USE_ONCE,
+    };
+    b.sendmsg(Buffer.from('once'), a.address(), { rdmaMap });
+    const cookie = (await next(a)).rdmaDest!;
+    expect(cookie).toBe(rdmaMap.cookie);
+    expect(ourMrs()).toBe(before + 1);
+    const src = payload(9, 1500);
+    a.sendmsg(Buffer.from('used'), b.address(), {
+      rdma: { cookie, local: [src], write: true, notify: true, token: 70n },
+    });
+    expect(await status(a)).toEqual({ token: 70n, status: RDS_RDMA_SUCCESS });
+    expect((await next(b)).data.toString()).toBe('used');
+    expect(mem.subarray(0, 1500).equals(src)).toBe(true);
+    expect(() => b.freeMr(cookie)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    expect(ourMrs()).toBe(before);
+    a.sendmsg(Buffer.from('twice'), b.address(), {
+      rdma: { cookie, local: [Buffer.alloc(16, 9)], write: true, notify: true, token: 71n },
+    });
+    expect(await status(a)).toEqual({ token: 71n, status: RDS_RDMA_REMOTE_ERROR });
+    expect(mem.subarray(0, 16).equals(src.subarray(0, 16))).toBe(true);
+  });
+
   it('a connection torn down in the middle of an RDMA READ: reported dropped, the message is not retransmitted', async () => {
     const { stack: sa, sock: a } = await ibSocket(A, 4830);
     const { stack: sb, sock: b } = await ibSocket(B, 4830);
