@@ -1,48 +1,23 @@
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
 import { sendUntilCongested, until } from '../helpers.js';
 import { meshBody, pattern } from '../interop/kernel-lib.js';
+import { KCTL_SET, KERNEL_ADDRS, LOCAL_ADDRS, kernel, kernelFile, kernelLogClean } from './kernel-ctl.js';
 
 // rds-socket against the kernel's RDS/IB (rds_rdma) over Soft-RoCE. Runs in the peer guest of
 // test/ib/run.sh (rds-socket on rxe0: 10.88.0.2 and 10.88.0.3); the kernel's RDS/IB runs in the
 // other guest (rxe1: 10.88.0.1 and 10.88.0.4), driven through test/ib/guest/kctl.py, which runs
 // test/interop/guest/rdspeer.py there. Both address orders: kernel 10.88.0.1 < us 10.88.0.2, and
 // us 10.88.0.3 < kernel 10.88.0.4.
-const KCTL = (process.env.RDS_IB_KCTL ?? '').split(':');
-const [K1, K2, K3] = (process.env.RDS_IB_KERNEL_ADDRS ?? '').split(',') as [string, string, string];
-const [L1, L2, L3] = (process.env.RDS_IB_LOCAL_ADDRS ?? '').split(',') as [string, string, string];
+const [K1, K2, K3] = KERNEL_ADDRS;
+const [L1, L2, L3] = LOCAL_ADDRS;
 const ORDERS = [
   { name: 'kernel on the smaller address', kernel: K1, local: L1 },
   { name: 'rds-socket on the smaller address', kernel: K2, local: L2 },
 ];
 const PEER = 'python3 test/interop/guest/rdspeer.py';
-const ROOT = process.cwd();
-
-/** Runs a bash command in the kernel guest; resolves with its status, output and JSON lines. */
-function kernel(cmd: string, timeoutS = 150): Promise<{ code: number; out: string; lines: Record<string, unknown>[] }> {
-  return new Promise((resolve, reject) => {
-    const s = connect(Number(KCTL[1]), KCTL[0]!);
-    let buf = '';
-    s.on('data', (d: Buffer) => (buf += d));
-    s.on('error', reject);
-    s.on('end', () => {
-      try {
-        const r = JSON.parse(buf) as { rc: number; out: string };
-        const lines = r.out
-          .split('\n')
-          .filter((l) => l.startsWith('{'))
-          .map((l) => JSON.parse(l) as Record<string, unknown>);
-        resolve({ code: r.rc, out: r.out, lines });
-      } catch (e) {
-        reject(new Error(`kctl answered ${JSON.stringify(buf)}: ${(e as Error).message}`));
-      }
-    });
-    s.write(`${JSON.stringify({ cmd: `cd '${ROOT}' && ${cmd}`, timeout: timeoutS })}\n`);
-  });
-}
 
 /** rdspeer.py's mesh sender sizes for kernel port `kport` (4 .. maxsize bytes). */
 function meshSizes(kport: number, n: number, maxsize: number): number[] {
@@ -82,30 +57,13 @@ function run(file: string, args: string[]): Promise<string> {
   );
 }
 
-/** Waits until the kernel guest has file /rdsinst/NAME (rdspeer's ready marks). */
-async function kernelFile(name: string, ms = 60_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const r = await kernel(`test -e /rdsinst/${name}`, 10);
-    if (r.code === 0) return;
-    if (Date.now() > deadline) throw new Error(`kernel guest: /rdsinst/${name} never appeared`);
-    await new Promise((r2) => setTimeout(r2, 200));
-  }
-}
-
 function ibInfo(local: string, faddr: string): Record<string, unknown> | undefined {
   const c = stack.connections().find((x) => x.localAddress === local && x.peerAddress === faddr);
   return (c?.paths[0]?.transport ?? undefined) as Record<string, unknown> | undefined;
 }
 
-/** The kernel's log has no WARNING, BUG, Oops or stall (what our probe once caused). */
-async function kernelLogClean(): Promise<string> {
-  const r = await kernel('dmesg | grep -E "WARNING|BUG|Oops|rcu.*stall|soft lockup" || true');
-  return r.out.trim();
-}
-
 beforeAll(async () => {
-  expect(KCTL.length, 'RDS_IB_KCTL (host:port of kctl.py) must be set; run through npm run test:ib').toBe(2);
+  expect(KCTL_SET, 'RDS_IB_KCTL (host:port of kctl.py) must be set; run through npm run test:ib').toBe(true);
   const r = await kernel('uname -r && lsmod | grep -c "^rds_rdma"');
   expect(r.code, r.out).toBe(0);
   stack = new RdsStack();

@@ -1,0 +1,304 @@
+import { execFileSync } from 'node:child_process';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { RdsSocket, RdsStack, constants, type RdsMessage } from '../../lib/index.js';
+import { KCTL_SET, KERNEL_ADDRS, LOCAL_ADDRS, kernel, kernelFile, kernelLogClean } from './kernel-ctl.js';
+
+// RDS's RDMA operations between rds-socket and a program using the kernel's RDMA API
+// (test/ib/guest/krdma.py: RDS_CMSG_RDMA_MAP, RDS_CMSG_RDMA_ARGS, RDS_CMSG_RDMA_DEST,
+// RDS_CMSG_RDMA_STATUS, RDS_FREE_MR through python's socket module) in the kernel guest of
+// test/ib/run.sh. Both directions: the kernel READs and WRITEs memory rds-socket exposes, and
+// rds-socket READs and WRITEs memory the kernel exposes; both address orders.
+const {
+  RDS_RDMA_READWRITE,
+  RDS_RDMA_USE_ONCE,
+  RDS_RDMA_SUCCESS,
+  RDS_RDMA_REMOTE_ERROR,
+  RDS_RDMA_DROPPED,
+  RDS_RDMA_OTHER_ERROR,
+} = constants;
+const [K1, K2] = KERNEL_ADDRS;
+const [L1, L2] = LOCAL_ADDRS;
+const KPORT = 7500;
+
+/** krdma.py's pattern: byte k of the region is (k * 7 + seed) & 0xff. */
+function pattern(size: number, seed: number): Buffer {
+  const b = Buffer.alloc(size);
+  for (let k = 0; k < size; k++) b[k] = (k * 7 + seed) & 0xff;
+  return b;
+}
+
+/** Runs a program in this guest (as root); throws with its output if it fails. */
+function run(file: string, args: string[]): string {
+  return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+/** Memory regions of this process the kernel of this guest knows of (rdma resource show mr). */
+function ourMrs(): number {
+  const out = execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' });
+  return out.split('\n').filter((l) => new RegExp(`\\bpid ${process.pid}\\b`).test(l)).length;
+}
+
+let stack: RdsStack;
+let closed = false;
+beforeAll(() => {
+  expect(KCTL_SET, 'RDS_IB_KCTL (host:port of kctl.py) must be set; run through npm run test:ib').toBe(true);
+  stack = new RdsStack();
+  stack.on('error', () => {});
+});
+afterAll(async () => {
+  if (!closed) await stack?.close();
+});
+
+/** One krdma.py in the kernel guest at `ka`, and our socket at `la` talking to it. */
+class KernelRdma {
+  sock!: RdsSocket;
+  /** Messages from the kernel that were not answers (its RDMA ops' messages), in order. */
+  readonly others: string[] = [];
+  private run!: Promise<{ code: number; out: string }>;
+  constructor(
+    readonly ka: string,
+    readonly la: string,
+    readonly port: number,
+  ) {}
+
+  async start(): Promise<void> {
+    await kernel('rm -f /rdsinst/ready.krdma', 10);
+    this.run = kernel(`python3 test/ib/guest/krdma.py ${this.ka} ${KPORT}`, 400);
+    await kernelFile('ready.krdma');
+    this.sock = new RdsSocket({ stack, transport: 'ib' });
+    await this.sock.bind({ address: this.la, port: this.port });
+    this.sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+    this.sock.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 8 << 20);
+  }
+
+  get to(): { address: string; port: number } {
+    return { address: this.ka, port: KPORT };
+  }
+
+  /** The next message or status (60 s bound). */
+  next(): Promise<RdsMessage> {
+    return this.sock.recv({ timeout: 60_000 });
+  }
+
+  /** Sends a command and waits for krdma's answer: its JSON meta, its bytes, the message. */
+  async ask(
+    cmd: string,
+    opts: Parameters<RdsSocket['sendmsg']>[2] = {},
+  ): Promise<{ meta: Record<string, unknown>; data: Buffer; msg: RdsMessage }> {
+    this.sock.sendmsg(Buffer.from(cmd), this.to, opts);
+    for (;;) {
+      const msg = await this.next();
+      expect(msg.rdmaStatus, `a status nobody asked for while waiting for the answer to ${cmd}`).toBeUndefined();
+      const nl = msg.data.indexOf(10);
+      if (msg.data[0] === 0x7b && nl > 0) {
+        return { meta: JSON.parse(msg.data.subarray(0, nl).toString()), data: msg.data.subarray(nl + 1), msg };
+      }
+      this.others.push(msg.data.toString());
+    }
+  }
+
+  /** Our status for `token`, skipping nothing: it must be the next thing recvmsg returns. */
+  async status(): Promise<{ token: bigint; status: number }> {
+    const m = await this.next();
+    expect(m.rdmaStatus, `expected an RDMA status, got a message of ${m.data.length} bytes`).toBeDefined();
+    return m.rdmaStatus!;
+  }
+
+  /** What to read when a scenario failed: krdma's log so far, the kernel's log, both sides' state. */
+  async diagnose(): Promise<string> {
+    const r = await kernel(
+      `tail -n 20 /rdsinst/krdma-${this.ka}.log; dmesg | tail -n 25; rdma resource show qp | grep -v " qpn 1 "`,
+      20,
+    );
+    const ours = stack.connections().filter((c) => c.peerAddress === this.ka);
+    return `kernel guest:\n${r.out}\nour connections to ${this.ka}: ${JSON.stringify(ours.map((c) => c.paths.map((p) => p.state)))}`;
+  }
+
+  /** Stops krdma.py; returns its log (one JSON line per command and answer). */
+  async stop(): Promise<string> {
+    const bye = await this.ask('bye');
+    expect(bye.meta).toEqual({ bye: true });
+    const r = await this.run;
+    this.sock.close();
+    return r.out;
+  }
+}
+
+describe.each([
+  { name: 'kernel on the smaller address', ka: K1, la: L1, port: 6500, viaMap: false },
+  { name: 'rds-socket on the smaller address, our region sent with rdmaMap', ka: K2, la: L2, port: 6510, viaMap: true },
+])('RDMA between rds-socket and the kernel RDMA API, $name', ({ ka, la, port, viaMap }) => {
+  const k = new KernelRdma(ka, la, port);
+  beforeAll(() => k.start());
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') console.error(await k.diagnose());
+  });
+  afterAll(async () => {
+    console.error(await k.stop());
+  });
+
+  it('the kernel READs and WRITEs a region rds-socket exposes (getMr + rdmaDest here, RDMA_ARGS there)', async () => {
+    // Not page-aligned, so the cookie's offset part is not 0 and both sides must agree on it.
+    const mem = Buffer.alloc((256 << 10) + 100).subarray(100);
+    pattern(mem.length, 3).copy(mem);
+    // Registered with getMr() and named by rdmaDest, or registered and named in one call (rdmaMap,
+    // RDS_CMSG_RDMA_MAP): either way the kernel finds the cookie as RDS_CMSG_RDMA_DEST.
+    const map = { buffer: mem, flags: RDS_RDMA_READWRITE, cookie: undefined as bigint | undefined };
+    const rd = viaMap
+      ? await k.ask('read 1000 100000 11', { rdmaMap: map })
+      : await k.ask('read 1000 100000 11', {
+          rdmaDest: (map.cookie = k.sock.getMr(mem, { flags: RDS_RDMA_READWRITE })),
+        });
+    const cookie = map.cookie!;
+    expect(cookie >> 32n).not.toBe(0n);
+    expect(rd.meta).toEqual({ token: 11, status: RDS_RDMA_SUCCESS });
+    expect(rd.data.equals(mem.subarray(1000, 101000))).toBe(true);
+    const before = Buffer.from(mem);
+    const wr = await k.ask('write 4096 65536 12 9', { rdmaDest: cookie });
+    expect(wr.meta).toEqual({ token: 12, status: RDS_RDMA_SUCCESS });
+    expect(mem.subarray(4096, 4096 + 65536).equals(pattern(65536, 9))).toBe(true);
+    // Nothing outside the WRITE changed.
+    expect(mem.subarray(0, 4096).equals(before.subarray(0, 4096))).toBe(true);
+    expect(mem.subarray(4096 + 65536).equals(before.subarray(4096 + 65536))).toBe(true);
+    // The kernel's op messages reached us (each carried the RDMA extension naming our rkey).
+    expect(k.others).toEqual(['rdma-read 11', 'rdma-write 12']);
+    k.others.length = 0;
+    k.sock.freeMr(cookie);
+  });
+
+  it('rds-socket READs and WRITEs a region the kernel registers with RDS_CMSG_RDMA_MAP', async () => {
+    const mapped = await k.ask(`map ${256 << 10} ${RDS_RDMA_READWRITE} 5`);
+    expect(mapped.meta).toEqual({ mapping: 256 << 10 });
+    const cookie = mapped.msg.rdmaDest;
+    expect(cookie, 'the RDMA_MAP answer carries the RDMA_DEST extension').toBeTypeOf('bigint');
+    const got = Buffer.alloc(100_000);
+    k.sock.sendmsg(Buffer.from('our-read'), k.to, {
+      rdma: { cookie: cookie!, remoteOffset: 777, local: [got], write: false, notify: true, token: 21n },
+    });
+    expect(await k.status()).toEqual({ token: 21n, status: RDS_RDMA_SUCCESS });
+    expect(got.equals(pattern(256 << 10, 5).subarray(777, 777 + 100_000))).toBe(true);
+    // Two local buffers in one WRITE.
+    const src = pattern(50_000, 13);
+    k.sock.sendmsg(Buffer.from('our-write'), k.to, {
+      rdma: {
+        cookie: cookie!,
+        remoteOffset: 8192,
+        local: [src.subarray(0, 20_000), src.subarray(20_000)],
+        write: true,
+        notify: true,
+        token: 22n,
+      },
+    });
+    expect(await k.status()).toEqual({ token: 22n, status: RDS_RDMA_SUCCESS });
+    const dump = await k.ask(`dump ${cookie} 8192 50000`);
+    expect(dump.meta).toEqual({ dump: true });
+    expect(dump.data.equals(src)).toBe(true);
+    const around = await k.ask(`dump ${cookie} 0 8192`);
+    expect(around.data.equals(pattern(8192, 5))).toBe(true);
+    // The kernel got both messages, after their ops.
+    const gotten = await k.ask('gotten');
+    expect(gotten.meta).toEqual({ got: ['our-read', 'our-write'] });
+    const freed = await k.ask(`free ${cookie} 0`);
+    expect(freed.meta).toEqual({ rc: 0 });
+  });
+});
+
+describe('RDMA between rds-socket and the kernel: use-once, teardown, cleanup', () => {
+  const k = new KernelRdma(K1, L1, 6520);
+  beforeAll(() => k.start());
+  afterEach(async (ctx) => {
+    if (ctx.task.result?.state === 'fail') console.error(await k.diagnose());
+  });
+
+  it('a region rds-socket exposes with RDS_RDMA_USE_ONCE: the kernel writes once, its second write gets a remote error', async () => {
+    const mem = Buffer.alloc(64 << 10);
+    const cookie = k.sock.getMr(mem, { flags: RDS_RDMA_READWRITE | RDS_RDMA_USE_ONCE });
+    const first = await k.ask('write 0 4096 41 17', { rdmaDest: cookie });
+    expect(first.meta).toEqual({ token: 41, status: RDS_RDMA_SUCCESS });
+    expect(mem.subarray(0, 4096).equals(pattern(4096, 17))).toBe(true);
+    // The kernel's message after its op carried the RDMA extension: our region is gone, so its
+    // next WRITE is refused by our device (the kernel's queue pair then goes to error and it
+    // reconnects, as it does with a kernel peer).
+    expect(k.others).toEqual(['rdma-write 41']);
+    k.others.length = 0;
+    // The cookie goes in the command's text: we no longer hold the region, so sendmsg would refuse
+    // it as rdmaDest (EINVAL), as the kernel does.
+    const second = await k.ask(`write 4096 4096 42 18 ${cookie}`);
+    expect(second.meta).toEqual({ token: 42, status: RDS_RDMA_REMOTE_ERROR });
+    expect(mem.subarray(4096, 8192).equals(Buffer.alloc(4096))).toBe(true);
+  });
+
+  it("the kernel's connection torn down in the middle of its 1 MiB READ from us: reported, the message is not retransmitted", async () => {
+    // Our READ responses (IP packets of 1,024 to 2,047 bytes to RoCE's UDP port 4791) are dropped
+    // on our link, so the kernel's READ gets no answer while everything small (the command, acks,
+    // connection management) goes through: its queue pair exhausts its retries and the kernel
+    // tears the connection down with the READ outstanding, then connects again. With
+    // RDS_RDMA_FENCE its message waits for the READ, so it must never reach us.
+    const mem = pattern(1 << 20, 8);
+    const cookie = k.sock.getMr(mem, { flags: RDS_RDMA_READWRITE });
+    const dev = 'eth0';
+    run('tc', ['qdisc', 'add', 'dev', dev, 'root', 'handle', '1:', 'prio']);
+    try {
+      run('tc', [
+        'filter',
+        'add',
+        'dev',
+        dev,
+        'parent',
+        '1:',
+        'protocol',
+        'ip',
+        'prio',
+        '1',
+        'u32',
+        'match',
+        'ip',
+        'protocol',
+        '17',
+        '0xff',
+        'match',
+        'ip',
+        'dport',
+        '4791',
+        '0xffff',
+        'match',
+        'u16',
+        '0x0400',
+        '0xfc00',
+        'at',
+        '2',
+        'action',
+        'drop',
+      ]);
+      const cut = await k.ask('read 0 1048576 51 fence', { rdmaDest: cookie });
+      expect([RDS_RDMA_OTHER_ERROR, RDS_RDMA_DROPPED], JSON.stringify(cut.meta)).toContain(cut.meta.status);
+      console.error(`the kernel reported its cut READ with status ${JSON.stringify(cut.meta)}`);
+    } finally {
+      run('tc', ['qdisc', 'del', 'dev', dev, 'root']);
+    }
+    // Not retransmitted: the fenced message never came, before the answer or after a new READ.
+    const again = await k.ask('read 4096 4096 52', { rdmaDest: cookie });
+    expect(again.meta).toEqual({ token: 52, status: RDS_RDMA_SUCCESS });
+    expect(again.data.equals(mem.subarray(4096, 8192))).toBe(true);
+    expect(k.others).toEqual(['rdma-read 52']);
+    k.others.length = 0;
+    k.sock.freeMr(cookie);
+  });
+
+  it('after close: no memory region of this process left (rdma resource show mr), the kernel log clean', async () => {
+    const mem = Buffer.alloc(8192);
+    k.sock.getMr(mem, { flags: RDS_RDMA_READWRITE });
+    expect(ourMrs()).toBeGreaterThan(0);
+    const log = await k.stop();
+    expect(log).toContain('"bye": true');
+    // The connections' rings are registered memory too: close the node, then nothing may be left.
+    await stack.close();
+    closed = true;
+    expect(ourMrs()).toBe(0);
+    const kmr = await kernel('rdma resource show mr | wc -l', 10);
+    console.error(
+      `kernel guest: ${kmr.out.trim()} memory regions listed after krdma.py exited (the kernel's FRWR pool keeps its own)`,
+    );
+    expect(await kernelLogClean()).toBe('');
+  });
+});
