@@ -222,6 +222,48 @@ describe("the sender's side of read reports (a raw peer plays an rds-socket rece
   });
 });
 
+describe("the sender's side of read reports: messages not yet acknowledged when the report comes", () => {
+  it('a read report that cannot be placed, before the h_ack of the messages it covers: they reject, and their later h_ack confirms none of them', async () => {
+    // Seen in the soak: a restarted node sent 155 messages to a receiver with no socket bound; the
+    // receiver's refusals died with a carrier, its read report (155 refused) came while the
+    // messages still waited for their h_ack, and the h_ack that followed confirmed them all.
+    const peer = await RawListener.listen('127.134.2.2', TEST_TCP_PORT, false);
+    cleanups.push(() => peer.close());
+    const A = node({ heartbeatIntervalMs: 0 });
+    const a = await bound(A, '127.134.2.1');
+    const dest = { address: '127.134.2.2', port: 4000 };
+    const outcomes = new Map<number, string>();
+    const all = sendRange(a, dest, 0, 4, outcomes);
+    const c = await peer.accept(0);
+    const caps =
+      constants.RDSSOCK_CAP_ACK |
+      constants.RDSSOCK_CAP_CONFIRM |
+      constants.RDSSOCK_CAP_NO_HELLO |
+      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    c.send({
+      sequence: 1,
+      sport: 0,
+      dport: 1,
+      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(6), wire.rdsCapsExtension(caps)]),
+    });
+    const seqs: number[] = [];
+    while (seqs.length < 4) seqs.push((await c.nextUser()).header.sequence);
+    const last = seqs[3]!;
+    // No h_ack yet (ack 0): the messages are still in the retransmit queue. Three were refused,
+    // and not one of those refusals arrived.
+    c.send({ ack: 0, exthdr: wire.packExtensions([wire.readExtension(last, 3)]) });
+    // Then the flow cursor, and the refusals, late (a new carrier repeating them).
+    c.send({ ack: last });
+    for (const s of seqs.slice(0, 3))
+      c.send({ ack: last, exthdr: wire.packExtensions([wire.refusedExtension(s, constants.RDSSOCK_REFUSED_NO_SOCK)]) });
+    await Promise.all(all);
+    // Which one was read is unknown: none may be confirmed.
+    expect([0, 1, 2, 3].map((i) => outcomes.get(i))).toEqual(['ECONNRESET', 'ECONNRESET', 'ECONNRESET', 'ECONNRESET']);
+    expect(A.counters.get('send_confirm_reset')).toBe(4);
+  });
+});
+
 describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_HELLO)', () => {
   it('gets the unsequenced hello it waits for, and confirmations resolve on its acknowledgement as before', async () => {
     const peer = await RawListener.listen('127.132.1.2', TEST_TCP_PORT, false);

@@ -40,9 +40,11 @@ export class ReadConfirmations {
    * RDSSOCK_EXTHDR_READ: the peer's applications took every message up to `seq` except those it
    * reported refused; `refused` of them lie at or before `seq`. If we heard of fewer (a report
    * died with a carrier), which confirmations were read is unknown: they reject, and so do those
-   * the report covers that wait in `sendQueue` to be resent after a reconnect.
+   * the report covers that are not acknowledged yet (`unacked`: sent and waiting for h_ack, or
+   * waiting in the send queue to be resent after a reconnect). Their h_ack, when it comes, must
+   * not confirm them: the read report has passed them, so nothing would make them wait.
    */
-  readThrough(seq: number, refused: number, sendQueue: Iterable<RdsOutgoing>): void {
+  readThrough(seq: number, refused: number, unacked: Iterable<RdsOutgoing>[]): void {
     let counted = this.refusalsCounted;
     if (this.refusalsAhead !== null) {
       for (const s of this.refusalsAhead) {
@@ -72,7 +74,7 @@ export class ReadConfirmations {
       if (!unknown) m.confirm();
       else unplaced(m);
     }
-    if (unknown) for (const m of sendQueue) if (m.seq <= seq && !m.done) unplaced(m);
+    if (unknown) for (const q of unacked) for (const m of q) if (m.seq <= seq && !m.done) unplaced(m);
   }
 
   /** RDSSOCK_EXTHDR_REFUSED: the peer did not deliver our message `seq` (RDSSOCK_REFUSED_*); `find` looks it up in the path's queues. */

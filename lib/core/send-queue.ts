@@ -294,7 +294,7 @@ export class PathSend {
 
   /** RDSSOCK_EXTHDR_READ; see ReadConfirmations.readThrough. */
   readThrough(seq: number, refused: number): void {
-    this.confirms.readThrough(seq, refused, this.sendQueue);
+    this.confirms.readThrough(seq, refused, [this.retrans, this.sendQueue]);
   }
 
   /** RDSSOCK_EXTHDR_REFUSED: the peer did not deliver our message `seq`. */
