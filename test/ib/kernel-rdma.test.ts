@@ -1,6 +1,8 @@
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, type RdsMessage } from '../../lib/index.js';
+import { until } from '../helpers.js';
 import { KCTL_SET, KERNEL_ADDRS, LOCAL_ADDRS, kernel, kernelFile, kernelLogClean } from './kernel-ctl.js';
 
 // RDS's RDMA operations between rds-socket and a program using the kernel's RDMA API
@@ -27,11 +29,6 @@ function pattern(size: number, seed: number): Buffer {
   return b;
 }
 
-/** Runs a program in this guest (as root); throws with its output if it fails. */
-function run(file: string, args: string[]): string {
-  return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-}
-
 /** Memory regions of this process the kernel of this guest knows of (rdma resource show mr). */
 function ourMrs(): number {
   const out = execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' });
@@ -44,6 +41,8 @@ beforeAll(() => {
   expect(KCTL_SET, 'RDS_IB_KCTL (host:port of kctl.py) must be set; run through npm run test:ib').toBe(true);
   stack = new RdsStack();
   stack.on('error', () => {});
+  // Every drop of a connection with its reason, to set next to the kernel's log when a scenario fails.
+  stack.on('drop', (ev) => console.error(`drop ${JSON.stringify(ev)}`));
 });
 afterAll(async () => {
   if (!closed) await stack?.close();
@@ -228,55 +227,34 @@ describe('RDMA between rds-socket and the kernel: use-once, teardown, cleanup', 
     expect(mem.subarray(4096, 8192).equals(Buffer.alloc(4096))).toBe(true);
   });
 
-  it("the kernel's connection torn down in the middle of its 1 MiB READ from us: reported, the message is not retransmitted", async () => {
-    // Our READ responses (IP packets of 1,024 to 2,047 bytes to RoCE's UDP port 4791) are dropped
-    // on our link, so the kernel's READ gets no answer while everything small (the command, acks,
-    // connection management) goes through: its queue pair exhausts its retries and the kernel
-    // tears the connection down with the READ outstanding, then connects again. With
-    // RDS_RDMA_FENCE its message waits for the READ, so it must never reach us.
+  it("the connection torn down in the middle of the kernel's 1 MiB READ from us: the kernel reports it dropped, its message is not retransmitted", async () => {
+    // We cut the connection once our device has sent part of the READ's responses (rxe's
+    // sent_pkts counter: 1 MiB is about 1,000 packets, tens of milliseconds between two emulated
+    // guests). The kernel's queue pair is flushed with the READ outstanding; its message waits
+    // behind the READ (RDS_RDMA_FENCE), so it must never reach us, before the answer or after.
     const mem = pattern(1 << 20, 8);
     const cookie = k.sock.getMr(mem, { flags: RDS_RDMA_READWRITE });
-    const dev = 'eth0';
-    run('tc', ['qdisc', 'add', 'dev', dev, 'root', 'handle', '1:', 'prio']);
-    try {
-      run('tc', [
-        'filter',
-        'add',
-        'dev',
-        dev,
-        'parent',
-        '1:',
-        'protocol',
-        'ip',
-        'prio',
-        '1',
-        'u32',
-        'match',
-        'ip',
-        'protocol',
-        '17',
-        '0xff',
-        'match',
-        'ip',
-        'dport',
-        '4791',
-        '0xffff',
-        'match',
-        'u16',
-        '0x0400',
-        '0xfc00',
-        'at',
-        '2',
-        'action',
-        'drop',
-      ]);
-      const cut = await k.ask('read 0 1048576 51 fence', { rdmaDest: cookie });
-      expect([RDS_RDMA_OTHER_ERROR, RDS_RDMA_DROPPED], JSON.stringify(cut.meta)).toContain(cut.meta.status);
-      console.error(`the kernel reported its cut READ with status ${JSON.stringify(cut.meta)}`);
-    } finally {
-      run('tc', ['qdisc', 'del', 'dev', dev, 'root']);
+    const sent = () => Number(readFileSync('/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts', 'utf8'));
+    const before = sent();
+    const answer = k.ask('read 0 1048576 51 fence', { rdmaDest: cookie });
+    const deadline = Date.now() + 20_000;
+    while (sent() - before < 64) {
+      expect(Date.now() < deadline, 'our device never sent the READ responses').toBe(true);
+      await new Promise((r) => setImmediate(r));
     }
-    // Not retransmitted: the fenced message never came, before the answer or after a new READ.
+    const cutAt = sent() - before;
+    stack.disconnectPath(k.ka, 0, k.la);
+    await until(
+      () => stack.connections().find((c) => c.peerAddress === k.ka)?.paths[0]?.state === 'DOWN',
+      'our path down',
+      20_000,
+    );
+    stack.reconnectPath(k.ka, 0, k.la);
+    const cut = await answer;
+    console.error(`cut after ${cutAt} packets; the kernel reported ${JSON.stringify(cut.meta)}`);
+    expect(cutAt, 'the READ finished before the cut').toBeLessThan(1000);
+    expect([RDS_RDMA_DROPPED, RDS_RDMA_OTHER_ERROR], JSON.stringify(cut.meta)).toContain(cut.meta.status);
+    // Not retransmitted: the fenced message never came, and a new READ works on the new connection.
     const again = await k.ask('read 4096 4096 52', { rdmaDest: cookie });
     expect(again.meta).toEqual({ token: 52, status: RDS_RDMA_SUCCESS });
     expect(again.data.equals(mem.subarray(4096, 8192))).toBe(true);

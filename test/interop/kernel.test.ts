@@ -432,12 +432,11 @@ async function lossDiagnostics(drops: Record<string, number>): Promise<unknown> 
               upCount: number;
               connectFailures: number;
               peerPongSeen: boolean;
-              holdingBehind: { index: number } | null;
               reconnectPending: boolean;
-              pendingCount(): { send: number; retrans: number };
-              oldestUnacked(): number | undefined;
+              tx: { pendingCount(): { send: number; retrans: number }; oldestUnacked(): number | undefined };
               sendQueue: Iterable<{ sport: number; seq: number; done: boolean }>;
             }[];
+            failover: { holdingBehind(p: unknown): { index: number } | null };
           }
         >;
       }
@@ -461,10 +460,10 @@ async function lossDiagnostics(drops: Record<string, number>): Promise<unknown> 
             ups: p.upCount,
             connectFailures: p.connectFailures,
             pong: p.peerPongSeen,
-            holdingBehind: p.holdingBehind?.index ?? null,
+            holdingBehind: c.failover.holdingBehind(p)?.index ?? null,
             reconnectPending: p.reconnectPending,
-            ...p.pendingCount(),
-            oldestUnacked: p.oldestUnacked() ?? null,
+            ...p.tx.pendingCount(),
+            oldestUnacked: p.tx.oldestUnacked() ?? null,
             queuedFromPorts: [...ports],
           };
         }),
