@@ -6,12 +6,24 @@ export type RxVerdict = 'new' | 'dup' | 'old';
  * rds-socket's failover record: which of the path's own messages already arrived moved over
  * another path. Survives reconnects (spec §2.5); forgotten when the peer restarts.
  */
+/**
+ * Holes remembered per path: original numbers below the highest one received that never arrived
+ * (moved away before they went out, skipped by a withheld probe or a cancel). Past this many the
+ * oldest are forgotten and count as received, as every number below the cursors did before holes
+ * were tracked: a bound against a peer whose numbers jump.
+ */
+const MAX_HOLES = 1024;
+
 export class RxSequence {
   private nextSeq = 0;
   private nativeNext = 0;
   private floor = 0;
   private messages = 0;
   private bytes = 0;
+  /** One past the highest original number of this path received, natively or moved. */
+  private high = 0;
+  /** Original numbers below `high` that have not arrived, oldest first; made at the first gap. */
+  private holes: Set<number> | null = null;
 
   /** One past the last sequence accepted. */
   get next(): number {
@@ -48,9 +60,11 @@ export class RxSequence {
    *
    * A message moved from a dead path (`moved`) carries that path's index and its original number
    * there (`originSeq`); `origin` is that path's sequence space (undefined: no such path, nothing
-   * to compare with, deliver). The sender keeps each path's messages in original order across
-   * moves, so a moved message is a copy if a message of its origin with the same or a later
-   * original number was already accepted, natively or moved. Kernels never send the record.
+   * to compare with, deliver). It is a copy if that very original number already arrived there,
+   * natively or moved. (Not "if a later one arrived": a message moved away before it went out
+   * can come back after later messages of its origin went natively; taking it for a copy then
+   * dropped it and reported it read, a confirmation for a message never delivered.) Kernels
+   * never send the record.
    */
   accept(
     seq: number,
@@ -63,20 +77,49 @@ export class RxSequence {
     if (seq < this.nextSeq && retransmitted) return 'old';
     if (moved ? origin?.movedCopy(originSeq) : seq < this.floor) {
       this.nextSeq = Math.max(this.nextSeq, seq + 1);
+      if (!moved) this.markReceived(seq);
       return 'dup';
     }
     this.nextSeq = seq + 1;
-    if (!moved) this.nativeNext = seq + 1;
+    if (!moved) {
+      this.nativeNext = seq + 1;
+      this.markReceived(seq);
+    }
     this.messages++;
     this.bytes += len;
     return 'new';
   }
 
-  /** A message numbered `originSeq` here arrived moved over another path: a copy, or it raises the floor. */
+  /** A message numbered `originSeq` here arrived moved over another path: a copy, or it is recorded (and raises the floor). */
   private movedCopy(originSeq: number): boolean {
-    if (originSeq < this.nativeNext || originSeq < this.floor) return true;
-    this.floor = originSeq + 1;
+    if (this.received(originSeq)) return true;
+    this.markReceived(originSeq);
+    if (originSeq + 1 > this.floor) this.floor = originSeq + 1;
     return false;
+  }
+
+  /** Whether original number `n` of this path arrived (natively or moved); a forgotten hole counts as arrived. */
+  private received(n: number): boolean {
+    return n < this.high && this.holes?.has(n) !== true;
+  }
+
+  private markReceived(n: number): void {
+    if (n < this.high) {
+      this.holes?.delete(n);
+      return;
+    }
+    // The numbers jumped over are holes, at most MAX_HOLES of them (the newest).
+    const from = Math.max(this.high, n - MAX_HOLES);
+    if (n > from) {
+      const holes = (this.holes ??= new Set());
+      for (let k = from; k < n; k++) holes.add(k);
+      let drop = holes.size - MAX_HOLES;
+      for (const k of holes) {
+        if (drop-- <= 0) break;
+        holes.delete(k);
+      }
+    }
+    this.high = n + 1;
   }
 
   /** The peer restarted: its numbering starts over. */
@@ -84,10 +127,15 @@ export class RxSequence {
     this.restore(0, 0, 0);
   }
 
-  /** A forgotten connection came back (reclaim.ts keeps the three numbers of each path). */
+  /**
+   * A forgotten connection came back (reclaim.ts keeps the three numbers of each path): everything
+   * below the floor and the native cursor is taken as received (its holes were not kept).
+   */
   restore(next: number, movedFloor: number, nativeNext: number): void {
     this.nextSeq = next;
     this.floor = movedFloor;
     this.nativeNext = nativeNext;
+    this.high = Math.max(movedFloor, nativeNext);
+    this.holes = null;
   }
 }

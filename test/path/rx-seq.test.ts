@@ -44,6 +44,33 @@ describe("RxSequence: a path's receive sequence space", () => {
     expect(here.accept(4, false, 0, true, origin, 1)).toBe('dup');
   });
 
+  it('a message moved away before it went out, coming back after later messages of its origin went natively, is delivered, not taken for a copy', () => {
+    // Seen in the soak: lane 0 numbered a message 645, failover moved it to another lane before
+    // it went out, lane 0 came back and sent 646..724 natively, then the moved message returned
+    // (origin 0, 645). Taken for a copy of something lane 0 had (645 < 725), it was dropped and
+    // reported read: confirmed, never delivered.
+    const lane0 = new RxSequence();
+    const other = new RxSequence();
+    for (let s = 1; s <= 644; s++) lane0.accept(s, false, 0);
+    for (let s = 646; s <= 724; s++) expect(lane0.accept(s, false, 0)).toBe('new');
+    expect(lane0.accept(903, false, 0, true, lane0, 645)).toBe('new');
+    // Now it did arrive: the same original again is a copy, over any lane.
+    expect(other.accept(1, false, 0, true, lane0, 645)).toBe('dup');
+    // And something lane 0 really had is still a copy.
+    expect(other.accept(2, false, 0, true, lane0, 700)).toBe('dup');
+  });
+
+  it('holes are bounded: a peer whose numbers jump far leaves at most MAX_HOLES remembered, the older count as arrived', () => {
+    const r = new RxSequence();
+    r.accept(1, false, 0);
+    r.accept(1_000_000, false, 0);
+    const here = new RxSequence();
+    // Just below the jump: a remembered hole, so a moved message with that number is new.
+    expect(here.accept(1, false, 0, true, r, 999_999)).toBe('new');
+    // Far below: forgotten, taken as arrived (a copy), as before holes were tracked.
+    expect(here.accept(2, false, 0, true, r, 500)).toBe('dup');
+  });
+
   it('a moved message from a path that does not exist is delivered', () => {
     const r = new RxSequence();
     expect(r.accept(1, false, 3, true, undefined, 7)).toBe('new');
