@@ -19,12 +19,13 @@ async function freshStack(): Promise<RdsStack> {
 
 /**
  * Under software emulation a round trip after a reconnect takes 100-600 ms against any kernel;
- * a kernel waiting out its shutdown timer would add about 5 s. The median must stay under a
- * second and no reconnect may come near the timer (4 s, against its 5 s).
+ * a kernel waiting out its shutdown timer would add about 5 s. What is checked is that no
+ * reconnect waits for that timer: the median stays well under it (2.5 s: on a machine busy with
+ * other guests the median was 1.5 s once) and no reconnect comes near it (4 s, against its 5 s).
  */
 function expectQuick(times: number[]): void {
   const sorted = [...times].sort((a, b) => a - b);
-  expect(sorted[Math.floor(sorted.length / 2)]!).toBeLessThan(1000);
+  expect(sorted[Math.floor(sorted.length / 2)]!).toBeLessThan(2500);
   // A busy host (one emulated guest CPU) has been seen to take 3 s once; the timer is 5 s.
   expect(sorted[sorted.length - 1]!).toBeLessThan(4000);
 }
