@@ -264,6 +264,73 @@ describe("the sender's side of read reports: messages not yet acknowledged when 
   });
 });
 
+describe("the sender's side of read reports: an h_ack before the peer's capabilities are known", () => {
+  it('confirms nothing: the confirmations wait until the handshake says whether the peer reports reads', async () => {
+    // Seen in the soak: a restarted node's first messages went to a peer with no socket bound;
+    // the peer's ack frame (control frames go ahead of queued data) arrived before its probe, and
+    // with its capabilities unknown the h_ack was taken as the confirmation, as from an older
+    // peer. The peer's refusals came next: too late, the messages were already confirmed.
+    const peer = await RawListener.listen('127.134.3.2', TEST_TCP_PORT, false);
+    cleanups.push(() => peer.close());
+    const A = node({ heartbeatIntervalMs: 0 });
+    const a = await bound(A, '127.134.3.1');
+    const dest = { address: '127.134.3.2', port: 4000 };
+    const outcomes = new Map<number, string>();
+    const all = sendRange(a, dest, 0, 4, outcomes);
+    const c = await peer.accept(0);
+    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    const seqs: number[] = [];
+    while (seqs.length < 4) seqs.push((await c.nextUser()).header.sequence);
+    const last = seqs[3]!;
+    // The flow cursor first, before any handshake: not a confirmation yet.
+    c.send({ ack: last });
+    await a.flush({ timeout: 5000 });
+    expect(outcomes.size).toBe(0);
+    // Then the pong with capabilities (it reports reads), the refusals and the read cursor.
+    const caps =
+      constants.RDSSOCK_CAP_ACK |
+      constants.RDSSOCK_CAP_CONFIRM |
+      constants.RDSSOCK_CAP_NO_HELLO |
+      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+    c.send({
+      sequence: 1,
+      sport: 0,
+      dport: 1,
+      ack: last,
+      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(7), wire.rdsCapsExtension(caps)]),
+    });
+    for (const s of seqs.slice(0, 3))
+      c.send({ ack: last, exthdr: wire.packExtensions([wire.refusedExtension(s, constants.RDSSOCK_REFUSED_NO_SOCK)]) });
+    c.send({ ack: last, exthdr: wire.packExtensions([wire.readExtension(last, 3)]) });
+    await Promise.all(all);
+    expect([0, 1, 2, 3].map((i) => outcomes.get(i))).toEqual(['ECONNREFUSED', 'ECONNREFUSED', 'ECONNREFUSED', 'ok']);
+  });
+
+  it('from a peer that turns out not to report reads (a kernel: no capabilities), the held h_ack then confirms', async () => {
+    const peer = await RawListener.listen('127.134.4.2', TEST_TCP_PORT, false);
+    cleanups.push(() => peer.close());
+    const A = node({ heartbeatIntervalMs: 0 });
+    const a = await bound(A, '127.134.4.1');
+    const dest = { address: '127.134.4.2', port: 4000 };
+    const outcomes = new Map<number, string>();
+    const all = sendRange(a, dest, 0, 2, outcomes);
+    const c = await peer.accept(0);
+    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    const seqs: number[] = [];
+    while (seqs.length < 2) seqs.push((await c.nextUser()).header.sequence);
+    c.send({ ack: seqs[1]! });
+    // A kernel's pong: NPATHS and GEN_NUM, no rds-socket capabilities.
+    c.send({
+      sequence: 1,
+      sport: 0,
+      dport: 1,
+      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(8)]),
+    });
+    await Promise.all(all);
+    expect([outcomes.get(0), outcomes.get(1)]).toEqual(['ok', 'ok']);
+  });
+});
+
 describe('with older rds-socket peers (no RDSSOCK_CAP_CONFIRM / RDSSOCK_CAP_NO_HELLO)', () => {
   it('gets the unsequenced hello it waits for, and confirmations resolve on its acknowledgement as before', async () => {
     const peer = await RawListener.listen('127.132.1.2', TEST_TCP_PORT, false);

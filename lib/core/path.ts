@@ -385,6 +385,7 @@ export class RdsConnPath {
 
   /** The peer's capabilities became known: start what they allow. */
   capabilitiesChanged(): void {
+    if (!this.conn.handshake.confirmsReads) this.tx.confirms.acknowledgedIsEnough();
     if (this.st === RDS_CONN_UP && !this.heartbeat.running) this.heartbeat.start();
     if (this.conn.handshake.ackMode) this.acks.requestAck();
   }

@@ -7,12 +7,13 @@ export type RxVerdict = 'new' | 'dup' | 'old';
  * another path. Survives reconnects (spec §2.5); forgotten when the peer restarts.
  */
 /**
- * Holes remembered per path: original numbers below the highest one received that never arrived
- * (moved away before they went out, skipped by a withheld probe or a cancel). Past this many the
- * oldest are forgotten and count as received, as every number below the cursors did before holes
- * were tracked: a bound against a peer whose numbers jump.
+ * Holes remembered per path, as ranges: original numbers below the highest one received that
+ * never arrived (moved away before they went out, skipped by a withheld probe or a cancel). Past
+ * this many ranges the oldest are forgotten and count as received, as every number below the
+ * cursors did before holes were tracked: a bound against a peer whose numbers jump, which costs it
+ * one range per frame, never work per number.
  */
-const MAX_HOLES = 1024;
+const MAX_HOLE_RANGES = 256;
 
 export class RxSequence {
   private nextSeq = 0;
@@ -22,8 +23,9 @@ export class RxSequence {
   private bytes = 0;
   /** One past the highest original number of this path received, natively or moved. */
   private high = 0;
-  /** Original numbers below `high` that have not arrived, oldest first; made at the first gap. */
-  private holes: Set<number> | null = null;
+  /** Ranges of original numbers below `high` that have not arrived: [lo, hi] inclusive, ascending; made at the first gap. */
+  private holeLo: number[] | null = null;
+  private holeHi: number[] | null = null;
 
   /** One past the last sequence accepted. */
   get next(): number {
@@ -100,26 +102,59 @@ export class RxSequence {
 
   /** Whether original number `n` of this path arrived (natively or moved); a forgotten hole counts as arrived. */
   private received(n: number): boolean {
-    return n < this.high && this.holes?.has(n) !== true;
+    return n < this.high && this.holeAt(n) < 0;
+  }
+
+  /** The index of the hole range holding `n`, or -1. */
+  private holeAt(n: number): number {
+    const lo = this.holeLo;
+    const hi = this.holeHi;
+    if (lo === null || hi === null) return -1;
+    let a = 0;
+    let b = lo.length - 1;
+    while (a <= b) {
+      const m = (a + b) >>> 1;
+      if (hi[m]! < n) a = m + 1;
+      else if (lo[m]! > n) b = m - 1;
+      else return m;
+    }
+    return -1;
   }
 
   private markReceived(n: number): void {
-    if (n < this.high) {
-      this.holes?.delete(n);
+    if (n >= this.high) {
+      if (n > this.high) this.addHole(this.high, n - 1);
+      this.high = n + 1;
       return;
     }
-    // The numbers jumped over are holes, at most MAX_HOLES of them (the newest).
-    const from = Math.max(this.high, n - MAX_HOLES);
-    if (n > from) {
-      const holes = (this.holes ??= new Set());
-      for (let k = from; k < n; k++) holes.add(k);
-      let drop = holes.size - MAX_HOLES;
-      for (const k of holes) {
-        if (drop-- <= 0) break;
-        holes.delete(k);
-      }
+    const i = this.holeAt(n);
+    if (i < 0) return;
+    const lo = this.holeLo!;
+    const hi = this.holeHi!;
+    if (lo[i] === hi[i]) {
+      lo.splice(i, 1);
+      hi.splice(i, 1);
+    } else if (n === lo[i]) lo[i] = n + 1;
+    else if (n === hi[i]) hi[i] = n - 1;
+    else {
+      lo.splice(i + 1, 0, n + 1);
+      hi.splice(i + 1, 0, hi[i]!);
+      hi[i] = n - 1;
+      this.trimHoles();
     }
-    this.high = n + 1;
+  }
+
+  private addHole(from: number, to: number): void {
+    (this.holeLo ??= []).push(from);
+    (this.holeHi ??= []).push(to);
+    this.trimHoles();
+  }
+
+  private trimHoles(): void {
+    if (this.holeLo !== null && this.holeLo.length > MAX_HOLE_RANGES) {
+      this.holeLo.shift();
+      this.holeHi!.shift();
+    }
   }
 
   /** The peer restarted: its numbering starts over. */
@@ -136,6 +171,6 @@ export class RxSequence {
     this.floor = movedFloor;
     this.nativeNext = nativeNext;
     this.high = Math.max(movedFloor, nativeNext);
-    this.holes = null;
+    this.holeLo = this.holeHi = null;
   }
 }

@@ -97,6 +97,14 @@ export class ReadConfirmations {
     );
   }
 
+  /**
+   * The handshake settled on a peer that does not report reads (a kernel, an older rds-socket):
+   * its h_ack is the confirmation, so the messages it acknowledged while that was unknown resolve.
+   */
+  acknowledgedIsEnough(): void {
+    for (const m of this.awaitingRead.drain()) if (m.confirmPending) m.confirm();
+  }
+
   /** The peer restarted: confirmations waiting for its old life's read cursor will never resolve. */
   peerRestarted(): void {
     for (const m of this.awaitingRead.drain()) {

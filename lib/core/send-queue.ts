@@ -273,7 +273,11 @@ export class PathSend {
   ackThrough(seq: number): void {
     let freed = false;
     const now = performance.now();
-    const holdConfirm = this.path.conn.handshake.confirmsReads;
+    // While the handshake has not said what the peer is, an h_ack confirms nothing yet: from an
+    // rds-socket peer only its read cursor may (its ack frames can overtake its probe). They wait
+    // in confirms.awaitingRead; capabilitiesChanged releases them if the peer does not report reads.
+    const hs = this.path.conn.handshake;
+    const holdConfirm = hs.confirmsReads || (hs.peer === 'unknown' && !this.path.conn.isLoopback);
     for (;;) {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;

@@ -60,15 +60,21 @@ describe("RxSequence: a path's receive sequence space", () => {
     expect(other.accept(2, false, 0, true, lane0, 700)).toBe('dup');
   });
 
-  it('holes are bounded: a peer whose numbers jump far leaves at most MAX_HOLES remembered, the older count as arrived', () => {
+  it('holes are bounded: a peer whose numbers jump on every frame leaves at most MAX_HOLE_RANGES ranges, the older count as arrived', () => {
     const r = new RxSequence();
-    r.accept(1, false, 0);
-    r.accept(1_000_000, false, 0);
+    // 300 jumps of a million each: 300 holes, only the newest 256 remembered.
+    for (let k = 1; k <= 301; k++) r.accept(k * 1_000_000, false, 0);
     const here = new RxSequence();
-    // Just below the jump: a remembered hole, so a moved message with that number is new.
-    expect(here.accept(1, false, 0, true, r, 999_999)).toBe('new');
-    // Far below: forgotten, taken as arrived (a copy), as before holes were tracked.
-    expect(here.accept(2, false, 0, true, r, 500)).toBe('dup');
+    // A number in a remembered hole: a moved message with it is new, and then it arrived.
+    expect(here.accept(1, false, 0, true, r, 300_999_999)).toBe('new');
+    expect(here.accept(2, false, 0, true, r, 300_999_999)).toBe('dup');
+    // Splitting a hole keeps its two sides holes.
+    expect(here.accept(3, false, 0, true, r, 300_999_998)).toBe('new');
+    expect(here.accept(4, false, 0, true, r, 300_000_001)).toBe('new');
+    // In the oldest holes, forgotten: taken as arrived (a copy), as before holes were tracked.
+    expect(here.accept(5, false, 0, true, r, 1_500_000)).toBe('dup');
+    // What really arrived is a copy.
+    expect(here.accept(6, false, 0, true, r, 300_000_000)).toBe('dup');
   });
 
   it('a moved message from a path that does not exist is delivered', () => {
