@@ -60,6 +60,24 @@ function expectNoConfirmedButLost(outcomes: Map<number, string>, delivered: Set<
   expect(lost, 'confirmed but never delivered').toEqual([]);
 }
 
+/** The capabilities of an rds-socket peer that reports reads, running one path. */
+const caps =
+  constants.RDSSOCK_CAP_ACK |
+  constants.RDSSOCK_CAP_CONFIRM |
+  constants.RDSSOCK_CAP_NO_HELLO |
+  (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+
+/** A raw peer's pong: one path, generation `gen`, `caps`. */
+function pong(c: { send(f: Record<string, unknown>): void }, gen: number, ack = 0): void {
+  c.send({
+    sequence: 1,
+    sport: 0,
+    dport: 1,
+    ack,
+    exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(gen), wire.rdsCapsExtension(caps)]),
+  });
+}
+
 describe('confirm means "the receiving application has it" (rds-socket peers)', () => {
   it('a receiving socket closed with an unread backlog and bound again: its unread messages reject (ECONNRESET), none is confirmed and lost', async () => {
     const A = node({ ackDelayMaxMs: 50 });
@@ -182,18 +200,8 @@ describe("the sender's side of read reports (a raw peer plays an rds-socket rece
     const outcomes = new Map<number, string>();
     const first = sendRange(a, dest, 0, 3, outcomes);
     const c = await peer.accept(0);
-    const caps =
-      constants.RDSSOCK_CAP_ACK |
-      constants.RDSSOCK_CAP_CONFIRM |
-      constants.RDSSOCK_CAP_NO_HELLO |
-      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
     const probe = await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
-    c.send({
-      sequence: 1,
-      sport: 0,
-      dport: 1,
-      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(5), wire.rdsCapsExtension(caps)]),
-    });
+    pong(c, 5);
     expect(probe.header.sequence).toBe(1);
     const seqs: number[] = [];
     while (seqs.length < 3) seqs.push((await c.nextUser()).header.sequence);
@@ -235,18 +243,8 @@ describe("the sender's side of read reports: messages not yet acknowledged when 
     const outcomes = new Map<number, string>();
     const all = sendRange(a, dest, 0, 4, outcomes);
     const c = await peer.accept(0);
-    const caps =
-      constants.RDSSOCK_CAP_ACK |
-      constants.RDSSOCK_CAP_CONFIRM |
-      constants.RDSSOCK_CAP_NO_HELLO |
-      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
     await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
-    c.send({
-      sequence: 1,
-      sport: 0,
-      dport: 1,
-      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(6), wire.rdsCapsExtension(caps)]),
-    });
+    pong(c, 6);
     const seqs: number[] = [];
     while (seqs.length < 4) seqs.push((await c.nextUser()).header.sequence);
     const last = seqs[3]!;
@@ -287,18 +285,7 @@ describe("the sender's side of read reports: an h_ack before the peer's capabili
     await a.flush({ timeout: 5000 });
     expect(outcomes.size).toBe(0);
     // Then the pong with capabilities (it reports reads), the refusals and the read cursor.
-    const caps =
-      constants.RDSSOCK_CAP_ACK |
-      constants.RDSSOCK_CAP_CONFIRM |
-      constants.RDSSOCK_CAP_NO_HELLO |
-      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
-    c.send({
-      sequence: 1,
-      sport: 0,
-      dport: 1,
-      ack: last,
-      exthdr: wire.packExtensions([wire.npathsExtension(1), wire.genNumExtension(7), wire.rdsCapsExtension(caps)]),
-    });
+    pong(c, 7, last);
     for (const s of seqs.slice(0, 3))
       c.send({ ack: last, exthdr: wire.packExtensions([wire.refusedExtension(s, constants.RDSSOCK_REFUSED_NO_SOCK)]) });
     c.send({ ack: last, exthdr: wire.packExtensions([wire.readExtension(last, 3)]) });
@@ -417,11 +404,6 @@ describe('a restarted peer is recognised by the generation in its probe', () => 
   it('even when its first frames come again as retransmissions: nothing of its new life is dropped as old, no ack names its old life', async () => {
     const A = node({ heartbeatIntervalMs: 0 });
     const a = await bound(A, '127.135.1.2');
-    const caps =
-      constants.RDSSOCK_CAP_ACK |
-      constants.RDSSOCK_CAP_CONFIRM |
-      constants.RDSSOCK_CAP_NO_HELLO |
-      (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
     const probe = (gen: number, flags = 0) => ({
       sequence: 1,
       sport: 1,
