@@ -3,7 +3,7 @@
 # inside the qemu guest of test/interop (two node stacks on 10.77.0.2 and 10.77.0.5, both on rxe0),
 # then rds-socket against the kernel's RDS/IB (rds_rdma): a second guest (the "peer", no tap) on a
 # point-to-point qemu link to the first, rds-socket there on rxe0 (10.88.0.2, .3, .6), the kernel's
-# RDS/IB in the first guest on rxe1 (10.88.0.1, .4, .5), test/ib/kernel-ib.test.ts in the peer
+# RDS/IB in the first guest on rxe1 (10.88.0.1, .4, .5), test/ib/kernel-ib.test.ts and kernel-rdma.test.ts in the peer
 # driving the kernel side through test/ib/guest/kctl.py. Why two guests: README, "InfiniBand".
 # $RDS_KERNEL picks the kernel of both guests (6.1, 6.12, 7; see kernel-vm.sh); RDS_IB_KERNEL=0
 # skips the kernel interop part, RDS_IB_KERNEL=only runs nothing else. RDS_IB_PEER_KERNEL (6.1, 6.12,

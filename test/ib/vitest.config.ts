@@ -4,8 +4,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/conformance.test.ts', 'test/ib/**/*.test.ts'],
-    // kernel-ib.test.ts runs in the other guest (vitest.kernel.config.ts).
-    exclude: ['test/ib/kernel-ib.test.ts', '**/node_modules/**'],
+    // The kernel suites run in the other guest (vitest.kernel.config.ts).
+    exclude: ['test/ib/kernel-*.test.ts', '**/node_modules/**'],
     testTimeout: 120_000,
     hookTimeout: 120_000,
     fileParallelism: false,
