@@ -304,3 +304,9 @@ export async function proxiedStacks(
   defer(() => B.close());
   return { A, B, proxy };
 }
+
+/** Memory regions of this process the kernel knows of (`rdma resource show mr`; IB guest tests). */
+export function processMrs(): number {
+  const out = execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' });
+  return out.split('\n').filter((l) => new RegExp(`\\bpid ${process.pid}\\b`).test(l)).length;
+}

@@ -2,11 +2,6 @@
 export type RxVerdict = 'new' | 'dup' | 'old';
 
 /**
- * One path's receive sequence space (the kernel's cp_next_rx_seq and its duplicate check), with
- * rds-socket's failover record: which of the path's own messages already arrived moved over
- * another path. Survives reconnects (spec §2.5); forgotten when the peer restarts.
- */
-/**
  * Holes remembered per path, as ranges: original numbers below the highest one received that
  * never arrived (moved away before they went out, skipped by a withheld probe or a cancel). Past
  * this many ranges the oldest are forgotten and count as received, as every number below the
@@ -15,6 +10,11 @@ export type RxVerdict = 'new' | 'dup' | 'old';
  */
 const MAX_HOLE_RANGES = 256;
 
+/**
+ * One path's receive sequence space (the kernel's cp_next_rx_seq and its duplicate check), with
+ * rds-socket's failover record: which of the path's own messages already arrived moved over
+ * another path. Survives reconnects (spec §2.5); forgotten when the peer restarts.
+ */
 export class RxSequence {
   private nextSeq = 0;
   private nativeNext = 0;

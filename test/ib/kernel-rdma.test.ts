@@ -1,8 +1,7 @@
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, type RdsMessage } from '../../lib/index.js';
-import { until } from '../helpers.js';
+import { processMrs, until } from '../helpers.js';
 import { KCTL_SET, KERNEL_ADDRS, LOCAL_ADDRS, kernel, kernelFile, kernelLogClean } from './kernel-ctl.js';
 
 // RDS's RDMA operations between rds-socket and a program using the kernel's RDMA API
@@ -27,12 +26,6 @@ function pattern(size: number, seed: number): Buffer {
   const b = Buffer.alloc(size);
   for (let k = 0; k < size; k++) b[k] = (k * 7 + seed) & 0xff;
   return b;
-}
-
-/** Memory regions of this process the kernel of this guest knows of (rdma resource show mr). */
-function ourMrs(): number {
-  const out = execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' });
-  return out.split('\n').filter((l) => new RegExp(`\\bpid ${process.pid}\\b`).test(l)).length;
 }
 
 let stack: RdsStack;
@@ -266,13 +259,13 @@ describe('RDMA between rds-socket and the kernel: use-once, teardown, cleanup', 
   it('after close: no memory region of this process left (rdma resource show mr), the kernel log clean', async () => {
     const mem = Buffer.alloc(8192);
     k.sock.getMr(mem, { flags: RDS_RDMA_READWRITE });
-    expect(ourMrs()).toBeGreaterThan(0);
+    expect(processMrs()).toBeGreaterThan(0);
     const log = await k.stop();
     expect(log).toContain('"bye": true');
     // The connections' rings are registered memory too: close the node, then nothing may be left.
     await stack.close();
     closed = true;
-    expect(ourMrs()).toBe(0);
+    expect(processMrs()).toBe(0);
     const kmr = await kernel('rdma resource show mr | wc -l', 10);
     console.error(
       `kernel guest: ${kmr.out.trim()} memory regions listed after krdma.py exited (the kernel's FRWR pool keeps its own)`,

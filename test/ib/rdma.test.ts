@@ -1,8 +1,8 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, type RdsMessage } from '../../lib/index.js';
-import { IB_ADDRS, payload } from '../helpers.js';
+import { IB_ADDRS, payload, processMrs } from '../helpers.js';
 import { native } from '../../lib/native.js';
 
 // RDS's RDMA operations between two rds-socket stacks over Soft-RoCE (npm run test:ib); IB_ADDRS
@@ -23,12 +23,6 @@ async function ibSocket(address: string, port: number): Promise<{ stack: RdsStac
   await sock.bind({ address, port });
   sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 << 20);
   return { stack, sock };
-}
-
-/** Memory regions of this process the kernel knows of (rdma resource show mr). */
-function ourMrs(): number {
-  const out = execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' });
-  return out.split('\n').filter((l) => new RegExp(`\\bpid ${process.pid}\\b`).test(l)).length;
 }
 
 /** The next message or notification, with a bound on the wait. */
@@ -166,9 +160,9 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     // The connection (and its two ring registrations) first, so the count below is the region's.
     a.sendmsg(Buffer.from('hi'), b.address());
     await next(b);
-    const before = ourMrs();
+    const before = processMrs();
     const cookie = await expose(b, a, mem, RDS_RDMA_READWRITE | RDS_RDMA_USE_ONCE);
-    expect(ourMrs()).toBe(before + 1);
+    expect(processMrs()).toBe(before + 1);
     const src = payload(3, 2000);
     a.sendmsg(Buffer.from('once'), b.address(), {
       rdma: { cookie, local: [src], write: true, notify: true, token: 1n },
@@ -178,7 +172,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect((await next(b)).data.toString()).toBe('once');
     expect(mem.subarray(0, 2000).equals(src)).toBe(true);
     expect(() => b.freeMr(cookie)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
-    expect(ourMrs()).toBe(before);
+    expect(processMrs()).toBe(before);
     a.sendmsg(Buffer.from('twice'), b.address(), {
       rdma: { cookie, local: [Buffer.alloc(16, 9)], write: true, notify: true, token: 2n },
     });
@@ -192,7 +186,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     // The connection (and its ring registrations) first, so the counts below are the region's.
     a.sendmsg(Buffer.from('hi'), b.address());
     await next(b);
-    const before = ourMrs();
+    const before = processMrs();
     const mem = Buffer.alloc(8192, 0xcc);
     // Refused (larger than the send buffer): nothing registered, no cookie.
     const refused: { buffer: Buffer; cookie?: bigint } = { buffer: mem };
@@ -200,11 +194,11 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
       expect.objectContaining({ code: 'EMSGSIZE' }),
     );
     expect(refused.cookie).toBeUndefined();
-    expect(ourMrs()).toBe(before);
+    expect(processMrs()).toBe(before);
     const rdmaMap: { buffer: Buffer; flags: number; cookie?: bigint } = { buffer: mem, flags: RDS_RDMA_READWRITE };
     b.sendmsg(Buffer.from('mapped'), a.address(), { rdmaMap });
     expect(typeof rdmaMap.cookie).toBe('bigint');
-    expect(ourMrs()).toBe(before + 1);
+    expect(processMrs()).toBe(before + 1);
     const m = await next(a);
     expect(m.data.toString()).toBe('mapped');
     expect(m.rdmaDest).toBe(rdmaMap.cookie);
@@ -227,7 +221,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect(dst.equals(put)).toBe(true);
     expect((await next(b)).data.toString()).toBe('read');
     b.freeMr(cookie);
-    expect(ourMrs()).toBe(before);
+    expect(processMrs()).toBe(before);
   });
 
   it('rdmaMap with RDS_RDMA_USE_ONCE: released after the peer op, a second op gets a remote error', async () => {
@@ -235,7 +229,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     const { sock: b } = await ibSocket(B, 4890);
     a.sendmsg(Buffer.from('hi'), b.address());
     await next(b);
-    const before = ourMrs();
+    const before = processMrs();
     const mem = Buffer.alloc(4096);
     const rdmaMap: { buffer: Buffer; flags: number; cookie?: bigint } = {
       buffer: mem,
@@ -244,7 +238,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     b.sendmsg(Buffer.from('once'), a.address(), { rdmaMap });
     const cookie = (await next(a)).rdmaDest!;
     expect(cookie).toBe(rdmaMap.cookie);
-    expect(ourMrs()).toBe(before + 1);
+    expect(processMrs()).toBe(before + 1);
     const src = payload(9, 1500);
     a.sendmsg(Buffer.from('used'), b.address(), {
       rdma: { cookie, local: [src], write: true, notify: true, token: 70n },
@@ -253,7 +247,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect((await next(b)).data.toString()).toBe('used');
     expect(mem.subarray(0, 1500).equals(src)).toBe(true);
     expect(() => b.freeMr(cookie)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
-    expect(ourMrs()).toBe(before);
+    expect(processMrs()).toBe(before);
     a.sendmsg(Buffer.from('twice'), b.address(), {
       rdma: { cookie, local: [Buffer.alloc(16, 9)], write: true, notify: true, token: 71n },
     });
@@ -339,7 +333,7 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
   });
 
   it('RDMA regions, per-op registrations and queue pairs are all released after close (rdma resource show mr)', async () => {
-    const before = ourMrs();
+    const before = processMrs();
     const { stack: sa, sock: a } = await ibSocket(A, 4840);
     const { stack: sb, sock: b } = await ibSocket(B, 4840);
     const mem = Buffer.alloc(8192);
@@ -352,12 +346,12 @@ describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
     expect((await status(a)).status).toBe(RDS_RDMA_SUCCESS);
     await next(b);
     // Two rings (one per QP) and three application regions.
-    expect(ourMrs()).toBe(before + 5);
+    expect(processMrs()).toBe(before + 5);
     await a.close();
     await b.close();
-    expect(ourMrs()).toBe(before + 2);
+    expect(processMrs()).toBe(before + 2);
     await sa.close();
     await sb.close();
-    expect(ourMrs()).toBe(before);
+    expect(processMrs()).toBe(before);
   });
 });
