@@ -19,6 +19,7 @@ import {
   checkRdmaArgs,
   checkRdmaMap,
   checkRdmaMapMix,
+  refuseMaskedAtomic,
   type RdmaMapArgs,
 } from './rdma.js';
 import type { SendmsgOptions } from './socket-types.js';
@@ -181,7 +182,7 @@ export interface RdmaControl {
  * RDS_CMSG_RDMA_ARGS / RDS_CMSG_RDMA_DEST / RDS_CMSG_RDMA_MAP / RDS_CMSG_ATOMIC_* on a transport
  * with RDMA, checked in rds_sendmsg's order: the extension records the message carries, the op it
  * starts (if any), the region it maps (if any; registered later, by mapRegion). Masked atomics
- * never get here: sendmsg refuses them (EOPNOTSUPP) before anything else.
+ * are EOPNOTSUPP before anything else.
  */
 export function prepareRdmaControl(
   opts: SendmsgOptions,
@@ -189,6 +190,7 @@ export function prepareRdmaControl(
   target: RdmaNotifyTarget,
   atomics?: () => boolean,
 ): RdmaControl {
+  if (opts.atomic !== undefined) refuseMaskedAtomic(opts.atomic);
   checkRdmaMapMix(opts);
   if (opts.rdmaMap !== undefined) {
     const { buffer, flags } = checkRdmaMap(opts.rdmaMap);
