@@ -4,7 +4,7 @@
 import { SO_RCVBUF, SOL_SOCKET } from '../constants.js';
 import type { RdsSocket } from '../core/socket.js';
 import type { Receipt } from '../core/stack.js';
-import type { Fifo } from '../core/fifo.js';
+import { Fifo } from '../core/fifo.js';
 import { RX_DISCARDED } from '../core/rx-ack.js';
 import { RdsError } from '../errors.js';
 
@@ -40,7 +40,8 @@ export interface Item {
 export interface NodeSock {
   id: number;
   real: RdsSocket;
-  backlog: Item[];
+  /** SEND frames not yet with the real socket, oldest first (a Fifo: it holds up to SO_SNDBUF of small messages). */
+  backlog: Fifo<Item>;
   backlogBytes: number;
   running: boolean;
   closed: boolean;
@@ -69,8 +70,7 @@ export function drained(s: NodeSock): void {
 export function closeNodeSock(s: NodeSock): void {
   s.closed = true;
   for (const r of s.held.drain()) if (r) r.owner.consumed(r, RX_DISCARDED);
-  for (const it of s.backlog) it.ac?.abort();
-  s.backlog = [];
+  for (const it of s.backlog.drain()) it.ac?.abort();
   s.backlogBytes = 0;
   drained(s);
   void s.real.close();

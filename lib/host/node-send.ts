@@ -6,6 +6,7 @@ import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { decodeSend, encodeCount } from './hot-frames.js';
 import { type Frame, type FrameWriter, N_SENT, ProtocolError } from './protocol.js';
+import { Fifo } from '../core/fifo.js';
 import { drained, type Item, type NodeSock } from './client-state.js';
 import type { HostNode } from './server.js';
 
@@ -40,7 +41,7 @@ export class SendSide {
 
   /** RDS_CANCEL_SENT_TO: messages to address:port still waiting here go first, as the real socket drops its own. */
   cancelBacklog(s: NodeSock, address: string, port: number): void {
-    const keep: Item[] = [];
+    const keep = new Fifo<Item>();
     for (const it of s.backlog) {
       if (it.dest.address === address && it.dest.port === port) {
         if (it.ac !== null) {
@@ -131,7 +132,7 @@ export class SendSide {
     s.running = true;
     try {
       while (s.backlog.length > 0 && !s.closed) {
-        const it = s.backlog[0]!;
+        const it = s.backlog.peek()!;
         const opts =
           it.cookie !== undefined
             ? { flags: it.flags, zcopyCookie: it.cookie }
@@ -197,7 +198,7 @@ export class SendSide {
           stack.removeCongWaiter(watch);
         }
         if (congested) this.host.event(s.id, { ev: 'uncong', a: it.dest.address, p: it.dest.port });
-        if (s.backlog[0] === it) s.backlog.shift();
+        if (s.backlog.peek() === it) s.backlog.shift();
         this.handed(s, it);
       }
     } finally {

@@ -272,7 +272,7 @@ export class Client {
           const s: NodeSock = {
             id: f.sock,
             real,
-            backlog: [],
+            backlog: new Fifo(),
             backlogBytes: 0,
             running: false,
             closed: false,
