@@ -105,7 +105,7 @@ let attachedSeq = 0;
  * on them are attached too); their counters are their nodes' (an attached stack counts nothing).
  */
 async function makeAttachedPair(net: number, host: number): Promise<Pair> {
-  const { mkdtempSync } = await import('node:fs');
+  const { mkdtempSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), `rds-attached-${process.pid}-${attachedSeq++}-`));
@@ -122,6 +122,7 @@ async function makeAttachedPair(net: number, host: number): Promise<Pair> {
     await stackB.close();
     await nodeA.close();
     await nodeB.close();
+    rmSync(dir, { recursive: true, force: true });
   });
 }
 
@@ -131,7 +132,7 @@ async function makeAttachedPair(net: number, host: number): Promise<Pair> {
  * unchanged.
  */
 async function makeDaemonPair(net: number, host: number): Promise<Pair> {
-  const { existsSync, mkdtempSync, readFileSync } = await import('node:fs');
+  const { existsSync, mkdtempSync, readFileSync, rmSync } = await import('node:fs');
   const { execFileSync } = await import('node:child_process');
   const { tmpdir } = await import('node:os');
   const { join } = await import('node:path');
@@ -180,6 +181,7 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
       p.kill('SIGTERM');
       await gone;
     }
+    rmSync(dir, { recursive: true, force: true });
   });
 }
 

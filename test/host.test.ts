@@ -1,5 +1,5 @@
 import { type ChildProcess, fork, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,7 +32,9 @@ afterEach(async () => {
 });
 
 function tmpPath(): string {
-  return join(mkdtempSync(join(tmpdir(), 'rds-host-test-')), 'node.sock');
+  const dir = mkdtempSync(join(tmpdir(), 'rds-host-test-'));
+  cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+  return join(dir, 'node.sock');
 }
 
 async function serve(

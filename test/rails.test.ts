@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack, constants, wire as w } from '../lib/index.js';
+import { RdsSocket, RdsStack, wire as w } from '../lib/index.js';
 import { RawListener } from './raw-peer.js';
 import type { RdsConnection } from '../lib/core/connection.js';
 import type { RdsConnPath } from '../lib/core/path.js';

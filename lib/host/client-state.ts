@@ -4,7 +4,7 @@
 import { SO_RCVBUF, SOL_SOCKET } from '../constants.js';
 import type { RdsSocket } from '../core/socket.js';
 import type { Receipt } from '../core/stack.js';
-import { Fifo } from '../core/fifo.js';
+import type { Fifo } from '../core/fifo.js';
 import { RX_DISCARDED } from '../core/rx-ack.js';
 import { RdsError } from '../errors.js';
 
