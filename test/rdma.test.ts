@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RdsSocket, RdsStack, constants as C, wire } from '../lib/index.js';
@@ -137,7 +137,8 @@ describe('RDMA calls on a TCP socket fail as the kernel fails them', () => {
 describe('RDMA calls on a socket attached to a host node', () => {
   it('are refused in the process (the node cannot register its memory) and never reach the node', async () => {
     const node = new RdsStack({ tcpPort: TEST_TCP_PORT });
-    const path = join(mkdtempSync(join(tmpdir(), 'rds-rdma-test-')), 'node.sock');
+    const dir = mkdtempSync(join(tmpdir(), 'rds-rdma-test-'));
+    const path = join(dir, 'node.sock');
     await node.serve({ path });
     const attached = await RdsStack.attach(path);
     try {
@@ -172,6 +173,7 @@ describe('RDMA calls on a socket attached to a host node', () => {
     } finally {
       await attached.close();
       await node.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
