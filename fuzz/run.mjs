@@ -3,7 +3,7 @@
 // (node:inspector): inputs are mutated from a seed corpus, and an input that reaches a block not
 // reached before joins the corpus. A target that throws anything but its declared errors fails the
 // run and the input is written to fuzz/crashes/.
-//   node fuzz/run.mjs [--seconds N] [--target frames|extensions|all] [--seed S]
+//   node fuzz/run.mjs [--seconds N] [--target frames|hostControl|extensions|all] [--seed S]
 import { Session } from 'node:inspector/promises';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
