@@ -199,7 +199,8 @@ export class AttachedSocket extends RdsSocket {
         'EMSGSIZE',
         `message of ${len} bytes exceeds the send buffer (${sndbuf} bytes); raise SO_SNDBUF`,
       );
-    if (this.#cong.has(`${address}:${port}`)) {
+    // Checked only while some destination is congested: no key built per message otherwise.
+    if (this.#cong.size > 0 && this.#cong.has(`${address}:${port}`)) {
       throw flowControlError(
         'ENOBUFS',
         `destination ${address}:${port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`,
