@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// npm run bench:attached [-- --seconds S --runs N --pings N --warmup-ms MS --only 1k,64k,rtt,fan,bigbuf,floor]
+// npm run bench:attached [-- --seconds S --runs N --pings N --warmup-ms MS --only 1k,64k,rtt,fan,bigbuf,floor --json FILE]
+// (also a section of npm run bench)
 // Attached sockets (issue 21) against in-process ones, in the same run: sender and receiver each
 // in its own process; "attached": each attached to its own host node (rds-socketd) on
 // 127.150.200.1 / .2; "in-process": each process its own embedded node on those addresses.
@@ -10,7 +11,7 @@
 // (sender -> relay -unix/TCP/unix-> relay -> receiver, no RDS work at all) against the same bytes
 // over one direct TCP connection.
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -440,7 +441,7 @@ async function main() {
     [
       'round trip p50 attached <= in-process + 30 us',
       rows[2][2] - rows[2][1],
-      '<= +30 us',
+      '<= 30 us',
       rows[2][2] <= rows[2][1] + 30,
     ],
     ['round trip p99 attached <= 1.5x in-process', rows[3][2] / rows[3][1], '<= 1.5x', rows[3][2] <= 1.5 * rows[3][1]],
@@ -481,5 +482,18 @@ async function main() {
   console.log('\ntargets');
   for (const [n, f, t, met] of targets)
     console.log(`${n.padEnd(50)}${f.toFixed(2).padEnd(10)}target ${t.padEnd(10)}${met ? 'met' : 'not met'}`);
+  // --json FILE: the same for npm run bench, which runs this as one of its sections.
+  const ji = process.argv.indexOf('--json');
+  if (ji >= 0)
+    writeFileSync(
+      process.argv[ji + 1],
+      JSON.stringify({
+        runs,
+        rows: rows.map(([metric, inProcess, attached]) => ({ metric, inProcess, attached })),
+        fanout: { mibPerSec: fanMib, hostNodeCpu: f0.cpu, tcpConnections: f0.tcp },
+        floors: { unixRttP50us: fRtt, directMiBps: fDirect, relayMiBps: fRelay },
+        targets: targets.map(([name, figure, target, met]) => ({ name, figure, target, met })),
+      }),
+    );
   process.exit(0);
 }

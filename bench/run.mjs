@@ -7,12 +7,14 @@
 // zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP; for 64 KiB messages also rds-socket
 // sending with MSG_ZEROCOPY ("rds-zc"). Then raw TCP from C (iperf3, if installed) as the
 // machine's limit for bulk bytes, head-of-line blocking (pings under a 1 MiB stream) and memory
-// at cluster scale (a node with many idle peers). Prints medians with min-max, ratios against
+// at cluster scale (a node with many idle peers), and attached sockets through host nodes against
+// in-process ones (bench/attached.mjs). Prints medians with min-max, ratios against
 // every contender, one line per target (figure, target, met / not met), and writes
 // bench/results/latest.json (with a `targets` array).
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack } from '../dist/index.js';
 
@@ -33,7 +35,7 @@ const OUT = (() => {
   const i = process.argv.indexOf('--out');
   return i >= 0 ? process.argv[i + 1] : null;
 })();
-// --only TEXT: just the scenarios whose name contains TEXT ("fan-in", "65536", "mesh", "sustained").
+// --only TEXT: just the scenarios whose name contains TEXT ("fan-in", "65536", "mesh", "sustained", "attached").
 const ONLY = (() => {
   const i = process.argv.indexOf('--only');
   return i >= 0 ? process.argv[i + 1] : null;
@@ -46,6 +48,7 @@ const LATENCY_CONTENDERS = ['net', 'zmq', 'rds'];
 const HOL_PINGS = smoke ? 20 : 1000;
 const SCALE_PEERS = arg('--peers', smoke ? 8 : 1000);
 const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
+const ATTACHED = fileURLToPath(new URL('./attached.mjs', import.meta.url));
 let block = 0;
 
 function proc(contender, role, opts, nodeFlags = []) {
@@ -407,6 +410,26 @@ const scenarios = [
   { name: 'latency 1 KiB', run: latency, contenders: LATENCY_CONTENDERS },
   { name: `fan-in ${FANIN}x1 KiB`, run: (c) => throughput(c, 1024, FANIN) },
 ];
+/**
+ * Attached sockets (host nodes, issue 21) against in-process ones: bench/attached.mjs in a process
+ * of its own (it starts its own host nodes and peers), its output shown as it runs.
+ */
+async function attached() {
+  const json = join(mkdtempSync(join(tmpdir(), 'rds-bench-attached-')), 'attached.json');
+  const args = smoke
+    ? ['--runs', '1', '--seconds', '0.3', '--pings', '30', '--warmup-ms', '50']
+    : ['--runs', '3', '--seconds', String(DURATION / 1000)];
+  console.log('\nattached sockets (bench/attached.mjs):');
+  const code = await new Promise((resolve) => {
+    const p = spawn(process.execPath, [ATTACHED, ...args, '--json', json], { stdio: ['ignore', 'inherit', 'inherit'] });
+    p.on('exit', resolve);
+  });
+  if (code !== 0) throw new Error(`bench/attached.mjs exited with ${code}`);
+  const r = JSON.parse(readFileSync(json, 'utf8'));
+  rmSync(dirname(json), { recursive: true, force: true });
+  return r;
+}
+
 for (const sc of scenarios.filter((s) => wanted(s.name))) {
   for (let r = 0; r < RUNS; r++) {
     // Alternate the order run by run so no contender always runs first (or on a warmer machine).
@@ -426,6 +449,7 @@ if (wanted('iperf3'))
   }
 const holResult = wanted('head-of-line') ? await headOfLine() : null;
 const scaleResult = wanted('scale') ? await scale() : null;
+const attachedResult = wanted('attached') ? await attached() : null;
 
 const NAMES = { net: 'node:net', netb: 'net batched', zmq: 'zeromq.js', rds: 'rds-socket' };
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
@@ -522,6 +546,8 @@ if (scaleResult) {
     ' MiB',
   );
 }
+// The host node's targets (attached sockets against in-process ones), from bench/attached.mjs.
+for (const t of attachedResult?.targets ?? []) targets.push({ ...t, name: `attached: ${t.name}` });
 console.log('\ntargets');
 for (const t of targets)
   console.log(
@@ -542,6 +568,7 @@ writeFileSync(
       sustained: sustainResult,
       headOfLine: holResult,
       scale: scaleResult,
+      attached: attachedResult,
       ratios,
       targets,
     },

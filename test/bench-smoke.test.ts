@@ -5,6 +5,8 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { runNode } from './helpers.js';
 
+const escapeRegExp = (text: string): string => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
 // The benchmark's own code, checked for correctness only (no timing asserts: machines are noisy).
 describe('bench (smoke)', () => {
   it('runs every scenario for every contender and writes the ratio table and JSON', async () => {
@@ -26,6 +28,11 @@ describe('bench (smoke)', () => {
         streamOnly: { mibPerSec: number };
       };
       scale: { peers: number; pathsUp: number; perPeerKiB: number };
+      attached: {
+        rows: { metric: string; inProcess: number; attached: number }[];
+        fanout: { tcpConnections: number };
+        floors: { unixRttP50us: number; relayMiBps: number };
+      };
       targets: { name: string; figure: number; target: string; met: boolean }[];
     };
     for (const [name, scenario] of Object.entries(json.results)) {
@@ -55,12 +62,28 @@ describe('bench (smoke)', () => {
         'ping p99 under a 1 MiB stream vs idle (8 paths)',
         'stream throughput with pings vs without (8 paths)',
         'RSS per idle peer, all paths',
+        'attached: 1 KiB throughput attached >= 0.7x in-process',
+        'attached: 64 KiB throughput attached >= 0.8x in-process',
+        'attached: round trip p50 attached <= in-process + 30 us',
+        'attached: round trip p99 attached <= 1.5x in-process',
+        'attached: 8+8 processes total >= 0.6x one in-process pair',
+        'attached: 8+8 processes: at most npaths (8) TCP connections',
       ]),
     );
+    // Attached sockets (host nodes) against in-process ones, each row measured both ways, and
+    // the floors (plain sockets, no RDS) measured in the same run.
+    expect(json.attached.rows).toHaveLength(4);
+    for (const row of json.attached.rows) {
+      expect(row.inProcess).toBeGreaterThan(0);
+      expect(row.attached).toBeGreaterThan(0);
+    }
+    expect(json.attached.fanout.tcpConnections).toBeGreaterThanOrEqual(1);
+    expect(json.attached.floors.unixRttP50us).toBeGreaterThan(0);
+    expect(json.attached.floors.relayMiBps).toBeGreaterThan(0);
     for (const t of json.targets)
       expect(r.out).toMatch(
         new RegExp(
-          `^${t.name.replace(/[()]/g, '\\$&')} .*target ${t.target.replace(/[.]/g, '\\.')} +${t.met ? 'met' : 'not met'}$`,
+          `^${escapeRegExp(t.name)} .*target ${escapeRegExp(t.target)} +${t.met ? 'met' : 'not met'}$`,
           'm',
         ),
       );
