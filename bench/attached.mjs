@@ -140,10 +140,11 @@ function run(args) {
 
 async function once(mode, test, size, ms, bufMiB = 8) {
   const procs = [];
+  let dir = null;
   const cfgA = { test, size, ms, bufMiB, pings: arg('--pings', 5000), warmupMs: arg('--warmup-ms', 1500) };
   const cfgB = { ...cfgA };
   if (mode === 'attached') {
-    const dir = mkdtempSync(join(tmpdir(), 'rds-bench-attached-'));
+    dir = mkdtempSync(join(tmpdir(), 'rds-bench-attached-'));
     for (const [cfg, addr] of [
       [cfgA, 'a'],
       [cfgB, 'b'],
@@ -184,6 +185,7 @@ async function once(mode, test, size, ms, bufMiB = 8) {
     r.cpuPerGiB = each.reduce((a, c) => a + c, 0);
   }
   for (const p of procs) p.kill();
+  if (dir !== null) rmSync(dir, { recursive: true, force: true });
   return r;
 }
 
@@ -236,6 +238,7 @@ async function fanout(ms) {
     /* no ss */
   }
   for (const p of procs) p.kill();
+  rmSync(dir, { recursive: true, force: true });
   return { mibPerSec: rates.reduce((a, r) => a + r.mibPerSec, 0), cpu, tcp };
 }
 

@@ -82,10 +82,7 @@ describe('bench (smoke)', () => {
     expect(json.attached.floors.relayMiBps).toBeGreaterThan(0);
     for (const t of json.targets)
       expect(r.out).toMatch(
-        new RegExp(
-          `^${escapeRegExp(t.name)} .*target ${escapeRegExp(t.target)} +${t.met ? 'met' : 'not met'}$`,
-          'm',
-        ),
+        new RegExp(`^${escapeRegExp(t.name)} .*target ${escapeRegExp(t.target)} +${t.met ? 'met' : 'not met'}$`, 'm'),
       );
     expect(r.out).toMatch(/raw TCP over loopback/);
     expect(json.ratios.map((x) => x.metric)).toContain('throughput 65536 B msgsPerSec MSG_ZEROCOPY');
