@@ -39,9 +39,10 @@ function tmpPath(): string {
 
 async function serve(
   path = tmpPath(),
+  opts: { maxClientSendBytes?: number } = {},
 ): Promise<{ stack: RdsStack; path: string; node: Awaited<ReturnType<RdsStack['serve']>> }> {
   const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-  const node = await stack.serve({ path });
+  const node = await stack.serve({ path, ...opts });
   cleanup.push(() => stack.close());
   return { stack, path, node };
 }
@@ -395,6 +396,97 @@ describe('host node', () => {
     peer.sendmsg(Buffer.from('still here'), good.address());
     expect((await good.recv({ timeout: 5000 })).data.toString()).toBe('still here');
     await good.stack.close();
+  });
+
+  it("counts an attached socket's SO_SNDBUF until the peer acknowledges, as the kernel does, not until the node has the bytes", async () => {
+    const { path } = await serve();
+    const s = new RdsSocket({ stack: await RdsStack.attach(path) });
+    cleanup.push(() => s.stack.close());
+    await s.bind({ address: '127.131.7.1', port: 5000 });
+    s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 64 << 10);
+    // Nobody listens at 127.131.7.2: nothing is ever acknowledged.
+    const to = { address: '127.131.7.2', port: 9000 };
+    const msg = Buffer.alloc(4096);
+    let sent = 0;
+    for (let i = 0; i < 100; i++) {
+      try {
+        s.sendmsg(msg, to);
+        sent += msg.length;
+      } catch (e) {
+        expect(e).toMatchObject({ code: 'EAGAIN', message: expect.stringMatching(/not yet acknowledged/) });
+        break;
+      }
+    }
+    expect(sent).toBe(64 << 10);
+    // The node's own socket has room for all of it (its SO_SNDBUF is the same 64 KiB), but that
+    // gives nothing back: the next send waits until the peer acknowledges, here past its timeout.
+    await expect(s.send(msg, to, { timeout: 400 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    // RDS_CANCEL_SENT_TO drops them in the node: the budget comes back.
+    s.setsockopt(constants.SOL_RDS, constants.RDS_CANCEL_SENT_TO, to);
+    await s.send(msg, to, { timeout: 5000 });
+  });
+
+  it('bounds what one process may have the node hold, all its sockets together: EAGAIN at the budget, delivered once the peer reads', async () => {
+    const { path, node } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
+    const stack = await RdsStack.attach(path);
+    cleanup.push(() => stack.close());
+    const a = new RdsSocket({ stack });
+    const b = new RdsSocket({ stack });
+    await a.bind({ address: '127.131.8.1', port: 5000 });
+    await b.bind({ address: '127.131.8.1', port: 5001 });
+    for (const x of [a, b]) x.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 << 20);
+    const peer = await peerSocket('127.131.8.2');
+    peer.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
+    const to = peer.address();
+    const chunk = Buffer.alloc(64 << 10);
+    // Each socket's 4 MiB would take far more; the process's 1 MiB stops both, once it is reached.
+    let sent = 0;
+    let refusal: unknown = null;
+    for (let i = 0; i < 64 && refusal === null; i++) {
+      try {
+        (i % 2 === 0 ? a : b).sendmsg(chunk, to);
+        sent++;
+      } catch (e) {
+        refusal = e;
+      }
+    }
+    expect(refusal).toMatchObject({ code: 'EAGAIN', message: expect.stringMatching(/budget for this process/) });
+    expect(sent).toBe(16);
+    expect(a.poll() & constants.POLLOUT).toBe(0);
+    expect(b.poll() & constants.POLLOUT).toBe(0);
+    // Once the peer reads, both go on, and every message arrives once.
+    const more = [a.send(chunk, to, { timeout: 10000 }), b.send(chunk, to, { timeout: 10000 })];
+    for (let i = 0; i < sent + 2; i++) await peer.recv({ timeout: 10000 });
+    await Promise.all(more);
+    expect(node.counters.dropped).toBe(0);
+  });
+
+  it("drops a process that sends past the node's budget for it, however large its SO_SNDBUF, and serves the others", async () => {
+    const { path, node } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
+    const good = new RdsSocket({ stack: await RdsStack.attach(path) });
+    cleanup.push(() => good.stack.close());
+    await good.bind({ address: '127.131.9.1', port: 5000 });
+    const peer = await peerSocket('127.131.9.2');
+    const raw = await rawClient(path);
+    raw.send(encodeFrame(C_REQ, 1, 1, { op: 'open' }));
+    raw.send(encodeFrame(C_REQ, 1, 2, { op: 'bind', address: '127.131.9.1', port: 5001 }));
+    raw.send(
+      encodeFrame(C_REQ, 1, 3, {
+        op: 'setsockopt',
+        level: constants.SOL_SOCKET,
+        name: constants.SO_SNDBUF,
+        value: 64 << 20,
+      }),
+    );
+    expect(await raw.response(3)).toMatchObject({ ok: true });
+    // Nobody listens at 127.131.9.9: nothing is acknowledged; 3 MiB is within SO_SNDBUF, past the budget.
+    const chunk = Buffer.alloc(64 << 10);
+    for (let i = 0; i < 48 && !raw.closed; i++)
+      raw.send(encodeSend(1, 0, '127.131.9.9', 1, 0, false, undefined, chunk));
+    await until(() => raw.closed, 'the node to drop the client', 20000);
+    expect(node.counters.malformed).toBe(1);
+    peer.sendmsg(Buffer.from('still here'), good.address());
+    expect((await good.recv({ timeout: 5000 })).data.toString()).toBe('still here');
   });
 
   it("fuzz: hostile bytes on the control socket never crash the node nor reach another client's messages", async () => {

@@ -19,6 +19,10 @@ const USAGE = `usage: rds-socketd [options]
   --tcp-port PORT    RDS/TCP port (default 16385)
   --npaths N         paths per peer, 1, 2, 4 or 8 (default 8)
   --allow-peers LIST comma-separated addresses or CIDR blocks peers must come from
+  --client-send-budget BYTES
+                     the most one attached process may have the node hold for it: sent by all
+                     its sockets and not yet acknowledged (default 268435456, 256 MiB); its
+                     sockets answer EAGAIN past it
   --quiet            log only errors
   -h, --help         this text`;
 
@@ -31,6 +35,7 @@ async function main(): Promise<number> {
     'tcp-port': { type: 'string' },
     npaths: { type: 'string' },
     'allow-peers': { type: 'string' },
+    'client-send-budget': { type: 'string' },
     quiet: { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   } as const;
@@ -68,8 +73,10 @@ async function main(): Promise<number> {
     const mode = values.mode !== undefined ? parseInt(values.mode, 8) : undefined;
     if (mode !== undefined && !(mode >= 0 && mode <= 0o777))
       throw new Error(`--mode takes an octal mode, got ${values.mode}`);
+    const budget = num(values['client-send-budget'], '--client-send-budget');
     const node = await stack.serve({
       ...(values.path !== undefined ? { path: values.path } : {}),
+      ...(budget !== undefined ? { maxClientSendBytes: budget } : {}),
       ...(values.group !== undefined ? { group: values.group } : {}),
       ...(mode !== undefined ? { mode } : {}),
       log,

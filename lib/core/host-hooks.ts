@@ -11,6 +11,13 @@ export interface ServeOptions {
   mode?: number;
   /** Called on state changes (a client attached / detached / dropped), one line each. */
   log?: (line: string) => void;
+  /**
+   * The most one attached process may have the node hold for it, all its sockets together: bytes
+   * it sent that the node has not yet had acknowledged by the peer (or cancelled). The process's
+   * sockets answer EAGAIN past it (each socket's SO_SNDBUF still applies); a process that sends
+   * past it anyway is dropped. Default 256 MiB.
+   */
+  maxClientSendBytes?: number;
 }
 
 /** One process attached to a host node (HostNodeHandle.clients()). */

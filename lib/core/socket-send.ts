@@ -323,6 +323,18 @@ export abstract class SocketSend extends SocketBase {
     this.announceReadable();
   }
 
+  /**
+   * The host node's hook: a message left this socket's queue (acknowledged or cancelled). The node
+   * gives an attached process its send budget back only then, as SO_SNDBUF counts in the kernel.
+   * @internal
+   */
+  onSendDone: (() => void) | null = null;
+
+  /** Bytes queued and not yet acknowledged or cancelled: what SO_SNDBUF counts. @internal */
+  get queuedBytes(): number {
+    return this.sndBytes;
+  }
+
   /** @internal */ messageDone(msg: RdsOutgoing): void {
     // A cancelled message's RDMA op is reported cancelled (RDS_CANCEL_SENT_TO, SO_SNDTIMEO).
     if (msg.rdma && msg.cancelled) msg.rdma.finish(RDS_RDMA_CANCELED);
@@ -336,6 +348,7 @@ export abstract class SocketSend extends SocketBase {
       this.full = false;
       if (!this.closed) this.emit('writable');
     }
+    this.onSendDone?.();
   }
 
   /**

@@ -49,7 +49,8 @@ import {
  * A socket living in a host node. The API is RdsSocket's; calls go over the node's control
  * socket. Synchronous calls (sendmsg, recvmsg, poll, getsockopt, setsockopt) answer from state
  * kept here: arguments are checked here with the same errors, the send budget (SO_SNDBUF)
- * counts bytes not yet handed to the node's socket, received messages wait here once the node
+ * counts bytes sent and not yet acknowledged by the peer (or failed or cancelled), as the kernel
+ * counts it, and so does the node's budget for the whole process; received messages wait here once the node
  * has read them from its socket (at most SO_RCVBUF bytes per socket; the rest stays queued in the node,
  * where it counts against SO_RCVBUF and sets congestion as usual).
  */
@@ -210,7 +211,16 @@ export class AttachedSocket extends RdsSocket {
       this.#full = true;
       throw flowControlError(
         'EAGAIN',
-        `send buffer full (${this.#sndBytes} of ${sndbuf} bytes not yet handed to the host node)`,
+        `send buffer full (${this.#sndBytes} of ${sndbuf} bytes sent and not yet acknowledged by the peer)`,
+      );
+    }
+    const link = this.#link;
+    if (link.sndBytes >= link.sendBudget) {
+      this.#full = true;
+      link.waitForBudget(this);
+      throw flowControlError(
+        'EAGAIN',
+        `the host node's budget for this process is in use (${link.sndBytes} of ${link.sendBudget} bytes sent by all its sockets and not yet acknowledged; rds-socketd --client-send-budget raises it)`,
       );
     }
     // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
@@ -220,6 +230,7 @@ export class AttachedSocket extends RdsSocket {
       encodeSend(this.#sid, id, address, port, flags, id !== 0, zcopy ? opts!.zcopyCookie : undefined, payload),
     );
     this.#sndBytes += len;
+    link.sndBytes += len;
     return len;
   }
 
@@ -232,7 +243,8 @@ export class AttachedSocket extends RdsSocket {
     const confirm = opts?.confirm === true;
     for (;;) {
       if (signal?.aborted) throw abortError(signal, 'send()');
-      if (!this.#closed && this.#dead === null && this.#bound !== null && this.#sndBytes >= this.#sndbuf()) {
+      if (!this.#closed && this.#dead === null && this.#bound !== null && !this.#room()) {
+        if (this.#link.sndBytes >= this.#link.sendBudget) this.#link.waitForBudget(this);
         await this.#waiters.wait(signal, 'send()', abortError);
         continue;
       }
@@ -348,8 +360,13 @@ export class AttachedSocket extends RdsSocket {
       this.#polledCongMaps = this.#congMaps;
       mask |= POLLIN | POLLRDNORM | POLLWRBAND;
     }
-    if (this.#sndBytes < this.#sndbuf()) mask |= POLLOUT | POLLWRNORM;
+    if (this.#room()) mask |= POLLOUT | POLLWRNORM;
     return mask;
+  }
+
+  /** Room to send: in this socket's SO_SNDBUF and in the node's budget for this process. */
+  #room(): boolean {
+    return this.#sndBytes < this.#sndbuf() && this.#link.sndBytes < this.#link.sendBudget;
   }
 
   protected override isBound(): boolean {
@@ -404,6 +421,9 @@ export class AttachedSocket extends RdsSocket {
     this.#closed = true;
     this.#link.request('close', this.#sid).catch(() => {});
     this.#link.removeSocket(this.#sid);
+    // The node discards what this socket still had there: the process's budget has it back.
+    this.#link.released(this.#sndBytes);
+    this.#sndBytes = 0;
     this.#rx.drain();
     const err = new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read');
     for (const done of [...this.#confirms.values()]) done(err);
@@ -434,9 +454,20 @@ export class AttachedSocket extends RdsSocket {
 
   /** @internal */ handed(bytes: number): void {
     this.#sndBytes -= bytes;
+    this.#link.released(bytes);
     this.#waiters.wakeAll();
-    const sndbuf = this.#sndbuf();
-    if (this.#full && this.#sndBytes * 2 <= sndbuf) {
+    this.#maybeWritable();
+  }
+
+  /** The node's budget for this process has room again. @internal */
+  budgetFreed(): void {
+    this.#waiters.wakeAll();
+    this.#maybeWritable();
+  }
+
+  /** 'writable' once half the budget is free after EAGAIN, as an embedded socket emits it. */
+  #maybeWritable(): void {
+    if (this.#full && this.#sndBytes * 2 <= this.#sndbuf() && this.#link.sndBytes < this.#link.sendBudget) {
       this.#full = false;
       if (!this.#closed) this.emit('writable');
     }

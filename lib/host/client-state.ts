@@ -21,6 +21,11 @@ export const MAX_OUTSTANDING_PER_CLIENT = 65536;
 export function recvWindow(s: NodeSock): number {
   return s.real.getsockopt(SOL_SOCKET, SO_RCVBUF) / 2;
 }
+/**
+ * What one client may have the node hold for it by default (ServeOptions.maxClientSendBytes): sent
+ * and not yet acknowledged by the peer, all its sockets together.
+ */
+export const DEFAULT_MAX_CLIENT_SEND_BYTES = 256 << 20;
 /** A client not reading its control socket is dropped once this much is waiting to be written to it. */
 export const MAX_CLIENT_WRITE_BACKLOG = 256 << 20;
 
@@ -47,9 +52,10 @@ export interface NodeSock {
   closed: boolean;
   /** Bytes handed to the client not yet reported read (CREDIT). */
   inflight: number;
-  /** Bytes handed to the real socket since the last SENT frame. */
-  sentAcc: number;
-  /** Messages handed since the last SENT frame. */
+  /** Bytes of SEND frames accepted for this socket, and bytes given back in SENT frames. */
+  accepted: number;
+  reported: number;
+  /** Messages handed on since the last SENT frame. */
   sentMsgs: number;
   /** Receipts of messages handed to the client, oldest first: the sender hears they were read once the client says so. */
   held: Fifo<Receipt | null>;

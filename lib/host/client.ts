@@ -44,6 +44,14 @@ export class NodeLink {
   readonly ready: Promise<void>;
   /** The node's pid, from its welcome. */
   nodePid = 0;
+  /**
+   * What the node holds for this process at most (its maxClientSendBytes, from the welcome), and
+   * what this process's sockets have sent and not been given back, all together.
+   */
+  sendBudget = Number.POSITIVE_INFINITY;
+  sndBytes = 0;
+  /** Sockets that found the process's budget used up: told when there is room again. */
+  private readonly budgetWaiters = new Set<AttachedSocket>();
 
   constructor(readonly path: string) {
     let ok!: () => void;
@@ -87,6 +95,7 @@ export class NodeLink {
         if (f.meta.err !== undefined) throw new ProtocolError(String((f.meta.err as { message?: unknown }).message));
         this.welcomed = true;
         this.nodePid = typeof f.meta.pid === 'number' ? f.meta.pid : 0;
+        if (typeof f.meta.budget === 'number' && f.meta.budget > 0) this.sendBudget = f.meta.budget;
         if (this.sockets.size === 0) this.conn.unref();
         ok();
         return;
@@ -126,6 +135,20 @@ export class NodeLink {
     for (const s of [...this.sockets.values()]) s.nodeGone(err);
   }
 
+  /** The process's budget is used up: `s` waits for room (its waiters and 'writable'). */
+  waitForBudget(s: AttachedSocket): void {
+    this.budgetWaiters.add(s);
+  }
+
+  /** Bytes came back (SENT) or a socket closed with them: sockets waiting for the budget may go on. */
+  released(bytes: number): void {
+    this.sndBytes -= bytes;
+    if (this.budgetWaiters.size === 0 || this.sndBytes >= this.sendBudget) return;
+    const waiting = [...this.budgetWaiters];
+    this.budgetWaiters.clear();
+    for (const s of waiting) s.budgetFreed();
+  }
+
   addSocket(s: AttachedSocket): number {
     const id = this.nextSock++;
     this.sockets.set(id, s);
@@ -134,6 +157,8 @@ export class NodeLink {
   }
 
   removeSocket(id: number): void {
+    const s = this.sockets.get(id);
+    if (s !== undefined) this.budgetWaiters.delete(s);
     this.sockets.delete(id);
     if (this.sockets.size === 0 && this.welcomed) this.conn.unref();
   }

@@ -1,7 +1,10 @@
 // The host node's send side for one attached client: the SEND frames of its sockets, queued per
 // socket (the backlog) and handed to the real socket in order, waiting for room or for a
 // congested destination to clear without blocking the client's other sockets; and the SENT
-// reports that give the client its send budget back.
+// reports that give the client its send budget back once its messages have left the node (the
+// peer acknowledged them, or they failed or were cancelled), as SO_SNDBUF counts in the kernel.
+// What the node holds for a client, all its sockets together, is bounded by the node's
+// maxClientSendBytes, which the client also enforces (it learns it in the welcome).
 import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { decodeSend, encodeCount } from './hot-frames.js';
@@ -19,6 +22,8 @@ export interface SendHost {
   fail(id: number, e: unknown): void;
   /** An N_EVENT for socket `sid`. */
   event(sid: number, meta: Record<string, unknown>): void;
+  /** The client's open sockets. */
+  openSockets(): Iterable<NodeSock>;
   /** One more call waiting for an answer (throws a ProtocolError past the limit). */
   countCall(): void;
 }
@@ -30,8 +35,33 @@ export class SendSide {
   /** Sockets with messages handed on and not yet reported to the client. */
   private readonly unreported = new Set<NodeSock>();
   private reportQueued = false;
+  /**
+   * Bytes the client sent on its open sockets and has not been given back (SENT): what its own
+   * budget check counts, so a client keeping to the budget never passes it. What the node really
+   * holds (heldNow) is at most this, and is counted only when this passes the budget.
+   */
+  private outstanding = 0;
 
   constructor(private readonly host: SendHost) {}
+
+  /** Exactly what the node holds for the client now: every socket's backlog and queue. */
+  private heldNow(): number {
+    let n = 0;
+    for (const s of this.host.openSockets()) n += s.backlogBytes + s.real.queuedBytes;
+    return n;
+  }
+
+  /** Bytes that left the node (acknowledged, failed or cancelled) and the client has not heard of. */
+  private unreportedBytes(s: NodeSock): number {
+    return s.accepted - s.backlogBytes - s.real.queuedBytes - s.reported;
+  }
+
+  /** Socket `s` is closing: what it sent is discarded with it and no longer counts. */
+  forget(s: NodeSock): void {
+    this.outstanding -= s.accepted - s.reported;
+    s.reported = s.accepted;
+    this.unreported.delete(s);
+  }
 
   /** C_ABORT: the client gave up on confirm send `id`. */
   abort(s: NodeSock, id: number): void {
@@ -81,41 +111,68 @@ export class SendSide {
     };
     s.backlog.push(it);
     s.backlogBytes += it.data.length;
+    s.accepted += it.data.length;
     // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
     const limit = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) + RDS_MAX_MSG_SIZE;
     if (s.backlogBytes > limit)
       throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
+    // And all its sockets together at most the node's budget for it (the client stops at the
+    // budget: one message may cross it).
+    const budget = this.host.node.maxClientSendBytes + RDS_MAX_MSG_SIZE;
+    this.outstanding += it.data.length;
+    if (this.outstanding > budget) {
+      const held = this.heldNow();
+      if (held > budget)
+        throw new ProtocolError(
+          `sent ${held} bytes not yet acknowledged, past the node's budget of ${this.host.node.maxClientSendBytes} per process`,
+        );
+    }
     if (!s.running) void this.run(s);
   }
 
-  /**
-   * A message left the backlog (queued by the real socket, failed or cancelled): the client's
-   * budget has it back. The client hears of it lazily: in any write that goes to it anyway, or on
-   * its own once a quarter of the socket's SO_SNDBUF has been handed on unreported (before the
-   * client can run out of budget), never with a wakeup of its own per message.
-   */
+  /** A message left the backlog (queued by the real socket, failed or cancelled). */
   private handed(s: NodeSock, it: Item): void {
     s.backlogBytes -= it.data.length;
     if (s.closed) return; // its client has closed it: nobody counts this budget any more
-    s.sentAcc += it.data.length;
     s.sentMsgs++;
-    this.unreported.add(s);
-    // getsockopt reports twice the budget (as Linux does): a quarter of it is an eighth of that.
-    if (!this.reportQueued && s.sentAcc * 8 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF)) {
-      this.reportQueued = true;
-      this.host.writer.beforeFlush(this.reportSent);
-    }
+    this.done(s);
     if (s.backlog.length === 0 && !s.running) drained(s);
   }
 
-  /** Writes a SENT frame for every socket with messages handed on since its last one. */
+  /**
+   * Something of `s` may have left the node (a message failed or was cancelled before the real
+   * socket had it, or left the real socket's queue): the client's budget has it back. The client
+   * hears of it lazily: in any write that goes to it anyway, or on its own once a quarter of the
+   * socket's SO_SNDBUF is unreported (before the client can run out of budget), never with a
+   * wakeup of its own per message.
+   */
+  done(s: NodeSock): void {
+    if (s.closed) return;
+    this.unreported.add(s);
+    // getsockopt reports twice the budget (as Linux does): a quarter of it is an eighth of that.
+    // Near the process's budget every turn with something done reports: its sockets may each be
+    // far from a quarter of their own SO_SNDBUF while together they hold the whole budget.
+    if (
+      !this.reportQueued &&
+      (this.unreportedBytes(s) * 8 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) ||
+        this.outstanding * 4 >= this.host.node.maxClientSendBytes * 3)
+    ) {
+      this.reportQueued = true;
+      this.host.writer.beforeFlush(this.reportSent);
+    }
+  }
+
+  /** Writes a SENT frame for every socket with bytes that left the node since its last one. */
   readonly reportSent = (): void => {
     this.reportQueued = false;
     if (this.unreported.size === 0) return;
     for (const s of this.unreported) {
-      if (s.sentMsgs > 0 && !this.host.isGone())
-        this.host.writer.write(encodeCount(N_SENT, s.id, s.sentAcc, s.sentMsgs));
-      s.sentAcc = 0;
+      const n = this.unreportedBytes(s);
+      if (n > 0 && !s.closed && !this.host.isGone()) {
+        this.host.writer.write(encodeCount(N_SENT, s.id, n, s.sentMsgs));
+        s.reported += n;
+        this.outstanding -= n;
+      }
       s.sentMsgs = 0;
     }
     this.unreported.clear();

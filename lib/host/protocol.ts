@@ -13,7 +13,7 @@ import { RDS_MAX_MSG_SIZE } from '../constants.js';
  * any rule here is a protocol error: the node drops that client (and counts it), the client
  * treats its node as gone.
  */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** Client to node. */
 export const C_HELLO = 1;

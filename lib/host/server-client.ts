@@ -157,6 +157,10 @@ export class Client {
     if (++this.outstanding > MAX_OUTSTANDING_PER_CLIENT) throw new ProtocolError('too many outstanding calls');
   }
 
+  /** @internal */ openSockets(): Iterable<NodeSock> {
+    return this.sockets.values();
+  }
+
   /** @internal */ event(sid: number, meta: Record<string, unknown>): void {
     this.send(N_EVENT, sid, 0, meta);
   }
@@ -217,7 +221,7 @@ export class Client {
           ? `client ${this.id} attached (pid ${this.pid}, uid ${this.uid}, gid ${this.gid})`
           : `client ${this.id} attached (pid ${this.pid} as claimed: no SO_PEERCRED without the native addon)`,
       );
-      this.send(N_WELCOME, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid });
+      this.send(N_WELCOME, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid, budget: this.node.maxClientSendBytes });
       return;
     }
     switch (f.type) {
@@ -277,7 +281,8 @@ export class Client {
             running: false,
             closed: false,
             inflight: 0,
-            sentAcc: 0,
+            accepted: 0,
+            reported: 0,
             sentMsgs: 0,
             held: new Fifo(),
             takeReceipt: () => null,
@@ -293,6 +298,8 @@ export class Client {
             return r;
           };
           real.on('readable', () => this.pump(s));
+          // The client's budget comes back as its messages leave the real socket's queue.
+          real.onSendDone = () => this.sends.done(s);
           real.on('peer-down', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-down', ...ev }));
           real.on('peer-up', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-up', ...ev }));
           this.answer(f.id, null);
@@ -359,6 +366,7 @@ export class Client {
             for (const it of s.backlog)
               if (it.id !== 0)
                 this.fail(it.id, new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
+            this.sends.forget(s);
             closeNodeSock(s);
           }
           this.answer(f.id, null);

@@ -1,13 +1,20 @@
 import { chmodSync, chownSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
+import { RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import type { AttachedClientInfo, HostNodeHandle, ServeOptions } from '../core/host-hooks.js';
 import type { RdsStack } from '../core/stack.js';
 import { defaultNodePath, pidFileOf } from './paths.js';
 import { Client } from './server-client.js';
+import { DEFAULT_MAX_CLIENT_SEND_BYTES } from './client-state.js';
 
-export { MAX_CLIENT_WRITE_BACKLOG, MAX_OUTSTANDING_PER_CLIENT, MAX_SOCKETS_PER_CLIENT } from './client-state.js';
+export {
+  DEFAULT_MAX_CLIENT_SEND_BYTES,
+  MAX_CLIENT_WRITE_BACKLOG,
+  MAX_OUTSTANDING_PER_CLIENT,
+  MAX_SOCKETS_PER_CLIENT,
+} from './client-state.js';
 
 /** The node side: serves `stack` to attached processes on a Unix socket. */
 export class HostNode implements HostNodeHandle {
@@ -21,6 +28,8 @@ export class HostNode implements HostNodeHandle {
     readonly path: string,
     private readonly server: Server,
     readonly log: (line: string) => void,
+    /** See ServeOptions.maxClientSendBytes. */
+    readonly maxClientSendBytes: number,
   ) {
     this.congGen = stack.congGeneration;
     stack.addCongWaiter(this.watchCong);
@@ -46,6 +55,12 @@ export class HostNode implements HostNodeHandle {
     if (stack.closing) throw new RdsError('EBADF', 'the stack is closed');
     const path = opts.path ?? defaultNodePath();
     const log = opts.log ?? (() => {});
+    const budget = opts.maxClientSendBytes ?? DEFAULT_MAX_CLIENT_SEND_BYTES;
+    if (!Number.isSafeInteger(budget) || budget < RDS_MAX_MSG_SIZE)
+      throw new RdsError(
+        'EINVAL',
+        `maxClientSendBytes must be an integer of at least ${RDS_MAX_MSG_SIZE} (one largest message), got ${budget}`,
+      );
     mkdirSync(dirname(path), { recursive: true, mode: opts.group !== undefined ? 0o750 : 0o700 });
     if (await answers(path))
       throw new RdsError(
@@ -72,7 +87,7 @@ export class HostNode implements HostNodeHandle {
       chownSync(dirname(path), -1, gid);
     }
     writeFileSync(pidFileOf(path), `${process.pid}\n`, { mode: 0o644 });
-    node = new HostNode(stack, path, server, log);
+    node = new HostNode(stack, path, server, log, budget);
     server.unref();
     stack.hostNodeChanged(node);
     log(`serving the RDS node at ${path} (pid ${process.pid})`);
