@@ -461,6 +461,31 @@ describe('host node', () => {
     expect(node.counters.dropped).toBe(0);
   });
 
+  it('gives a process back what the peer acknowledged, so one socket may use the budget another freed', async () => {
+    const { path, stack: nodeStack } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
+    const stack = await RdsStack.attach(path);
+    cleanup.push(() => stack.close());
+    const a = new RdsSocket({ stack });
+    const b = new RdsSocket({ stack });
+    await a.bind({ address: '127.131.10.1', port: 5000 });
+    await b.bind({ address: '127.131.10.1', port: 5001 });
+    for (const x of [a, b]) x.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+    const reader = await peerSocket('127.131.10.2');
+    const chunk = Buffer.alloc(64 << 10);
+    // Half the budget to a reader: acknowledged, far below a quarter of a's SO_SNDBUF.
+    for (let i = 0; i < 8; i++) a.sendmsg(chunk, reader.address());
+    for (let i = 0; i < 8; i++) await reader.recv({ timeout: 10000 });
+    await until(() => {
+      const q = nodeStack.info();
+      return ![...q.sendQueue, ...q.retransQueue].some((m) => m.localPort === 5000);
+    }, 'the node to have the acknowledgements');
+    // The whole budget to nobody (never acknowledged): b gets all of it once the node says a's half
+    // left, and not a byte more.
+    const dead = { address: '127.131.10.9', port: 9 };
+    for (let i = 0; i < 16; i++) await b.send(chunk, dead, { timeout: 5000 });
+    await expect(b.send(chunk, dead, { timeout: 300 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+  });
+
   it("drops a process that sends past the node's budget for it, however large its SO_SNDBUF, and serves the others", async () => {
     const { path, node } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
     const good = new RdsSocket({ stack: await RdsStack.attach(path) });

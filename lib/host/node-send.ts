@@ -127,6 +127,17 @@ export class SendSide {
           `sent ${held} bytes not yet acknowledged, past the node's budget of ${this.host.node.maxClientSendBytes} per process`,
         );
     }
+    // Near a budget, what already left the node must not wait for more to leave (none may): the
+    // client is about to stop until it hears of it.
+    if (
+      !this.reportQueued &&
+      this.unreported.size > 0 &&
+      (this.outstanding * 4 >= this.host.node.maxClientSendBytes * 3 ||
+        (s.accepted - s.reported) * 2 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF))
+    ) {
+      this.reportQueued = true;
+      this.host.writer.beforeFlush(this.reportSent);
+    }
     if (!s.running) void this.run(s);
   }
 
