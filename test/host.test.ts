@@ -47,6 +47,19 @@ async function serve(
   return { stack, path, node };
 }
 
+/** A node with a 1 MiB budget per process, and two sockets of one attached process on `address` (ports 5000, 5001). */
+async function budgetedPair(address: string, sndbuf: number) {
+  const { path, node, stack: nodeStack } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
+  const stack = await RdsStack.attach(path);
+  cleanup.push(() => stack.close());
+  const a = new RdsSocket({ stack });
+  const b = new RdsSocket({ stack });
+  await a.bind({ address, port: 5000 });
+  await b.bind({ address, port: 5001 });
+  for (const x of [a, b]) x.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, sndbuf);
+  return { node, nodeStack, a, b };
+}
+
 async function peerSocket(address: string, port = 9000): Promise<RdsSocket> {
   const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
   cleanup.push(() => stack.close());
@@ -427,14 +440,7 @@ describe('host node', () => {
   });
 
   it('bounds what one process may have the node hold, all its sockets together: EAGAIN at the budget, delivered once the peer reads', async () => {
-    const { path, node } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
-    const stack = await RdsStack.attach(path);
-    cleanup.push(() => stack.close());
-    const a = new RdsSocket({ stack });
-    const b = new RdsSocket({ stack });
-    await a.bind({ address: '127.131.8.1', port: 5000 });
-    await b.bind({ address: '127.131.8.1', port: 5001 });
-    for (const x of [a, b]) x.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 << 20);
+    const { node, a, b } = await budgetedPair('127.131.8.1', 4 << 20);
     const peer = await peerSocket('127.131.8.2');
     peer.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16 << 20);
     const to = peer.address();
@@ -462,14 +468,7 @@ describe('host node', () => {
   });
 
   it('gives a process back what the peer acknowledged, so one socket may use the budget another freed', async () => {
-    const { path, stack: nodeStack } = await serve(tmpPath(), { maxClientSendBytes: 1 << 20 });
-    const stack = await RdsStack.attach(path);
-    cleanup.push(() => stack.close());
-    const a = new RdsSocket({ stack });
-    const b = new RdsSocket({ stack });
-    await a.bind({ address: '127.131.10.1', port: 5000 });
-    await b.bind({ address: '127.131.10.1', port: 5001 });
-    for (const x of [a, b]) x.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
+    const { nodeStack, a, b } = await budgetedPair('127.131.10.1', 8 << 20);
     const reader = await peerSocket('127.131.10.2');
     const chunk = Buffer.alloc(64 << 10);
     // Half the budget to a reader: acknowledged, far below a quarter of a's SO_SNDBUF.

@@ -215,12 +215,12 @@ export class AttachedSocket extends RdsSocket {
       );
     }
     const link = this.#link;
-    if (link.sndBytes >= link.sendBudget) {
+    if (link.budgetFull) {
       this.#full = true;
       link.waitForBudget(this);
       throw flowControlError(
         'EAGAIN',
-        `the host node's budget for this process is in use (${link.sndBytes} of ${link.sendBudget} bytes sent by all its sockets and not yet acknowledged; rds-socketd --client-send-budget raises it)`,
+        `the host node's budget for this process is in use (${link.sndBytes} of ${link.sendBudget} bytes sent by all its sockets and not yet acknowledged; the node's serve({ maxClientSendBytes }) or rds-socketd --client-send-budget raises it)`,
       );
     }
     // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
@@ -244,7 +244,7 @@ export class AttachedSocket extends RdsSocket {
     for (;;) {
       if (signal?.aborted) throw abortError(signal, 'send()');
       if (!this.#closed && this.#dead === null && this.#bound !== null && !this.#room()) {
-        if (this.#link.sndBytes >= this.#link.sendBudget) this.#link.waitForBudget(this);
+        if (this.#link.budgetFull) this.#link.waitForBudget(this);
         await this.#waiters.wait(signal, 'send()', abortError);
         continue;
       }
@@ -366,7 +366,7 @@ export class AttachedSocket extends RdsSocket {
 
   /** Room to send: in this socket's SO_SNDBUF and in the node's budget for this process. */
   #room(): boolean {
-    return this.#sndBytes < this.#sndbuf() && this.#link.sndBytes < this.#link.sendBudget;
+    return this.#sndBytes < this.#sndbuf() && !this.#link.budgetFull;
   }
 
   protected override isBound(): boolean {
@@ -467,7 +467,7 @@ export class AttachedSocket extends RdsSocket {
 
   /** 'writable' once half the budget is free after EAGAIN, as an embedded socket emits it. */
   #maybeWritable(): void {
-    if (this.#full && this.#sndBytes * 2 <= this.#sndbuf() && this.#link.sndBytes < this.#link.sendBudget) {
+    if (this.#full && this.#sndBytes * 2 <= this.#sndbuf() && !this.#link.budgetFull) {
       this.#full = false;
       if (!this.#closed) this.emit('writable');
     }

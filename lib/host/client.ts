@@ -135,6 +135,11 @@ export class NodeLink {
     for (const s of [...this.sockets.values()]) s.nodeGone(err);
   }
 
+  /** This process's sockets together hold the whole budget: none may send. */
+  get budgetFull(): boolean {
+    return this.sndBytes >= this.sendBudget;
+  }
+
   /** The process's budget is used up: `s` waits for room (its waiters and 'writable'). */
   waitForBudget(s: AttachedSocket): void {
     this.budgetWaiters.add(s);
@@ -143,7 +148,7 @@ export class NodeLink {
   /** Bytes came back (SENT) or a socket closed with them: sockets waiting for the budget may go on. */
   released(bytes: number): void {
     this.sndBytes -= bytes;
-    if (this.budgetWaiters.size === 0 || this.sndBytes >= this.sendBudget) return;
+    if (this.budgetWaiters.size === 0 || this.budgetFull) return;
     const waiting = [...this.budgetWaiters];
     this.budgetWaiters.clear();
     for (const s of waiting) s.budgetFreed();

@@ -113,31 +113,26 @@ export class SendSide {
     s.backlogBytes += it.data.length;
     s.accepted += it.data.length;
     // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
-    const limit = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) + RDS_MAX_MSG_SIZE;
+    // (getsockopt reports twice the value set, as Linux does.)
+    const sndbuf2 = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF);
+    const limit = sndbuf2 + RDS_MAX_MSG_SIZE;
     if (s.backlogBytes > limit)
       throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
     // And all its sockets together at most the node's budget for it (the client stops at the
     // budget: one message may cross it).
-    const budget = this.host.node.maxClientSendBytes + RDS_MAX_MSG_SIZE;
+    const processLimit = this.host.node.maxClientSendBytes + RDS_MAX_MSG_SIZE;
     this.outstanding += it.data.length;
-    if (this.outstanding > budget) {
+    if (this.outstanding > processLimit) {
       const held = this.heldNow();
-      if (held > budget)
+      if (held > processLimit)
         throw new ProtocolError(
           `sent ${held} bytes not yet acknowledged, past the node's budget of ${this.host.node.maxClientSendBytes} per process`,
         );
     }
     // Near a budget, what already left the node must not wait for more to leave (none may): the
     // client is about to stop until it hears of it.
-    if (
-      !this.reportQueued &&
-      this.unreported.size > 0 &&
-      (this.outstanding * 4 >= this.host.node.maxClientSendBytes * 3 ||
-        (s.accepted - s.reported) * 2 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF))
-    ) {
-      this.reportQueued = true;
-      this.host.writer.beforeFlush(this.reportSent);
-    }
+    if (this.unreported.size > 0 && (this.nearBudget() || (s.accepted - s.reported) * 2 >= sndbuf2))
+      this.scheduleReport();
     if (!s.running) void this.run(s);
   }
 
@@ -163,14 +158,20 @@ export class SendSide {
     // getsockopt reports twice the budget (as Linux does): a quarter of it is an eighth of that.
     // Near the process's budget every turn with something done reports: its sockets may each be
     // far from a quarter of their own SO_SNDBUF while together they hold the whole budget.
-    if (
-      !this.reportQueued &&
-      (this.unreportedBytes(s) * 8 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) ||
-        this.outstanding * 4 >= this.host.node.maxClientSendBytes * 3)
-    ) {
-      this.reportQueued = true;
-      this.host.writer.beforeFlush(this.reportSent);
-    }
+    if (this.unreportedBytes(s) * 8 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) || this.nearBudget())
+      this.scheduleReport();
+  }
+
+  /** The client's sockets together hold three quarters of the node's budget for it or more. */
+  private nearBudget(): boolean {
+    return this.outstanding * 4 >= this.host.node.maxClientSendBytes * 3;
+  }
+
+  /** A SENT report goes with the next write to the client (at the latest at the end of this turn). */
+  private scheduleReport(): void {
+    if (this.reportQueued) return;
+    this.reportQueued = true;
+    this.host.writer.beforeFlush(this.reportSent);
   }
 
   /** Writes a SENT frame for every socket with bytes that left the node since its last one. */
