@@ -138,6 +138,38 @@ describe('host node control framing', () => {
     expect(decodeCount(got[5]!.bin)).toEqual({ n: 0, k: 0 });
   });
 
+  it('reads binary metas in place, at any offset of any read, and each address as it was written', () => {
+    // Addresses of one length that differ in one byte, alternating, and one of another length:
+    // the decoder's memory of the last address must never hand back the wrong one.
+    const addrs = ['10.0.0.1', '10.0.0.2', '10.0.0.1', 'fe80::1', '10.0.0.2', '10.0.0.2'];
+    const frames = addrs.flatMap((a, i) => [
+      encodeSend(i, i, a, 1000 + i, 0, false, undefined, Buffer.alloc(i * 5, i)),
+      encodeMsg(i, a, 2000 + i, undefined, undefined, undefined, Buffer.alloc(i * 3, i)),
+      encodeCount(C_CREDIT, i, i * 1.5, i),
+    ]);
+    const stream = Buffer.concat(frames.flat());
+    let seed = 11;
+    const p = new FrameParser();
+    const got = [];
+    for (let off = 0; off < stream.length; ) {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      const n = 1 + (seed % 90);
+      // Each read its own memory, at an offset inside a larger buffer.
+      const chunk = Buffer.concat([Buffer.alloc(3, 0xee), stream.subarray(off, off + n)]).subarray(3);
+      got.push(...p.push(chunk));
+      off += n;
+    }
+    expect(got).toHaveLength(addrs.length * 3);
+    addrs.forEach((a, i) => {
+      const [send, msg, credit] = got.slice(i * 3, i * 3 + 3);
+      expect(decodeSend(send!.raw, send!.metaStart, send!.metaEnd)).toMatchObject({ address: a, port: 1000 + i });
+      expect(send!.data.equals(Buffer.alloc(i * 5, i))).toBe(true);
+      expect(decodeMsg(msg!.raw, msg!.metaStart, msg!.metaEnd)).toMatchObject({ address: a, port: 2000 + i });
+      expect(msg!.data.equals(Buffer.alloc(i * 3, i))).toBe(true);
+      expect(decodeCount(credit!.raw, credit!.metaStart, credit!.metaEnd)).toEqual({ n: i * 1.5, k: i });
+    });
+  });
+
   it('rejects truncated or overlong binary metas with a ProtocolError, never another error', () => {
     const full = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, 5, [1, 2, 3], 7n, Buffer.alloc(0)));
     const meta = full.subarray(17);
@@ -154,12 +186,17 @@ describe('host node control framing', () => {
 });
 
 describe('host node control writer (FrameWriter)', () => {
-  const frame = (n: number): Buffer[] => [Buffer.alloc(n, 1)];
+  const frame = (n: number, fill = 1): Buffer[] => [Buffer.alloc(n, fill)];
   const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+  /** Frames of `size` bytes in each write the sink saw. */
+  const counting =
+    (out: number[], size = 10) =>
+    (parts: Buffer[]) =>
+      out.push(parts.reduce((a, p) => a + p.length, 0) / size);
 
   it('writes a lone frame on an idle connection at once, and a stream of frames in one write per turn', async () => {
     const writes: number[] = [];
-    const w = new FrameWriter((parts) => writes.push(parts.length));
+    const w = new FrameWriter(counting(writes));
     // Constructed without an idle() test: never eager, one write per turn.
     w.write(frame(10));
     w.write(frame(10));
@@ -168,10 +205,7 @@ describe('host node control writer (FrameWriter)', () => {
     expect(writes).toEqual([2]);
 
     const eager: number[] = [];
-    const e = new FrameWriter(
-      (parts) => eager.push(parts.length),
-      () => true,
-    );
+    const e = new FrameWriter(counting(eager), () => true);
     e.write(frame(10)); // a single frame: out at once
     expect(eager).toEqual([1]);
     e.write(frame(10)); // the rest of the turn waits for its end
@@ -199,9 +233,38 @@ describe('host node control writer (FrameWriter)', () => {
     for (const n of writes) expect(n).toBe(256 * 1024);
   });
 
+  it('hands the sink small frames joined and large payloads as they are, in order, and never rewrites what it handed over', async () => {
+    const batches: Buffer[][] = [];
+    const w = new FrameWriter(
+      (parts) => batches.push(parts),
+      () => true,
+    );
+    const big = Buffer.alloc(20000, 9);
+    w.write(frame(10, 1)); // eager: out at once
+    w.write(frame(10, 2));
+    w.write([Buffer.alloc(5, 3), big]);
+    w.write(frame(10, 4));
+    const first = Buffer.from(batches[0]![0]!);
+    await nextTurn();
+    expect(batches.length).toBe(2);
+    const [run1, large, run2] = batches[1]!;
+    expect(batches[1]!.length).toBe(3);
+    expect(run1!.equals(Buffer.concat([Buffer.alloc(10, 2), Buffer.alloc(5, 3)]))).toBe(true);
+    expect(large).toBe(big); // not copied
+    expect(run2!.equals(Buffer.alloc(10, 4))).toBe(true);
+    // Later turns, of every size, leave the bytes already handed to the socket as they were.
+    const handed = batches.flat().map((b) => [b, Buffer.from(b)] as const);
+    for (let t = 0; t < 4; t++) {
+      for (let i = 0; i < 200 * t; i++) w.write(frame(100 + i, 5 + t));
+      await nextTurn();
+    }
+    expect(batches[0]![0]!.equals(first)).toBe(true);
+    for (const [b, copy] of handed) expect(b.equals(copy)).toBe(true);
+  });
+
   it('adds piggyback frames only to writes that carry frames anyway', async () => {
     const writes: number[] = [];
-    const w = new FrameWriter((parts) => writes.push(parts.length));
+    const w = new FrameWriter(counting(writes, 1));
     let extra = 0;
     w.piggyback = () => {
       extra++;
@@ -212,29 +275,35 @@ describe('host node control writer (FrameWriter)', () => {
     expect(writes).toEqual([]);
     w.write(frame(5));
     await nextTurn();
-    expect(writes).toEqual([2]);
+    expect(writes).toEqual([6]);
     expect(extra).toBe(1);
   });
 });
 
 describe('writeBatch', () => {
-  it('joins small parts and writes large ones as they are, in order', () => {
+  it('writes one buffer as it is, and several in one corked writev, in order', () => {
     const out: Buffer[] = [];
     let corked = 0;
+    let maxCorked = 0;
     const conn = {
       write: (b: Buffer) => out.push(b) > 0,
-      cork: () => corked++,
+      cork: () => {
+        corked++;
+        maxCorked = Math.max(maxCorked, corked);
+      },
       uncork: () => corked--,
     };
     const big = Buffer.alloc(20000, 2);
-    const parts = [Buffer.from('ab'), Buffer.from('cd'), big, Buffer.from('ef')];
+    const parts = [Buffer.from('abcd'), big, Buffer.from('ef')];
     writeBatch(conn, parts);
     expect(corked).toBe(0);
-    expect(out.length).toBe(3);
+    expect(maxCorked).toBe(1);
+    expect(out).toEqual(parts);
     expect(out[1]).toBe(big); // not copied
-    expect(Buffer.concat(out).equals(Buffer.concat(parts))).toBe(true);
     out.length = 0;
-    writeBatch(conn, [Buffer.from('x'), Buffer.from('y')]);
+    maxCorked = 0;
+    writeBatch(conn, [Buffer.from('xy')]);
     expect(out.map((b) => b.toString())).toEqual(['xy']);
+    expect(maxCorked).toBe(0);
   });
 });

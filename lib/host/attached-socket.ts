@@ -33,7 +33,7 @@ import {
 } from '../core/socket.js';
 import type { RdsMessage } from '../core/stack.js';
 import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
-import { decodeMsg, encodeCount, encodeSend } from './hot-frames.js';
+import { decodeMsg, writeCount, writeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
 import {
@@ -223,12 +223,21 @@ export class AttachedSocket extends RdsSocket {
         `the host node's budget for this process is in use (${link.sndBytes} of ${link.sendBudget} bytes sent by all its sockets and not yet acknowledged; the node's serve({ maxClientSendBytes }) or rds-socketd --client-send-budget raises it)`,
       );
     }
-    // Zero-copy: the caller leaves its buffers alone until the completion, so they can be
-    // written as they are; otherwise copied now, as sendmsg(2) copies.
-    const payload = zcopy ? parts : parts.length === 1 ? Buffer.from(parts[0]!) : Buffer.concat(parts);
-    this.#link.write(
-      encodeSend(this.#sid, id, address, port, flags, id !== 0, zcopy ? opts!.zcopyCookie : undefined, payload),
-    );
+    // Copied now into the frame, as sendmsg(2) copies; zero-copy: a large payload is written from
+    // the caller's buffers, which it leaves alone until the completion.
+    if (link.downError === null)
+      writeSend(
+        link.writer,
+        this.#sid,
+        id,
+        address,
+        port,
+        flags,
+        id !== 0,
+        zcopy ? opts!.zcopyCookie : undefined,
+        parts,
+        !zcopy,
+      );
     this.#sndBytes += len;
     link.sndBytes += len;
     return len;
@@ -315,7 +324,7 @@ export class AttachedSocket extends RdsSocket {
         const k = this.#creditMsgs;
         this.#credit = 0;
         this.#creditMsgs = 0;
-        if (!this.#closed) this.#link.write(encodeCount(C_CREDIT, this.#sid, c, k));
+        if (!this.#closed && this.#link.downError === null) writeCount(this.#link.writer, C_CREDIT, this.#sid, c, k);
       });
     }
     this.#credit += n;
@@ -436,7 +445,7 @@ export class AttachedSocket extends RdsSocket {
 
   /** @internal */ fromNode(f: Frame): void {
     if (this.#closed) return;
-    const meta = decodeMsg(f.bin);
+    const meta = decodeMsg(f.raw, f.metaStart, f.metaEnd);
     const m: RdsMessage = { data: f.data, address: meta.address, port: meta.port };
     if (meta.timestamp !== undefined) m.timestamp = meta.timestamp;
     if (meta.zcopyCompletions !== undefined) m.zcopyCompletions = meta.zcopyCompletions;

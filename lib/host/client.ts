@@ -113,7 +113,7 @@ export class NodeLink {
       case N_SENT: {
         const s = this.sockets.get(f.sock);
         if (s === undefined) return;
-        s.handed(decodeCount(f.bin).n);
+        s.handed(decodeCount(f.raw, f.metaStart, f.metaEnd).n);
         return;
       }
       case N_EVENT:

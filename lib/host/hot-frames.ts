@@ -1,8 +1,19 @@
 // The per-message frames of the control protocol (SEND, CREDIT, MSG, SENT) with a fixed binary
 // meta instead of JSON: they are the data path, written and read once per message, where
 // JSON.stringify / JSON.parse and a separately allocated header cost more than the rest of the
-// hop. Header and meta share one allocation; the payload is written as it is.
-import { type C_CREDIT, C_SEND, HEADER_BYTES, N_MSG, type N_SENT, ProtocolError } from './protocol.js';
+// hop. Each is encoded straight into the writer's slab (FrameWriter): header, meta and a payload
+// under JOIN_BELOW bytes in one place, with nothing allocated per frame; a larger payload follows
+// as a part of its own, written as it is.
+import {
+  type C_CREDIT,
+  C_SEND,
+  type FrameOut,
+  HEADER_BYTES,
+  JOIN_BELOW,
+  N_MSG,
+  type N_SENT,
+  ProtocolError,
+} from './protocol.js';
 
 const F_CONFIRM = 1;
 const F_COOKIE = 2;
@@ -13,26 +24,74 @@ const M_CU = 4;
 /** The most zero-copy completions one MSG carries (the core reports them in batches far smaller). */
 const MAX_ZC = 4096;
 
-function header(type: number, sock: number, id: number, metaLen: number, dataLen: number): Buffer {
-  const b = Buffer.allocUnsafe(HEADER_BYTES + metaLen);
-  b.writeUInt32BE(HEADER_BYTES - 4 + metaLen + dataLen, 0);
-  b[4] = type;
-  b.writeUInt32BE(sock >>> 0, 5);
-  b.writeUInt32BE(id >>> 0, 9);
-  b.writeUInt32BE(metaLen, 13);
-  return b;
+/** Writes a frame header at the start of `n` reserved bytes of `w`; returns the offset after it. */
+function header(
+  w: FrameOut,
+  type: number,
+  sock: number,
+  id: number,
+  metaLen: number,
+  dataLen: number,
+  inline: number,
+): number {
+  const o = w.reserve(HEADER_BYTES + metaLen + inline);
+  const b = w.slab;
+  b.writeUInt32BE(HEADER_BYTES - 4 + metaLen + dataLen, o);
+  b[o + 4] = type;
+  b.writeUInt32BE(sock >>> 0, o + 5);
+  b.writeUInt32BE(id >>> 0, o + 9);
+  b.writeUInt32BE(metaLen, o + 13);
+  return o + HEADER_BYTES;
 }
 
-function withData(h: Buffer, data: Uint8Array | readonly Uint8Array[]): Buffer[] {
-  const out = [h];
-  if (data instanceof Uint8Array) {
-    if (data.length > 0)
-      out.push(Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.length));
-  } else {
-    for (const p of data)
-      if (p.length > 0) out.push(Buffer.isBuffer(p) ? p : Buffer.from(p.buffer, p.byteOffset, p.length));
+/**
+ * Ends a frame whose meta ends at `o`: a payload under JOIN_BELOW is copied after it in the
+ * slab; a larger one follows as parts of its own, copied first into one buffer when `copy`.
+ */
+function finish(w: FrameOut, o: number, data: Uint8Array | readonly Uint8Array[], len: number, copy: boolean): void {
+  if (len < JOIN_BELOW) {
+    const b = w.slab;
+    if (data instanceof Uint8Array) {
+      b.set(data, o);
+      o += data.length;
+    } else {
+      for (const p of data) {
+        b.set(p, o);
+        o += p.length;
+      }
+    }
+    w.commit(o);
+    return;
   }
-  return out;
+  const parts = data instanceof Uint8Array ? [data] : data;
+  if (copy) {
+    const one = Buffer.allocUnsafe(len);
+    let k = 0;
+    for (const p of parts) {
+      one.set(p, k);
+      k += p.length;
+    }
+    w.commit(o, [one]);
+    return;
+  }
+  const large: Buffer[] = [];
+  for (const p of parts)
+    if (p.length > 0) large.push(Buffer.isBuffer(p) ? p : Buffer.from(p.buffer, p.byteOffset, p.length));
+  w.commit(o, large);
+}
+
+/** Keeps one frame as its own buffers: for callers that write frames themselves (tests, raw clients). */
+class OneFrame implements FrameOut {
+  slab: Buffer = Buffer.alloc(0);
+  readonly parts: Buffer[] = [];
+  reserve(n: number): number {
+    this.slab = Buffer.allocUnsafe(n);
+    return 0;
+  }
+  commit(end: number, large?: readonly Buffer[]): void {
+    this.parts.push(this.slab.subarray(0, end));
+    if (large !== undefined) this.parts.push(...large);
+  }
 }
 
 function lengthOf(data: Uint8Array | readonly Uint8Array[]): number {
@@ -42,12 +101,28 @@ function lengthOf(data: Uint8Array | readonly Uint8Array[]): number {
   return n;
 }
 
-/** Reads a u8-length-prefixed latin1 string at `off`; returns it and the offset after it. */
-function readShort(bin: Buffer, off: number, what: string): [string, number] {
-  if (off >= bin.length) throw new ProtocolError(`${what} missing`);
-  const n = bin[off]!;
-  if (off + 1 + n > bin.length) throw new ProtocolError(`${what} runs past its frame`);
-  return [bin.toString('latin1', off + 1, off + 1 + n), off + 1 + n];
+/**
+ * The last address read, kept as bytes and as its string: every message on a socket names the
+ * same few peers, so a read that finds the same bytes again returns the string already made.
+ */
+const lastAddr = { bytes: Buffer.alloc(256), len: -1, str: '' };
+
+/** Reads a u8-length-prefixed latin1 string at `off` (`end`: where the meta ends); `off + 1 + b[off]` follows it. */
+function readAddress(b: Buffer, off: number, end: number): string {
+  if (off >= end) throw new ProtocolError('address missing');
+  const n = b[off]!;
+  const from = off + 1;
+  if (from + n > end) throw new ProtocolError('address runs past its frame');
+  const last = lastAddr;
+  if (n === last.len) {
+    let i = 0;
+    while (i < n && b[from + i] === last.bytes[i]) i++;
+    if (i === n) return last.str;
+  }
+  last.str = b.toString('latin1', from, from + n);
+  b.copy(last.bytes, 0, from, from + n);
+  last.len = n;
+  return last.str;
 }
 
 function writeShort(b: Buffer, off: number, s: string): number {
@@ -68,7 +143,37 @@ export interface SendMeta {
   cookie: number | undefined;
 }
 
-/** SEND: u8 alen, address, u16 port, u32 flags, u8 bits (confirm, cookie), [u32 cookie]. */
+/**
+ * SEND: u8 alen, address, u16 port, u32 flags, u8 bits (confirm, cookie), [u32 cookie]. `copy`:
+ * a large payload is copied (sendmsg copies); without it, it is written from the caller's buffers
+ * (zero-copy: the caller leaves them alone until the completion).
+ */
+export function writeSend(
+  w: FrameOut,
+  sock: number,
+  id: number,
+  address: string,
+  port: number,
+  flags: number,
+  confirm: boolean,
+  cookie: number | undefined,
+  data: Uint8Array | readonly Uint8Array[],
+  copy: boolean,
+): void {
+  checkShort(address, 'address');
+  const mlen = 1 + address.length + 2 + 4 + 1 + (cookie !== undefined ? 4 : 0);
+  const len = lengthOf(data);
+  let o = header(w, C_SEND, sock, id, mlen, len, len < JOIN_BELOW ? len : 0);
+  const h = w.slab;
+  o = writeShort(h, o, address);
+  o = h.writeUInt16BE(port, o);
+  o = h.writeUInt32BE(flags >>> 0, o);
+  h[o++] = (confirm ? F_CONFIRM : 0) | (cookie !== undefined ? F_COOKIE : 0);
+  if (cookie !== undefined) o = h.writeUInt32BE(cookie >>> 0, o);
+  finish(w, o, data, len, copy);
+}
+
+/** A SEND frame as its buffers (the payload not copied). */
 export function encodeSend(
   sock: number,
   id: number,
@@ -79,27 +184,23 @@ export function encodeSend(
   cookie: number | undefined,
   data: Uint8Array | readonly Uint8Array[],
 ): Buffer[] {
-  checkShort(address, 'address');
-  const mlen = 1 + address.length + 2 + 4 + 1 + (cookie !== undefined ? 4 : 0);
-  const h = header(C_SEND, sock, id, mlen, lengthOf(data));
-  let o = writeShort(h, HEADER_BYTES, address);
-  o = h.writeUInt16BE(port, o);
-  o = h.writeUInt32BE(flags >>> 0, o);
-  h[o++] = (confirm ? F_CONFIRM : 0) | (cookie !== undefined ? F_COOKIE : 0);
-  if (cookie !== undefined) h.writeUInt32BE(cookie >>> 0, o);
-  return withData(h, data);
+  const f = new OneFrame();
+  writeSend(f, sock, id, address, port, flags, confirm, cookie, data, false);
+  return f.parts;
 }
 
-export function decodeSend(bin: Buffer): SendMeta {
-  const [address, o] = readShort(bin, 0, 'address');
-  if (o + 7 > bin.length) throw new ProtocolError('SEND meta too short');
-  const port = bin.readUInt16BE(o);
-  const flags = bin.readUInt32BE(o + 2);
-  const bits = bin[o + 6]!;
+/** The meta of a SEND frame: `b` from `off` to `end` (a whole buffer by default). */
+export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
+  const address = readAddress(b, off, end);
+  const o = off + 1 + address.length;
+  if (o + 7 > end) throw new ProtocolError('SEND meta too short');
+  const port = b.readUInt16BE(o);
+  const flags = b.readUInt32BE(o + 2);
+  const bits = b[o + 6]!;
   let cookie: number | undefined;
   if ((bits & F_COOKIE) !== 0) {
-    if (o + 11 > bin.length) throw new ProtocolError('SEND meta too short for its cookie');
-    cookie = bin.readUInt32BE(o + 7);
+    if (o + 11 > end) throw new ProtocolError('SEND meta too short for its cookie');
+    cookie = b.readUInt32BE(o + 7);
   }
   return { address, port, flags, confirm: (bits & F_CONFIRM) !== 0, cookie };
 }
@@ -113,7 +214,8 @@ export interface MsgMeta {
 }
 
 /** MSG: u8 alen, address, u16 port, u8 bits, [f64 timestamp], [u16 n, n x u32 cookies], [u64 congestion bits]. */
-export function encodeMsg(
+export function writeMsg(
+  w: FrameOut,
   sock: number,
   address: string,
   port: number,
@@ -121,7 +223,7 @@ export function encodeMsg(
   zc: readonly number[] | undefined,
   cu: bigint | undefined,
   data: Uint8Array,
-): Buffer[] {
+): void {
   checkShort(address, 'address');
   if (zc !== undefined && zc.length > MAX_ZC) throw new ProtocolError(`more than ${MAX_ZC} completions in one message`);
   const mlen =
@@ -132,8 +234,10 @@ export function encodeMsg(
     (timestamp !== undefined ? 8 : 0) +
     (zc !== undefined ? 2 + 4 * zc.length : 0) +
     (cu !== undefined ? 8 : 0);
-  const h = header(N_MSG, sock, 0, mlen, data.length);
-  let o = writeShort(h, HEADER_BYTES, address);
+  const len = data.length;
+  let o = header(w, N_MSG, sock, 0, mlen, len, len < JOIN_BELOW ? len : 0);
+  const h = w.slab;
+  o = writeShort(h, o, address);
   o = h.writeUInt16BE(port, o);
   h[o++] = (timestamp !== undefined ? M_TS : 0) | (zc !== undefined ? M_ZC : 0) | (cu !== undefined ? M_CU : 0);
   if (timestamp !== undefined) o = h.writeDoubleBE(timestamp, o);
@@ -141,58 +245,86 @@ export function encodeMsg(
     o = h.writeUInt16BE(zc.length, o);
     for (const c of zc) o = h.writeUInt32BE(c >>> 0, o);
   }
-  if (cu !== undefined) h.writeBigUInt64BE(BigInt.asUintN(64, cu), o);
-  return withData(h, data);
+  if (cu !== undefined) o = h.writeBigUInt64BE(BigInt.asUintN(64, cu), o);
+  finish(w, o, data, len, false);
 }
 
-export function decodeMsg(bin: Buffer): MsgMeta {
-  let [address, o] = readShort(bin, 0, 'address');
-  if (o + 3 > bin.length) throw new ProtocolError('MSG meta too short');
-  const port = bin.readUInt16BE(o);
-  const bits = bin[o + 2]!;
+/** A MSG frame as its buffers. */
+export function encodeMsg(
+  sock: number,
+  address: string,
+  port: number,
+  timestamp: number | undefined,
+  zc: readonly number[] | undefined,
+  cu: bigint | undefined,
+  data: Uint8Array,
+): Buffer[] {
+  const f = new OneFrame();
+  writeMsg(f, sock, address, port, timestamp, zc, cu, data);
+  return f.parts;
+}
+
+/** The meta of a MSG frame: `b` from `off` to `end` (a whole buffer by default). */
+export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
+  const address = readAddress(b, off, end);
+  let o = off + 1 + address.length;
+  if (o + 3 > end) throw new ProtocolError('MSG meta too short');
+  const port = b.readUInt16BE(o);
+  const bits = b[o + 2]!;
   o += 3;
-  const need = (n: number): void => {
-    if (o + n > bin.length) throw new ProtocolError('MSG meta too short');
-  };
   let timestamp: number | undefined;
   let zcopyCompletions: number[] | undefined;
   let congestionUpdate: bigint | undefined;
   if ((bits & M_TS) !== 0) {
-    need(8);
-    timestamp = bin.readDoubleBE(o);
+    if (o + 8 > end) throw new ProtocolError('MSG meta too short');
+    timestamp = b.readDoubleBE(o);
     o += 8;
   }
   if ((bits & M_ZC) !== 0) {
-    need(2);
-    const n = bin.readUInt16BE(o);
+    if (o + 2 > end) throw new ProtocolError('MSG meta too short');
+    const n = b.readUInt16BE(o);
     o += 2;
-    need(4 * n);
+    if (o + 4 * n > end) throw new ProtocolError('MSG meta too short');
     zcopyCompletions = [];
-    for (let i = 0; i < n; i++, o += 4) zcopyCompletions.push(bin.readUInt32BE(o));
+    for (let i = 0; i < n; i++, o += 4) zcopyCompletions.push(b.readUInt32BE(o));
   }
   if ((bits & M_CU) !== 0) {
-    need(8);
-    congestionUpdate = bin.readBigUInt64BE(o);
+    if (o + 8 > end) throw new ProtocolError('MSG meta too short');
+    congestionUpdate = b.readBigUInt64BE(o);
   }
   return { address, port, timestamp, zcopyCompletions, congestionUpdate };
 }
 
 /** SENT (node to client: bytes and messages handed on) and CREDIT (client to node: read): f64 bytes, u32 messages. */
+export function writeCount(
+  w: FrameOut,
+  type: typeof N_SENT | typeof C_CREDIT,
+  sock: number,
+  bytes: number,
+  msgs: number,
+): void {
+  const o = header(w, type, sock, 0, 12, 0, 0);
+  w.slab.writeDoubleBE(bytes, o);
+  w.slab.writeUInt32BE(msgs >>> 0, o + 8);
+  w.commit(o + 12);
+}
+
+/** A SENT or CREDIT frame as its buffer. */
 export function encodeCount(
   type: typeof N_SENT | typeof C_CREDIT,
   sock: number,
   bytes: number,
   msgs: number,
 ): Buffer[] {
-  const h = header(type, sock, 0, 12, 0);
-  h.writeDoubleBE(bytes, HEADER_BYTES);
-  h.writeUInt32BE(msgs >>> 0, HEADER_BYTES + 8);
-  return [h];
+  const f = new OneFrame();
+  writeCount(f, type, sock, bytes, msgs);
+  return f.parts;
 }
 
-export function decodeCount(bin: Buffer): { n: number; k: number } {
-  if (bin.length < 12) throw new ProtocolError('count meta too short');
-  const n = bin.readDoubleBE(0);
+/** The meta of a SENT or CREDIT frame: `b` from `off` to `end` (a whole buffer by default). */
+export function decodeCount(b: Buffer, off = 0, end = b.length): { n: number; k: number } {
+  if (end - off < 12) throw new ProtocolError('count meta too short');
+  const n = b.readDoubleBE(off);
   if (!Number.isFinite(n)) throw new ProtocolError('count is not a number');
-  return { n, k: bin.readUInt32BE(8) };
+  return { n, k: b.readUInt32BE(off + 8) };
 }

@@ -7,7 +7,7 @@
 // maxClientSendBytes, which the client also enforces (it learns it in the welcome).
 import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
-import { decodeSend, encodeCount } from './hot-frames.js';
+import { decodeSend, writeCount } from './hot-frames.js';
 import { type Frame, type FrameWriter, N_SENT, ProtocolError } from './protocol.js';
 import { Fifo } from '../core/fifo.js';
 import { drained, type Item, type NodeSock } from './client-state.js';
@@ -92,7 +92,7 @@ export class SendSide {
 
   /** A SEND frame for socket `s` (undefined: closed by a call already in flight). */
   accept(f: Frame, s: NodeSock | undefined): void {
-    const sm = decodeSend(f.bin);
+    const sm = decodeSend(f.raw, f.metaStart, f.metaEnd);
     const confirm = sm.confirm;
     if (confirm) this.host.countCall();
     if (s === undefined) {
@@ -181,7 +181,7 @@ export class SendSide {
     for (const s of this.unreported) {
       const n = this.unreportedBytes(s);
       if (n > 0 && !s.closed && !this.host.isGone()) {
-        this.host.writer.write(encodeCount(N_SENT, s.id, n, s.sentMsgs));
+        writeCount(this.host.writer, N_SENT, s.id, n, s.sentMsgs);
         s.reported += n;
         this.outstanding -= n;
       }

@@ -26,7 +26,7 @@ import {
   str,
 } from './protocol.js';
 import type { HostNode } from './server.js';
-import { decodeCount, encodeMsg } from './hot-frames.js';
+import { decodeCount, writeMsg } from './hot-frames.js';
 import { peerCredentials, widenSendBuffer } from './unix-peer.js';
 import { controlAnswer } from '../core/control-commands.js';
 import { SendSide } from './node-send.js';
@@ -235,7 +235,7 @@ export class Client {
       case C_CREDIT: {
         const s = this.sockets.get(f.sock);
         if (s === undefined) return; // closed meanwhile
-        const { n, k } = decodeCount(f.bin);
+        const { n, k } = decodeCount(f.raw, f.metaStart, f.metaEnd);
         if (n < 0 || n > s.inflight || k < 0 || k > s.held.length)
           throw new ProtocolError('credit for more than was delivered');
         s.inflight -= n;
@@ -391,9 +391,7 @@ export class Client {
       s.inflight += m.data.length;
       s.held.push(s.takeReceipt());
       if (!this.gone)
-        this.writer.write(
-          encodeMsg(s.id, m.address, m.port, m.timestamp, m.zcopyCompletions, m.congestionUpdate, m.data),
-        );
+        writeMsg(this.writer, s.id, m.address, m.port, m.timestamp, m.zcopyCompletions, m.congestionUpdate, m.data);
     }
   }
 }
