@@ -153,17 +153,20 @@ export abstract class SocketRecv extends SocketSend {
   }
 
   /** `for await (const msg of sock)`: ends when the socket is closed. Breaking out leaves it open. */
-  async *[Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
-    yield* this.messages();
+  [Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
+    // messages() itself, not a generator delegating to it (yield* costs a promise per message).
+    return this.messages();
   }
 
   /** Like the async iterator, with an AbortSignal that ends the loop by throwing ETIMEDOUT (AbortSignal.timeout) or ECANCELED, its reason as `cause`. */
   async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
     for (;;) {
       if (this.closed) return;
-      let m: RdsMessage;
+      let m: RdsMessage | null;
       try {
-        m = await this.recv(opts);
+        // A message already queued is taken at once: no recv() promise per message of a burst.
+        m = opts.signal?.aborted === true ? null : this.recvmsg();
+        if (m === null) m = await this.recv(opts);
       } catch (e) {
         if (e instanceof RdsError && e.code === 'EBADF' && this.closed) return;
         throw e;

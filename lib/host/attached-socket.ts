@@ -344,9 +344,11 @@ export class AttachedSocket extends RdsSocket {
   override async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
     for (;;) {
       if (this.#closed) return;
-      let m: RdsMessage;
+      let m: RdsMessage | null;
       try {
-        m = await this.recv(opts);
+        // A message already queued is taken at once: no recv() promise per message of a burst.
+        m = opts.signal?.aborted === true ? null : this.recvmsg();
+        if (m === null) m = await this.recv(opts);
       } catch (e) {
         if (e instanceof RdsError && e.code === 'EBADF' && this.#closed) return;
         throw e;
@@ -355,8 +357,9 @@ export class AttachedSocket extends RdsSocket {
     }
   }
 
-  override async *[Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
-    yield* this.messages();
+  override [Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
+    // messages() itself, not a generator delegating to it (yield* costs a promise per message).
+    return this.messages();
   }
 
   override poll(): number {
