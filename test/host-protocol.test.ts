@@ -262,6 +262,35 @@ describe('host node control writer (FrameWriter)', () => {
     for (const [b, copy] of handed) expect(b.equals(copy)).toBe(true);
   });
 
+  it('writes the slab again from its start only when the socket took the last batch whole', async () => {
+    // A socket that took every batch: once the slab has grown to the turn's size (two turns), each
+    // turn's frames go where the last turn's were, one buffer per batch.
+    const took: Buffer[][] = [];
+    const w = new FrameWriter((parts) => took.push(parts) > 0);
+    for (let t = 0; t < 4; t++) {
+      for (let i = 0; i < 100; i++) w.write(frame(100, t + 1));
+      await nextTurn();
+    }
+    expect(took).toHaveLength(4);
+    const [third, fourth] = [took[2]!, took[3]!];
+    expect(third).toHaveLength(1);
+    expect(fourth).toHaveLength(1);
+    expect(fourth[0]!.buffer).toBe(third[0]!.buffer);
+    expect(fourth[0]!.byteOffset).toBe(third[0]!.byteOffset);
+    expect(fourth[0]!.equals(Buffer.alloc(100 * 100, 4))).toBe(true);
+    // A socket that kept a batch (returns false): its bytes stay as they were.
+    const kept: Buffer[][] = [];
+    const k = new FrameWriter((parts) => {
+      kept.push(parts);
+      return false;
+    });
+    for (let t = 0; t < 3; t++) {
+      for (let i = 0; i < 100; i++) k.write(frame(100, t + 1));
+      await nextTurn();
+    }
+    kept.forEach((parts, t) => expect(Buffer.concat(parts).equals(Buffer.alloc(100 * 100, t + 1))).toBe(true));
+  });
+
   it('adds piggyback frames only to writes that carry frames anyway', async () => {
     const writes: number[] = [];
     const w = new FrameWriter(counting(writes, 1));
@@ -281,11 +310,12 @@ describe('host node control writer (FrameWriter)', () => {
 });
 
 describe('writeBatch', () => {
-  it('writes one buffer as it is, and several in one corked writev, in order', () => {
+  it('writes one buffer as it is, and several in one corked writev, in order, and says whether the socket took them whole', () => {
     const out: Buffer[] = [];
     let corked = 0;
     let maxCorked = 0;
     const conn = {
+      writableLength: 0,
       write: (b: Buffer) => out.push(b) > 0,
       cork: () => {
         corked++;
@@ -295,7 +325,7 @@ describe('writeBatch', () => {
     };
     const big = Buffer.alloc(20000, 2);
     const parts = [Buffer.from('abcd'), big, Buffer.from('ef')];
-    writeBatch(conn, parts);
+    expect(writeBatch(conn, parts)).toBe(true);
     expect(corked).toBe(0);
     expect(maxCorked).toBe(1);
     expect(out).toEqual(parts);
@@ -305,5 +335,8 @@ describe('writeBatch', () => {
     writeBatch(conn, [Buffer.from('xy')]);
     expect(out.map((b) => b.toString())).toEqual(['xy']);
     expect(maxCorked).toBe(0);
+    // Bytes the socket still holds: the buffers are not free.
+    conn.writableLength = 2;
+    expect(writeBatch(conn, [Buffer.from('z')])).toBe(false);
   });
 });

@@ -65,8 +65,8 @@ export class NodeLink {
     this.conn.once('connect', () => widenSendBuffer(this.conn));
     this.writer = new FrameWriter(
       (parts) => {
-        if (this.downError !== null) return;
-        writeBatch(this.conn, parts);
+        if (this.downError !== null) return false;
+        return writeBatch(this.conn, parts);
       },
       () => this.welcomed && this.conn.writableLength === 0,
     );

@@ -102,7 +102,7 @@ export class SendSide {
     }
     const it: Item = {
       data: f.data,
-      dest: { address: sm.address, port: sm.port },
+      dest: sm, // its address and port
       flags: sm.flags,
       cookie: sm.cookie,
       confirm,
@@ -133,7 +133,30 @@ export class SendSide {
     // client is about to stop until it hears of it.
     if (this.unreported.size > 0 && (this.nearBudget() || (s.accepted - s.reported) * 2 >= sndbuf2))
       this.scheduleReport();
-    if (!s.running) void this.run(s);
+    if (s.running) return;
+    // The usual case: nothing waits before this message, so it goes to the real socket now, with
+    // no turn of run() (a promise per message); run() takes over when it must wait for room.
+    if (!confirm && !s.closed && s.backlog.length === 1 && this.tryHand(s, it) === 'done') return;
+    void this.run(s);
+  }
+
+  /**
+   * Hands the backlog's head `it` to the real socket with sendmsg(): 'done' once it left the
+   * backlog (queued, or failed for good), or the reason it must wait (EAGAIN: no room, ENOBUFS:
+   * the destination port is congested).
+   */
+  private tryHand(s: NodeSock, it: Item): 'done' | 'EAGAIN' | 'ENOBUFS' {
+    try {
+      s.real.sendmsg(it.data, it.dest, sendOpts(it));
+    } catch (e) {
+      const code = e instanceof RdsError ? e.code : '';
+      if (code === 'EAGAIN' || code === 'ENOBUFS') return code;
+      // Checked by the client before it sent; what is left (a closed or unbound socket) has nobody to tell.
+      this.host.node.counters.sendFailed++;
+    }
+    s.backlog.shift();
+    this.handed(s, it);
+    return 'done';
   }
 
   /** A message left the backlog (queued by the real socket, failed or cancelled). */
@@ -202,12 +225,7 @@ export class SendSide {
     try {
       while (s.backlog.length > 0 && !s.closed) {
         const it = s.backlog.peek()!;
-        const opts =
-          it.cookie !== undefined
-            ? { flags: it.flags, zcopyCookie: it.cookie }
-            : it.flags !== 0
-              ? { flags: it.flags }
-              : undefined;
+        const opts = sendOpts(it);
         if (it.confirm) {
           s.backlog.shift();
           this.handed(s, it);
@@ -225,23 +243,9 @@ export class SendSide {
           );
           continue;
         }
-        let congested = false;
-        try {
-          s.real.sendmsg(it.data, it.dest, opts);
-          s.backlog.shift();
-          this.handed(s, it);
-          continue;
-        } catch (e) {
-          const code = e instanceof RdsError ? e.code : '';
-          if (code !== 'EAGAIN' && code !== 'ENOBUFS') {
-            // Checked by the client before it sent; what is left (a closed or unbound socket) has nobody to tell.
-            s.backlog.shift();
-            this.handed(s, it);
-            this.host.node.counters.sendFailed++;
-            continue;
-          }
-          congested = code === 'ENOBUFS';
-        }
+        const r = this.tryHand(s, it);
+        if (r === 'done') continue;
+        let congested = r === 'ENOBUFS';
         if (congested) this.host.event(s.id, { ev: 'cong', a: it.dest.address, p: it.dest.port });
         it.ac = new AbortController();
         // send() may wait for room first (EAGAIN) and then for the port to clear: tell the client
@@ -275,4 +279,10 @@ export class SendSide {
       if (s.backlog.length === 0) drained(s);
     }
   }
+}
+
+/** The sendmsg() options a backlog item carries (none for a plain message). */
+function sendOpts(it: Item): { flags: number; zcopyCookie?: number } | undefined {
+  if (it.cookie !== undefined) return { flags: it.flags, zcopyCookie: it.cookie };
+  return it.flags !== 0 ? { flags: it.flags } : undefined;
 }

@@ -240,9 +240,12 @@ export interface FrameOut {
  * Frames are encoded straight into a slab, so a turn's small frames are already one buffer when
  * they are written: no header, meta or payload buffer of their own per frame, and no join
  * before the write (a tenth of a host node's and a third of a sending application's time went
- * to those when each frame was its own buffers). A slab is sized by the turn before (MIN_SLAB to
- * MAX_SLAB) and let go at the end of each turn: the socket keeps the written part until it is
- * sent, and an idle connection holds none.
+ * to those when each frame was its own buffers). When the sink says the socket took a batch
+ * whole (it returns true: the kernel has the bytes, nothing refers to the slab), the slab is
+ * written again from its start: memory already in the cache, no allocation and no page faults.
+ * Otherwise the socket keeps the written part until it is sent and later frames go after it,
+ * into a new slab sized by the turn before (MIN_SLAB to MAX_SLAB). A turn that used little of
+ * its slab lets it go, so a connection gone quiet holds at most MIN_SLAB-sized memory.
  */
 export class FrameWriter implements FrameOut {
   /** Written runs of the slab and large payloads, in order, not yet handed to the sink. */
@@ -266,7 +269,8 @@ export class FrameWriter implements FrameOut {
   private flushing = false;
 
   constructor(
-    private readonly sink: (parts: Buffer[]) => void,
+    /** Writes a batch; true if nothing refers to `parts` once it returns (the socket took them whole). */
+    private readonly sink: (parts: Buffer[]) => boolean | void,
     private readonly idle: () => boolean = () => false,
   ) {}
 
@@ -276,12 +280,15 @@ export class FrameWriter implements FrameOut {
     this.flush();
     if (this.turnFrames > 0) this.lastTurnFrames = this.turnFrames;
     this.turnFrames = 0;
-    // The next turn's slab fits what this one wrote, twice over (within bounds).
+    // The next slab fits what this turn wrote, twice over (within bounds); a slab written from
+    // its start again is kept while its turns fill a quarter of it.
     this.nextSlab = Math.min(MAX_SLAB, Math.max(MIN_SLAB, this.turnBytes * 2));
+    if (this.off !== 0 || this.turnBytes * 4 < this.slab.length) {
+      this.slab = NO_SLAB;
+      this.off = 0;
+      this.runStart = 0;
+    }
     this.turnBytes = 0;
-    this.slab = NO_SLAB;
-    this.off = 0;
-    this.runStart = 0;
   };
 
   get pendingBytes(): number {
@@ -391,22 +398,30 @@ export class FrameWriter implements FrameOut {
     const parts = this.parts;
     this.parts = [];
     this.bytes = 0;
-    this.sink(parts);
+    if (this.sink(parts) === true) {
+      this.off = 0;
+      this.runStart = 0;
+    }
   }
 }
 
 /**
  * Writes one turn's batch: the slab runs (small frames, already joined) and the large payloads
- * between them, in one corked writev.
+ * between them, in one corked writev. True if the socket took it whole at once (Node writes to
+ * the kernel synchronously when it can, and then keeps nothing of the buffers).
  */
-export function writeBatch(conn: { write(b: Buffer): boolean; cork(): void; uncork(): void }, parts: Buffer[]): void {
+export function writeBatch(
+  conn: { write(b: Buffer): boolean; cork(): void; uncork(): void; readonly writableLength: number },
+  parts: Buffer[],
+): boolean {
   if (parts.length === 1) {
     conn.write(parts[0]!);
-    return;
+  } else {
+    conn.cork();
+    for (const p of parts) conn.write(p);
+    conn.uncork();
   }
-  conn.cork();
-  for (const p of parts) conn.write(p);
-  conn.uncork();
+  return conn.writableLength === 0;
 }
 
 /** An error as carried in meta. */

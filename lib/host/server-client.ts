@@ -73,12 +73,12 @@ export class Client {
     widenSendBuffer(conn);
     this.writer = new FrameWriter(
       (parts) => {
-        if (this.gone) return;
+        if (this.gone) return false;
         if (conn.writableLength > MAX_CLIENT_WRITE_BACKLOG) {
           this.drop('it does not read its control socket');
-          return;
+          return false;
         }
-        writeBatch(conn, parts);
+        return writeBatch(conn, parts);
       },
       () => this.hello && conn.writableLength === 0,
     );
