@@ -94,6 +94,13 @@ class OneFrame implements FrameOut {
   }
 }
 
+/** The frame `write` encodes, as its own buffers. */
+function asParts(write: (f: FrameOut) => void): Buffer[] {
+  const f = new OneFrame();
+  write(f);
+  return f.parts;
+}
+
 function lengthOf(data: Uint8Array | readonly Uint8Array[]): number {
   if (data instanceof Uint8Array) return data.length;
   let n = 0;
@@ -184,9 +191,7 @@ export function encodeSend(
   cookie: number | undefined,
   data: Uint8Array | readonly Uint8Array[],
 ): Buffer[] {
-  const f = new OneFrame();
-  writeSend(f, sock, id, address, port, flags, confirm, cookie, data, false);
-  return f.parts;
+  return asParts((f) => writeSend(f, sock, id, address, port, flags, confirm, cookie, data, false));
 }
 
 /** The meta of a SEND frame: `b` from `off` to `end` (a whole buffer by default). */
@@ -259,9 +264,7 @@ export function encodeMsg(
   cu: bigint | undefined,
   data: Uint8Array,
 ): Buffer[] {
-  const f = new OneFrame();
-  writeMsg(f, sock, address, port, timestamp, zc, cu, data);
-  return f.parts;
+  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data));
 }
 
 /** The meta of a MSG frame: `b` from `off` to `end` (a whole buffer by default). */
@@ -316,9 +319,7 @@ export function encodeCount(
   bytes: number,
   msgs: number,
 ): Buffer[] {
-  const f = new OneFrame();
-  writeCount(f, type, sock, bytes, msgs);
-  return f.parts;
+  return asParts((f) => writeCount(f, type, sock, bytes, msgs));
 }
 
 /** The meta of a SENT or CREDIT frame: `b` from `off` to `end` (a whole buffer by default). */
