@@ -33,7 +33,7 @@ import {
 } from '../core/socket.js';
 import type { RdsMessage } from '../core/stack.js';
 import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
-import { decodeMsg, writeCount, writeSend } from './hot-frames.js';
+import { readMsg, writeCount, writeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
 import {
@@ -470,12 +470,7 @@ export class AttachedSocket extends RdsSocket {
 
   /** @internal */ fromNode(f: Frame): void {
     if (this.#closed) return;
-    const meta = decodeMsg(f.raw, f.metaStart, f.metaEnd);
-    const m: RdsMessage = { data: f.data, address: meta.address, port: meta.port };
-    if (meta.timestamp !== undefined) m.timestamp = meta.timestamp;
-    if (meta.zcopyCompletions !== undefined) m.zcopyCompletions = meta.zcopyCompletions;
-    if (meta.congestionUpdate !== undefined) m.congestionUpdate = meta.congestionUpdate;
-    this.#rx.push(m);
+    this.#rx.push(readMsg(f.raw, f.metaStart, f.metaEnd, f.data));
     this.#waiters.wakeAll();
     if (!this.#readableQueued) {
       this.#readableQueued = true;

@@ -14,6 +14,9 @@ import {
   type N_SENT,
   ProtocolError,
 } from './protocol.js';
+import type { RdsMessage } from '../core/types.js';
+
+const NO_DATA = Buffer.alloc(0);
 
 const F_CONFIRM = 1;
 const F_COOKIE = 2;
@@ -267,20 +270,21 @@ export function encodeMsg(
   return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data));
 }
 
-/** The meta of a MSG frame: `b` from `off` to `end` (a whole buffer by default). */
-export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
+/**
+ * A MSG frame as the message recvmsg() returns: its meta (`b` from `off` to `end`) read straight
+ * into it, the optional fields present only when the frame carries them.
+ */
+export function readMsg(b: Buffer, off: number, end: number, data: Buffer): RdsMessage {
   const address = readAddress(b, off, end);
   let o = off + 1 + address.length;
   if (o + 3 > end) throw new ProtocolError('MSG meta too short');
-  const port = b.readUInt16BE(o);
+  const m: RdsMessage = { data, address, port: b.readUInt16BE(o) };
   const bits = b[o + 2]!;
   o += 3;
-  let timestamp: number | undefined;
-  let zcopyCompletions: number[] | undefined;
-  let congestionUpdate: bigint | undefined;
+  if (bits === 0) return m;
   if ((bits & M_TS) !== 0) {
     if (o + 8 > end) throw new ProtocolError('MSG meta too short');
-    timestamp = b.readDoubleBE(o);
+    m.timestamp = b.readDoubleBE(o);
     o += 8;
   }
   if ((bits & M_ZC) !== 0) {
@@ -288,14 +292,27 @@ export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
     const n = b.readUInt16BE(o);
     o += 2;
     if (o + 4 * n > end) throw new ProtocolError('MSG meta too short');
-    zcopyCompletions = [];
-    for (let i = 0; i < n; i++, o += 4) zcopyCompletions.push(b.readUInt32BE(o));
+    const zc: number[] = [];
+    for (let i = 0; i < n; i++, o += 4) zc.push(b.readUInt32BE(o));
+    m.zcopyCompletions = zc;
   }
   if ((bits & M_CU) !== 0) {
     if (o + 8 > end) throw new ProtocolError('MSG meta too short');
-    congestionUpdate = b.readBigUInt64BE(o);
+    m.congestionUpdate = b.readBigUInt64BE(o);
   }
-  return { address, port, timestamp, zcopyCompletions, congestionUpdate };
+  return m;
+}
+
+/** The meta of a MSG frame: `b` from `off` to `end` (a whole buffer by default). */
+export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
+  const m = readMsg(b, off, end, NO_DATA);
+  return {
+    address: m.address,
+    port: m.port,
+    timestamp: m.timestamp,
+    zcopyCompletions: m.zcopyCompletions,
+    congestionUpdate: m.congestionUpdate,
+  };
 }
 
 /** SENT (node to client: bytes and messages handed on) and CREDIT (client to node: read): f64 bytes, u32 messages. */
