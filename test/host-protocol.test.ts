@@ -278,6 +278,11 @@ describe('host node control writer (FrameWriter)', () => {
     expect(fourth[0]!.buffer).toBe(third[0]!.buffer);
     expect(fourth[0]!.byteOffset).toBe(third[0]!.byteOffset);
     expect(fourth[0]!.equals(Buffer.alloc(100 * 100, 4))).toBe(true);
+    // A connection with nothing to write for a turn lets its slab go.
+    expect(w.slab.length).toBeGreaterThan(0);
+    await nextTurn();
+    await nextTurn();
+    expect(w.slab.length).toBe(0);
     // A socket that kept a batch (returns false): its bytes stay as they were.
     const kept: Buffer[][] = [];
     const k = new FrameWriter((parts) => {

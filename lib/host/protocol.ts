@@ -245,7 +245,8 @@ export interface FrameOut {
  * written again from its start: memory already in the cache, no allocation and no page faults.
  * Otherwise the socket keeps the written part until it is sent and later frames go after it,
  * into a new slab sized by the turn before (MIN_SLAB to MAX_SLAB). A turn that used little of
- * its slab lets it go, so a connection gone quiet holds at most MIN_SLAB-sized memory.
+ * its slab lets it go, and so does a connection with nothing to write for a whole turn: only
+ * connections busy now hold a slab.
  */
 export class FrameWriter implements FrameOut {
   /** Written runs of the slab and large payloads, in order, not yet handed to the sink. */
@@ -267,6 +268,7 @@ export class FrameWriter implements FrameOut {
   private turnFrames = 0;
   private lastTurnFrames = 0;
   private flushing = false;
+  private releaseQueued = false;
 
   constructor(
     /** Writes a batch; true if nothing refers to `parts` once it returns (the socket took them whole). */
@@ -283,13 +285,25 @@ export class FrameWriter implements FrameOut {
     // The next slab fits what this turn wrote, twice over (within bounds); a slab written from
     // its start again is kept while its turns fill a quarter of it.
     this.nextSlab = Math.min(MAX_SLAB, Math.max(MIN_SLAB, this.turnBytes * 2));
-    if (this.off !== 0 || this.turnBytes * 4 < this.slab.length) {
-      this.slab = NO_SLAB;
-      this.off = 0;
-      this.runStart = 0;
+    if (this.off !== 0 || this.turnBytes * 4 < this.slab.length) this.dropSlab();
+    else if (!this.releaseQueued) {
+      this.releaseQueued = true;
+      setImmediate(this.release);
     }
     this.turnBytes = 0;
   };
+
+  /** The turn after a slab was kept: let it go unless this turn is writing too. */
+  private readonly release = (): void => {
+    this.releaseQueued = false;
+    if (!this.scheduled && this.bytes === 0) this.dropSlab();
+  };
+
+  private dropSlab(): void {
+    this.slab = NO_SLAB;
+    this.off = 0;
+    this.runStart = 0;
+  }
 
   get pendingBytes(): number {
     return this.bytes;
