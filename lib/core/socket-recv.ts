@@ -165,7 +165,7 @@ export abstract class SocketRecv extends SocketSend {
       let m: RdsMessage | null;
       try {
         // A message already queued is taken at once: no recv() promise per message of a burst.
-        m = opts.signal?.aborted === true ? null : this.recvmsg();
+        m = opts?.signal?.aborted === true ? null : this.recvmsg();
         if (m === null) m = await this.recv(opts);
       } catch (e) {
         if (e instanceof RdsError && e.code === 'EBADF' && this.closed) return;
