@@ -49,19 +49,14 @@ export function destination(dest: { address: string; port: number } | null | und
   address: string;
   port: number;
 } {
-  let address: string;
-  let port: number;
-  if (dest !== undefined && dest !== null) {
-    const to = parseEndpoint(dest, 'destination');
-    const why = checkedAddress(to.address).nonUnicast;
-    if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
-    ({ address, port } = to);
-  } else {
-    address = '';
-    port = 0;
-  }
-  return { address, port };
+  if (dest === undefined || dest === null) return NO_DEST;
+  const to = parseEndpoint(dest, 'destination');
+  const why = checkedAddress(to.address).nonUnicast;
+  if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
+  return to;
 }
+
+const NO_DEST: Readonly<{ address: string; port: number }> = Object.freeze({ address: '', port: 0 });
 
 /** bind()'s address, checked as RdsSocket.bind() checks it before asking the node. @internal */
 export function bindEndpoint(addr: { address: string; port?: number }): { address: string; port: number } {

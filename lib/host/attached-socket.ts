@@ -54,6 +54,8 @@ import {
  * has read them from its socket (at most SO_RCVBUF bytes per socket; the rest stays queued in the node,
  * where it counts against SO_RCVBUF and sets congestion as usual).
  */
+const NO_FLAGS = Object.freeze({ zcopy: false, flags: 0 });
+
 export class AttachedSocket extends RdsSocket {
   readonly #link: NodeLink;
   readonly #sid: number;
@@ -155,8 +157,17 @@ export class AttachedSocket extends RdsSocket {
   ): number {
     this.#check('sendmsg()');
     if (opts !== undefined && opts !== null && opts.atomic !== undefined) refuseMaskedAtomic(opts.atomic);
-    const { zcopy, flags } = sendFlags(opts, () => super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1, this.#transport);
-    const { parts, len } = dataParts(data);
+    // The common call (one buffer, no options) makes no objects of its own here.
+    const { zcopy, flags } =
+      opts === undefined || opts === null
+        ? NO_FLAGS
+        : sendFlags(opts, () => super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1, this.#transport);
+    let parts: Uint8Array | Uint8Array[];
+    let len: number;
+    if (data instanceof Uint8Array) {
+      parts = data;
+      len = data.length;
+    } else ({ parts, len } = dataParts(data));
     let { address, port } = destination(dest);
     if (this.#bound === null) {
       if (this.#binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
@@ -186,12 +197,14 @@ export class AttachedSocket extends RdsSocket {
       }
       ({ address, port } = peer);
     }
-    if (isIPv4(address) !== isIPv4(this.#bound.address)) {
+    // The family is checked once per destination in a row (the bound address never changes).
+    if (address !== this.sameFamilyAs && isIPv4(address) !== isIPv4(this.#bound.address)) {
       throw new RdsError(
         'EOPNOTSUPP',
         `cannot send from ${this.#bound.address} to ${address}: address families differ`,
       );
     }
+    this.sameFamilyAs = address;
     if (len > RDS_MAX_MSG_SIZE)
       throw new RdsError('EMSGSIZE', `message of ${len} bytes exceeds RDS_MAX_MSG_SIZE (${RDS_MAX_MSG_SIZE})`);
     const sndbuf = this.#sndbuf();
