@@ -16,20 +16,25 @@ export function sendFlags(
   opts: SendmsgOptions | undefined,
   zeroCopyOn: () => boolean,
   transport: number | null,
-): { zcopy: boolean; flags: number } {
-  if (opts === undefined || opts === null) return { zcopy: false, flags: 0 };
+): Readonly<{ zcopy: boolean; flags: number }> {
+  if (opts === undefined || opts === null) return NO_FLAGS;
   // SO_RDS_TRANSPORT on an attached socket is TCP or IB.
   const zcopy = zeroCopyRequested(opts, zeroCopyOn(), transport === null || transport === RDS_TRANS_TCP ? null : 'ib');
   const flags = opts.flags ?? 0;
   return { zcopy, flags };
 }
 
-/** The parts and total length of a message's data; the array is copied, as sendmsg(2) copies the iovec. @internal */
-export function dataParts(data: RdsData): { parts: Uint8Array[]; len: number } {
-  let parts: Uint8Array[];
+const NO_FLAGS: Readonly<{ zcopy: boolean; flags: number }> = Object.freeze({ zcopy: false, flags: 0 });
+
+/**
+ * The parts and total length of a message's data: one buffer as it is, an array copied, as
+ * sendmsg(2) copies the iovec. @internal
+ */
+export function dataParts(data: RdsData): { parts: Uint8Array | Uint8Array[]; len: number } {
+  let parts: Uint8Array | Uint8Array[];
   let len = 0;
   if (data instanceof Uint8Array) {
-    parts = [data];
+    parts = data;
     len = data.length;
   } else if (Array.isArray(data)) {
     for (const p of data) {

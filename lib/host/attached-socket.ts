@@ -50,12 +50,10 @@ import {
  * socket. Synchronous calls (sendmsg, recvmsg, poll, getsockopt, setsockopt) answer from state
  * kept here: arguments are checked here with the same errors, the send budget (SO_SNDBUF)
  * counts bytes sent and not yet acknowledged by the peer (or failed or cancelled), as the kernel
- * counts it, and so does the node's budget for the whole process; received messages wait here once the node
- * has read them from its socket (at most SO_RCVBUF bytes per socket; the rest stays queued in the node,
- * where it counts against SO_RCVBUF and sets congestion as usual).
+ * counts it, and so does the node's budget for the whole process; received messages wait here
+ * once the node has read them from its socket (at most SO_RCVBUF bytes per socket; the rest stays
+ * queued in the node, where it counts against SO_RCVBUF and sets congestion as usual).
  */
-const NO_FLAGS = Object.freeze({ zcopy: false, flags: 0 });
-
 export class AttachedSocket extends RdsSocket {
   readonly #link: NodeLink;
   readonly #sid: number;
@@ -74,6 +72,8 @@ export class AttachedSocket extends RdsSocket {
   readonly #cong = new Set<string>();
   readonly #confirms = new Map<number, (e: Error) => void>();
   #readableQueued = false;
+  /** SO_ZEROCOPY, read only for a send with options (made once, not per message). */
+  readonly #zeroCopyOn = (): boolean => super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1;
   /** Congestion maps the node received since this socket opened, and as of the last poll(). */
   #congMaps = 0;
   #polledCongMaps = 0;
@@ -157,17 +157,8 @@ export class AttachedSocket extends RdsSocket {
   ): number {
     this.#check('sendmsg()');
     if (opts !== undefined && opts !== null && opts.atomic !== undefined) refuseMaskedAtomic(opts.atomic);
-    // The common call (one buffer, no options) makes no objects of its own here.
-    const { zcopy, flags } =
-      opts === undefined || opts === null
-        ? NO_FLAGS
-        : sendFlags(opts, () => super.getsockopt(SOL_SOCKET, SO_ZEROCOPY) === 1, this.#transport);
-    let parts: Uint8Array | Uint8Array[];
-    let len: number;
-    if (data instanceof Uint8Array) {
-      parts = data;
-      len = data.length;
-    } else ({ parts, len } = dataParts(data));
+    const { zcopy, flags } = sendFlags(opts, this.#zeroCopyOn, this.#transport);
+    const { parts, len } = dataParts(data);
     let { address, port } = destination(dest);
     if (this.#bound === null) {
       if (this.#binding) throw new RdsError('ENOTCONN', 'bind() has not finished; await it before sending');
