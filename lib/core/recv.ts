@@ -12,7 +12,7 @@ import {
 import { decodeRdmaExtensions } from '../wire/rdma-ext.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
-import { follow, RX_DISCARDED, RX_REFUSED } from './rx-ack.js';
+import { follow, RX_DISCARDED, RX_REFUSED, type RxEntry } from './rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -21,8 +21,16 @@ import { RDS_CTR } from './stats.js';
  * rds_recv_incoming: everything a transport hands up goes through here. `header` is the 48-byte
  * header, `payload` the h_len bytes. The message came from `cp.conn.faddr` to `cp.conn.laddr`.
  * The transport has called cp.noteRxActivity() for the read or batch this frame came in.
+ * `localReceipt`: the loopback transport's receipt for a message whose sender waits for the read
+ * (send-confirm.ts localReceipt); the receiving socket settles it.
  */
-export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, payload: Buffer): void {
+export function recvIncoming(
+  stack: RdsStack,
+  cp: RdsConnPath,
+  header: Buffer,
+  payload: Buffer,
+  localReceipt?: RxEntry,
+): void {
   const flags = header[OFF_FLAGS]!;
   const conn = cp.conn;
 
@@ -139,7 +147,9 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
     cp.pongReceived();
     return;
   }
-  const entry = cp.acks.recordReceived(seq, false, ackRequired);
+  // A peer's message is tracked for the acks (null when nothing is acknowledged); one handed over
+  // by this stack's loopback transport may carry its own receipt (see localReceipt).
+  const entry = cp.acks.recordReceived(seq, false, ackRequired) ?? localReceipt ?? null;
   // RDMA (a peer's op on one of our regions) and RDMA_DEST (a region it exposes): IB only.
   const ext = header[OFF_EXTHDR]!;
   const rdma =
@@ -148,7 +158,7 @@ export function recvIncoming(stack: RdsStack, cp: RdsConnPath, header: Buffer, p
       : undefined;
   // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
   if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp, rdma) && entry !== null)
-    cp.acks.consumed(entry, RX_REFUSED);
+    entry.owner.consumed(entry, RX_REFUSED);
 }
 
 /** A pong, unless the peer already holds maxOwnQueued of the path's own messages: then counted. */

@@ -2,6 +2,7 @@ import { RDSSOCK_REFUSED_NO_SOCK } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { Fifo } from './fifo.js';
 import type { RdsOutgoing } from './message.js';
+import { RX_DISCARDED, RX_PENDING, RX_READ, type RxEntry, type RxOutcome, type RxOwner } from './rx-ack.js';
 import { RDS_CTR, type RdsStats } from './stats.js';
 
 /** Refusals remembered beyond the last read cursor, against a peer that invents them. */
@@ -126,4 +127,49 @@ export class ReadConfirmations {
 export function findBySeq(q: Iterable<RdsOutgoing>, seq: number): RdsOutgoing | undefined {
   for (const m of q) if (m.seq === seq) return m;
   return undefined;
+}
+
+/**
+ * A message handed to a socket of this stack (the loopback transport has no peer to report reads):
+ * its receipt, which the receiving socket settles as a peer's read report would. Its confirmation
+ * resolves when the receiving application takes the message (recvmsg, recv, the iterator; for an
+ * attached socket, when the attached process has: the host node holds the receipt until then),
+ * and rejects with ECONNRESET if the socket closes with it unread (or the attached process dies),
+ * with ECONNREFUSED if no socket took it. The same rule, and the same errors, as from a peer.
+ */
+export function localReceipt(msg: RdsOutgoing, counters: RdsStats): RxEntry {
+  return {
+    seq: msg.seq,
+    pos: 0,
+    state: RX_PENDING,
+    at: 0,
+    owner: new LocalReadOwner(msg, counters),
+    epoch: 0,
+    followers: null,
+  };
+}
+
+class LocalReadOwner implements RxOwner {
+  constructor(
+    private readonly msg: RdsOutgoing,
+    private readonly counters: RdsStats,
+  ) {}
+
+  consumed(e: RxEntry, outcome: RxOutcome = RX_READ): void {
+    if (e.state !== RX_PENDING) return;
+    e.state = outcome;
+    const m = this.msg;
+    if (outcome === RX_READ) {
+      m.confirm();
+      return;
+    }
+    const where = `${m.daddr}:${m.dport}`;
+    if (outcome === RX_DISCARDED) {
+      this.counters.add(RDS_CTR.send_discarded_unread);
+      m.confirm(new RdsError('ECONNRESET', `the socket bound to ${where} was closed before reading the message`));
+    } else {
+      this.counters.add(RDS_CTR.send_refused_no_sock);
+      m.confirm(new RdsError('ECONNREFUSED', `no socket is bound to ${where}: the message was dropped`));
+    }
+  }
 }

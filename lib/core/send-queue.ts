@@ -268,9 +268,11 @@ export class PathSend {
   /**
    * The peer has every message up to and including `seq`: free them in order. From a peer that
    * reports reads (RDSSOCK_CAP_CONFIRM) this is flow control only: a pending confirmation waits
-   * in confirms.awaitingRead for its read cursor.
+   * in confirms.awaitingRead for its read cursor. `receiverConfirms`: the receiver was handed the
+   * messages with receipts that settle their confirmations (loopback, see localReceipt), so this
+   * frees them without confirming them.
    */
-  ackThrough(seq: number): void {
+  ackThrough(seq: number, receiverConfirms = false): void {
     let freed = false;
     const now = performance.now();
     // While the handshake has not said what the peer is, an h_ack confirms nothing yet: from an
@@ -286,6 +288,8 @@ export class PathSend {
       if (holdConfirm && this.confirms.mustWait(m)) {
         m.complete(undefined, true);
         this.confirms.awaitingRead.push(m);
+      } else if (receiverConfirms) {
+        m.complete(undefined, true);
       } else {
         // Nothing to hold: no confirmation pending, an older peer, or a resent message that a read
         // report already covered (it was read, or its refusal already rejected it).

@@ -355,8 +355,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   // ---- receive side ----
 
   /** rds_recv_incoming (recv.ts). @internal */
-  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer): void {
-    recvIncoming(this, cp, header, payload);
+  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer, localReceipt?: Receipt): void {
+    recvIncoming(this, cp, header, payload, localReceipt);
   }
 
   /**

@@ -66,7 +66,7 @@ export function transportHostOf(stack: RdsStack): TransportHost {
     isBound: (address, port) => stack.binds.isBound(address, port),
     connFor: (laddr, faddr, transport) => stack.connFor(laddr, faddr, transport),
     findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
-    recvIncoming: (cp, header, payload) => recvIncoming(stack, cp, header, payload),
+    recvIncoming: (cp, header, payload, localReceipt) => recvIncoming(stack, cp, header, payload, localReceipt),
     reportProtocolError: (cp, error) => stack.reportProtocolError(cp, error),
     get rails() {
       return stack.rails;

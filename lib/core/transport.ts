@@ -4,7 +4,7 @@ import type { RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
 import type { EventEmitter } from 'eventemitter3';
 import type { ResolvedStackOptions } from './options.js';
-import type { RdsStackEvents } from './types.js';
+import type { RdsStackEvents, Receipt } from './types.js';
 import type { RdsStats } from './stats.js';
 import type { RailHost } from './rail.js';
 
@@ -31,8 +31,11 @@ export interface TransportHost {
   connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection;
   /** The connection if there is one; never makes one (admission checks). */
   findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined;
-  /** rds_recv_incoming: one complete frame from a path's carrier. */
-  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer): void;
+  /**
+   * rds_recv_incoming: one complete frame from a path's carrier. `localReceipt` (loopback only):
+   * settled by the receiving socket when its application takes the message (see localReceipt).
+   */
+  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer, localReceipt?: Receipt): void;
   /** The peer broke the protocol on `cp`: counted and reported ('protocol-error'). */
   reportProtocolError(cp: RdsConnPath, error: Error): void;
   /** The stack's rails (transports that carry them open and accept their carriers). */

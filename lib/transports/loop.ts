@@ -5,6 +5,7 @@ import type { RdsConnPath } from '../core/path.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
+import { localReceipt } from '../core/send-confirm.js';
 
 /**
  * The loopback transport (net/rds/loop.c): messages between addresses of the same stack are
@@ -58,9 +59,15 @@ export class LoopTransport implements RdsTransport {
         new RdsError('ECONNREFUSED', `no socket is bound to ${cp.conn.faddr}:${msg.dport}: the message was dropped`),
       );
     }
+    // A confirmation means the receiving application took the message, here as from a peer: the
+    // receiving socket settles it through the receipt when it is read, or discarded unread. The
+    // message itself is acknowledged at once (its bytes go back to the sender's budget), as the
+    // kernel's loopback does. A ping (port 0) is taken by the stack itself: its confirmation
+    // resolves on the acknowledgement.
+    const receipt = msg.confirmPending && msg.dport !== 0 ? localReceipt(msg, this.host.counters) : undefined;
     rcp.noteRxActivity();
-    this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload);
-    cp.tx.ackThrough(msg.seq);
+    this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload, receipt);
+    cp.tx.ackThrough(msg.seq, receipt !== undefined);
     return true;
   }
 

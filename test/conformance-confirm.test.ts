@@ -1,0 +1,159 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RdsSocket, type RdsStack, constants } from '../lib/index.js';
+import { CONFORMANCE_KINDS, makePair, type Pair, timeout, until } from './helpers.js';
+
+// Part of the conformance suite (run over the same socket kinds as conformance.test.ts; over IB
+// by test/ib/run.sh): send({ confirm: true }) means the receiving application took the message,
+// whatever carries it. Every test sends to b twice: from a (b's peer: another node, or the same
+// stack over loopback) and from c, a socket of b's own stack (for attached kinds, two sockets of
+// one host node, which the node carries over its loopback transport).
+const HOLDER = fileURLToPath(new URL('./fixtures/attached-holder.mjs', import.meta.url));
+const NET = 29;
+
+/** A send's outcome as it settles: 'pending' until then, 'ok' or the error's code after. */
+interface Watched {
+  state: string;
+  done: Promise<void>;
+}
+
+function watch(p: Promise<unknown>, events: string[], name: string): Watched {
+  const w: Watched = { state: 'pending', done: Promise.resolve() };
+  w.done = p.then(
+    () => {
+      w.state = 'ok';
+      events.push(`confirmed ${name}`);
+    },
+    (e: { code?: string }) => {
+      w.state = e.code ?? String(e);
+      events.push(`rejected ${name}`);
+    },
+  );
+  return w;
+}
+
+/**
+ * Both senders' messages are acknowledged (flush), and a turn of the event loop has passed for
+ * anything that acknowledgement settles: a confirmation taken from "acknowledged" or "handed to
+ * the receiving socket" rather than "read" has resolved by now.
+ */
+async function acknowledged(...senders: RdsSocket[]): Promise<void> {
+  for (const s of senders) await s.flush({ signal: timeout(20000) });
+  await new Promise((r) => setImmediate(r));
+}
+
+/** A socket on b's side (b's stack, b's address, any port): co-located with b. */
+async function colocated(p: Pair): Promise<RdsSocket> {
+  const c = new RdsSocket({ stack: p.stackB });
+  await c.bind({ address: p.b.address().address, port: 0 });
+  return c;
+}
+
+const data = (s: string): Buffer => Buffer.from(s);
+
+describe.each(CONFORMANCE_KINDS)('read confirmations over %s', (kind) => {
+  let pair: Pair | null = null;
+  let child: ChildProcess | null = null;
+  let host = kind === 'tcp' ? 0 : kind === 'attached' ? 64 : kind === 'attached-process' ? 96 : 128;
+  const open = async (): Promise<Pair> => (pair = await makePair(kind, NET, ++host));
+  afterEach(async () => {
+    if (child !== null && child.exitCode === null && child.signalCode === null) {
+      const gone = new Promise((r) => child!.once('exit', r));
+      child.kill('SIGKILL');
+      await gone;
+    }
+    child = null;
+    await pair?.close();
+    pair = null;
+  });
+
+  it('a confirmation resolves only once the receiving application has read the message', async () => {
+    const p = await open();
+    const { a, b } = p;
+    const c = await colocated(p);
+    const events: string[] = [];
+    const fromA = watch(a.send(data('a'), b.address(), { confirm: true, signal: timeout(20000) }), events, 'a');
+    const fromC = watch(c.send(data('c'), b.address(), { confirm: true, signal: timeout(20000) }), events, 'c');
+    await acknowledged(a, c);
+    // At b, unread: nothing is confirmed.
+    expect([fromA.state, fromC.state]).toEqual(['pending', 'pending']);
+    expect(events).toEqual([]);
+    // b reads them one at a time (recvmsg: the read is recorded in the same turn it happens).
+    for (let n = 0; n < 2; n++) {
+      await until(() => (b.poll() & constants.POLLIN) !== 0, 'a message at b', 20000);
+      const m = b.recvmsg();
+      expect(m).not.toBeNull();
+      events.push(`read ${m!.data.toString()}`);
+    }
+    await Promise.all([fromA.done, fromC.done]);
+    expect([fromA.state, fromC.state]).toEqual(['ok', 'ok']);
+    for (const who of ['a', 'c'])
+      expect(events.indexOf(`confirmed ${who}`), events.join(', ')).toBeGreaterThan(events.indexOf(`read ${who}`));
+  });
+
+  it('a confirmation rejects with ECONNRESET when the receiving socket closes with the message unread', async () => {
+    const p = await open();
+    const { a, b, stackB } = p;
+    const c = await colocated(p);
+    const discardedB = stackB.counters.get('send_discarded_unread');
+    const events: string[] = [];
+    const fromA = watch(a.send(data('a'), b.address(), { confirm: true, signal: timeout(20000) }), events, 'a');
+    const fromC = watch(c.send(data('c'), b.address(), { confirm: true, signal: timeout(20000) }), events, 'c');
+    await acknowledged(a, c);
+    expect([fromA.state, fromC.state]).toEqual(['pending', 'pending']);
+    await b.close();
+    await Promise.all([fromA.done, fromC.done]);
+    expect([fromA.state, fromC.state]).toEqual(['ECONNRESET', 'ECONNRESET']);
+    // c's node counts the discard it was told of (a's node too; over loopback they are one).
+    expect(stackB.counters.get('send_discarded_unread')).toBeGreaterThanOrEqual(discardedB + 1);
+  });
+
+  // The receiving application is a process attached to b's node; it is SIGKILLed with both
+  // messages handed to it and unread. Only attached kinds have a node that outlives its application.
+  it.runIf(kind === 'attached' || kind === 'attached-process')(
+    'a confirmation rejects with ECONNRESET when the receiving process is killed with the message unread (from another node, and co-located on its own node)',
+    async () => {
+      const p = await open();
+      const { a } = p;
+      const c = await colocated(p);
+      const address = p.b.address().address;
+      const nodePath = (p.stackB as RdsStack & { nodePath: string }).nodePath;
+      const proc = spawn(process.execPath, [HOLDER, '--attach', nodePath, '--bind', address, '--ports', '4101,4102'], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      child = proc;
+      const seen = new Set<string>();
+      createInterface({ input: proc.stdout! }).on('line', (l) => {
+        const ev = JSON.parse(l) as { ev: string; port?: number };
+        seen.add(ev.port === undefined ? ev.ev : `${ev.ev} ${ev.port}`);
+      });
+      await until(() => seen.has('ready'), 'the receiving process to bind', 20000);
+      const events: string[] = [];
+      const fromA = watch(
+        a.send(data('a'), { address, port: 4101 }, { confirm: true, signal: timeout(20000) }),
+        events,
+        'a',
+      );
+      const fromC = watch(
+        c.send(data('c'), { address, port: 4102 }, { confirm: true, signal: timeout(20000) }),
+        events,
+        'c',
+      );
+      // Both messages reached the receiving process, which does not read them.
+      await until(
+        () => seen.has('readable 4101') && seen.has('readable 4102'),
+        'both messages in the receiving process',
+        20000,
+      );
+      await acknowledged(a, c);
+      expect([fromA.state, fromC.state]).toEqual(['pending', 'pending']);
+      const gone = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGKILL');
+      await gone;
+      await Promise.all([fromA.done, fromC.done]);
+      expect([fromA.state, fromC.state]).toEqual(['ECONNRESET', 'ECONNRESET']);
+    },
+  );
+});
