@@ -137,7 +137,7 @@ export class RdsOutgoing {
   /**
    * Acknowledged (no error) or cancelled (err): return its bytes to the sender's budget, once.
    * `keepConfirm`: acknowledged as queued, not yet as read; a pending confirmation waits for
-   * confirm() (see ReadConfirmations.awaitingRead).
+   * confirm() (see ReadConfirmations.awaitingRead, and localReceipt for loopback).
    */
   complete(err?: Error, keepConfirm = false): void {
     if (this.done) return;
