@@ -4,7 +4,8 @@ import type { RdsOutgoing } from './message.js';
 import type { RdsConnection } from './connection.js';
 import type { EventEmitter } from 'eventemitter3';
 import type { ResolvedStackOptions } from './options.js';
-import type { RdsStackEvents, Receipt } from './types.js';
+import type { RdsStackEvents } from './types.js';
+import type { RxEntry } from './rx-ack.js';
 import type { RdsStats } from './stats.js';
 import type { RailHost } from './rail.js';
 
@@ -35,7 +36,7 @@ export interface TransportHost {
    * rds_recv_incoming: one complete frame from a path's carrier. `localReceipt` (loopback only):
    * settled by the receiving socket when its application takes the message (see localReceipt).
    */
-  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer, localReceipt?: Receipt): void;
+  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer, localReceipt?: RxEntry): void;
   /** The peer broke the protocol on `cp`: counted and reported ('protocol-error'). */
   reportProtocolError(cp: RdsConnPath, error: Error): void;
   /** The stack's rails (transports that carry them open and accept their carriers). */
