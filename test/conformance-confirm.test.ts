@@ -3,7 +3,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, type RdsStack, constants } from '../lib/index.js';
-import { CONFORMANCE_KINDS, makePair, type Pair, timeout, until } from './helpers.js';
+import { CONFORMANCE_KINDS, makePair, type Pair, TEST_TCP_PORT, timeout, until } from './helpers.js';
 
 // Part of the conformance suite (run over the same socket kinds as conformance.test.ts; over IB
 // by test/ib/run.sh): send({ confirm: true }) means the receiving application took the message,
@@ -11,6 +11,7 @@ import { CONFORMANCE_KINDS, makePair, type Pair, timeout, until } from './helper
 // stack over loopback) and from c, a socket of b's own stack (for attached kinds, two sockets of
 // one host node, which the node carries over its loopback transport).
 const HOLDER = fileURLToPath(new URL('./fixtures/attached-holder.mjs', import.meta.url));
+const LAZY = fileURLToPath(new URL('./fixtures/lazy-receiver.mjs', import.meta.url));
 const NET = 29;
 
 /** A send's outcome as it settles: 'pending' until then, 'ok' or the error's code after. */
@@ -154,6 +155,49 @@ describe.each(CONFORMANCE_KINDS)('read confirmations over %s', (kind) => {
       await gone;
       await Promise.all([fromA.done, fromC.done]);
       expect([fromA.state, fromC.state]).toEqual(['ECONNRESET', 'ECONNRESET']);
+    },
+  );
+
+  // An embedded receiver is its own node: nothing outlives it to say what it had read. Killed, it
+  // is heard of when it comes back (a new generation): its unread message rejects then, and until
+  // then the confirmation waits (the send's timeout bounds that); it never resolves.
+  it.runIf(kind === 'tcp')(
+    'a confirmation rejects with ECONNRESET when the receiving process, its own node, is killed with the message unread and comes back',
+    async () => {
+      const { a } = await open();
+      const address = a.address().address.replace(/\.1$/, '.3'); // larger than a's: a dials it again
+      const life = (): Promise<ChildProcess> => {
+        const proc = spawn(
+          process.execPath,
+          [LAZY, '--bind', address, '--read', '0', '--tcp-port', `${TEST_TCP_PORT}`],
+          {
+            stdio: ['ignore', 'pipe', 'inherit'],
+          },
+        );
+        child = proc;
+        return new Promise((resolve, reject) => {
+          createInterface({ input: proc.stdout! }).on('line', (l) => {
+            if ((JSON.parse(l) as { ev: string }).ev === 'ready') resolve(proc);
+          });
+          proc.once('exit', () => reject(new Error('the receiver exited before it was ready')));
+        });
+      };
+      const first = await life();
+      const events: string[] = [];
+      const w = watch(
+        a.send(data('a'), { address, port: 4000 }, { confirm: true, signal: timeout(30000) }),
+        events,
+        'a',
+      );
+      await acknowledged(a); // acknowledged as queued (after the receiver's ackDelayMaxMs): it is there, unread
+      expect(w.state).toBe('pending');
+      const gone = new Promise((r) => first.once('exit', r));
+      first.kill('SIGKILL');
+      await gone;
+      expect(w.state).toBe('pending');
+      await life();
+      await w.done;
+      expect(w.state).toBe('ECONNRESET');
     },
   );
 });
