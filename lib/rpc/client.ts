@@ -99,7 +99,9 @@ const OWN_TIMEOUT = Symbol('request timeout');
  * The requesting side of rds-socket/rpc. It reads every message arriving on `socket` (give it a
  * socket of its own) and matches replies to requests by id. Each request is sent with
  * `send({ confirm, signal })`: when its timeout or signal fires before the server has it, the
- * message is removed from the send queue, not just forgotten, and the promise rejects.
+ * message is removed from the send queue, not just forgotten, and the promise rejects. What the
+ * server's node already received still runs there: a timeout means "not confirmed", not "not
+ * executed" (docs/rpc.md).
  */
 export class RpcClient {
   /** Random, never 0: a restarted client gets a fresh id space on every server. */
