@@ -1,4 +1,4 @@
-import { accessSync, constants as fsConstants, existsSync, readFileSync } from 'node:fs';
+import { accessSync, constants as fsConstants, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { controlDir } from '../core/control.js';
 
@@ -55,7 +55,7 @@ export function pidFileOf(path: string): string {
 /**
  * What is at a node path: nothing; a node that seems alive; the files of a node whose process is
  * gone (`pid`: the dead pid its pid file names); or a live node this process may not connect to
- * (no write permission on the socket: not in its group).
+ * (no write permission on the socket, or no search permission on its directory: not in its group).
  */
 export type NodeState =
   | { state: 'absent' }
@@ -70,7 +70,13 @@ export type NodeState =
  * write permission on it (and search permission on its directories), which access(2) checks.
  */
 export function nodeState(path: string): NodeState {
-  if (!existsSync(path)) return { state: 'absent' };
+  try {
+    statSync(path);
+  } catch (e) {
+    // EACCES: a directory on the way is closed to this process (the system node's, 0750, to a
+    // process outside its group): whether a node serves there cannot be known, nor used.
+    return (e as NodeJS.ErrnoException).code === 'EACCES' ? { state: 'denied' } : { state: 'absent' };
+  }
   let pid = 0;
   try {
     pid = Number(readFileSync(pidFileOf(path), 'utf8').trim());
@@ -105,7 +111,7 @@ export interface NodeLookup {
   path: string | null;
   /** Candidates whose node is gone, with the dead pid their pid file names. */
   stale: { path: string; pid: number }[];
-  /** Candidates with a live node this process may not connect to. */
+  /** Candidates this process may not connect to (or not even look at). */
   denied: string[];
 }
 
@@ -139,8 +145,7 @@ export function warnEmbeddedDespite(l: NodeLookup): void {
         `the RDS node at ${s.path} is gone: ${s.path} and ${pidFileOf(s.path)} are stale (pid ${s.pid} is not running; killed with SIGKILL?)`,
     ),
     ...l.denied.map(
-      (p) =>
-        `an RDS node serves at ${p} but this process may not connect to it (no write permission: not in its group?)`,
+      (p) => `this process may not connect to the RDS node at ${p} (permission denied: not in the node's group?)`,
     ),
   ];
   process.emitWarning(

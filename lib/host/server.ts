@@ -175,7 +175,7 @@ function takeOverStale(path: string, log: (line: string) => void): void {
   }
   if (left || pid !== '')
     log(
-      `taking over stale ${path}${pid !== '' ? ` and ${pidFileOf(path)} (left by pid ${pid}, which no longer answers there: killed or crashed)` : ' (nothing answers there)'}; processes that found them ran embedded meanwhile`,
+      `taking over stale ${path}${pid !== '' ? ` and ${pidFileOf(path)} (left by pid ${pid}, which no longer answers there: killed or crashed)` : ' (nothing answers there)'}; sockets made while they were stale are embedded in their own processes' nodes`,
     );
 }
 
