@@ -48,4 +48,4 @@ export { LoopTransport } from './transports/loop.js';
 export { IbTransport, type IbTransportOptions } from './transports/ib.js';
 export * as wire from './wire/index.js';
 export type { ServeOptions, HostNodeHandle } from './core/host-hooks.js';
-export { defaultNodePath } from './host/paths.js';
+export { defaultNodePath, systemNodePath } from './host/paths.js';

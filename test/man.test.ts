@@ -9,7 +9,7 @@ const hasGroff = spawnSync('groff', ['--version']).status === 0;
 if (!hasGroff) console.log('man page checks skipped: groff is not installed');
 
 describe.skipIf(!hasGroff)('man pages', () => {
-  it('has the six pages the package lists', async () => {
+  it('has the seven pages the package lists', async () => {
     const pkg = (await import('../package.json', { with: { type: 'json' } })).default as { man: string[] };
     expect(pages.sort()).toEqual([
       'RdsSocket.3',
@@ -17,6 +17,7 @@ describe.skipIf(!hasGroff)('man pages', () => {
       'rds-info.1',
       'rds-ping.1',
       'rds-socket.7',
+      'rds-socketd.8',
       'rds-stress.1',
     ]);
     expect(pkg.man.map((m) => m.replace('man/', '')).sort()).toEqual(pages.sort());

@@ -69,6 +69,7 @@ describe('the packed tarball', () => {
       'dist/metrics/index.js',
       'prebuilds/linux-x64/node.napi.node',
       'man/RdsSocket.3',
+      'man/rds-socketd.8',
     ]) {
       expect(existsSync(join(app, 'node_modules', 'rds-socket', f)), f).toBe(true);
     }

@@ -1,6 +1,6 @@
 import { connect } from 'node:net';
 import { controlDir, listControlSockets, removeStaleControlSockets } from '../core/control.js';
-import { defaultNodePath, nodeSeemsAlive } from '../host/paths.js';
+import { nodeCandidates, nodeSeemsAlive } from '../host/paths.js';
 
 /** What to tell a user whose node did not answer (rds-info, rds-ctl). */
 export const HOW_TO_OPEN =
@@ -36,9 +36,9 @@ export function nodeSockets(socket: string | undefined, pid: string | undefined)
   if (socket !== undefined) return [socket];
   removeStaleControlSockets();
   const paths = listControlSockets();
-  // The host node (rds-socketd) may live outside the control directory (/run/rds-socket for root).
-  const hostNode = defaultNodePath();
-  if (!paths.includes(hostNode) && nodeSeemsAlive(hostNode)) paths.push(hostNode);
+  // Host nodes (rds-socketd) may live outside the control directory: this user's and the system's.
+  for (const hostNode of nodeCandidates())
+    if (!paths.includes(hostNode) && nodeSeemsAlive(hostNode)) paths.push(hostNode);
   return pid === undefined ? paths : paths.filter((p) => p.split('/').pop()!.startsWith(`${pid}.`));
 }
 

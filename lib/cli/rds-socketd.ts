@@ -11,7 +11,8 @@ import { defaultNodePath } from '../host/paths.js';
 
 const USAGE = `usage: rds-socketd [options]
   --path PATH        control socket (default: $RDS_SOCKET_NODE, else $XDG_RUNTIME_DIR/rds-socket/node.sock,
-                     /run/rds-socket/node.sock for root); now: ${defaultNodePath()}
+                     /run/rds-socket/node.sock for root (or $RDS_SOCKET_SYSTEM_NODE), else
+                     <tmpdir>/rds-socket-<uid>/node.sock); now: ${defaultNodePath()}
   --group GROUP      group (name or gid) that may attach: the socket is given it, mode 0660
   --mode MODE        control socket mode, octal (default 660)
   --address ADDR     listen for peers on ADDR from the start (repeatable; otherwise the RDS

@@ -125,7 +125,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     return hostHooks.serve(this, opts);
   }
 
-  /** A stack whose sockets live in the host node at `path` (default: $RDS_SOCKET_NODE or the default node path). */
+  /** A stack whose sockets live in the host node at `path` (default: $RDS_SOCKET_NODE, else this user's node, else the system node's /run/rds-socket/node.sock). */
   static attach(path?: string): Promise<RdsStack> {
     if (hostHooks.attach === null)
       throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');

@@ -17,7 +17,7 @@ import {
   PROTOCOL_VERSION,
   ProtocolError,
 } from './protocol.js';
-import { defaultNodePath } from './paths.js';
+import { defaultNodePath, findNode } from './paths.js';
 import { decodeCount } from './hot-frames.js';
 import { widenSendBuffer } from './unix-peer.js';
 import type { AttachedSocket } from './attached-socket.js';
@@ -247,6 +247,7 @@ export function defaultAttachedStack(path: string): AttachedStack {
   return s;
 }
 
+/** Attaches to `path`, else to the node new RdsSocket() would find (this user's, else the system's). */
 export async function attach(path?: string): Promise<AttachedStack> {
-  return new AttachedStack(path ?? defaultNodePath()).attached();
+  return new AttachedStack(path ?? findNode().path ?? defaultNodePath()).attached();
 }

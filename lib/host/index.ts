@@ -1,7 +1,7 @@
 import { hostHooks } from '../core/host-hooks.js';
 import { RdsStack } from '../core/stack.js';
 import { AttachedSocket, AttachedStack, attach, defaultAttachedStack } from './client.js';
-import { defaultNodePath, implicitAttachDisabled, nodeSeemsAlive } from './paths.js';
+import { defaultNodePath, findNode, implicitAttachDisabled, warnEmbeddedDespite } from './paths.js';
 import { HostNode } from './server.js';
 
 hostHooks.serve = (stack, opts) => HostNode.serve(stack, opts);
@@ -11,9 +11,13 @@ hostHooks.socket = (opts) => {
   if (opts.stack !== undefined || implicitAttachDisabled()) return null;
   // The process serving the default stack uses it directly.
   if (RdsStack.default().hostNode !== null) return null;
-  const path = defaultNodePath();
-  if (!nodeSeemsAlive(path)) return null;
-  return new AttachedSocket(defaultAttachedStack(path), opts);
+  // This user's node, else the system node (README, "Processes, threads and the host node").
+  const found = findNode();
+  if (found.path === null) {
+    warnEmbeddedDespite(found);
+    return null;
+  }
+  return new AttachedSocket(defaultAttachedStack(found.path), opts);
 };
 
 export { AttachedSocket, AttachedStack, HostNode, defaultNodePath };

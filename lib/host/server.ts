@@ -67,11 +67,7 @@ export class HostNode implements HostNodeHandle {
         'EADDRINUSE',
         `a host node already answers at ${path}; attach to it with RdsStack.attach() or stop it`,
       );
-    try {
-      unlinkSync(path); // left by a node that died
-    } catch {
-      /* none */
-    }
+    takeOverStale(path, log);
     let node: HostNode | null = null;
     const server = createServer((c) => node?.accept(c));
     await new Promise<void>((res, rej) => {
@@ -157,6 +153,30 @@ export class HostNode implements HostNodeHandle {
     }
     this.log(`stopped serving ${this.path}`);
   }
+}
+
+/**
+ * Removes what a node that died (SIGKILL, a crash) left at `path`, its socket and pid files, and
+ * says so: sockets made while they were there run embedded, each process warned once (README).
+ */
+function takeOverStale(path: string, log: (line: string) => void): void {
+  let pid = '';
+  try {
+    pid = readFileSync(pidFileOf(path), 'utf8').trim();
+  } catch {
+    /* none */
+  }
+  let left = false;
+  try {
+    unlinkSync(path);
+    left = true;
+  } catch {
+    /* none */
+  }
+  if (left || pid !== '')
+    log(
+      `taking over stale ${path}${pid !== '' ? ` and ${pidFileOf(path)} (left by pid ${pid}, which no longer answers there: killed or crashed)` : ' (nothing answers there)'}; sockets made while they were stale are embedded in their own processes' nodes`,
+    );
 }
 
 /** Whether something accepts connections at `path` (a stale socket file refuses them). */

@@ -23,9 +23,31 @@ export class RpcRemoteError extends Error {
   }
 }
 
+/**
+ * A request's timeout: `sent` false when it fired while the request still waited for an in-flight
+ * slot (never sent: the server never has it), true once sent, when it only means "not confirmed":
+ * the server may have the request and may run it (later). Its code is ETIMEDOUT either way.
+ */
+export class RpcTimeoutError extends RdsError {
+  readonly sent: boolean;
+  constructor(sent: boolean, message: string) {
+    super('ETIMEDOUT', message);
+    this.sent = sent;
+  }
+}
+
 export interface RpcClientOptions {
-  /** Default per-request timeout in ms, counted from request() (time spent queued included). Default 5000. */
+  /**
+   * Default per-request timeout in ms, counted from request() (time spent queued included). Default
+   * 5000. A timeout after the request was sent means "not confirmed", not "not executed".
+   */
   timeout?: number;
+  /**
+   * Default longest wait in ms for an in-flight slot: a request still queued then is dropped from
+   * the queue, never sent, and rejects with an RpcTimeoutError whose `sent` is false. Default: no
+   * limit of its own (only `timeout`).
+   */
+  queueTimeout?: number;
   /** Requests sent and not yet answered at once; more wait in order. Default 64. */
   maxInFlight?: number;
   /** Requests allowed to wait for a slot; beyond this request() rejects with EAGAIN. Default 10000. */
@@ -35,6 +57,8 @@ export interface RpcClientOptions {
 export interface RequestOptions {
   /** This request's timeout in ms (overrides the client's). */
   timeout?: number;
+  /** This request's longest wait for an in-flight slot in ms (overrides the client's queueTimeout). */
+  queueTimeout?: number;
   /** Aborts this request; it is removed from the send queue if the server does not have it yet. */
   signal?: AbortSignal;
 }
@@ -45,6 +69,8 @@ export interface RpcClientStats {
   replied: number;
   failed: number;
   timedOut: number;
+  /** Of timedOut, those that timed out still queued for a slot: never sent. */
+  timedOutQueued: number;
   /** Replies for a request no longer waiting (timed out, or a second reply): dropped, never delivered. */
   lateReplies: number;
   /** Messages on the socket that are not rpc replies: dropped. */
@@ -66,20 +92,32 @@ function positive(v: unknown, name: string, dflt: number): number {
   return v;
 }
 
-const TIMEOUT_NAME = 'TimeoutError';
+/** The abort reason of a request's own timeout (not the caller's signal). */
+const OWN_TIMEOUT = Symbol('request timeout');
 
 /**
  * The requesting side of rds-socket/rpc. It reads every message arriving on `socket` (give it a
  * socket of its own) and matches replies to requests by id. Each request is sent with
  * `send({ confirm, signal })`: when its timeout or signal fires before the server has it, the
- * message is removed from the send queue, not just forgotten, and the promise rejects.
+ * message is removed from the send queue, not just forgotten, and the promise rejects. What the
+ * server's node already received still runs there: a timeout means "not confirmed", not "not
+ * executed" (docs/rpc.md).
  */
 export class RpcClient {
   /** Random, never 0: a restarted client gets a fresh id space on every server. */
   readonly instance = randomInt(1, 0x100000000);
-  readonly stats: RpcClientStats = { sent: 0, replied: 0, failed: 0, timedOut: 0, lateReplies: 0, malformed: 0 };
+  readonly stats: RpcClientStats = {
+    sent: 0,
+    replied: 0,
+    failed: 0,
+    timedOut: 0,
+    timedOutQueued: 0,
+    lateReplies: 0,
+    malformed: 0,
+  };
   private readonly socket: RdsSocket;
   private readonly timeout: number;
+  private readonly queueTimeout: number | undefined;
   private readonly maxInFlight: number;
   private readonly maxQueued: number;
   private nextId = 1;
@@ -95,6 +133,7 @@ export class RpcClient {
     }
     this.socket = socket;
     this.timeout = positive(opts.timeout, 'timeout', 5000);
+    this.queueTimeout = opts.queueTimeout === undefined ? undefined : positive(opts.queueTimeout, 'queueTimeout', 0);
     this.maxInFlight = Math.floor(positive(opts.maxInFlight, 'maxInFlight', 64));
     this.maxQueued = Math.floor(positive(opts.maxQueued, 'maxQueued', 10000));
     socket.on('readable', this.onReadable);
@@ -113,15 +152,25 @@ export class RpcClient {
   }
 
   /**
-   * Sends `data` to the server at `dest` and resolves with its reply. Rejects with ETIMEDOUT
-   * (timeout), ECANCELED (signal, or close()), EAGAIN (too many queued), the send's error (e.g.
-   * the destination refused it), or an RpcRemoteError (the handler threw).
+   * Sends `data` (a string goes as UTF-8) to the server at `dest` and resolves with its reply.
+   * Rejects with ETIMEDOUT (an RpcTimeoutError: `sent` says whether it had left the queue),
+   * ECANCELED (signal, or close()), EAGAIN (too many queued), the send's error (e.g. the
+   * destination refused it), or an RpcRemoteError (the handler threw). A timeout or a cancel of a
+   * sent request means "not confirmed", not "not executed": the server may still run it.
    */
-  async request(dest: { address: string; port: number }, data: RdsData, opts: RequestOptions = {}): Promise<Buffer> {
+  async request(
+    dest: { address: string; port: number },
+    data: RdsData | string,
+    opts: RequestOptions = {},
+  ): Promise<Buffer> {
     if (this.closed) throw new RdsError('EBADF', 'request() on a closed RpcClient; make a new one');
     const ms = positive(opts?.timeout, 'timeout', this.timeout);
+    const queueMs =
+      opts?.queueTimeout !== undefined ? positive(opts.queueTimeout, 'queueTimeout', 0) : this.queueTimeout;
+    const body =
+      typeof data === 'string' ? [Buffer.from(data, 'utf8')] : Array.isArray(data) ? data : [data as Uint8Array];
     const ctl = new AbortController();
-    const timer = setTimeout(() => ctl.abort(new DOMException(`request timed out after ${ms} ms`, TIMEOUT_NAME)), ms);
+    const timer = setTimeout(() => ctl.abort(OWN_TIMEOUT), ms);
     const user = opts?.signal;
     const onUserAbort = (): void => ctl.abort(user!.reason);
     if (user !== undefined) {
@@ -129,14 +178,27 @@ export class RpcClient {
       else user.addEventListener('abort', onUserAbort, { once: true });
     }
     const signal = ctl.signal;
+    const to = `${dest?.address}:${dest?.port}`;
+    /** Why the request failed once `signal` fired: its own timeout (queued or sent) or the caller's signal. */
+    const aborted = (sent: boolean): Error => {
+      if (signal.reason !== OWN_TIMEOUT) return abortError(signal, 'request()');
+      return sent
+        ? new RpcTimeoutError(
+            true,
+            `request() to ${to} timed out after ${ms} ms: not confirmed, which is not "not executed": the server may have it and may still run it (make the handler idempotent or deduplicate before retrying)`,
+          )
+        : new RpcTimeoutError(
+            false,
+            `request() to ${to} timed out after ${ms} ms still queued behind ${this.maxInFlight} requests in flight (maxInFlight): never sent`,
+          );
+    };
     let holding = false;
     let id = 0;
     try {
-      await this.acquire(signal);
+      await this.acquire(signal, queueMs, aborted, to);
       holding = true;
       id = this.nextId++;
       const header = encodeRpcHeader(RPC_REQUEST, this.instance, id);
-      const body = Array.isArray(data) ? data : [data as Uint8Array];
       return await new Promise<Buffer>((resolve, reject) => {
         let settled = false;
         const finish = (err: Error | null, reply?: Buffer): void => {
@@ -147,19 +209,22 @@ export class RpcClient {
           if (err) reject(err);
           else resolve(reply!);
         };
-        const onAbort = (): void => finish(abortError(signal, 'request()'));
+        const onAbort = (): void => finish(aborted(true));
         this.pending.set(id, { resolve: (r) => finish(null, r), reject: (e) => finish(e) });
         signal.addEventListener('abort', onAbort, { once: true });
         this.stats.sent++;
         // confirm + signal: an aborted request that the server has not read is cancelled in the
-        // send queue (as RDS_CANCEL_SENT_TO would), so it is never (re)transmitted afterwards.
+        // send queue (as RDS_CANCEL_SENT_TO would), so it is not (re)transmitted afterwards; what
+        // the server already read (or what TCP already carries to it) still runs there.
         this.socket.send([header, ...body], dest, { confirm: true, signal }).catch((e: Error) => {
-          finish(signal.aborted ? abortError(signal, 'request()') : e);
+          finish(signal.aborted ? aborted(true) : e);
         });
       });
     } catch (e) {
-      if (e instanceof RdsError && e.code === 'ETIMEDOUT') this.stats.timedOut++;
-      else this.stats.failed++;
+      if (e instanceof RdsError && e.code === 'ETIMEDOUT') {
+        this.stats.timedOut++;
+        if (e instanceof RpcTimeoutError && !e.sent) this.stats.timedOutQueued++;
+      } else this.stats.failed++;
       throw e;
     } finally {
       clearTimeout(timer);
@@ -178,8 +243,14 @@ export class RpcClient {
     for (const w of this.waiting.splice(0)) w.grant();
   }
 
-  private acquire(signal: AbortSignal): Promise<void> {
-    if (signal.aborted) return Promise.reject(abortError(signal, 'request()'));
+  /** An in-flight slot, waiting in order for one; `queueMs` bounds the wait (the request is then never sent). */
+  private acquire(
+    signal: AbortSignal,
+    queueMs: number | undefined,
+    aborted: (sent: boolean) => Error,
+    to: string,
+  ): Promise<void> {
+    if (signal.aborted) return Promise.reject(aborted(false));
     if (this.closed) return Promise.reject(new RdsError('ECANCELED', 'the RpcClient was closed'));
     if (this.active < this.maxInFlight && this.waiting.length === 0) {
       this.active++;
@@ -191,9 +262,18 @@ export class RpcClient {
       );
     }
     return new Promise<void>((resolve, reject) => {
+      let queueTimer: NodeJS.Timeout | undefined;
+      const leave = (err: Error): void => {
+        signal.removeEventListener('abort', onAbort);
+        clearTimeout(queueTimer);
+        const i = this.waiting.indexOf(w);
+        if (i >= 0) this.waiting.splice(i, 1);
+        reject(err);
+      };
       const w: SlotWaiter = {
         grant: () => {
           signal.removeEventListener('abort', onAbort);
+          clearTimeout(queueTimer);
           if (this.closed) {
             reject(new RdsError('ECANCELED', 'the RpcClient was closed'));
             return;
@@ -202,12 +282,19 @@ export class RpcClient {
           resolve();
         },
       };
-      const onAbort = (): void => {
-        const i = this.waiting.indexOf(w);
-        if (i >= 0) this.waiting.splice(i, 1);
-        reject(abortError(signal, 'request()'));
-      };
+      const onAbort = (): void => leave(aborted(false));
       signal.addEventListener('abort', onAbort, { once: true });
+      if (queueMs !== undefined)
+        queueTimer = setTimeout(
+          () =>
+            leave(
+              new RpcTimeoutError(
+                false,
+                `request() to ${to} waited ${queueMs} ms (queueTimeout) for one of ${this.maxInFlight} in-flight slots (maxInFlight): dropped from the queue, never sent`,
+              ),
+            ),
+          queueMs,
+        );
       this.waiting.push(w);
     });
   }

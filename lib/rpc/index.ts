@@ -3,6 +3,7 @@
 export {
   RpcClient,
   RpcRemoteError,
+  RpcTimeoutError,
   type RpcClientOptions,
   type RequestOptions,
   type RpcClientStats,
