@@ -330,7 +330,9 @@ export class RdsConnPath {
    * side dials, the other pokes path 0 (and, lanes on demand, the lane with the messages); a
    * poke from the peer ends the initiator's backoff (connectNow). With nothing queued:
    * - an rds-socket peer is not redialled: it pokes when it has messages for us, so a peer that
-   *   went away (an rds-ping that exited) is not dialled for ever;
+   *   went away (an rds-ping that exited) is not dialled for ever. A lane that dropped while
+   *   another path is up is, as long as one is: the peer is there, and the sockets that failed
+   *   over from the lane go back to it once it is up;
    * - a kernel (or a peer not yet known) on the larger address pokes only for new sends, never for
    *   messages it holds to retransmit: the initiator keeps path 0 up for them, as the kernel's
    *   smaller side does, while a path was up within peerIdleTimeoutMs (the kernel retries for
@@ -344,7 +346,7 @@ export class RdsConnPath {
       return conn.lazyLanes && this.tx.hasPendingData();
     }
     if (conn.hasPendingData()) return true;
-    if (conn.handshake.peer === 'rds-socket' && this.index < this.stack.maxPaths) return false;
+    if (conn.handshake.peer === 'rds-socket' && this.index < this.stack.maxPaths) return this.index > 0 && conn.anyPathUp();
     return stableUp || conn.wantsPeer();
   }
 
