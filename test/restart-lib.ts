@@ -1,4 +1,5 @@
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { TEST_TCP_PORT, until } from './helpers.js';
 
@@ -6,6 +7,7 @@ import { TEST_TCP_PORT, until } from './helpers.js';
 // address (test/restart.test.ts, test/host-restart.test.ts; fixture restart-node.mjs).
 
 const NODE = fileURLToPath(new URL('./fixtures/restart-node.mjs', import.meta.url));
+const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
 
 export interface Addr {
   address: string;
@@ -27,6 +29,8 @@ export class NodeProc {
   private readyAt = 0;
   private readonly results = new Map<number, SendResult & { at: number }>();
   private seq = 0;
+  /** Processes that go with this node (its host node): killed with it, after it. */
+  readonly companions: ChildProcess[] = [];
 
   private constructor(
     readonly addr: Addr,
@@ -73,11 +77,50 @@ export class NodeProc {
 
   /** SIGKILL, and wait until the process is gone (its sockets closed by the OS). */
   async kill(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const gone = new Promise((r) => this.child.once('exit', r));
-    this.child.kill('SIGKILL');
-    await gone;
+    for (const p of [this.child, ...this.companions]) await killHard(p);
   }
+}
+
+async function killHard(p: ChildProcess): Promise<void> {
+  if (p.exitCode !== null || p.signalCode !== null) return;
+  const gone = new Promise((r) => p.once('exit', r));
+  p.kill('SIGKILL');
+  await gone;
+}
+
+/**
+ * Starts rds-socketd (default options but the test port) serving `path`; resolves once it serves
+ * (its pid file names it). Logs go to `log` lines if given, else the daemon runs --quiet.
+ */
+export async function startDaemon(path: string, log?: (line: string) => void): Promise<ChildProcess> {
+  const args = [DAEMON, '--path', path, '--tcp-port', String(TEST_TCP_PORT)];
+  const d = spawn(process.execPath, log ? args : [...args, '--quiet'], {
+    stdio: ['ignore', log ? 'pipe' : 'ignore', 'inherit'],
+  });
+  if (log) {
+    let buf = '';
+    d.stdout!.on('data', (b: Buffer) => {
+      buf += b.toString();
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        log(buf.slice(0, nl));
+        buf = buf.slice(nl + 1);
+      }
+    });
+  }
+  try {
+    await until(() => {
+      if (d.exitCode !== null) throw new Error(`rds-socketd exited with ${d.exitCode}`);
+      try {
+        return existsSync(`${path}.pid`) && readFileSync(`${path}.pid`, 'utf8').trim() === String(d.pid);
+      } catch {
+        return false;
+      }
+    }, 'rds-socketd to serve');
+  } catch (e) {
+    await killHard(d);
+    throw e;
+  }
+  return d;
 }
 
 export function median(xs: number[]): number {

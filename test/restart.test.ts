@@ -16,10 +16,12 @@ describe('a restarted peer is reached again by the nodes that knew it', () => {
     it(`restarted ${order}: the old peer's confirmed sends (queued while it was gone, or sent after) reach the new process, median < 1 s after it is back`, async () => {
       const s = await NodeProc.start({ address: sender, port: 4000 });
       procs.push(s);
-      const { delays } = await restartRounds(s, () => NodeProc.start({ address: restarted, port: 4000 }), 6, (n) =>
-        procs.push(n),
+      const { delays } = await restartRounds(
+        s,
+        () => NodeProc.start({ address: restarted, port: 4000 }),
+        6,
+        (n) => procs.push(n),
       );
-      if (process.env.RESTART_DEBUG) console.error(`delays ${delays.join(", ")}`);
       expect(median(delays), `delays ${delays.join(', ')} ms`).toBeLessThan(1000);
     }, 90_000);
   }

@@ -346,7 +346,8 @@ export class RdsConnPath {
       return conn.lazyLanes && this.tx.hasPendingData();
     }
     if (conn.hasPendingData()) return true;
-    if (conn.handshake.peer === 'rds-socket' && this.index < this.stack.maxPaths) return this.index > 0 && conn.anyPathUp();
+    if (conn.handshake.peer === 'rds-socket' && this.index < this.stack.maxPaths)
+      return this.index > 0 && conn.anyPathUp();
     return stableUp || conn.wantsPeer();
   }
 
