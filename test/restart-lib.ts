@@ -50,9 +50,10 @@ export class NodeProc {
   /**
    * Starts a node on `addr` and resolves once its socket is bound, with when that was.
    * `attach`: the socket attaches to the host node at that path; else the process runs its own
-   * stack with `opts` (default options otherwise: the reconnect timing under test is the default).
+   * stack with `opts` (default options otherwise: the reconnect timing under test is the default)
+   * on `tcpPort` (default TEST_TCP_PORT).
    */
-  static async start(addr: Addr, cfg: { attach?: string; opts?: object } = {}): Promise<NodeProc> {
+  static async start(addr: Addr, cfg: { attach?: string; opts?: object; tcpPort?: number } = {}): Promise<NodeProc> {
     const n = new NodeProc(addr, { tcpPort: TEST_TCP_PORT, ...cfg });
     await until(() => n.readyAt > 0 || n.child.exitCode !== null, `node ${addr.address} to bind`, 15000);
     if (n.readyAt === 0) throw new Error(`node ${addr.address} exited with ${n.child.exitCode}`);
