@@ -296,7 +296,7 @@ export class RdsConnPath {
 
   /**
    * rds_queue_reconnect: at once after a path that was UP, then with random exponential backoff,
-   * while worthRedialling() says so: the reconnect rule of docs/reconnect.md.
+   * while worthRedialling() says so (README, "Who reconnects, and when").
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
