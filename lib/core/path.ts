@@ -15,6 +15,7 @@ import type { RdsOutgoing } from './message.js';
 import { RxSequence } from './rx-seq.js';
 import { railMayConnect } from './rail.js';
 import { PathControl } from './path-control.js';
+import { worthRedialling } from './reconnect-rule.js';
 import { PathSend } from './send-queue.js';
 import { RDS_CTR } from './stats.js';
 
@@ -296,7 +297,7 @@ export class RdsConnPath {
 
   /**
    * rds_queue_reconnect: at once after a path that was UP, then with random exponential backoff,
-   * while worthRedialling() says so (README, "Who reconnects, and when").
+   * while worthRedialling() says so (reconnect-rule.ts).
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
@@ -306,7 +307,7 @@ export class RdsConnPath {
    */
   private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing || this.control.held) return;
-    if (!this.worthRedialling(stableUp)) return;
+    if (!worthRedialling(this, stableUp)) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {
@@ -322,33 +323,6 @@ export class RdsConnPath {
       this.connectIfDown();
     }, delay);
     if (!this.stack.referenced) this.reconnectTimer.unref();
-  }
-
-  /**
-   * Whether to dial (or poke) again after this path went DOWN. Either side while it has
-   * application messages for the peer (on any lane: lanes open behind path 0): the initiating
-   * side dials, the other pokes path 0 (and, lanes on demand, the lane with the messages); a
-   * poke from the peer ends the initiator's backoff (connectNow). With nothing queued:
-   * - an rds-socket peer is not redialled: it pokes when it has messages for us, so a peer that
-   *   went away (an rds-ping that exited) is not dialled for ever. A lane that dropped while
-   *   another path is up is, as long as one is: the peer is there, and the sockets that failed
-   *   over from the lane go back to it once it is up;
-   * - a kernel (or a peer not yet known) on the larger address pokes only for new sends, never for
-   *   messages it holds to retransmit: the initiator keeps path 0 up for them, as the kernel's
-   *   smaller side does, while a path was up within peerIdleTimeoutMs (the kernel retries for
-   *   ever, which makes every stranger a target for good);
-   * - rails (index >= maxPaths) stay up as configured, under the same limit.
-   */
-  private worthRedialling(stableUp: boolean): boolean {
-    const conn = this.conn;
-    if (!conn.transport.initiates(this)) {
-      if (this.index === 0) return conn.hasPendingData();
-      return conn.lazyLanes && this.tx.hasPendingData();
-    }
-    if (conn.hasPendingData()) return true;
-    if (conn.handshake.peer === 'rds-socket' && this.index < this.stack.maxPaths)
-      return this.index > 0 && conn.anyPathUp();
-    return stableUp || conn.wantsPeer();
   }
 
   /** Cancels a scheduled reconnect (the operator's disconnect(), a carrier that came). @internal */
