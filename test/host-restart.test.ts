@@ -67,7 +67,7 @@ describe('a restarted rds-socketd is reached again by its old peers', () => {
       const { delays } = await restartRounds(
         s,
         () => attachedNode(path, restarted),
-        6,
+        4,
         (n) => procs.push(n),
       );
       expect(median(delays), `delays ${delays.join(', ')} ms`).toBeLessThan(1000);
