@@ -53,6 +53,8 @@ for (const f of files) {
     problems.push(`good peer p99 over ${bounds.goodP99Ms} ms`);
   if (r.goodRoundTrips === 0) problems.push('the good peer completed no round trip');
   if (r.goodTimeouts > 0) problems.push(`${r.goodTimeouts} good round trips timed out`);
+  // Bounds an attack checks itself (memory held, recovery time, ...), each failure as a sentence.
+  if (Array.isArray(r.failures)) problems.push(...r.failures);
   const ok = problems.length === 0;
   results.push({ name, ok, problems, seconds: (Date.now() - t0) / 1000, bounds, ...r });
   const fmt = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));

@@ -1,0 +1,157 @@
+// Issue 39, stalled payloads from many addresses: each address sends one complete small frame
+// (so it is no longer a stranger to the admission limits), then a header announcing 1 MiB and
+// all of that payload but its last byte, then nothing. With default options but a short
+// frameTimeoutMs (so that the run stays short), the victim must hold no more memory for the
+// incomplete frames than maxPartialFrameBytes plus a small allowance at every moment, give it
+// back afterwards (RSS too), drop them all within a time that does not grow with the number of
+// addresses, and keep serving a known peer: its small round trips, and its large messages (a
+// frame in progress that keeps making progress) are neither dropped nor kept waiting.
+import { frame, rawConnect, sleep, startGoodPeer, startVictim } from './lib.mjs';
+
+/** The victim's frameTimeoutMs: short, so the attack's recovery fits a CI run. */
+const FRAME_TIMEOUT_MS = 4000;
+/** The default maxPartialFrameBytes (the victim runs with it). */
+const CAP = 64 << 20;
+const BIG = 1 << 20;
+/** Connections opened at once (the victim admits 64 unidentified ones at a time). */
+const BATCH = 40;
+/** Nobody is bound there: the small frame identifies its connection and is dropped (recv_drop_no_sock). */
+const NO_PORT = 4099;
+/** The good peer's large messages: every 10th round trip carries 256 KiB (a frame the budget charges). */
+const GOOD_BIG = 256 * 1024;
+const GOOD_BIG_EVERY = 10;
+/** Memory is sampled (after a full GC in the victim) this often, idle and under attack alike. */
+const SAMPLE_MS = 250;
+/** The good peer runs this long before the attack: its idle p99, and its connection is a known one. */
+const IDLE_MS = 2500;
+const MiB = 1 << 20;
+
+/**
+ * The bounds (README, Security): what the victim holds in array buffers beyond its idle
+ * baseline stays under the cap plus ALLOWANCE (read buffers of the connections that wait for room
+ * and of the good peer, messages in flight); afterwards it is back within ALLOWANCE of the
+ * baseline and RSS within RSS_MARGIN; every stalled connection is dropped within frameTimeoutMs
+ * (plus RECOVERY_SLACK_MS of scheduling on a loaded machine) of the last header, however many
+ * addresses; the good peer's p99 stays within P99_RATIO times its idle p99 (or P99_FLOOR_MS on a
+ * machine so fast that a ratio means nothing).
+ */
+export const ALLOWANCE = 8 * MiB;
+export const RSS_MARGIN = 40 * MiB;
+export const RECOVERY_SLACK_MS = 2000;
+export const P99_RATIO = 5;
+export const P99_FLOOR_MS = 20;
+
+export async function stalledDrain({ addresses, victimAddress, goodAddress, attackerAddress }) {
+  const victim = await startVictim(victimAddress, { frameTimeoutMs: FRAME_TIMEOUT_MS });
+  const good = await startGoodPeer(goodAddress, victimAddress, { bigBytes: GOOD_BIG, bigEvery: GOOD_BIG_EVERY });
+  const samples = [];
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      const m = await victim.memory({ gc: true });
+      if (m !== null) samples.push({ at: Date.now(), ...m });
+      await sleep(SAMPLE_MS);
+    }
+  })();
+  const socks = [];
+  try {
+    await sleep(IDLE_MS);
+    const idle = await good.lap();
+    const base = samples.at(-1);
+    const attackFrom = samples.length;
+    const t0 = Date.now();
+    const almost = Buffer.concat([
+      frame({ sequence: 2, sport: 7000, dport: NO_PORT, len: BIG }),
+      Buffer.alloc(BIG - 1, 0x33),
+    ]);
+    const closed = [];
+    let refused = 0;
+    for (let k = 0; k < addresses; k += BATCH) {
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(BATCH, addresses - k) }, (_, j) =>
+          rawConnect(attackerAddress(k + j), victimAddress).catch(() => null),
+        ),
+      );
+      for (const sock of batch) {
+        if (sock === null) {
+          refused++;
+          continue;
+        }
+        sock.on('data', () => {});
+        sock.once('close', () => closed.push(Date.now()));
+        sock.write(frame({ sequence: 1, sport: 7000, dport: NO_PORT }, Buffer.from('hi')));
+        sock.write(almost);
+        socks.push(sock);
+      }
+      // The next batch once these have identified themselves (their small frame was dropped).
+      const want = socks.length;
+      for (let i = 0; i < 100; i++) {
+        const c = await victim.stats();
+        if (c === null || c.recv_drop_no_sock >= want) break;
+        await sleep(10);
+      }
+    }
+    const lastHeaderAt = Date.now();
+    const connectMs = lastHeaderAt - t0;
+    // Recovery: every stalled connection dropped and nothing held (bounded: twice the bound).
+    const giveUp = lastHeaderAt + 2 * (FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS);
+    while (Date.now() < giveUp && !(closed.length === socks.length && samples.at(-1)?.partialFrameBytes === 0))
+      await sleep(50);
+    const recovered = closed.length === socks.length;
+    const recoveryMs = recovered ? Math.max(...closed) - lastHeaderAt : Infinity;
+    const during = await good.lap();
+    sampling = false;
+    await sampler;
+    await sleep(200);
+    const after = await victim.memory({ gc: true });
+    const counters = await victim.stats();
+    const victimUp = await victim.alive();
+    const attackSamples = samples.slice(attackFrom);
+    const peakAb = Math.max(...attackSamples.map((s) => s.arrayBuffers));
+    const peakHeld = Math.max(...attackSamples.map((s) => s.partialFrameBytes ?? 0));
+    const overAb = peakAb - base.arrayBuffers;
+    const p99Bound = Math.max(P99_RATIO * idle.p99Ms, P99_FLOOR_MS);
+    const failures = [];
+    if (socks.length !== addresses) failures.push(`${addresses - socks.length} attackers could not connect`);
+    if (!(overAb <= CAP + ALLOWANCE))
+      failures.push(`array buffers ${fmtMiB(overAb)} MiB over idle, past the cap + ${ALLOWANCE / MiB} MiB`);
+    if (after === null || !(after.arrayBuffers - base.arrayBuffers <= ALLOWANCE))
+      failures.push(`array buffers not given back (${fmtMiB(after?.arrayBuffers - base.arrayBuffers)} MiB over idle)`);
+    if (after === null || !(after.rss - base.rss <= RSS_MARGIN))
+      failures.push(`RSS ${fmtMiB(after?.rss - base.rss)} MiB over idle after the attack (margin ${RSS_MARGIN / MiB})`);
+    if (!(recoveryMs <= FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS))
+      failures.push(
+        `recovery ${recovered ? `${recoveryMs} ms` : `incomplete (${closed.length}/${socks.length} dropped)`}, bound ${FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS} ms`,
+      );
+    if (!(during.p99Ms <= p99Bound))
+      failures.push(`good p99 ${during.p99Ms.toFixed(1)} ms > ${p99Bound.toFixed(1)} ms (idle p99 ${idle.p99Ms.toFixed(1)})`);
+    if (during.bigCount === 0 || during.bigTimeouts > 0)
+      failures.push(`good peer's large messages: ${during.bigCount} round trips, ${during.bigTimeouts} timed out`);
+    const detail =
+      `${addresses} addresses (${refused} refused), all in place after ${connectMs} ms; ` +
+      `array buffers idle ${fmtMiB(base.arrayBuffers)} MiB, peak +${fmtMiB(overAb)} MiB (held ${fmtMiB(peakHeld)} MiB), after +${fmtMiB(after?.arrayBuffers - base.arrayBuffers)} MiB; ` +
+      `RSS idle ${fmtMiB(base.rss)} -> after ${fmtMiB(after?.rss)} MiB; recovery ${recoveryMs} ms (bound ${FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS}); ` +
+      `good p99 idle ${idle.p99Ms.toFixed(1)} ms, attack ${during.p99Ms.toFixed(1)} ms (bound ${p99Bound.toFixed(1)}), ` +
+      `large ${during.bigCount} (max ${during.bigMaxMs.toFixed(1)} ms); ` +
+      `victim waited ${counters?.recv_pause_partial_limit ?? '?'}, dropped ${counters?.recv_drop_frame_timeout ?? '?'} (frame timeout)` +
+      `, ${counters?.recv_drop_frame_stalled ?? '?'} (stalled at the cap)`;
+    return {
+      peakRssMiB: victim.peakRssMiB(),
+      goodP99Ms: during.p99Ms,
+      goodRoundTrips: during.count,
+      goodTimeouts: during.timeouts,
+      victimUp,
+      failures,
+      detail,
+    };
+  } finally {
+    sampling = false;
+    for (const s of socks) s.destroy();
+    await good.stop().catch(() => {});
+    await victim.stop();
+  }
+}
+
+function fmtMiB(b) {
+  return Number.isFinite(b) ? (b / MiB).toFixed(1) : String(b);
+}
