@@ -128,9 +128,9 @@ function child(args, execArgv = []) {
  * The victim: an RdsStack (default options unless `options`) on `address`, echoing on ECHO_PORT
  * and never reading SINK_PORT. `alive()` asks it over IPC; `stats()` returns its counters.
  */
-export async function startVictim(address, options = {}) {
+export async function startVictim(address, options = {}, { echoSndbuf = 0 } = {}) {
   // --expose-gc: memory({ gc: true }) measures what is held, not what awaits collection.
-  const c = child(['--victim', JSON.stringify({ address, options })], ['--expose-gc']);
+  const c = child(['--victim', JSON.stringify({ address, options, echoSndbuf })], ['--expose-gc']);
   const ready = await c.ask('hello', 'ready', {}, 15000);
   if (ready === null) throw new Error('victim did not start');
   let peak = 0;
@@ -160,7 +160,7 @@ export async function startVictim(address, options = {}) {
     async memory({ gc = false } = {}) {
       if (!gc) return (await c.ask('stats', 'stats', {}, 5000))?.memory ?? null;
       const m = await c.ask('memory', 'memory', {}, 5000);
-      return m === null ? null : { ...m.memory, partialFrameBytes: m.partialFrameBytes };
+      return m === null ? null : { ...m.memory, partialFrameBytes: m.partialFrameBytes, gcMs: m.gcMs };
     },
     async stop() {
       clearInterval(sampler);
@@ -226,13 +226,14 @@ export async function runAttack({ seconds, victimAddress, goodAddress, victimOpt
 
 // Each child listens for IPC at once (a message with no listener is lost) and answers 'hello'
 // only once it is ready.
-async function victimMain({ address, options }) {
+async function victimMain({ address, options, echoSndbuf }) {
   let stack = null;
   const up = (async () => {
     stack = new RdsStack({ tcpPort: ATTACK_TCP_PORT, ...options });
     stack.on('error', () => {});
     const echo = new RdsSocket({ stack });
     await echo.bind({ address, port: ECHO_PORT });
+    if (echoSndbuf > 0) echo.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, echoSndbuf);
     const sink = new RdsSocket({ stack });
     await sink.bind({ address, port: SINK_PORT });
     (async () => {
@@ -251,10 +252,12 @@ async function victimMain({ address, options }) {
     } else if (m.type === 'stats') {
       process.send({ type: 'stats', counters: stack.counters.snapshot(), memory: process.memoryUsage() });
     } else if (m.type === 'memory') {
+      const t0 = performance.now();
       globalThis.gc?.();
       globalThis.gc?.();
+      const gcMs = performance.now() - t0;
       const partialFrameBytes = stack.transports.get('tcp')?.partialFrameBytes ?? null;
-      process.send({ type: 'memory', memory: process.memoryUsage(), partialFrameBytes });
+      process.send({ type: 'memory', memory: process.memoryUsage(), partialFrameBytes, gcMs });
     }
   });
 }
@@ -298,6 +301,7 @@ async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
     const stack = new RdsStack({ tcpPort: ATTACK_TCP_PORT });
     s = new RdsSocket({ stack });
     await s.bind({ address, port: ECHO_PORT });
+    if (bigBytes > 0) s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 * bigBytes);
     // Warm up: the connection is up and the path count settled before the attack starts.
     for (let i = 0; i < 20; i++) await one(false);
   })();

@@ -42,7 +42,7 @@ export const P99_RATIO = 5;
 export const P99_FLOOR_MS = 20;
 
 export async function stalledDrain({ addresses, victimAddress, goodAddress, attackerAddress }) {
-  const victim = await startVictim(victimAddress, { frameTimeoutMs: FRAME_TIMEOUT_MS });
+  const victim = await startVictim(victimAddress, { frameTimeoutMs: FRAME_TIMEOUT_MS }, { echoSndbuf: 4 * GOOD_BIG });
   const good = await startGoodPeer(goodAddress, victimAddress, { bigBytes: GOOD_BIG, bigEvery: GOOD_BIG_EVERY });
   const samples = [];
   let sampling = true;
@@ -124,7 +124,9 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
         `recovery ${recovered ? `${recoveryMs} ms` : `incomplete (${closed.length}/${socks.length} dropped)`}, bound ${FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS} ms`,
       );
     if (!(during.p99Ms <= p99Bound))
-      failures.push(`good p99 ${during.p99Ms.toFixed(1)} ms > ${p99Bound.toFixed(1)} ms (idle p99 ${idle.p99Ms.toFixed(1)})`);
+      failures.push(
+        `good p99 ${during.p99Ms.toFixed(1)} ms > ${p99Bound.toFixed(1)} ms (idle p99 ${idle.p99Ms.toFixed(1)})`,
+      );
     if (during.bigCount === 0 || during.bigTimeouts > 0)
       failures.push(`good peer's large messages: ${during.bigCount} round trips, ${during.bigTimeouts} timed out`);
     const detail =
