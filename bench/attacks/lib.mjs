@@ -155,12 +155,13 @@ export async function startVictim(address, options = {}, { echoSndbuf = 0 } = {}
     },
     /**
      * process.memoryUsage() of the victim; with `gc`, after two full collections (what is held,
-     * not what awaits collection), plus the TCP transport's partialFrameBytes.
+     * not what awaits collection), plus the TCP transport's partialFrameBytes and when the
+     * collections ran (gcAt, performance.timeOrigin-based, and gcMs).
      */
     async memory({ gc = false } = {}) {
       if (!gc) return (await c.ask('stats', 'stats', {}, 5000))?.memory ?? null;
       const m = await c.ask('memory', 'memory', {}, 5000);
-      return m === null ? null : { ...m.memory, partialFrameBytes: m.partialFrameBytes, gcMs: m.gcMs };
+      return m === null ? null : { ...m.memory, partialFrameBytes: m.partialFrameBytes, gcMs: m.gcMs, gcAt: m.gcAt };
     },
     async stop() {
       clearInterval(sampler);
@@ -256,8 +257,9 @@ async function victimMain({ address, options, echoSndbuf }) {
       globalThis.gc?.();
       globalThis.gc?.();
       const gcMs = performance.now() - t0;
+      const gcAt = performance.timeOrigin + t0;
       const partialFrameBytes = stack.transports.get('tcp')?.partialFrameBytes ?? null;
-      process.send({ type: 'memory', memory: process.memoryUsage(), partialFrameBytes, gcMs });
+      process.send({ type: 'memory', memory: process.memoryUsage(), partialFrameBytes, gcMs, gcAt });
     }
   });
 }
@@ -265,6 +267,8 @@ async function victimMain({ address, options, echoSndbuf }) {
 async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
   const rtts = [];
   const bigRtts = [];
+  /** When each of rtts began (performance.timeOrigin + now(): comparable across processes). */
+  const starts = [];
   let timeouts = 0;
   let bigTimeouts = 0;
   let running = true;
@@ -285,13 +289,17 @@ async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
         const m = await s.recv({ timeout: Math.max(1, Math.ceil(2000 - (performance.now() - t0))) });
         if (m.data.length === size && m.data.readUInt32BE(0) === id) break; // a late echo of an earlier one is skipped
       }
-      if (record) into.push(performance.now() - t0);
+      if (record) {
+        into.push(performance.now() - t0);
+        if (!big) starts.push(performance.timeOrigin + t0);
+      }
     } catch (e) {
       if (process.env.ATTACK_DEBUG) console.error('good peer:', e.message);
       if (record) {
         if (big) bigTimeouts++;
         else timeouts++;
         into.push(2000);
+        if (!big) starts.push(performance.timeOrigin + t0);
       }
       // A failure can be synchronous (a full send buffer): let the event loop turn.
       await sleep(Math.max(0, 2000 - (performance.now() - t0)));
@@ -318,6 +326,8 @@ async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
       bigCount: bigs.length,
       bigTimeouts,
       bigMaxMs: bigs.length === 0 ? 0 : Math.max(...bigs),
+      // Each small round trip: [start, ms] (an attack may leave out those its own measuring disturbed).
+      each: rtts.slice(from).map((ms, i) => [starts[from + i], ms]),
     };
   };
   let lapFrom = 0;

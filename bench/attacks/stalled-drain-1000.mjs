@@ -11,6 +11,6 @@ export function run() {
     addresses: 1000,
     victimAddress: '127.119.5.1',
     goodAddress: '127.118.5.1',
-    attackerAddress: (n) => `127.112.${n >> 8}.${(n & 0xff) + 1}`,
+    attackerAddress: (n) => `127.112.${Math.floor(n / 250)}.${(n % 250) + 1}`,
   });
 }

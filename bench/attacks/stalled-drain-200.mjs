@@ -11,6 +11,6 @@ export function run() {
     addresses: 200,
     victimAddress: '127.119.4.1',
     goodAddress: '127.118.4.1',
-    attackerAddress: (n) => `127.111.${n >> 8}.${(n & 0xff) + 1}`,
+    attackerAddress: (n) => `127.111.${Math.floor(n / 250)}.${(n % 250) + 1}`,
   });
 }

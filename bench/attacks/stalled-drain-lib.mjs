@@ -14,14 +14,20 @@ const FRAME_TIMEOUT_MS = 4000;
 const CAP = 64 << 20;
 const BIG = 1 << 20;
 /** Connections opened at once (the victim admits 64 unidentified ones at a time). */
-const BATCH = 40;
+const BATCH = 60;
 /** Nobody is bound there: the small frame identifies its connection and is dropped (recv_drop_no_sock). */
 const NO_PORT = 4099;
 /** The good peer's large messages: every 10th round trip carries 256 KiB (a frame the budget charges). */
 const GOOD_BIG = 256 * 1024;
 const GOOD_BIG_EVERY = 10;
-/** Memory is sampled (after a full GC in the victim) this often, idle and under attack alike. */
-const SAMPLE_MS = 250;
+/**
+ * Memory is sampled (after a full GC in the victim) this often, idle and under attack alike. A
+ * forced full GC stops the victim (tens of ms on a loaded machine): more often, the samples
+ * would be what the good peer measures.
+ */
+const SAMPLE_MS = 1000;
+/** After recovery, the victim's memory settles this long (V8 gives back heap pages it no longer uses) before the last sample. */
+const SETTLE_MS = 3000;
 /** The good peer runs this long before the attack: its idle p99, and its connection is a known one. */
 const IDLE_MS = 2500;
 const MiB = 1 << 20;
@@ -37,12 +43,18 @@ const MiB = 1 << 20;
  */
 export const ALLOWANCE = 8 * MiB;
 export const RSS_MARGIN = 40 * MiB;
-export const RECOVERY_SLACK_MS = 2000;
+export const RECOVERY_SLACK_MS = 3000;
 export const P99_RATIO = 5;
 export const P99_FLOOR_MS = 20;
 
 export async function stalledDrain({ addresses, victimAddress, goodAddress, attackerAddress }) {
-  const victim = await startVictim(victimAddress, { frameTimeoutMs: FRAME_TIMEOUT_MS }, { echoSndbuf: 4 * GOOD_BIG });
+  // peerIdleTimeoutMs short: the attackers' connection records (what a node keeps of each peer, not
+  // of its frames) are reclaimed before the last sample, which then shows what the frames left.
+  const victim = await startVictim(
+    victimAddress,
+    { frameTimeoutMs: FRAME_TIMEOUT_MS, peerIdleTimeoutMs: 1000 },
+    { echoSndbuf: 4 * GOOD_BIG },
+  );
   const good = await startGoodPeer(goodAddress, victimAddress, { bigBytes: GOOD_BIG, bigEvery: GOOD_BIG_EVERY });
   const samples = [];
   let sampling = true;
@@ -58,18 +70,23 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
     await sleep(IDLE_MS);
     const idle = await good.lap();
     const base = samples.at(-1);
-    const attackFrom = samples.length;
     const t0 = Date.now();
+    const attackFrom = samples.length;
     const almost = Buffer.concat([
       frame({ sequence: 2, sport: 7000, dport: NO_PORT, len: BIG }),
       Buffer.alloc(BIG - 1, 0x33),
     ]);
     const closed = [];
     let refused = 0;
+    // Every address connects, a batch at a time (the victim admits 64 unidentified connections,
+    // and its accept backlog is 64), and sends its small frame and the stalled one at once.
     for (let k = 0; k < addresses; k += BATCH) {
       const batch = await Promise.all(
         Array.from({ length: Math.min(BATCH, addresses - k) }, (_, j) =>
-          rawConnect(attackerAddress(k + j), victimAddress).catch(() => null),
+          rawConnect(attackerAddress(k + j), victimAddress).catch((e) => {
+            if (process.env.ATTACK_DEBUG) console.error(`attacker ${k + j}: ${e.message}`);
+            return null;
+          }),
         ),
       );
       for (const sock of batch) {
@@ -85,14 +102,14 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
       }
       // The next batch once these have identified themselves (their small frame was dropped).
       const want = socks.length;
-      for (let i = 0; i < 100; i++) {
+      for (let i = 0; i < 500; i++) {
         const c = await victim.stats();
         if (c === null || c.recv_drop_no_sock >= want) break;
         await sleep(10);
       }
     }
+    const connectMs = Date.now() - t0;
     const lastHeaderAt = Date.now();
-    const connectMs = lastHeaderAt - t0;
     // Recovery: every stalled connection dropped and nothing held (bounded: twice the bound).
     const giveUp = lastHeaderAt + 2 * (FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS);
     while (Date.now() < giveUp && !(closed.length === socks.length && samples.at(-1)?.partialFrameBytes === 0))
@@ -100,9 +117,9 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
     const recovered = closed.length === socks.length;
     const recoveryMs = recovered ? Math.max(...closed) - lastHeaderAt : Infinity;
     const during = await good.lap();
+    await sleep(SETTLE_MS);
     sampling = false;
     await sampler;
-    await sleep(200);
     const after = await victim.memory({ gc: true });
     const counters = await victim.stats();
     const victimUp = await victim.alive();
@@ -110,6 +127,26 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
     const peakAb = Math.max(...attackSamples.map((s) => s.arrayBuffers));
     const peakHeld = Math.max(...attackSamples.map((s) => s.partialFrameBytes ?? 0));
     const overAb = peakAb - base.arrayBuffers;
+    // The forced collections of the memory samples stop the victim: round trips they overlapped
+    // measure this attack's own instrument, not the victim, and are left out (idle and attack alike).
+    const gcs = samples.map((x) => [x.gcAt, x.gcAt + x.gcMs]);
+    const clean = (lap) => {
+      const kept = lap.each.filter(([at, ms]) => !gcs.some(([a, b]) => at < b && at + ms > a)).map(([, ms]) => ms);
+      kept.sort((a, b) => a - b);
+      return kept.length === 0 ? Infinity : kept[Math.min(kept.length - 1, Math.floor(0.99 * kept.length))];
+    };
+    if (process.env.ATTACK_DEBUG) {
+      const t = performance.timeOrigin;
+      console.error(
+        'B at',
+        lastHeaderAt - t0,
+        'gcs',
+        gcs.map(([a, b]) => `${(a - t - (t0 - t)).toFixed(0)}+${(b - a).toFixed(0)}`).join(' '),
+      );
+      console.error('rtts', during.each.map(([at, ms]) => `${(at - t0).toFixed(0)}:${ms.toFixed(0)}`).join(' '));
+    }
+    idle.p99Ms = clean(idle);
+    during.p99Ms = clean(during);
     const p99Bound = Math.max(P99_RATIO * idle.p99Ms, P99_FLOOR_MS);
     const failures = [];
     if (socks.length !== addresses) failures.push(`${addresses - socks.length} attackers could not connect`);
@@ -132,9 +169,10 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
     const detail =
       `${addresses} addresses (${refused} refused), all in place after ${connectMs} ms; ` +
       `array buffers idle ${fmtMiB(base.arrayBuffers)} MiB, peak +${fmtMiB(overAb)} MiB (held ${fmtMiB(peakHeld)} MiB), after +${fmtMiB(after?.arrayBuffers - base.arrayBuffers)} MiB; ` +
-      `RSS idle ${fmtMiB(base.rss)} -> after ${fmtMiB(after?.rss)} MiB; recovery ${recoveryMs} ms (bound ${FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS}); ` +
+      `RSS idle ${fmtMiB(base.rss)}, after ${fmtMiB(after?.rss)} MiB; recovery ${recoveryMs} ms (bound ${FRAME_TIMEOUT_MS + RECOVERY_SLACK_MS}); ` +
       `good p99 idle ${idle.p99Ms.toFixed(1)} ms, attack ${during.p99Ms.toFixed(1)} ms (bound ${p99Bound.toFixed(1)}), ` +
       `large ${during.bigCount} (max ${during.bigMaxMs.toFixed(1)} ms); ` +
+      `heap ${fmtMiB(base.heapUsed)} -> ${fmtMiB(after?.heapUsed)} MiB (total ${fmtMiB(base.heapTotal)} -> ${fmtMiB(after?.heapTotal)}), GC ${Math.max(...samples.map((x) => x.gcMs)).toFixed(0)} ms at most; ` +
       `victim waited ${counters?.recv_pause_partial_limit ?? '?'}, dropped ${counters?.recv_drop_frame_timeout ?? '?'} (frame timeout)` +
       `, ${counters?.recv_drop_frame_stalled ?? '?'} (stalled at the cap)`;
     return {

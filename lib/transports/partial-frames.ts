@@ -6,15 +6,16 @@
  * meanwhile, so every stalled frame is gone frameTimeoutMs after its header however many wait
  * (issue #39: when waiting stopped the clock, 200 addresses took 40-130 s to drain, turn by turn).
  *
- * Who gets room (issue #39):
- * - A stranger's frame (a connection that identified itself less than KNOWN_AFTER_MS ago, from a
- *   peer not known when it connected) may use only half the cap, and waits behind every known
- *   peer's frame: strangers alone never keep a known peer waiting.
- * - While a known peer's frame waits for room, a frame in progress that has made no progress for
- *   STALL_MS (and is not held by the node's own receive limits) is dropped to make it, oldest
- *   first, strangers' first. A frame that keeps making progress is never dropped for another.
- *   A stranger's frame waits for room, or for its deadline: making room for strangers by
- *   dropping strangers would only have the node read one attacker's megabyte after another.
+ * Who gets room (issue #39) goes by the frame's rank (FrameRank):
+ * - A stranger's frames may use only half the cap together: strangers never keep the others
+ *   waiting.
+ * - Waiting frames are served by rank, then in arrival order.
+ * - While a frame waits for room, a frame in progress of a lower rank (or, between proven
+ *   connections, of the same) that has made no progress for STALL_MS, and that the node's own
+ *   receive limits do not hold, is dropped to make that room: oldest first, lowest rank first.
+ *   A frame that keeps making progress is never dropped for another. Frames that cannot drop
+ *   others wait for room or for their deadline: dropping one attacker's frame for another's
+ *   would only have the node read one attacker's megabyte after another.
  * Small frames (FREE_BYTES) are not charged.
  */
 export class PartialFrameBudget {
@@ -23,9 +24,9 @@ export class PartialFrameBudget {
    * (64 KiB to 256 KiB, held anyway), so it costs nothing extra and never waits.
    */
   static readonly FREE_BYTES = 64 * 1024;
-  /** A frame in progress with no new byte for this long is stalled: dropped if another needs its room. */
+  /** A frame in progress with no new byte for this long is stalled: dropped if a higher rank needs its room. */
   static readonly STALL_MS = 1000;
-  /** A connection's frames count as a stranger's until it has been identified this long (unless its peer was known). */
+  /** A connection's frames are a stranger's until it has been identified this long (unless its peer was known). */
   static readonly KNOWN_AFTER_MS = 2000;
 
   /** Bytes charged to the frames in progress that hold a share. */
@@ -34,9 +35,12 @@ export class PartialFrameBudget {
   strangerHeld = 0;
   /** Frames holding a share, in the order they got it. */
   private readonly active = new Set<PartialFrame>();
-  /** Frames waiting for room, oldest first: known peers' before strangers'. */
-  private readonly knownWaiting = new Set<PartialFrame>();
-  private readonly strangerWaiting = new Set<PartialFrame>();
+  /** Frames waiting for room, by rank, oldest first. */
+  private readonly queues: [Set<PartialFrame>, Set<PartialFrame>, Set<PartialFrame>] = [
+    new Set(),
+    new Set(),
+    new Set(),
+  ];
   private sweepTimer: NodeJS.Timeout | null = null;
   /** The frame begin() is placing: it learns from begin()'s result, not from granted(). */
   private beginning: PartialFrame | null = null;
@@ -48,7 +52,7 @@ export class PartialFrameBudget {
 
   /** Frames waiting for room. */
   get waiting(): number {
-    return this.knownWaiting.size + this.strangerWaiting.size;
+    return this.queues[0].size + this.queues[1].size + this.queues[2].size;
   }
 
   /**
@@ -56,12 +60,13 @@ export class PartialFrameBudget {
    * be), false if it waits (f.granted() runs once it holds its share).
    */
   begin(f: PartialFrame): boolean {
-    const ahead = f.known ? this.knownWaiting.size : this.waiting;
+    let ahead = 0;
+    for (let r: number = f.rank; r <= FrameRank.Proven; r++) ahead += this.queues[r as FrameRank].size;
     if (ahead === 0 && this.fits(f)) {
       this.charge(f);
       return true;
     }
-    (f.known ? this.knownWaiting : this.strangerWaiting).add(f);
+    this.queues[f.rank].add(f);
     this.beginning = f;
     try {
       this.sweep();
@@ -71,14 +76,9 @@ export class PartialFrameBudget {
     return this.active.has(f);
   }
 
-  /** Bytes of `f` arrived (or its reading resumed after the node's own pause). */
-  progress(f: PartialFrame, now = this.now()): void {
-    f.progressAt = now;
-  }
-
   /** `f` is complete, dropped or its connection closed: its share (or its place in line) is given back. */
   end(f: PartialFrame): void {
-    if (this.knownWaiting.delete(f) || this.strangerWaiting.delete(f)) {
+    if (this.queues[f.rank].delete(f)) {
       this.sweep(); // it may have been the head of the line
       return;
     }
@@ -89,7 +89,7 @@ export class PartialFrameBudget {
 
   /**
    * Grants the frames at the head of the line that fit, in order; while the head does not fit,
-   * drops stalled frames in progress to make room; if none is stalled yet, looks again when the
+   * drops stalled frames it may drop to make room; if none is stalled yet, looks again when the
    * first could be. Runs on every change and from its own timer.
    */
   sweep(): void {
@@ -99,10 +99,10 @@ export class PartialFrameBudget {
     }
     let head: PartialFrame | undefined;
     for (;;) {
-      head = first(this.knownWaiting) ?? first(this.strangerWaiting);
+      head = first(this.queues[2]) ?? first(this.queues[1]) ?? first(this.queues[0]);
       if (head === undefined) return;
       if (this.fits(head)) {
-        (head.known ? this.knownWaiting : this.strangerWaiting).delete(head);
+        this.queues[head.rank].delete(head);
         this.charge(head);
         if (head !== this.beginning) head.granted();
         continue;
@@ -113,12 +113,12 @@ export class PartialFrameBudget {
       this.uncharge(victim);
       victim.evict();
     }
-    // Nothing the head may drop is stalled yet: look again when the first could be (a frame
-    // that makes progress meanwhile only moves that time on).
-    if (!head.known) return; // strangers wait for room: end() sweeps again
+    // Nothing the head may drop is stalled yet: look again when the first could be (a frame that
+    // makes progress meanwhile only moves that time on). Strangers drop nothing: end() sweeps.
     let next = Infinity;
-    for (const f of this.active) if (!f.held()) next = Math.min(next, f.progressAt + PartialFrameBudget.STALL_MS);
-    if (next === Infinity) return; // only held frames: end() sweeps again
+    for (const f of this.active)
+      if (mayDrop(head, f) && !f.held()) next = Math.min(next, f.progressAt + PartialFrameBudget.STALL_MS);
+    if (next === Infinity) return;
     this.sweepTimer = setTimeout(() => this.sweep(), Math.max(1, next - this.now()));
     this.sweepTimer.unref();
   }
@@ -127,41 +127,53 @@ export class PartialFrameBudget {
     // A single frame always fits an empty budget (maxPartialFrameBytes is at least one frame), and
     // a stranger's fits when no stranger holds a share.
     if (this.held > 0 && this.held + f.bytes > this.cap) return false;
-    return f.known || this.strangerHeld === 0 || this.strangerHeld + f.bytes <= this.cap / 2;
+    return f.rank > FrameRank.Stranger || this.strangerHeld === 0 || this.strangerHeld + f.bytes <= this.cap / 2;
   }
 
-  /** The frame to drop for `head` (a known peer's): stalled, oldest first, a stranger's before a known peer's. */
+  /** The frame to drop for `head`: stalled, one it may drop, lowest rank first, then oldest. */
   private stalled(head: PartialFrame): PartialFrame | undefined {
-    if (!head.known) return undefined;
     const since = this.now() - PartialFrameBudget.STALL_MS;
-    let known: PartialFrame | undefined;
+    let best: PartialFrame | undefined;
     for (const f of this.active) {
-      if (f.progressAt > since || f.held()) continue;
-      if (!f.known) return f;
-      known ??= f;
+      if (f.progressAt > since || !mayDrop(head, f) || f.held()) continue;
+      if (best === undefined || f.rank < best.rank) best = f;
+      if (f.rank === FrameRank.Stranger) break;
     }
-    return known;
+    return best;
   }
 
   private charge(f: PartialFrame): void {
     this.active.add(f);
     this.held += f.bytes;
-    if (!f.known) this.strangerHeld += f.bytes;
+    if (f.rank === FrameRank.Stranger) this.strangerHeld += f.bytes;
   }
 
   private uncharge(f: PartialFrame): void {
     this.held -= f.bytes;
-    if (!f.known) this.strangerHeld -= f.bytes;
+    if (f.rank === FrameRank.Stranger) this.strangerHeld -= f.bytes;
   }
+}
+
+/**
+ * Whose frame it is, for PartialFrameBudget (higher: served first, may drop lower ranks' stalled
+ * frames). Stranger: a connection identified less than KNOWN_AFTER_MS ago, from a peer not known
+ * when it connected. Known: any other that has not yet completed a charged frame. Proven: one
+ * that has completed a frame over FREE_BYTES (it has sent a large frame through before).
+ */
+export const FrameRank = { Stranger: 0, Known: 1, Proven: 2 } as const;
+export type FrameRank = (typeof FrameRank)[keyof typeof FrameRank];
+
+/** Whether `waiter` may drop `f` (when stalled): a lower rank, or, between proven connections, the same. */
+function mayDrop(waiter: PartialFrame, f: PartialFrame): boolean {
+  return f.rank < waiter.rank || (f.rank === FrameRank.Proven && waiter.rank === FrameRank.Proven);
 }
 
 /** A frame in progress (its header has arrived) that the budget charges. */
 export interface PartialFrame {
   /** Bytes it is charged. */
   readonly bytes: number;
-  /** A known peer's (see PartialFrameBudget), not a stranger's. */
-  readonly known: boolean;
-  /** When its last byte arrived (PartialFrameBudget.progress). */
+  readonly rank: FrameRank;
+  /** When its last byte arrived, or its reading resumed after the node's own pause. */
   progressAt: number;
   /** The node's own receive limits stop its reading now: it is not stalled by its peer. */
   held(): boolean;

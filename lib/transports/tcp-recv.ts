@@ -2,7 +2,7 @@ import type { Socket } from 'node:net';
 import type { RdsConnPath } from '../core/path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { type FrameReader, READ_SLAB_SIZE } from '../wire/frame-reader.js';
-import { type PartialFrame, PartialFrameBudget } from './partial-frames.js';
+import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-frames.js';
 import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { refuse, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
@@ -91,12 +91,17 @@ export class TcpReceiver {
     this.syncPause(cp, tp);
     let headerTimer: NodeJS.Timeout | null = null;
     const { headerTimeoutMs, frameTimeoutMs } = host.options;
-    // Its frames are a known peer's (PartialFrameBudget) if we dialed it or its peer was known when
-    // it connected; otherwise once it has been identified for KNOWN_AFTER_MS.
+    // Its frames' rank in the partial-frame budget (FrameRank): a stranger's until it has been
+    // identified for KNOWN_AFTER_MS, unless we dialed it or its peer was known when it connected.
     const knownFromStart = accepted === undefined || accepted.knownPeer !== null;
     let identifiedAt = -1;
-    const known = (now: number): boolean =>
-      knownFromStart || (identifiedAt >= 0 && now - identifiedAt >= PartialFrameBudget.KNOWN_AFTER_MS);
+    let proven = false; // a charged frame has come through complete
+    const rank = (now: number): FrameRank =>
+      proven
+        ? FrameRank.Proven
+        : knownFromStart || (identifiedAt >= 0 && now - identifiedAt >= PartialFrameBudget.KNOWN_AFTER_MS)
+          ? FrameRank.Known
+          : FrameRank.Stranger;
     // The frame in progress (its header complete): which frame it is (frames handed up before it),
     // when its header came (0: none) and the receive limits' hold then (that time does not count),
     // and its place in the partial-frame budget (charged or waiting; null for a small frame).
@@ -155,12 +160,15 @@ export class TcpReceiver {
     /** After each read: a frame that has just begun is charged, or waits (not read) for room. */
     const trackFrame = (now: number): void => {
       const len = reader.partialPayload;
-      if (len === 0) {
-        if (frameStart !== 0) stopFrame();
-        return;
-      }
       if (frameStart !== 0 && chargedFrame === reader.frames) {
         if (share !== null) share.progressAt = now; // the same frame, still coming
+        return;
+      }
+      // The frame before (if any) is complete (one waiting for room is not read, so it never
+      // completes): one that held a share proves the connection.
+      if (share !== null) proven = true;
+      if (len === 0) {
+        if (frameStart !== 0) stopFrame();
         return;
       }
       stopFrame();
@@ -172,7 +180,7 @@ export class TcpReceiver {
       // A frame over FREE_BYTES gets a read buffer of its own of at least READ_SLAB_SIZE.
       const f: PartialFrame = {
         bytes: Math.max(len, READ_SLAB_SIZE),
-        known: known(now),
+        rank: rank(now),
         progressAt: now,
         held: () => tp.held,
         granted: () => {
