@@ -143,6 +143,7 @@ export class PartialFrameBudget {
   }
 
   private charge(f: PartialFrame): void {
+    f.progressAt = this.now(); // its stall clock starts when it may be read
     this.active.add(f);
     this.held += f.bytes;
     if (f.rank === FrameRank.Stranger) this.strangerHeld += f.bytes;

@@ -184,7 +184,6 @@ export class TcpReceiver {
         progressAt: now,
         held: () => tp.held,
         granted: () => {
-          f.progressAt = Date.now();
           if (!carrier.is(sock)) return;
           tp.setWaiting(false);
           this.syncPause(cp, tp);
