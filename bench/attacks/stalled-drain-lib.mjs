@@ -28,21 +28,23 @@ const GOOD_BIG_EVERY = 10;
 const SAMPLE_MS = 1000;
 /** After recovery, the victim's memory settles this long (V8 gives back heap pages it no longer uses) before the last sample. */
 const SETTLE_MS = 3000;
-/** The good peer runs this long before the attack: its idle p99, and its connection is a known one. */
+/** The good peer runs this long before the attack: its idle p99, and its large messages make its connection a proven one. */
 const IDLE_MS = 2500;
 const MiB = 1 << 20;
 
 /**
- * The bounds (README, Security): what the victim holds in array buffers beyond its idle
- * baseline stays under the cap plus ALLOWANCE (read buffers of the connections that wait for room
- * and of the good peer, messages in flight); afterwards it is back within ALLOWANCE of the
- * baseline and RSS within RSS_MARGIN; every stalled connection is dropped within frameTimeoutMs
- * (plus RECOVERY_SLACK_MS of scheduling on a loaded machine) of the last header, however many
- * addresses; the good peer's p99 stays within P99_RATIO times its idle p99 (or P99_FLOOR_MS on a
- * machine so fast that a ratio means nothing).
+ * The bounds (README, Security; docs/partial-frames.md): what the victim holds in array buffers
+ * beyond its idle baseline stays under the cap plus ALLOWANCE (read buffers of the connections
+ * that wait for room and of the good peer, messages in flight); afterwards it is back within
+ * ALLOWANCE of the baseline and RSS within RSS_MARGIN (what glibc keeps of the freed buffers: its
+ * mmap threshold rises to the largest buffer freed, so later frames come from its heap, where
+ * freed memory stays resident; with MALLOC_MMAP_THRESHOLD_=131072 RSS came back to idle); every
+ * stalled connection is dropped within frameTimeoutMs (plus RECOVERY_SLACK_MS of scheduling on a
+ * loaded machine) of the last header, however many addresses; the good peer's p99 stays within
+ * P99_RATIO times its idle p99 (or P99_FLOOR_MS on a machine so fast that a ratio means nothing).
  */
 export const ALLOWANCE = 8 * MiB;
-export const RSS_MARGIN = 40 * MiB;
+export const RSS_MARGIN = 64 * MiB;
 export const RECOVERY_SLACK_MS = 3000;
 export const P99_RATIO = 5;
 export const P99_FLOOR_MS = 20;
@@ -135,16 +137,6 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
       kept.sort((a, b) => a - b);
       return kept.length === 0 ? Infinity : kept[Math.min(kept.length - 1, Math.floor(0.99 * kept.length))];
     };
-    if (process.env.ATTACK_DEBUG) {
-      const t = performance.timeOrigin;
-      console.error(
-        'B at',
-        lastHeaderAt - t0,
-        'gcs',
-        gcs.map(([a, b]) => `${(a - t - (t0 - t)).toFixed(0)}+${(b - a).toFixed(0)}`).join(' '),
-      );
-      console.error('rtts', during.each.map(([at, ms]) => `${(at - t0).toFixed(0)}:${ms.toFixed(0)}`).join(' '));
-    }
     idle.p99Ms = clean(idle);
     during.p99Ms = clean(during);
     const p99Bound = Math.max(P99_RATIO * idle.p99Ms, P99_FLOOR_MS);
