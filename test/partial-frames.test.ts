@@ -8,6 +8,7 @@ import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type TcpTransport, wire } from '../lib/index.js';
 import { FrameRank, type PartialFrame, PartialFrameBudget } from '../lib/transports/partial-frames.js';
+import { FrameReader } from '../lib/wire/frame-reader.js';
 import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
 const MiB = 1 << 20;
@@ -91,6 +92,39 @@ describe('PartialFrameBudget: who gets room at the cap', () => {
     expect(log).toEqual(['granted known2']);
     b.end(stranger); // it gave up (its deadline): the line is empty
     expect(b.waiting).toBe(0);
+  });
+});
+
+describe('FrameReader: what a waiting connection keeps', () => {
+  it('keeps only what it has read of its frame, in memory of its own, and completes it once it may read again', () => {
+    const got: Buffer[] = [];
+    const r = new FrameReader((_h, p) => got.push(Buffer.from(p)));
+    const body = Buffer.alloc(MiB);
+    for (let i = 0; i < body.length; i += 4) body.writeUInt32BE(i, i);
+    const bytes = frame({ sequence: 1, sport: 7000, dport: 4000 }, body);
+    let off = 0;
+    const read = (max: number): number => {
+      const into = r.readBuffer();
+      const n = Math.min(into.length, max, bytes.length - off);
+      bytes.copy(into, 0, off, off + n);
+      off += n;
+      r.filled(n);
+      return n;
+    };
+    // The header and a little of the payload, then a read into the frame's own slab.
+    read(Number.POSITIVE_INFINITY);
+    read(30 * 1024);
+    expect(r.slabBytes).toBeGreaterThanOrEqual(MiB);
+    // The node stops reading (no room, or the application's limits): the large slab goes.
+    r.holdGrowth = true;
+    const room = r.readBuffer().length;
+    expect(r.slabBytes).toBeLessThanOrEqual(off + 4096);
+    expect(room).toBeGreaterThan(0);
+    // Reading again: the frame gets its memory and completes intact.
+    r.holdGrowth = false;
+    while (off < bytes.length) read(64 * 1024);
+    expect(got).toHaveLength(1);
+    expect(got[0]!.equals(body)).toBe(true);
   });
 });
 
