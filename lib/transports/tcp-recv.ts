@@ -126,16 +126,17 @@ export class TcpReceiver {
       }
     };
     // The deadline counts from the header, waiting for room or not; only the receive limits'
-    // hold (the node's own choice to stop reading) stops it, and onResume arms it again.
+    // hold (the node's own choice to stop reading) stops it: while they hold, it looks again each
+    // second (onResume arms it too, but a carrier still waiting for room does not resume).
     const armFrameTimer = (ms: number): void => {
       if (frameTimer !== null) return;
       frameTimer = setTimeout(() => {
         frameTimer = null;
-        if (!carrier.is(sock) || frameStart === 0 || tp.held) return;
+        if (!carrier.is(sock) || frameStart === 0) return;
         const now = Date.now();
         const late = now - frameStart - (tp.heldMs(now) - heldAtStart);
-        if (late < frameTimeoutMs) {
-          armFrameTimer(frameTimeoutMs - late);
+        if (late < frameTimeoutMs || tp.held) {
+          armFrameTimer(Math.max(frameTimeoutMs - late, tp.held ? 1000 : 1));
           return;
         }
         stopFrame();
@@ -200,6 +201,8 @@ export class TcpReceiver {
       if (frameStart !== 0) {
         const now = Date.now();
         if (share !== null) share.progressAt = now;
+        // A held frame is not stalled; from now on it may be, for frames waiting for room.
+        if (this.partial.waiting > 0) this.partial.sweep();
         armFrameTimer(Math.max(1, frameTimeoutMs - (now - frameStart - (tp.heldMs(now) - heldAtStart))));
       }
       checkHeader();
