@@ -44,7 +44,7 @@ const MiB = 1 << 20;
  * P99_RATIO times its idle p99 (or P99_FLOOR_MS on a machine so fast that a ratio means nothing).
  */
 export const ALLOWANCE = 8 * MiB;
-export const RSS_MARGIN = 64 * MiB;
+export const RSS_MARGIN = 80 * MiB;
 export const RECOVERY_SLACK_MS = 3000;
 export const P99_RATIO = 5;
 export const P99_FLOOR_MS = 20;
