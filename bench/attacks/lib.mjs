@@ -267,8 +267,9 @@ async function victimMain({ address, options, echoSndbuf }) {
 async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
   const rtts = [];
   const bigRtts = [];
-  /** When each of rtts began (performance.timeOrigin + now(): comparable across processes). */
+  /** When each of rtts (and bigRtts) began (performance.timeOrigin + now(): comparable across processes). */
   const starts = [];
+  const bigStarts = [];
   let timeouts = 0;
   let bigTimeouts = 0;
   let running = true;
@@ -291,7 +292,7 @@ async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
       }
       if (record) {
         into.push(performance.now() - t0);
-        if (!big) starts.push(performance.timeOrigin + t0);
+        (big ? bigStarts : starts).push(performance.timeOrigin + t0);
       }
     } catch (e) {
       if (process.env.ATTACK_DEBUG) console.error('good peer:', e.message);
@@ -299,7 +300,7 @@ async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
         if (big) bigTimeouts++;
         else timeouts++;
         into.push(2000);
-        if (!big) starts.push(performance.timeOrigin + t0);
+        (big ? bigStarts : starts).push(performance.timeOrigin + t0);
       }
       // A failure can be synchronous (a full send buffer): let the event loop turn.
       await sleep(Math.max(0, 2000 - (performance.now() - t0)));
@@ -328,6 +329,7 @@ async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
       bigMaxMs: bigs.length === 0 ? 0 : Math.max(...bigs),
       // Each small round trip: [start, ms] (an attack may leave out those its own measuring disturbed).
       each: rtts.slice(from).map((ms, i) => [starts[from + i], ms]),
+      bigEach: bigs.map((ms, i) => [bigStarts[bigFrom + i], ms]),
     };
   };
   let lapFrom = 0;
