@@ -27,7 +27,7 @@ export class TcpReceiver {
     this.partial = new PartialFrameBudget(this.ctx.host.options.maxPartialFrameBytes);
   }
 
-  /** Declared payload bytes of the frames in progress on every carrier (at most maxPartialFrameBytes). */
+  /** Bytes charged to the frames in progress on every carrier: h_len of those over 64 KiB, at least 256 KiB each (at most maxPartialFrameBytes). */
   get partialFrameBytes(): number {
     return this.partial.held;
   }
