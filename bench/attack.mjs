@@ -3,7 +3,8 @@
 // bench/attacks/*.mjs (not *lib.mjs) against a victim node in a child process, for N seconds each
 // (default 3), while a good peer in another process does round trips to the victim. Prints per
 // attack the victim's peak RSS, the good peer's p99 round trip during the attack and whether the
-// victim stayed up, then a summary line. Exits 1 if a victim died or a bound was exceeded.
+// victim stayed up, then a summary line. Exits 1 if a victim died or a bound was exceeded (an
+// attack may also check bounds of its own and return what went over them as `failures`).
 // Loopback addresses 127.110-119.x.y, RDS/TCP port 27110. Build first (npm run build).
 import { readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -53,6 +54,8 @@ for (const f of files) {
     problems.push(`good peer p99 over ${bounds.goodP99Ms} ms`);
   if (r.goodRoundTrips === 0) problems.push('the good peer completed no round trip');
   if (r.goodTimeouts > 0) problems.push(`${r.goodTimeouts} good round trips timed out`);
+  // Bounds an attack checks itself (memory held, recovery time, ...), each failure as a sentence.
+  if (Array.isArray(r.failures)) problems.push(...r.failures);
   const ok = problems.length === 0;
   results.push({ name, ok, problems, seconds: (Date.now() - t0) / 1000, bounds, ...r });
   const fmt = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : String(x));

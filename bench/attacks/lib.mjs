@@ -82,8 +82,8 @@ function rssOf(pid) {
   }
 }
 
-function child(args) {
-  const c = fork(SELF, args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+function child(args, execArgv = []) {
+  const c = fork(SELF, args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
   const waiting = new Map();
   c.on('message', (m) => {
     const w = waiting.get(m.type);
@@ -128,8 +128,9 @@ function child(args) {
  * The victim: an RdsStack (default options unless `options`) on `address`, echoing on ECHO_PORT
  * and never reading SINK_PORT. `alive()` asks it over IPC; `stats()` returns its counters.
  */
-export async function startVictim(address, options = {}) {
-  const c = child(['--victim', JSON.stringify({ address, options })]);
+export async function startVictim(address, options = {}, { echoSndbuf = 0 } = {}) {
+  // --expose-gc: memory({ gc: true }) measures what is held, not what awaits collection.
+  const c = child(['--victim', JSON.stringify({ address, options, echoSndbuf })], ['--expose-gc']);
   const ready = await c.ask('hello', 'ready', {}, 15000);
   if (ready === null) throw new Error('victim did not start');
   let peak = 0;
@@ -152,9 +153,15 @@ export async function startVictim(address, options = {}) {
     async stats() {
       return (await c.ask('stats', 'stats', {}, 5000))?.counters ?? null;
     },
-    /** process.memoryUsage() of the victim. */
-    async memory() {
-      return (await c.ask('stats', 'stats', {}, 5000))?.memory ?? null;
+    /**
+     * process.memoryUsage() of the victim; with `gc`, after two full collections (what is held,
+     * not what awaits collection), plus the TCP transport's partialFrameBytes and when the
+     * collections ran (gcAt, performance.timeOrigin-based, and gcMs).
+     */
+    async memory({ gc = false } = {}) {
+      if (!gc) return (await c.ask('stats', 'stats', {}, 5000))?.memory ?? null;
+      const m = await c.ask('memory', 'memory', {}, 5000);
+      return m === null ? null : { ...m.memory, partialFrameBytes: m.partialFrameBytes, gcMs: m.gcMs, gcAt: m.gcAt };
     },
     async stop() {
       clearInterval(sampler);
@@ -166,13 +173,21 @@ export async function startVictim(address, options = {}) {
 /**
  * A good peer on `address` doing round trips (64-byte message, echoed) to the victim one after
  * another until stopped; stop() returns { count, timeouts, p50Ms, p99Ms }. A round trip that
- * takes more than 2 s counts as a timeout and as 2000 ms.
+ * takes more than 2 s counts as a timeout and as 2000 ms. With `bigEvery`, every bigEvery-th
+ * round trip carries `bigBytes` instead (a large frame in progress at the victim), counted apart.
  */
-export async function startGoodPeer(address, victimAddress) {
-  const c = child(['--good', JSON.stringify({ address, victim: victimAddress })]);
+export async function startGoodPeer(address, victimAddress, { bigBytes = 0, bigEvery = 0 } = {}) {
+  const c = child(['--good', JSON.stringify({ address, victim: victimAddress, bigBytes, bigEvery })]);
   const ready = await c.ask('hello', 'ready', {}, 15000);
   if (ready === null) throw new Error('good peer did not start');
   return {
+    /**
+     * The round trips since the previous lap (or the start): { count, timeouts, p50Ms, p99Ms },
+     * and with `bigEvery`, the large ones apart: { bigCount, bigTimeouts, bigMaxMs }.
+     */
+    async lap() {
+      return (await c.ask('lap', 'lap', {}, 10000)) ?? { count: 0, timeouts: 0, p50Ms: Infinity, p99Ms: Infinity };
+    },
     async stop() {
       const r = await c.ask('stop', 'result', {}, 10000);
       await c.kill();
@@ -212,13 +227,14 @@ export async function runAttack({ seconds, victimAddress, goodAddress, victimOpt
 
 // Each child listens for IPC at once (a message with no listener is lost) and answers 'hello'
 // only once it is ready.
-async function victimMain({ address, options }) {
+async function victimMain({ address, options, echoSndbuf }) {
   let stack = null;
   const up = (async () => {
     stack = new RdsStack({ tcpPort: ATTACK_TCP_PORT, ...options });
     stack.on('error', () => {});
     const echo = new RdsSocket({ stack });
     await echo.bind({ address, port: ECHO_PORT });
+    if (echoSndbuf > 0) echo.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, echoSndbuf);
     const sink = new RdsSocket({ stack });
     await sink.bind({ address, port: SINK_PORT });
     (async () => {
@@ -236,34 +252,55 @@ async function victimMain({ address, options }) {
       process.send({ type: 'pong' });
     } else if (m.type === 'stats') {
       process.send({ type: 'stats', counters: stack.counters.snapshot(), memory: process.memoryUsage() });
+    } else if (m.type === 'memory') {
+      const t0 = performance.now();
+      globalThis.gc?.();
+      globalThis.gc?.();
+      const gcMs = performance.now() - t0;
+      const gcAt = performance.timeOrigin + t0;
+      const partialFrameBytes = stack.transports.get('tcp')?.partialFrameBytes ?? null;
+      process.send({ type: 'memory', memory: process.memoryUsage(), partialFrameBytes, gcMs, gcAt });
     }
   });
 }
 
-async function goodMain({ address, victim }) {
+async function goodMain({ address, victim, bigBytes = 0, bigEvery = 0 }) {
   const rtts = [];
+  const bigRtts = [];
+  /** When each of rtts (and bigRtts) began (performance.timeOrigin + now(): comparable across processes). */
+  const starts = [];
+  const bigStarts = [];
   let timeouts = 0;
+  let bigTimeouts = 0;
   let running = true;
   let seq = 0;
   let s = null;
   const to = { address: victim, port: ECHO_PORT };
   const one = async (record) => {
     const id = seq++;
-    const msg = Buffer.alloc(64);
+    const big = bigEvery > 0 && id % bigEvery === bigEvery - 1;
+    const size = big ? bigBytes : 64;
+    const into = big ? bigRtts : rtts;
+    const msg = Buffer.alloc(size);
     msg.writeUInt32BE(id, 0);
     const t0 = performance.now();
     try {
       s.sendmsg(msg, to);
       for (;;) {
         const m = await s.recv({ timeout: Math.max(1, Math.ceil(2000 - (performance.now() - t0))) });
-        if (m.data.length === 64 && m.data.readUInt32BE(0) === id) break; // a late echo of an earlier one is skipped
+        if (m.data.length === size && m.data.readUInt32BE(0) === id) break; // a late echo of an earlier one is skipped
       }
-      if (record) rtts.push(performance.now() - t0);
+      if (record) {
+        into.push(performance.now() - t0);
+        (big ? bigStarts : starts).push(performance.timeOrigin + t0);
+      }
     } catch (e) {
       if (process.env.ATTACK_DEBUG) console.error('good peer:', e.message);
       if (record) {
-        timeouts++;
-        rtts.push(2000);
+        if (big) bigTimeouts++;
+        else timeouts++;
+        into.push(2000);
+        (big ? bigStarts : starts).push(performance.timeOrigin + t0);
       }
       // A failure can be synchronous (a full send buffer): let the event loop turn.
       await sleep(Math.max(0, 2000 - (performance.now() - t0)));
@@ -273,9 +310,30 @@ async function goodMain({ address, victim }) {
     const stack = new RdsStack({ tcpPort: ATTACK_TCP_PORT });
     s = new RdsSocket({ stack });
     await s.bind({ address, port: ECHO_PORT });
+    if (bigBytes > 0) s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 * bigBytes);
     // Warm up: the connection is up and the path count settled before the attack starts.
     for (let i = 0; i < 20; i++) await one(false);
   })();
+  const summary = (from, bigFrom) => {
+    const sorted = rtts.slice(from).sort((a, b) => a - b);
+    const q = (p) =>
+      sorted.length === 0 ? Infinity : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+    const bigs = bigRtts.slice(bigFrom);
+    return {
+      count: sorted.length,
+      timeouts,
+      p50Ms: q(0.5),
+      p99Ms: q(0.99),
+      bigCount: bigs.length,
+      bigTimeouts,
+      bigMaxMs: bigs.length === 0 ? 0 : Math.max(...bigs),
+      // Each small round trip: [start, ms] (an attack may leave out those its own measuring disturbed).
+      each: rtts.slice(from).map((ms, i) => [starts[from + i], ms]),
+      bigEach: bigs.map((ms, i) => [bigStarts[bigFrom + i], ms]),
+    };
+  };
+  let lapFrom = 0;
+  let bigLapFrom = 0;
   process.on('message', async (m) => {
     if (m.type === 'hello') {
       await up;
@@ -283,12 +341,15 @@ async function goodMain({ address, victim }) {
       (async () => {
         while (running) await one(true);
       })();
+    } else if (m.type === 'lap') {
+      const r = summary(lapFrom, bigLapFrom);
+      lapFrom = rtts.length;
+      bigLapFrom = bigRtts.length;
+      timeouts = bigTimeouts = 0;
+      process.send({ type: 'lap', ...r });
     } else if (m.type === 'stop') {
       running = false;
-      const sorted = [...rtts].sort((a, b) => a - b);
-      const q = (p) =>
-        sorted.length === 0 ? Infinity : sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
-      process.send({ type: 'result', count: rtts.length, timeouts, p50Ms: q(0.5), p99Ms: q(0.99) });
+      process.send({ type: 'result', ...summary(0, 0) });
     }
   });
 }

@@ -83,15 +83,18 @@ export interface RdsStackOptions {
   tcpSndbuf?: number | 'auto';
   /**
    * Once a frame's header has arrived, its payload must be complete within this many ms, or the
-   * connection is dropped (recv_drop_frame_timeout). Time while the node itself has stopped
-   * reading the connection (receive limits) does not count. Default 30000.
+   * connection is dropped (recv_drop_frame_timeout); time spent waiting for room in
+   * maxPartialFrameBytes counts, time while the receive limits stop the node reading the
+   * connection does not. Default 30000.
    */
   frameTimeoutMs?: number;
   /**
-   * Stack-wide cap on the bytes of frames whose header has arrived and payload has not (declared
-   * h_len, all TCP connections). A connection whose next frame would go past it stops being read
-   * (recv_pause_partial_limit) until frames in progress elsewhere complete or are dropped.
-   * At least 1 MiB (one frame always fits). Default 64 MiB.
+   * Stack-wide cap on the bytes of frames whose header has arrived and payload has not (h_len of
+   * frames over 64 KiB, at least 256 KiB each; all TCP connections). A connection whose next frame
+   * would go past it stops being read (recv_pause_partial_limit) until there is room; strangers'
+   * frames may hold half of it, and a stalled frame is dropped for a higher-ranked one that waits
+   * (recv_drop_frame_stalled; docs/partial-frames.md). At least 1 MiB (one frame always fits).
+   * Default 64 MiB.
    */
   maxPartialFrameBytes?: number;
   /**

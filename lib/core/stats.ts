@@ -94,6 +94,9 @@ export const RDS_COUNTER_NAMES = [
   'conn_reconnect_exhausted',
   // a multipath probe not sent to a kernel's RDS/IB (6.1 hangs on one; see transports/ib-send.ts)
   'ib_probe_withheld',
+  // a frame in progress that made no progress while another waited for room in
+  // maxPartialFrameBytes: its connection was dropped to make that room (transports/partial-frames.ts)
+  'recv_drop_frame_stalled',
 ] as const;
 
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];

@@ -76,6 +76,8 @@ export class TcpPath {
   private inBatch = false;
   private corked = false;
   private isHeld = false;
+  private heldSince = 0;
+  private heldTotal = 0;
   private isWaiting = false;
   private onResume: (() => void) | null = null;
 
@@ -259,7 +261,16 @@ export class TcpPath {
   }
 
   setHeld(held: boolean): void {
+    if (held === this.isHeld) return;
+    const now = Date.now();
+    if (held) this.heldSince = now;
+    else this.heldTotal += now - this.heldSince;
     this.isHeld = held;
+  }
+
+  /** Milliseconds the receive limits have held this path's reading, in all (frame clocks leave them out). */
+  heldMs(now: number): number {
+    return this.heldTotal + (this.isHeld ? now - this.heldSince : 0);
   }
 
   /** The current carrier waits for room in the partial-frame budget. */
@@ -274,6 +285,11 @@ export class TcpPath {
   /** What restarts the current carrier's frame clocks when its reading resumes (null: none). */
   setOnResume(fn: (() => void) | null): void {
     this.onResume = fn;
+  }
+
+  /** A closed carrier's hook goes (it holds that carrier's reader), unless a newer one replaced it. */
+  dropOnResume(fn: () => void): void {
+    if (this.onResume === fn) this.onResume = null;
   }
 
   /** Reading the carrier resumed. */

@@ -1,8 +1,8 @@
 import type { Socket } from 'node:net';
 import type { RdsConnPath } from '../core/path.js';
 import { RDS_CTR } from '../core/stats.js';
-import type { FrameReader } from '../wire/frame-reader.js';
-import { PartialFrameBudget } from './partial-frames.js';
+import { type FrameReader, READ_SLAB_SIZE } from '../wire/frame-reader.js';
+import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-frames.js';
 import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { refuse, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
@@ -27,7 +27,7 @@ export class TcpReceiver {
     this.partial = new PartialFrameBudget(this.ctx.host.options.maxPartialFrameBytes);
   }
 
-  /** Declared payload bytes of the frames in progress on every carrier (at most maxPartialFrameBytes). */
+  /** Bytes charged to the frames in progress on every carrier: h_len of those over 64 KiB, at least 256 KiB each (at most maxPartialFrameBytes). */
   get partialFrameBytes(): number {
     return this.partial.held;
   }
@@ -91,13 +91,25 @@ export class TcpReceiver {
     this.syncPause(cp, tp);
     let headerTimer: NodeJS.Timeout | null = null;
     const { headerTimeoutMs, frameTimeoutMs } = host.options;
-    // The frame in progress (its header complete): its share of the partial-frame budget, which
-    // frame it is (frames handed up before it), and when its clock started (0: none running).
-    let charged = 0;
+    // Its frames' rank in the partial-frame budget (FrameRank): a stranger's until it has been
+    // identified for KNOWN_AFTER_MS, unless we dialed it or its peer was known when it connected.
+    const knownFromStart = accepted === undefined || accepted.knownPeer !== null;
+    let identifiedAt = -1;
+    let proven = false; // a charged frame has come through complete
+    const rank = (now: number): FrameRank =>
+      proven
+        ? FrameRank.Proven
+        : knownFromStart || (identifiedAt >= 0 && now - identifiedAt >= PartialFrameBudget.KNOWN_AFTER_MS)
+          ? FrameRank.Known
+          : FrameRank.Stranger;
+    // The frame in progress (its header complete): which frame it is (frames handed up before it),
+    // when its header came (0: none) and the receive limits' hold then (that time does not count),
+    // and its place in the partial-frame budget (charged or waiting; null for a small frame).
     let chargedFrame = -1;
     let frameStart = 0;
+    let heldAtStart = 0;
     let frameTimer: NodeJS.Timeout | null = null;
-    let withdraw: (() => void) | null = null;
+    let share: PartialFrame | null = null;
     /** A protocol violation on this carrier: reported, counted, the connection reset and the path dropped. */
     const violation = (counter: number | null, why: string | null, reason: string): void => {
       if (counter !== null) host.counters.add(counter);
@@ -107,24 +119,27 @@ export class TcpReceiver {
     };
     const stopFrame = (): void => {
       frameStart = 0;
-      if (charged > 0) {
-        const n = charged;
-        charged = 0;
-        this.partial.give(n);
+      if (share !== null) {
+        const f = share;
+        share = null;
+        this.partial.end(f);
       }
     };
+    // The deadline counts from the header, waiting for room or not; only the receive limits'
+    // hold (the node's own choice to stop reading) stops it: while they hold, it looks again each
+    // second (onResume arms it too, but a carrier still waiting for room does not resume).
     const armFrameTimer = (ms: number): void => {
       if (frameTimer !== null) return;
       frameTimer = setTimeout(() => {
         frameTimer = null;
         if (!carrier.is(sock) || frameStart === 0) return;
-        // Our own pause stops the clock; onResume restarts it.
-        if (cp.readPaused) return;
-        const late = Date.now() - frameStart;
-        if (late < frameTimeoutMs) {
-          armFrameTimer(frameTimeoutMs - late);
+        const now = Date.now();
+        const late = now - frameStart - (tp.heldMs(now) - heldAtStart);
+        if (late < frameTimeoutMs || tp.held) {
+          armFrameTimer(Math.max(frameTimeoutMs - late, tp.held ? 1000 : 1));
           return;
         }
+        stopFrame();
         violation(
           RDS_CTR.recv_drop_frame_timeout,
           `frame payload not complete within ${frameTimeoutMs} ms`,
@@ -133,44 +148,66 @@ export class TcpReceiver {
       }, ms);
       frameTimer.unref();
     };
-    /** After each read: charge a frame that has just begun, or wait (not reading) for room. */
+    /** The budget needs this frame's room for another: it has made no progress for STALL_MS. */
+    const evict = (): void => {
+      share = null; // the budget has let it go
+      if (!carrier.is(sock)) return;
+      violation(
+        RDS_CTR.recv_drop_frame_stalled,
+        `frame payload stalled for ${PartialFrameBudget.STALL_MS} ms while another frame waited for room`,
+        'frame stalled at the partial-frame cap',
+      );
+    };
+    /** After each read: a frame that has just begun is charged, or waits (not read) for room. */
     const trackFrame = (now: number): void => {
       const len = reader.partialPayload;
+      if (frameStart !== 0 && chargedFrame === reader.frames) {
+        if (share !== null) share.progressAt = now; // the same frame, still coming
+        return;
+      }
+      // The frame before (if any) is complete (one waiting for room is not read, so it never
+      // completes): one that held a share proves the connection.
+      if (share !== null) proven = true;
       if (len === 0) {
         if (frameStart !== 0) stopFrame();
         return;
       }
-      if (frameStart !== 0 && chargedFrame === reader.frames) return; // the same frame, still coming
       stopFrame();
       chargedFrame = reader.frames;
-      const share = len > PartialFrameBudget.FREE_BYTES ? len : 0;
-      if (share === 0 || this.partial.tryTake(share)) {
-        charged = share;
-        frameStart = now;
-        armFrameTimer(frameTimeoutMs);
-        return;
-      }
+      frameStart = now;
+      heldAtStart = tp.heldMs(now);
+      armFrameTimer(frameTimeoutMs);
+      if (len <= PartialFrameBudget.FREE_BYTES) return;
+      // A frame over FREE_BYTES gets a read buffer of its own of at least READ_SLAB_SIZE.
+      const f: PartialFrame = {
+        bytes: Math.max(len, READ_SLAB_SIZE),
+        rank: rank(now),
+        progressAt: now,
+        held: () => tp.held,
+        granted: () => {
+          if (!carrier.is(sock)) return;
+          tp.setWaiting(false);
+          this.syncPause(cp, tp);
+        },
+        evict,
+      };
+      share = f;
+      if (this.partial.begin(f)) return;
       host.counters.add(RDS_CTR.recv_pause_partial_limit);
       tp.setWaiting(true);
       this.syncPause(cp, tp);
-      withdraw = this.partial.wait(len, () => {
-        withdraw = null;
-        charged = len; // given back by the close handler if this carrier is already replaced
-        frameStart = Date.now();
-        if (!carrier.is(sock)) return;
-        tp.setWaiting(false);
-        this.syncPause(cp, tp);
-      });
     };
-    tp.setOnResume(
-      carrier.guard(sock, () => {
-        if (frameStart !== 0) {
-          frameStart = Date.now();
-          armFrameTimer(frameTimeoutMs);
-        }
-        checkHeader();
-      }),
-    );
+    const onResume = carrier.guard(sock, () => {
+      if (frameStart !== 0) {
+        const now = Date.now();
+        if (share !== null) share.progressAt = now;
+        // A held frame is not stalled; from now on it may be, for frames waiting for room.
+        if (this.partial.waiting > 0) this.partial.sweep();
+        armFrameTimer(Math.max(1, frameTimeoutMs - (now - frameStart - (tp.heldMs(now) - heldAtStart))));
+      }
+      checkHeader();
+    });
+    tp.setOnResume(onResume);
     // An accepted connection must send a complete frame in time, or it only holds a slot.
     const identifyTimer = identified
       ? null
@@ -185,9 +222,10 @@ export class TcpReceiver {
       if (headerTimer) clearTimeout(headerTimer);
       if (identifyTimer) clearTimeout(identifyTimer);
       if (frameTimer) clearTimeout(frameTimer);
-      withdraw?.();
       stopFrame();
-      if (carrier.is(sock)) tp.setOnResume(null);
+      tp.dropOnResume(onResume);
+      // Whatever still refers to the reader, its read memory goes with the connection.
+      reader.discard();
     });
     // A peer that starts a header must finish it: one that sends half and stalls is dropped.
     const checkHeader = (): void => {
@@ -226,6 +264,7 @@ export class TcpReceiver {
         else reader.push(input);
         if (!identified && reader.frames > 0) {
           identified = true;
+          identifiedAt = Date.now();
           this.admission.identifySlot(slot);
           cp.conn.heardFrom();
         }

@@ -52,7 +52,7 @@ export class TcpTransport implements RdsTransport {
     this.receiver.attach();
   }
 
-  /** Declared payload bytes of the frames in progress on every carrier (at most maxPartialFrameBytes). */
+  /** Bytes charged to the frames in progress on every carrier: h_len of those over 64 KiB, at least 256 KiB each (at most maxPartialFrameBytes). */
   get partialFrameBytes(): number {
     return this.receiver.partialFrameBytes;
   }

@@ -133,12 +133,25 @@ export class FrameReader {
     // After a violation the connection is being dropped; whatever still arrives is discarded.
     if (this.failed) return this.header;
     let slab = this.slab;
-    if (this.holdGrowth && slab !== null && slab.length > this.slabFill) {
-      const end = Math.min(slab.length, this.slabFill + READ_MAX);
-      this.offered = end - this.slabFill;
-      return slab.subarray(this.slabFill, end);
-    }
     const have = this.slabFill - this.slabParse;
+    if (this.holdGrowth && slab !== null) {
+      // A connection that waits (for room for its frame, or for its application) keeps only what
+      // it has read of the frame in progress, in memory of its own: not the rest of a large slab,
+      // which (frames before it gone) would otherwise stay pinned by these few bytes (issue #39).
+      // A frame begun by at most one read is copied; a larger part of one keeps its slab.
+      if (slab.length > have + QUIET_KEEP && have <= READ_MAX + RDS_HEADER_SIZE) {
+        const next = Buffer.allocUnsafeSlow(Math.max(QUIET_SLAB, have + QUIET_MIN));
+        slab.copy(next, 0, this.slabParse, this.slabFill);
+        this.slab = slab = next;
+        this.slabParse = 0;
+        this.slabFill = have;
+      }
+      if (slab.length > this.slabFill) {
+        const end = Math.min(slab.length, this.slabFill + READ_MAX);
+        this.offered = end - this.slabFill;
+        return slab.subarray(this.slabFill, end);
+      }
+    }
     const quiet = this.quiet && !this.holdGrowth;
     if (quiet && have === 0) {
       // Between messages on a quiet connection: let a big slab go (the frames handed up keep
@@ -158,12 +171,12 @@ export class FrameReader {
       return slab.subarray(this.slabFill);
     }
     // filled() has bounded h_len, so a frame in progress is at most maxLen + header bytes.
-    // While growth is held, only room for one more read: the frame gets its memory once it may.
+    // While growth is held, only room for a little more: the frame gets its memory once it may.
     const need =
       have < RDS_HEADER_SIZE
         ? RDS_HEADER_SIZE
         : this.holdGrowth
-          ? have + MIN_READ
+          ? have + QUIET_MIN
           : RDS_HEADER_SIZE + slab!.readUInt32BE(this.slabParse + OFF_LEN);
     if (
       slab === null ||
@@ -193,6 +206,17 @@ export class FrameReader {
     const end = Math.min(slab.length, this.slabFill + READ_MAX);
     this.offered = end - this.slabFill;
     return slab.subarray(this.slabFill, end);
+  }
+
+  /**
+   * The connection is gone: its read memory is let go now, whatever still refers to the reader
+   * (a closure of the closed carrier kept the slab of a stalled frame alive, issue #39).
+   */
+  discard(): void {
+    this.failed = true;
+    this.slab = null;
+    this.payload = null;
+    this.slabParse = this.slabFill = 0;
   }
 
   /** Bytes of read memory this reader keeps for the next read (0 before the first). */
