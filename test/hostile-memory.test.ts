@@ -79,24 +79,59 @@ function pathOf(
   return stack.connections().find((c) => c.peerAddress === peer)?.paths[0];
 }
 
-/** A good peer's round trips to `victim` (which echoes on port 4000) keep working. */
-async function roundTrips(good: RdsSocket, victim: RdsSocket, n: number): Promise<number> {
-  let worst = 0;
+/** Round trips of a good peer to `victim` (which echoes on port 4000): each one's time in ms. */
+async function roundTrips(good: RdsSocket, victim: RdsSocket, n = ROUND_TRIPS): Promise<number[]> {
+  const times: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
     await good.send(Buffer.from(`rt ${i}`), victim.address());
     const m = await victim.recv({ timeout: 5000 });
     await victim.send(m.data, { address: m.address, port: m.port });
     expect((await good.recv({ timeout: 5000 })).data.toString()).toBe(`rt ${i}`);
-    worst = Math.max(worst, performance.now() - t0);
+    times.push(performance.now() - t0);
   }
-  return worst;
+  return times;
+}
+
+/** Round trips measured idle and under each attack (with this many, the p99 is the worst one). */
+const ROUND_TRIPS = 30;
+
+function p99(times: number[]): number {
+  const s = [...times].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.ceil(0.99 * s.length) - 1)]!;
+}
+
+/**
+ * The good peer's round trips before the attack, in the same test: the baseline its round trips
+ * under attack are held to (a first round trip brings the connection up and is not counted).
+ */
+async function idleRoundTrips(good: RdsSocket, victim: RdsSocket): Promise<number[]> {
+  await roundTrips(good, victim, 1);
+  return roundTrips(good, victim);
+}
+
+/**
+ * Under attack the good peer's p99 round trip stays within max(6 x idle p99, idle p99 + 200 ms),
+ * idle measured in the same test. Why these: on a loaded 2-core CI machine (other test files run
+ * beside this one) the idle p99 itself moves from a few ms to ~100 ms with the machine's load, so
+ * the limit scales with it; the multiple leaves room for the victim's own work for the attacker
+ * (it reads and answers every frame of the flood, up to READ_TURN_FRAMES a turn), measured at 1.5x
+ * to 4x idle even at a load average of 25 on 2 cores; the allowance covers a single scheduling
+ * hiccup or GC pause when idle is 1 to 5 ms. A flood the node bounded only by bytes a turn went to 8x to
+ * 11x (issue 33), and one it reads unbounded, 14x to 20x.
+ */
+function expectUnhurt(idle: number[], attacked: number[]): void {
+  const base = p99(idle);
+  const limit = Math.max(6 * base, base + 200);
+  const ms = (xs: number[]) => xs.map((x) => Math.round(x)).join(' ');
+  expect(p99(attacked), `round trips under attack (ms): ${ms(attacked)}; idle: ${ms(idle)}`).toBeLessThanOrEqual(limit);
 }
 
 describe('pongs are charged to a per-path budget', () => {
   it('a pinger that claims acks and never acknowledges gets at most maxOwnQueued pongs outstanding; the rest are dropped and counted', async () => {
     const v = await node('127.110.1.2', { maxOwnQueued: 32 });
     const good = await node('127.110.1.3');
+    const idle = await idleRoundTrips(good.sock, v.sock);
     const s = await raw('127.110.1.1', '127.110.1.2');
     s.on('data', () => {}); // reads everything, acknowledges nothing
     s.write(helloClaimingAcks());
@@ -108,29 +143,36 @@ describe('pongs are charged to a per-path budget', () => {
     expect(p.sendQueue + p.retransQueue).toBeLessThanOrEqual(32);
     expect(v.stack.counters.get('send_pong')).toBeLessThanOrEqual(32);
     expect(v.stack.counters.get('recv_drop_ping_budget')).toBeGreaterThanOrEqual(pings - 32);
-    await roundTrips(good.sock, v.sock, 20);
+    expectUnhurt(idle, await roundTrips(good.sock, v.sock));
   });
 
   it('a pinger that stops reading cannot queue pongs without bound, and other peers keep their round trips', async () => {
     const v = await node('127.110.1.12', { maxOwnQueued: 64, handshakeTimeoutMs: 100 });
     const good = await node('127.110.1.13');
+    const idle = await idleRoundTrips(good.sock, v.sock);
     const s = await raw('127.110.1.11', '127.110.1.12');
     s.pause(); // never reads: the node's writes back up into its own queues
     // 19 MB of pongs: more than the kernel's socket buffers hold, so they back up into the node.
     const batches = 400;
     const pings = batches * 1000;
-    const batch = (b: number): Buffer =>
-      Buffer.concat(
-        Array.from({ length: 1000 }, (_, i) => frame({ sequence: b * 1000 + i + 1, sport: 5000, dport: 0 })),
-      );
+    // Made from one template, only the sequence numbers written per batch: the attacker shares
+    // this process with the victim and the good peer, and must not spend its CPU (a victim's
+    // attacker is another host) making 400,000 frames one by one in the middle of the round trips.
+    const template = Buffer.concat(Array.from({ length: 1000 }, () => frame({ sequence: 1, sport: 5000, dport: 0 })));
+    const batch = (b: number): Buffer => {
+      const out = Buffer.from(template);
+      for (let i = 0; i < 1000; i++) out.writeBigUInt64BE(BigInt(b * 1000 + i + 1), i * 48);
+      return out;
+    };
     let most = 0;
+    let attacked: number[] = [];
     const sample = setInterval(() => {
       const p = pathOf(v.stack, '127.110.1.11');
       if (p !== undefined) most = Math.max(most, p.sendQueue + p.retransQueue);
     }, 5);
     try {
       const attack = pour(s, batches, batch);
-      await roundTrips(good.sock, v.sock, 20);
+      attacked = await roundTrips(good.sock, v.sock);
       expect(await attack).toBe(batches);
       await until(() => v.stack.counters.get('recv_ping') >= pings, 'every ping read');
     } finally {
@@ -141,6 +183,7 @@ describe('pongs are charged to a per-path budget', () => {
     expect(most).toBeLessThanOrEqual(64);
     // Pongs the kernel's buffers took (TCP acknowledged them) made room for a few more; most were refused.
     expect(v.stack.counters.get('recv_drop_ping_budget')).toBeGreaterThan(pings * 0.9);
+    expectUnhurt(idle, attacked);
   });
 });
 
@@ -160,6 +203,7 @@ describe('senders that ignore congestion are stopped by TCP, not by dropping', (
     sink.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, rcvbuf);
     await sink.bind({ address: victimAddr, port: 4001 });
     const good = await node(`127.110.${net}.3`);
+    const idle = await idleRoundTrips(good.sock, v.sock);
     const s = await raw(`127.110.${net}.1`, victimAddr);
     s.on('data', () => {}); // takes the congestion maps, and ignores them
     const body = (i: number): Buffer => {
@@ -194,7 +238,7 @@ describe('senders that ignore congestion are stopped by TCP, not by dropping', (
     const before = queued();
     expect(before).toBeLessThanOrEqual(bound);
     // Another peer's round trips still work meanwhile, and the sender gets no further.
-    await roundTrips(good.sock, v.sock, 20);
+    expectUnhurt(idle, await roundTrips(good.sock, v.sock));
     expect(queued()).toBe(before);
     expect(pathOf(v.stack, `127.110.${net}.1`)!.state).toBe('UP');
     // The application reads: reading resumes, and every message arrives, in order, none dropped.
@@ -283,6 +327,7 @@ describe('a stalled payload cannot pin memory', () => {
     const cap = 2 << 20;
     const v = await node(victimAddr, { maxPartialFrameBytes: cap, frameTimeoutMs: 1500 });
     const good = await node('127.110.4.201');
+    const idle = await idleRoundTrips(good.sock, v.sock);
     const tcp = v.stack.transports.get('tcp') as TcpTransport;
     const attackers = 6;
     const big = 1 << 20;
@@ -309,7 +354,7 @@ describe('a stalled payload cannot pin memory', () => {
       // The waiting connections have read no more than one read past their header.
       expect(read()).toBeLessThanOrEqual(bound);
       // Small messages from a good peer are unaffected.
-      await roundTrips(good.sock, v.sock, 20);
+      expectUnhurt(idle, await roundTrips(good.sock, v.sock));
       // Each stalled frame is dropped once its time is up; the waiting ones get their turn and are too.
       await until(
         () => v.stack.counters.get('recv_drop_frame_timeout') === attackers,

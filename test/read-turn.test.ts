@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { READ_TURN_BYTES, ReadTurn } from '../lib/transports/read-turn.js';
+import { READ_TURN_BYTES, READ_TURN_FRAMES, ReadTurn } from '../lib/transports/read-turn.js';
 
 // One carrier's reads per turn of the event loop are bounded (issue #23, head-of-line): past the
 // budget the carrier stops reading until the next turn, so other carriers' reads and the pings
@@ -46,6 +46,26 @@ describe('ReadTurn: bytes read from one carrier per event-loop turn', () => {
       await nextTurn();
     }
     expect(log).toEqual([]);
+  });
+
+  it('a read of many small frames stops the carrier too: a turn takes at most about READ_TURN_FRAMES frames', async () => {
+    const { log, turn } = carrier();
+    // 64 KiB reads of empty pings (48 bytes each): the frames, not the bytes, reach the budget.
+    const perRead = Math.floor((64 * 1024) / 48);
+    let reads = 0;
+    while (!turn.paused && reads < 32) {
+      turn.read(perRead * 48);
+      turn.framesRead(perRead);
+      reads++;
+    }
+    expect(reads).toBe(Math.ceil(READ_TURN_FRAMES / perRead));
+    expect(log).toEqual(['stop']);
+    await nextTurn();
+    expect(log).toEqual(['stop', 'start']);
+    // Fewer frames than that in a turn never stop it.
+    turn.read(1024);
+    turn.framesRead(READ_TURN_FRAMES - 1);
+    expect(log).toEqual(['stop', 'start']);
   });
 
   it('a carrier the receive limits hold is not started by the next turn (the limits resume it)', async () => {

@@ -28,13 +28,21 @@ export class CongTable {
     this.maps.delete(address);
   }
 
-  /** A local port's bit flipped: every connection from that address sends the full map. */
+  /**
+   * A local port's bit flipped: every connection from that address sends the full map, loopback
+   * ones included (as the kernel queues it on every connection of the map: its loopback transport
+   * turns the update into a received one, which poll() reports). Loopback senders read this map
+   * directly: wake any that wait on it now.
+   */
   localChanged(laddr: string, conns: Iterable<RdsConnection>): void {
     for (const c of conns) {
-      if (c.laddr !== laddr || c.isLoopback) continue;
-      c.path(0)!.tx.queueCongUpdate();
+      if (c.laddr !== laddr) continue;
+      const cp = c.path(0)!;
+      cp.tx.queueCongUpdate();
+      // A loopback connection the other direction's traffic made may never have been used: it
+      // comes up at once, for nothing, and its coming up delivers the map.
+      if (c.isLoopback) cp.connectIfDown();
     }
-    // Loopback senders read this map directly; wake any that wait on it.
     this.wake();
   }
 

@@ -181,10 +181,16 @@ export class StackRails implements RailHost {
     return out as unknown as RailSpec;
   }
 
-  private railTransport(): RdsTransport {
-    const t = this.stack.transports.selectable().find((x) => x.rails === true);
-    if (t === undefined) throw new RdsError('EOPNOTSUPP', 'no transport of this stack carries rails (only TCP does)');
-    return t;
+  /** The transport that carries this stack's rails; EOPNOTSUPP, saying why, when none does. @internal */
+  railTransport(): RdsTransport {
+    const all = this.stack.transports.selectable();
+    const t = all.find((x) => x.rails === true);
+    if (t !== undefined) return t;
+    const why = all.find((x) => x.railsRefusal !== undefined)?.railsRefusal;
+    throw new RdsError(
+      'EOPNOTSUPP',
+      `cannot declare a rail: ${why ?? 'no transport of this stack carries rails (only TCP does)'}`,
+    );
   }
 
   /** addRail: declares the rail, listens on its local address, and starts it on connections to the peer. */

@@ -180,6 +180,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
       this.peerAllowed = (a) => tests.some((t) => t(a));
     }
     for (const t of opts.transports ?? defaultTransportFactories.map((f) => f())) this.transports.register(t);
+    // Refused here, not in an 'error' later: a TLS stack carries no rails.
+    if (rails.length > 0) this.rails.railTransport();
     for (const r of rails) this.addRail(r).catch((e) => this.emit('error', e as Error));
     if (opts.control) {
       this.openControl(typeof opts.control === 'string' ? opts.control : undefined).catch((e) =>

@@ -88,6 +88,11 @@ export interface RdsTransport {
    */
   readonly rails?: boolean;
   /**
+   * Why this transport carries no rails as configured, when it would otherwise (TCP with the tls
+   * option): addRail() and the rails option refuse with it (EOPNOTSUPP).
+   */
+  readonly railsRefusal?: string;
+  /**
    * What the transport's own connection setup already says about the peer of `cp` (IB: private
    * data without rds-socket's mark comes from a kernel). 'kernel' skips the multipath probe and
    * settles the peer as a kernel at once: a kernel's RDS/IB never probes, and 6.1 answers a probe

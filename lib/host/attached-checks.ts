@@ -103,3 +103,14 @@ export function transportByName(name: unknown): number {
   if (t === undefined) throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(name)}`);
   return t;
 }
+
+/** setsockopt(SO_RDS_TRANSPORT)'s value, checked as RdsSocket checks it; `set`: already chosen or bound. @internal */
+export function transportOption(value: unknown, set: boolean): number {
+  if (typeof value !== 'number' && typeof value !== 'boolean')
+    throw new RdsError('EINVAL', 'SO_RDS_TRANSPORT takes an integer');
+  const v = Number(value);
+  if (set) throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
+  if (!Number.isInteger(v) || v < 0 || v >= 3)
+    throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
+  return v;
+}

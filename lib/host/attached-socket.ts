@@ -1,5 +1,6 @@
 import { isIPv4 } from 'node:net';
 import {
+  POLLERR,
   POLLIN,
   POLLOUT,
   POLLRDNORM,
@@ -14,6 +15,7 @@ import {
   RDS_TRANS_NONE,
   SO_RDS_TRANSPORT,
   SO_SNDBUF,
+  SO_SNDTIMEO,
   SO_ZEROCOPY,
   SOL_RDS,
   SOL_SOCKET,
@@ -36,12 +38,14 @@ import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
 import { readMsg, writeCount, writeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
+import { readOption, UnansweredCalls } from './attached-refusals.js';
 import {
   bindEndpoint,
   dataParts,
   transportByName,
   destination,
   sendFlags,
+  transportOption,
   untilDoneOrAborted,
 } from './attached-checks.js';
 
@@ -57,6 +61,7 @@ import {
 export class AttachedSocket extends RdsSocket {
   readonly #link: NodeLink;
   readonly #sid: number;
+  readonly #calls: UnansweredCalls;
   #bound: RdsAddress | null = null;
   #binding = false;
   #closed = false;
@@ -83,8 +88,16 @@ export class AttachedSocket extends RdsSocket {
     if (opts.transport !== undefined) this.#transport = transportByName(opts.transport);
     this.#link = stack.currentLink();
     this.#sid = this.#link.addSocket(this);
-    this.#call('open');
-    if (opts.sendTimeout !== undefined) this.#forward(SOL_SOCKET, 62 /* SO_SNDTIMEO */, opts.sendTimeout);
+    this.#calls = new UnansweredCalls(
+      this.#link,
+      this.#sid,
+      (level, name, value) => {
+        if (!this.#closed) super.setsockopt(level, name, value);
+      },
+      (e) => this.nodeGone(e),
+    );
+    this.#calls.open();
+    if (opts.sendTimeout !== undefined) this.#calls.setsockopt(SOL_SOCKET, SO_SNDTIMEO, opts.sendTimeout, 0);
   }
 
   /** The node's path. */
@@ -92,17 +105,10 @@ export class AttachedSocket extends RdsSocket {
     return this.#link.path;
   }
 
-  #call(op: string, meta: Record<string, unknown> = {}): void {
-    this.#link.request(op, this.#sid, meta).catch(() => {});
-  }
-
-  #forward(level: number, name: number, value: unknown): void {
-    this.#call('setsockopt', { level, name, value });
-  }
-
   #check(what: string): void {
     if (this.#closed) throw new RdsError('EBADF', `${what} on a closed socket; make a new RdsSocket`);
     if (this.#dead !== null) throw this.#dead;
+    this.#calls.throwPending();
   }
 
   override get isClosed(): boolean {
@@ -331,6 +337,7 @@ export class AttachedSocket extends RdsSocket {
 
   override recvmsg(): RdsMessage | null {
     if (this.#closed) throw new RdsError('EBADF', 'recvmsg() on a closed socket; make a new RdsSocket');
+    this.#calls.throwPending();
     const m = this.#rx.shift();
     if (m === undefined) {
       if (this.#dead !== null) throw this.#dead;
@@ -399,6 +406,8 @@ export class AttachedSocket extends RdsSocket {
       mask |= POLLIN | POLLRDNORM | POLLWRBAND;
     }
     if (this.#room()) mask |= POLLOUT | POLLWRNORM;
+    // A refusal from the node waits for the next call (as a pending socket error: sk_err).
+    if (this.#calls.pending) mask |= POLLERR;
     return mask;
   }
 
@@ -428,23 +437,16 @@ export class AttachedSocket extends RdsSocket {
     if (level === SOL_RDS && optname === RDS_CANCEL_SENT_TO) {
       if (this.#bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
       const ep = parseEndpoint(value, 'RDS_CANCEL_SENT_TO value');
-      this.#forward(level, optname, { address: ep.address, port: ep.port });
+      this.#calls.setsockopt(level, optname, { address: ep.address, port: ep.port }, undefined);
       return;
     }
     if (level === SOL_RDS && optname === SO_RDS_TRANSPORT) {
-      if (typeof value !== 'number' && typeof value !== 'boolean')
-        throw new RdsError('EINVAL', 'SO_RDS_TRANSPORT takes an integer');
-      const v = Number(value);
-      if (this.#transport !== null || this.#bound !== null || this.#binding) {
-        throw new RdsError('EOPNOTSUPP', 'SO_RDS_TRANSPORT can only be set once, before bind()');
-      }
-      if (!Number.isInteger(v) || v < 0 || v >= 3)
-        throw new RdsError('EINVAL', `SO_RDS_TRANSPORT must be RDS_TRANS_IB (0) or RDS_TRANS_TCP (2), got ${v}`);
-      this.#transport = v;
+      this.#transport = transportOption(value, this.#transport !== null || this.#bound !== null || this.#binding);
       return;
     }
+    const before = readOption(() => super.getsockopt(level, optname));
     super.setsockopt(level, optname, value as number);
-    this.#forward(level, optname, value);
+    this.#calls.setsockopt(level, optname, value, before);
     if (level === SOL_SOCKET && optname === SO_SNDBUF) this.#waiters.wakeAll();
   }
 
@@ -457,8 +459,9 @@ export class AttachedSocket extends RdsSocket {
   override async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#link.request('close', this.#sid).catch(() => {});
-    this.#link.removeSocket(this.#sid);
+    // Resolves once the node has closed its socket (the port is free for any process then); the
+    // link stays referenced until it answers, so an awaited close() is not cut short by an exit.
+    const answered = this.#link.request('close', this.#sid);
     // The node discards what this socket still had there: the process's budget has it back.
     this.#link.released(this.#sndBytes);
     this.#sndBytes = 0;
@@ -468,6 +471,14 @@ export class AttachedSocket extends RdsSocket {
     this.#waiters.wakeAll();
     this.stack.socketClosed();
     this.emit('close');
+    try {
+      await answered;
+    } catch (e) {
+      // The node going away closed its socket too; any other answer is a refusal, and is the caller's.
+      if (e !== this.#link.downError) throw e;
+    } finally {
+      this.#link.removeSocket(this.#sid);
+    }
   }
 
   // ---- from the node ----
@@ -486,6 +497,7 @@ export class AttachedSocket extends RdsSocket {
   }
 
   /** @internal */ handed(bytes: number): void {
+    if (this.#closed) return; // close() gave the budget back already
     this.#sndBytes -= bytes;
     this.#link.released(bytes);
     this.#waiters.wakeAll();

@@ -1,4 +1,5 @@
-import { RDS_HEADER_SIZE, RDS_TRANS_LOOP } from '../constants.js';
+import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_LOOP } from '../constants.js';
+import { encodeHeader } from '../wire/header.js';
 import { RdsError } from '../errors.js';
 import { RDS_CTR } from '../core/stats.js';
 import type { RdsConnPath } from '../core/path.js';
@@ -71,10 +72,25 @@ export class LoopTransport implements RdsTransport {
     return true;
   }
 
-  xmitCong(): boolean {
-    // Loopback peers read the local map directly (the connection's peer map is the same object).
+  /**
+   * No map goes anywhere (the other side's copy of our map is the map itself), but it "arrives"
+   * as in the kernel's rds_loop_xmit, which turns a map update into rds_cong_map_updated with every
+   * port: it is counted as received, poll() reports POLLWRBAND once for it, and RDS_CONG_MONITOR
+   * sockets of the receiving address hear of every port. The core sends one whenever a path comes
+   * up and whenever the map of the connection's local address changes, as over any transport.
+   */
+  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+    const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this);
+    if (this.congHeader === null) {
+      this.congHeader = Buffer.alloc(RDS_HEADER_SIZE);
+      encodeHeader(this.congHeader, 0, { len: RDS_CONG_MAP_BYTES, flags: RDS_FLAG_CONG_BITMAP });
+    }
+    this.host.recvIncoming(rev.path(0)!, this.congHeader, map);
     return true;
   }
+
+  /** The header of a map update (seq 0, ports 0, flags 0x01), made once. */
+  private congHeader: Buffer | null = null;
 
   setRef(): void {}
 

@@ -16,7 +16,8 @@ const REFUSE_LINGER_MS = 1000;
  * Rail carriers over TCP (issue #25): a rail path's connection goes from the rail's local address
  * to its remote one, on the RDS/TCP port. Before it carries RDS traffic, the dialling node sends
  * the rail hello and the accepting node answers (rail.ts checks both and picks the path); only
- * then does the path come UP on either side. Plain TCP only (not with the tls option yet).
+ * then does the path come UP on either side. Plain TCP only: a TLS stack refuses rails at addRail()
+ * (TcpTransport.railsRefusal), so the tls check in connect() below is a guard that never fires.
  */
 export class TcpRails {
   constructor(

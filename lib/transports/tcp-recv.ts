@@ -259,9 +259,11 @@ export class TcpReceiver {
       host.counters.add(RDS_CTR.tcp_data_ready_calls);
       cp.noteRxActivity();
       turn.read(typeof input === 'number' ? input : input.length);
+      const framesBefore = reader.frames;
       try {
         if (typeof input === 'number') reader.filled(input);
         else reader.push(input);
+        turn.framesRead(reader.frames - framesBefore);
         if (!identified && reader.frames > 0) {
           identified = true;
           identifiedAt = Date.now();

@@ -29,8 +29,20 @@ export class TcpTransport implements RdsTransport {
   readonly transType = RDS_TRANS_TCP;
   readonly mpathCapable = true;
   readonly userSelectable = true;
-  /** Carries rails (tcp-rail.ts). */
-  readonly rails = true;
+  /** Carries rails (tcp-rail.ts), over plain TCP only. */
+  get rails(): boolean {
+    return !this.ctx.topts.tls;
+  }
+
+  get railsRefusal(): string | undefined {
+    if (!this.ctx.topts.tls) return undefined;
+    return (
+      "this stack's TCP transport uses TLS, and rails are not carried over TLS (a rail's connection " +
+      'would bypass the certificate check): declare no rails on a TLS stack; for several links with ' +
+      'TLS, bond them below RDS (Linux bonding or multipath routes), or use rails on a stack without tls ' +
+      'on a network you trust'
+    );
+  }
   private readonly ctx: TcpShared;
   private readonly admission = new TcpAdmission();
   private readonly sender: TcpSender;
