@@ -466,9 +466,6 @@ export class AttachedSocket extends RdsSocket {
     this.#link.released(this.#sndBytes);
     this.#sndBytes = 0;
     this.#rx.drain();
-    const err = new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read');
-    for (const done of [...this.#confirms.values()]) done(err);
-    this.#waiters.wakeAll();
     this.stack.socketClosed();
     this.emit('close');
     try {
@@ -478,6 +475,12 @@ export class AttachedSocket extends RdsSocket {
       if (e !== this.#link.downError) throw e;
     } finally {
       this.#link.removeSocket(this.#sid);
+      // Pending calls are rejected only now, in the turn close() settles in, as an in-process
+      // socket's are: `const p = s.recv(); await s.close(); await p.catch(...)` must not leave a
+      // rejection unhandled for the node's round trip (Node ends a process on one).
+      const err = new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read');
+      for (const done of [...this.#confirms.values()]) done(err);
+      this.#waiters.wakeAll();
     }
   }
 
