@@ -178,14 +178,15 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       emptySent.set(`${from}->${m.d}`, (emptySent.get(`${from}->${m.d}`) ?? 0) + 1);
       continue;
     }
-    if (m.out?.ev === 'ok' && m.c && m.delivered === 0)
+    const lied = m.out?.ev === 'ok' && m.c && m.delivered === 0;
+    if (lied)
       flag('confirm-unread', m.out.t, from, m.d, `${m.s} #${m.q} confirmed, never read${sameNode(from, m.d) ? ' (both sockets on one node)' : ''}`, m.s, m.d);
     if (m.c || m.to) {
       if (m.out && m.to && m.out.t - m.t > m.to + SLACK_MS && !paused(procOf(m.s), m.t, m.out.t))
         flag('settle-late', m.out.t, from, m.d, `${m.s} #${m.q}: timeout ${m.to} ms, settled after ${m.out.t - m.t} ms`, m.s, m.d);
       if (!m.out && stayed(m.s)) flag('unsettled', m.t, from, m.d, `${m.s} #${m.q} (${m.m}${m.c ? ', confirm' : ''}) never settled`, m.s, m.d);
     }
-    if (m.delivered === 0 && m.out?.ev !== 'err' && stayed(m.s) && receiverStayed(m.d, m.t) && !cancelledAfter(m)) {
+    if (!lied && m.delivered === 0 && m.out?.ev !== 'err' && stayed(m.s) && receiverStayed(m.d, m.t) && !cancelledAfter(m)) {
       flag('vanished', m.t, from, m.d, `${m.s} #${m.q} (${m.n} B, ${m.m}${m.c ? ', confirm' : ''}) neither read nor reported failed`, m.s, m.d);
     }
   }

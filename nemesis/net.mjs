@@ -47,8 +47,8 @@ export class Net {
     this.bridgeNs = `${prefix}-br`;
     /** Per node: the nft rule sets of the faults active on it, by fault id. */
     this.rules = Array.from({ length: n }, () => new Map());
-    /** Per node: the last nft run queued (runs of one node never overlap, the last state wins). */
-    this.nftTurn = Array.from({ length: n }, () => Promise.resolve());
+    /** Per node: the nft run waiting to start, and the end of the last one (see applyRules). */
+    this.nft = Array.from({ length: n }, () => ({ queued: null, tail: Promise.resolve() }));
   }
 
   ns(i) {
@@ -109,11 +109,20 @@ export class Net {
     }
   }
 
-  /** Node i's firewall, rebuilt whole from the active faults' rules (one atomic nft run each). */
+  /**
+   * Node i's firewall, rebuilt whole from the active faults' rules (one atomic nft run). Runs of
+   * one node never overlap; calls made while one waits share it (it reads the rules when it
+   * starts), so a burst of changes costs one or two runs, not one each.
+   */
   applyRules(i) {
-    const turn = this.nftTurn[i].then(() => run('ip', ['netns', 'exec', this.ns(i), 'nft', '-f', '-'], this.nftScript(i)));
-    this.nftTurn[i] = turn.catch(() => {});
-    return turn;
+    const st = this.nft[i];
+    if (st.queued) return st.queued;
+    st.queued = st.tail.then(() => {
+      st.queued = null;
+      return run('ip', ['netns', 'exec', this.ns(i), 'nft', '-f', '-'], this.nftScript(i));
+    });
+    st.tail = st.queued.catch(() => {});
+    return st.queued;
   }
 
   nftScript(i) {

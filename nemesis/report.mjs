@@ -95,6 +95,7 @@ export function timelineSvg(s, faults, phases) {
       });
       if (pts.length) out.push(`<polyline fill="none" stroke="${l.c}" stroke-width="1.2" points="${pts.join(' ')}">${l.label ? `<title>${esc(l.label)}</title>` : ''}</polyline>`);
     }
+    out.push('</g>');
     y0 += chartH + 20;
   }
   for (const [name, t] of Object.entries(phases ?? {})) {
