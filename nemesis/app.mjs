@@ -177,20 +177,20 @@ async function sendOne(S, d, kind) {
   const c = m === 'probe' || (m === 'send' && x < 0.9);
   const to = m === 'probe' ? 2000 : m === 'send' && x < 0.85 ? r.int(1000, 6000) : m === 'send' && !c ? r.int(1000, 6000) : undefined;
   const b = body(S.s, q, n);
-  const s = S.s;
+  const { s, sock, busy } = S; // this incarnation's, even if the node is lost meanwhile
   log({ ev: 'send', s, d, q, h: bodyHash(b), n, m, ...(c ? { c: 1 } : {}), ...(to ? { to } : {}) });
   if (m === 'msg') {
     try {
-      S.sock.sendmsg(b, destOf(d));
+      sock.sendmsg(b, destOf(d));
     } catch (e) {
       log({ ev: 'err', s, d, q, code: e.code });
       lost(S, e);
     }
     return true;
   }
-  S.busy.add(d);
+  busy.add(d);
   try {
-    await S.sock.send(b, destOf(d), { confirm: c, ...(to ? { timeout: to } : {}) });
+    await sock.send(b, destOf(d), { confirm: c, ...(to ? { timeout: to } : {}) });
     log({ ev: 'ok', s, d, q });
     return true;
   } catch (e) {
@@ -198,7 +198,7 @@ async function sendOne(S, d, kind) {
     lost(S, e);
     return false;
   } finally {
-    S.busy.delete(d);
+    busy.delete(d);
   }
 }
 
@@ -229,6 +229,8 @@ let worker = null;
 async function command(cmd) {
   worker?.postMessage(cmd);
   if (cmd === 'probe') {
+    // Liveness is about the network, not about a backlog a slow reader built: read fast from now.
+    drain = true;
     phase = 'probe';
     for (const S of socks) void prober(S);
   } else if (cmd === 'quiet') {

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // npm run nemesis -- [--nodes 5] [--seconds 150] [--seed N] [--out DIR] [--prefix nm]
 //                    [--no-tls] [--no-rails] [--break-retransmit] [--liveness-ms 10000]
+//                    [--kinds reset,loss,...] [--schedule-only]
 // Builds a cluster of network namespaces (net.mjs), starts its processes (cluster.mjs), runs
 // a seeded random fault schedule (schedule.mjs, faults.mjs) while every application records what
 // it did (app.mjs), heals everything, asks every socket to reach every other (liveness), lets the
@@ -30,6 +31,7 @@ const { values: a } = parseArgs({
     'break-retransmit': { type: 'boolean' },
     'liveness-ms': { type: 'string', default: '10000' },
     'schedule-only': { type: 'boolean' },
+    kinds: { type: 'string' },
   },
 });
 const nodes = Number(a.nodes);
@@ -44,7 +46,7 @@ const DRAIN_MS = 8000;
 const net = new Net(a.prefix, nodes, {});
 const topo = topology(net, { tls: !a['no-tls'], rails: !a['no-rails'] });
 net.rails = topo.rails;
-const sched = schedule({ seed, seconds, topo });
+const sched = schedule({ seed, seconds, topo, only: a.kinds ? a.kinds.split(',') : null });
 if (a['schedule-only']) {
   console.log(JSON.stringify(sched, null, 1));
   process.exit(0);

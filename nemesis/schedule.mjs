@@ -40,13 +40,15 @@ export const KINDS = {
 };
 
 /**
+ * only: the kinds to draw from (default all).
  * topo: { n, hosts: [node], embedded: [node] (ascending address), apps: [proc name of an
  * application process of a host node], pausable: [{ proc, node }], rails: [a, b] | null }
  */
-export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000 }) {
+export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000, only = null }) {
   const r = rng(seed);
   const endMs = seconds * 1000;
   const kinds = Object.keys(KINDS).filter((k) => {
+    if (only && !only.includes(k)) return false;
     if (k === 'rail-cut') return topo.rails !== null;
     if (k === 'kill-host') return topo.hosts.length > 0;
     if (k === 'kill-app') return topo.apps.length > 0;
