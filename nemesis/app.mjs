@@ -110,7 +110,7 @@ function cancel(S, d) {
   try {
     S.sock.setsockopt(constants.SOL_RDS, constants.RDS_CANCEL_SENT_TO, destOf(d));
   } catch (e) {
-    lost(S, e);
+    lost(e);
   }
 }
 function cancelAll(S, address) {
@@ -119,7 +119,7 @@ function cancelAll(S, address) {
 
 /** The node went away (ENETDOWN): every socket is dead; attach again once it is back. */
 let reattaching = false;
-function lost(S, e) {
+function lost(e) {
   if (e?.code !== 'ENETDOWN' && e?.code !== 'EBADF') return false;
   if (cfg.mode !== 'attached') return e?.code === 'EBADF';
   for (const x of socks) {
@@ -154,7 +154,7 @@ async function receiver(S) {
     try {
       m = await sock.recv();
     } catch (e) {
-      if (S.s === s) lost(S, e);
+      if (S.s === s) lost(e);
       return;
     }
     if (m.address === '') continue;
@@ -175,7 +175,14 @@ async function sendOne(S, d, kind) {
   const n = kind === 'probe' ? 64 : size();
   const m = kind === 'probe' ? 'probe' : n === 0 || x < 0.65 ? 'msg' : 'send';
   const c = m === 'probe' || (m === 'send' && x < 0.9);
-  const to = m === 'probe' ? 2000 : m === 'send' && x < 0.85 ? r.int(1000, 6000) : m === 'send' && !c ? r.int(1000, 6000) : undefined;
+  const to =
+    m === 'probe'
+      ? 2000
+      : m === 'send' && x < 0.85
+        ? r.int(1000, 6000)
+        : m === 'send' && !c
+          ? r.int(1000, 6000)
+          : undefined;
   const b = body(S.s, q, n);
   const { s, sock, busy } = S; // this incarnation's, even if the node is lost meanwhile
   log({ ev: 'send', s, d, q, h: bodyHash(b), n, m, ...(c ? { c: 1 } : {}), ...(to ? { to } : {}) });
@@ -184,7 +191,7 @@ async function sendOne(S, d, kind) {
       sock.sendmsg(b, destOf(d));
     } catch (e) {
       log({ ev: 'err', s, d, q, code: e.code });
-      lost(S, e);
+      lost(e);
     }
     return true;
   }
@@ -195,7 +202,7 @@ async function sendOne(S, d, kind) {
     return true;
   } catch (e) {
     log({ ev: 'err', s, d, q, code: e.code });
-    lost(S, e);
+    lost(e);
     return false;
   } finally {
     busy.delete(d);
@@ -262,7 +269,9 @@ for (;;) {
 }
 for (const S of socks) void sender(S);
 if (cfg.worker) {
-  worker = new Worker(new URL(import.meta.url), { workerData: { ...cfg.worker, dir: cfg.dir, seed: cfg.seed, epoch: cfg.epoch } });
+  worker = new Worker(new URL(import.meta.url), {
+    workerData: { ...cfg.worker, dir: cfg.dir, seed: cfg.seed, epoch: cfg.epoch },
+  });
   worker.on('error', (e) => console.error(`worker: ${e.stack}`));
 }
 if (isMainThread) {

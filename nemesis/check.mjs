@@ -62,7 +62,12 @@ export function check(dir) {
   const files = readdirSync(join(dir, 'hist')).filter((f) => f.endsWith('.jsonl'));
   const hist = files.map((f) => readJsonl(join(dir, 'hist', f)));
   const meta = JSON.parse(readFileSync(join(dir, 'meta.json'), 'utf8'));
-  return analyse({ hist, faults: readJsonl(join(dir, 'faults.jsonl')), samples: readJsonl(join(dir, 'samples.jsonl')), meta });
+  return analyse({
+    hist,
+    faults: readJsonl(join(dir, 'faults.jsonl')),
+    samples: readJsonl(join(dir, 'samples.jsonl')),
+    meta,
+  });
 }
 
 /**
@@ -141,8 +146,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
         if (x.n === 0) {
           emptyRecv.set(`${x.from}->${at}->${r}`, (emptyRecv.get(`${x.from}->${at}->${r}`) ?? 0) + 1);
           lastEmpty.set(`${x.from}->${at}->${r}`, x.t);
-        }
-        else flag('altered', x.t, x.from, at, `${x.n} B with no header from ${x.from}`);
+        } else flag('altered', x.t, x.from, at, `${x.n} B with no header from ${x.from}`);
         continue;
       }
       const from = sockOf(x.s) ?? x.from;
@@ -151,7 +155,8 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
         flag('altered', x.t, from, at, `${x.s} #${x.q} read by ${r}, never sent to ${at}`, x.s, at);
         continue;
       }
-      if (m.h !== x.h || m.n !== x.n) flag('altered', x.t, from, at, `${x.s} #${x.q}: sent ${m.n} B ${m.h}, read ${x.n} B ${x.h}`, x.s, at);
+      if (m.h !== x.h || m.n !== x.n)
+        flag('altered', x.t, from, at, `${x.s} #${x.q}: sent ${m.n} B ${m.h}, read ${x.n} B ${x.h}`, x.s, at);
       const key = `${x.s}|${x.q}`;
       if (seen.has(key)) {
         flag('duplicate', x.t, from, at, `${x.s} #${x.q} read twice by ${r}`, x.s, at);
@@ -180,14 +185,46 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     }
     const lied = m.out?.ev === 'ok' && m.c && m.delivered === 0;
     if (lied)
-      flag('confirm-unread', m.out.t, from, m.d, `${m.s} #${m.q} confirmed, never read${sameNode(from, m.d) ? ' (both sockets on one node)' : ''}`, m.s, m.d);
+      flag(
+        'confirm-unread',
+        m.out.t,
+        from,
+        m.d,
+        `${m.s} #${m.q} confirmed, never read${sameNode(from, m.d) ? ' (both sockets on one node)' : ''}`,
+        m.s,
+        m.d,
+      );
     if (m.c || m.to) {
       if (m.out && m.to && m.out.t - m.t > m.to + SLACK_MS && !paused(procOf(m.s), m.t, m.out.t))
-        flag('settle-late', m.out.t, from, m.d, `${m.s} #${m.q}: timeout ${m.to} ms, settled after ${m.out.t - m.t} ms`, m.s, m.d);
-      if (!m.out && stayed(m.s)) flag('unsettled', m.t, from, m.d, `${m.s} #${m.q} (${m.m}${m.c ? ', confirm' : ''}) never settled`, m.s, m.d);
+        flag(
+          'settle-late',
+          m.out.t,
+          from,
+          m.d,
+          `${m.s} #${m.q}: timeout ${m.to} ms, settled after ${m.out.t - m.t} ms`,
+          m.s,
+          m.d,
+        );
+      if (!m.out && stayed(m.s))
+        flag('unsettled', m.t, from, m.d, `${m.s} #${m.q} (${m.m}${m.c ? ', confirm' : ''}) never settled`, m.s, m.d);
     }
-    if (!lied && m.delivered === 0 && m.out?.ev !== 'err' && stayed(m.s) && receiverStayed(m.d, m.t) && !cancelledAfter(m)) {
-      flag('vanished', m.t, from, m.d, `${m.s} #${m.q} (${m.n} B, ${m.m}${m.c ? ', confirm' : ''}) neither read nor reported failed`, m.s, m.d);
+    if (
+      !lied &&
+      m.delivered === 0 &&
+      m.out?.ev !== 'err' &&
+      stayed(m.s) &&
+      receiverStayed(m.d, m.t) &&
+      !cancelledAfter(m)
+    ) {
+      flag(
+        'vanished',
+        m.t,
+        from,
+        m.d,
+        `${m.s} #${m.q} (${m.n} B, ${m.m}${m.c ? ', confirm' : ''}) neither read nor reported failed`,
+        m.s,
+        m.d,
+      );
     }
   }
   for (const [k, n] of emptyRecv) {
@@ -224,7 +261,13 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       const start = Math.max(healT, finalInc.get(from), finalInc.get(to));
       const got = firstAfter.get(k);
       if (got === undefined || got > start + bound)
-        flag('stuck-pair', start, from, to, got === undefined ? 'no message read after the heal' : `first read ${got - start} ms after the heal`);
+        flag(
+          'stuck-pair',
+          start,
+          from,
+          to,
+          got === undefined ? 'no message read after the heal' : `first read ${got - start} ms after the heal`,
+        );
     }
     for (const proc of meta.topo?.apps ?? []) {
       const last = okByProc.get(proc) ?? 0;
@@ -262,7 +305,9 @@ function sameNode(a, b) {
 /** Whether `proc` (or the host node it is attached to) was stopped at any time in [a, b]. */
 function pauseWindows(faults, meta) {
   const spans = faultSpans(faults).filter((f) => f.kind === 'pause');
-  const nodeOf = new Map((meta.topo?.procs ?? []).flatMap((p) => [[p.proc, p.node], ...(p.worker ? [[p.worker.proc, p.node]] : [])]));
+  const nodeOf = new Map(
+    (meta.topo?.procs ?? []).flatMap((p) => [[p.proc, p.node], ...(p.worker ? [[p.worker.proc, p.node]] : [])]),
+  );
   return (proc, a, b) =>
     spans.some((f) => f.start <= b && f.end >= a && (f.proc === proc || f.proc === `d${nodeOf.get(proc)}`));
 }
@@ -284,7 +329,8 @@ function excerpt(a, hist, faults) {
   for (const recs of hist)
     for (const x of recs) {
       if (x.t < a.t - 2000 || x.t > a.t + 500) continue;
-      const hit = (a.s && (x.s === a.s || x.r === a.s)) || x.sock === to || x.d === to || x.sock === from || x.from === from;
+      const hit =
+        (a.s && (x.s === a.s || x.r === a.s)) || x.sock === to || x.d === to || x.sock === from || x.from === from;
       if (hit && x.ev !== 'stat') lines.push(x);
     }
   lines.sort((x, y) => x.t - y.t);
@@ -294,12 +340,16 @@ function excerpt(a, hist, faults) {
 
 export function printCheck(res, out = console.log) {
   const t = res.totals;
-  out(`nemesis check (seed ${res.seed}): ${t.sent} messages sent, ${t.delivered} read, ${t.confirmed} confirmed, ${t.errors} reported failed, ${res.faults.length} faults`);
+  out(
+    `nemesis check (seed ${res.seed}): ${t.sent} messages sent, ${t.delivered} read, ${t.confirmed} confirmed, ${t.errors} reported failed, ${res.faults.length} faults`,
+  );
   for (const k of ANOMALY_KINDS) out(`  ${k.padEnd(15)} ${String(res.counts[k]).padStart(6)}  (seed ${res.seed})`);
   if (res.first) {
     const { anomaly: a, records, activeFaults } = res.first;
     out(`first anomaly: ${a.kind} ${a.pair} at ${new Date(a.t).toISOString()}: ${a.detail}`);
-    out(`  faults active then: ${activeFaults.length ? activeFaults.map((f) => `${f.id} ${f.kind}${f.node !== undefined ? ` node ${f.node}` : ''}${f.proc ? ` ${f.proc}` : ''}`).join(', ') : 'none'}`);
+    out(
+      `  faults active then: ${activeFaults.length ? activeFaults.map((f) => `${f.id} ${f.kind}${f.node !== undefined ? ` node ${f.node}` : ''}${f.proc ? ` ${f.proc}` : ''}`).join(', ') : 'none'}`,
+    );
     for (const x of records) out(`  ${JSON.stringify(x)}`);
   }
   out(res.anomalyCount === 0 ? 'nemesis check: no anomaly' : `nemesis check: ${res.anomalyCount} anomalies`);

@@ -27,12 +27,34 @@ export function topology(net, { tls = true, rails = true } = {}) {
     const kind = i < 2 || (i >= 4 && i % 2 === 0) ? 'embedded' : 'host';
     nodes.push({ i, kind });
     if (kind === 'embedded') {
-      procs.push({ proc: `e${i}`, node: i, mode: 'embedded', addr: net.addr(i), ports: [4000, 4001, 4002], slow: [4000] });
+      procs.push({
+        proc: `e${i}`,
+        node: i,
+        mode: 'embedded',
+        addr: net.addr(i),
+        ports: [4000, 4001, 4002],
+        slow: [4000],
+      });
     } else {
       const first = !nodes.some((x) => x.kind === 'host' && x.i < i);
       for (let x = 0; x < (first ? 3 : 2); x++) {
-        const p = { proc: `a${i}${x}`, node: i, mode: 'attached', addr: net.addr(i), ports: [5000 + 10 * x, 5001 + 10 * x], slow: x === 1 ? [5010] : [] };
-        if (first && x === 0) p.worker = { proc: `a${i}${x}w`, node: i, mode: 'attached', addr: net.addr(i), ports: [5100, 5101], slow: [] };
+        const p = {
+          proc: `a${i}${x}`,
+          node: i,
+          mode: 'attached',
+          addr: net.addr(i),
+          ports: [5000 + 10 * x, 5001 + 10 * x],
+          slow: x === 1 ? [5010] : [],
+        };
+        if (first && x === 0)
+          p.worker = {
+            proc: `a${i}${x}w`,
+            node: i,
+            mode: 'attached',
+            addr: net.addr(i),
+            ports: [5100, 5101],
+            slow: [],
+          };
         procs.push(p);
       }
     }
@@ -42,15 +64,28 @@ export function topology(net, { tls = true, rails = true } = {}) {
   const railPair = rails && embedded.length >= 2 ? [embedded[0], embedded[1]] : null;
   if (railPair) {
     const [a, b] = railPair;
-    procs.find((p) => p.proc === `e${a}`).rails = [{ peer: net.addr(b), local: net.addr(a, 2), remote: net.addr(b, 2) }];
-    procs.find((p) => p.proc === `e${b}`).rails = [{ peer: net.addr(a), local: net.addr(b, 2), remote: net.addr(a, 2) }];
+    procs.find((p) => p.proc === `e${a}`).rails = [
+      { peer: net.addr(b), local: net.addr(a, 2), remote: net.addr(b, 2) },
+    ];
+    procs.find((p) => p.proc === `e${b}`).rails = [
+      { peer: net.addr(a), local: net.addr(b, 2), remote: net.addr(a, 2) },
+    ];
   }
-  for (const p of procs) main.push(...[p, p.worker].filter(Boolean).flatMap((q) => q.ports.map((port) => `${q.addr}:${port}`)));
+  for (const p of procs)
+    main.push(...[p, p.worker].filter(Boolean).flatMap((q) => q.ports.map((port) => `${q.addr}:${port}`)));
   const tlsNodes = tls && hosts.length > 0 ? [embedded[0], hosts[0]] : null;
   const tlsDests = [];
   if (tlsNodes) {
     for (const i of tlsNodes) {
-      procs.push({ proc: `t${i}`, node: i, mode: 'embedded', addr: net.addr(i, 1), ports: [6000, 6001], slow: [], tlsGroup: true });
+      procs.push({
+        proc: `t${i}`,
+        node: i,
+        mode: 'embedded',
+        addr: net.addr(i, 1),
+        ports: [6000, 6001],
+        slow: [],
+        tlsGroup: true,
+      });
       tlsDests.push(`${net.addr(i, 1)}:6000`, `${net.addr(i, 1)}:6001`);
     }
   }
@@ -125,7 +160,13 @@ export class Cluster {
     const logFd = openSync(`${dir}/processes.log`, 'a');
     for (const i of topo.hosts) {
       const path = `${dir}/n${i}.sock`;
-      const c = new Child(`d${i}`, net.ns(i), [DAEMON, '--path', path, '--address', net.addr(i), '--tcp-port', String(TCP_PORT), '--quiet'], logFd, env);
+      const c = new Child(
+        `d${i}`,
+        net.ns(i),
+        [DAEMON, '--path', path, '--address', net.addr(i), '--tcp-port', String(TCP_PORT), '--quiet'],
+        logFd,
+        env,
+      );
       c.path = path;
       this.children.set(c.name, c);
     }
@@ -157,7 +198,8 @@ export class Cluster {
     c.start();
     for (let k = 0; k < 500 && c.alive; k++) {
       try {
-        if (existsSync(`${c.path}.pid`) && readFileSync(`${c.path}.pid`, 'utf8').trim() === String(c.p.pid)) return true;
+        if (existsSync(`${c.path}.pid`) && readFileSync(`${c.path}.pid`, 'utf8').trim() === String(c.p.pid))
+          return true;
       } catch {
         // being written
       }
@@ -202,7 +244,10 @@ export class Cluster {
           new Promise((r) => setTimeout(() => r(null), 800)),
         ]);
         if (!info) return;
-        out.push({ node: i, paths: info.connections.map((x) => [x.peerAddress, x.paths.filter((p) => p.state === 'UP').length]) });
+        out.push({
+          node: i,
+          paths: info.connections.map((x) => [x.peerAddress, x.paths.filter((p) => p.state === 'UP').length]),
+        });
       }),
     );
     return out;

@@ -76,7 +76,20 @@ export class Net {
       const ns = this.ns(i);
       sh('ip', ['netns', 'add', ns]);
       sh('ip', ['-n', ns, 'link', 'set', 'lo', 'up']);
-      sh('ip', ['link', 'add', this.dev(i), 'netns', ns, 'type', 'veth', 'peer', 'name', `${prefix}b${i}`, 'netns', this.bridgeNs]);
+      sh('ip', [
+        'link',
+        'add',
+        this.dev(i),
+        'netns',
+        ns,
+        'type',
+        'veth',
+        'peer',
+        'name',
+        `${prefix}b${i}`,
+        'netns',
+        this.bridgeNs,
+      ]);
       sh('ip', ['-n', this.bridgeNs, 'link', 'set', `${prefix}b${i}`, 'master', `${prefix}br0`, 'up']);
       sh('ip', ['-n', ns, 'addr', 'add', `${this.addr(i)}/24`, 'dev', this.dev(i)]);
       sh('ip', ['-n', ns, 'addr', 'add', `${this.addr(i, 1)}/24`, 'dev', this.dev(i)]);
@@ -85,7 +98,20 @@ export class Net {
     }
     if (this.rails) {
       const [a, b] = this.rails;
-      sh('ip', ['link', 'add', this.railDev(a), 'netns', this.ns(a), 'type', 'veth', 'peer', 'name', this.railDev(b), 'netns', this.ns(b)]);
+      sh('ip', [
+        'link',
+        'add',
+        this.railDev(a),
+        'netns',
+        this.ns(a),
+        'type',
+        'veth',
+        'peer',
+        'name',
+        this.railDev(b),
+        'netns',
+        this.ns(b),
+      ]);
       for (const i of [a, b]) {
         sh('ip', ['-n', this.ns(i), 'addr', 'add', `${this.addr(i, 2)}/24`, 'dev', this.railDev(i)]);
         sh('ip', ['-n', this.ns(i), 'link', 'set', this.railDev(i), 'up']);
@@ -180,7 +206,8 @@ export class Net {
   }
   /** Every rule of every fault gone. */
   healAll() {
-    return Promise.all(this.rules.map((r, i) => (r.clear(), this.applyRules(i))));
+    for (const r of this.rules) r.clear();
+    return Promise.all(this.rules.map((_, i) => this.applyRules(i)));
   }
   /** Random loss of `pct` percent of node i's packets from and to other nodes (not on the rail link). */
   loss(id, i, pct) {
@@ -199,7 +226,17 @@ export class Net {
   /** Kills node i's established RDS/TCP connections (both TCP ports of the run); how many. */
   async resetTcp(i, ports) {
     const filter = ports.map((p) => `sport = :${p} or dport = :${p}`).join(' or ');
-    const out = await run('ip', ['netns', 'exec', this.ns(i), 'ss', '-K', '-t', 'state', 'established', `( ${filter} )`]);
+    const out = await run('ip', [
+      'netns',
+      'exec',
+      this.ns(i),
+      'ss',
+      '-K',
+      '-t',
+      'state',
+      'established',
+      `( ${filter} )`,
+    ]);
     return Math.max(0, out.trim().split('\n').length - 1);
   }
   /** A slow link (tbf) on node i's egress, or back to normal. */

@@ -30,7 +30,8 @@ export function series(hist, samples, t0, t1) {
     for (const x of recs) {
       if (x.ev === 'recv') reads[bin(x.t)]++;
       else if (x.ev === 'send' && x.c) sent.set(`${x.s}|${x.d}|${x.q}`, x.t);
-      else if (x.ev === 'ok' && sent.has(`${x.s}|${x.d}|${x.q}`)) lat[bin(x.t)].push(x.t - sent.get(`${x.s}|${x.d}|${x.q}`));
+      else if (x.ev === 'ok' && sent.has(`${x.s}|${x.d}|${x.q}`))
+        lat[bin(x.t)].push(x.t - sent.get(`${x.s}|${x.d}|${x.q}`));
       else if (x.ev === 'stat' && x.paths && recs[0]?.proc) {
         const label = recs[0].proc;
         if (!paths.has(label)) paths.set(label, new Array(secs).fill(null));
@@ -44,7 +45,8 @@ export function series(hist, samples, t0, t1) {
     if (!paths.has(label)) paths.set(label, new Array(secs).fill(null));
     paths.get(label)[bin(x.t)] = x.paths.reduce((a, [, n]) => a + n, 0);
   }
-  const q = (xs, f) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * f))] : null);
+  const q = (xs, f) =>
+    xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * f))] : null;
   return {
     t0,
     secs,
@@ -56,7 +58,22 @@ export function series(hist, samples, t0, t1) {
 }
 
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
-const COLORS = ['#d62728', '#1f77b4', '#2ca02c', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf', '#ff7f0e', '#393b79', '#637939', '#8c6d31', '#843c39'];
+const COLORS = [
+  '#d62728',
+  '#1f77b4',
+  '#2ca02c',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf',
+  '#ff7f0e',
+  '#393b79',
+  '#637939',
+  '#8c6d31',
+  '#843c39',
+];
 
 /** The timeline as an SVG string (also used by the test that validates it). */
 export function timelineSvg(s, faults, phases) {
@@ -69,17 +86,32 @@ export function timelineSvg(s, faults, phases) {
   const chartH = 110;
   const charts = [
     { id: 'reads', title: 'messages read per second', lines: [{ v: s.reads, c: '#1f77b4' }] },
-    { id: 'latency', title: 'confirm latency, ms (median, max)', lines: [{ v: s.latencyP50, c: '#2ca02c' }, { v: s.latencyMax, c: '#d62728' }] },
-    { id: 'paths', title: 'paths UP per node', lines: Object.entries(s.paths).map(([label, v], i) => ({ v, c: COLORS[i % COLORS.length], label })) },
+    {
+      id: 'latency',
+      title: 'confirm latency, ms (median, max)',
+      lines: [
+        { v: s.latencyP50, c: '#2ca02c' },
+        { v: s.latencyMax, c: '#d62728' },
+      ],
+    },
+    {
+      id: 'paths',
+      title: 'paths UP per node',
+      lines: Object.entries(s.paths).map(([label, v], i) => ({ v, c: COLORS[i % COLORS.length], label })),
+    },
   ];
   const H = fh + charts.length * (chartH + 20) + 20;
-  const out = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="10">`];
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="10">`,
+  ];
   out.push(`<g id="faults"><text x="4" y="12">faults</text>`);
   kinds.forEach((k, i) => out.push(`<text x="4" y="${24 + i * laneH + 9}">${esc(k)}</text>`));
   for (const f of faults) {
     const i = kinds.indexOf(f.kind);
     const w = Math.max(2, x(f.end) - x(f.start));
-    out.push(`<rect class="fault" x="${x(f.start).toFixed(1)}" y="${24 + i * laneH}" width="${w.toFixed(1)}" height="${laneH - 2}" fill="${COLORS[i % COLORS.length]}" fill-opacity="0.6"><title>${esc(`${f.id} ${f.kind} ${JSON.stringify({ node: f.node, proc: f.proc, from: f.from, to: f.to, pct: f.pct })} ${f.end - f.start} ms`)}</title></rect>`);
+    out.push(
+      `<rect class="fault" x="${x(f.start).toFixed(1)}" y="${24 + i * laneH}" width="${w.toFixed(1)}" height="${laneH - 2}" fill="${COLORS[i % COLORS.length]}" fill-opacity="0.6"><title>${esc(`${f.id} ${f.kind} ${JSON.stringify({ node: f.node, proc: f.proc, from: f.from, to: f.to, pct: f.pct })} ${f.end - f.start} ms`)}</title></rect>`,
+    );
   }
   out.push('</g>');
   let y0 = fh;
@@ -91,16 +123,22 @@ export function timelineSvg(s, faults, phases) {
     for (const l of c.lines) {
       const pts = [];
       l.v.forEach((v, k) => {
-        if (v !== null) pts.push(`${x(s.t0 + k * 1000 + 500).toFixed(1)},${(y0 + 16 + chartH - (v / max) * chartH).toFixed(1)}`);
+        if (v !== null)
+          pts.push(`${x(s.t0 + k * 1000 + 500).toFixed(1)},${(y0 + 16 + chartH - (v / max) * chartH).toFixed(1)}`);
       });
-      if (pts.length) out.push(`<polyline fill="none" stroke="${l.c}" stroke-width="1.2" points="${pts.join(' ')}">${l.label ? `<title>${esc(l.label)}</title>` : ''}</polyline>`);
+      if (pts.length)
+        out.push(
+          `<polyline fill="none" stroke="${l.c}" stroke-width="1.2" points="${pts.join(' ')}">${l.label ? `<title>${esc(l.label)}</title>` : ''}</polyline>`,
+        );
     }
     out.push('</g>');
     y0 += chartH + 20;
   }
   for (const [name, t] of Object.entries(phases ?? {})) {
     if (t === undefined || t < s.t0) continue;
-    out.push(`<g class="phase"><line x1="${x(t).toFixed(1)}" x2="${x(t).toFixed(1)}" y1="0" y2="${H}" stroke="#000" stroke-dasharray="3,3"/><text x="${(x(t) + 2).toFixed(1)}" y="${H - 4}">${esc(name)}</text></g>`);
+    out.push(
+      `<g class="phase"><line x1="${x(t).toFixed(1)}" x2="${x(t).toFixed(1)}" y1="0" y2="${H}" stroke="#000" stroke-dasharray="3,3"/><text x="${(x(t) + 2).toFixed(1)}" y="${H - 4}">${esc(name)}</text></g>`,
+    );
   }
   out.push('</svg>');
   return out.join('\n');
@@ -147,7 +185,10 @@ ${svg}
 ${result.first ? `<h2>First anomaly</h2><pre>${esc(JSON.stringify(result.first, null, 1))}</pre>` : ''}
 <h2>Pairs (40 with the most anomalies, then the busiest)</h2>
 <table><tr><th>pair</th><th>sent</th><th>read</th><th>confirmed</th><th>failed</th><th>anomalies</th></tr>${pairRows
-    .map(([k, p]) => `<tr><td>${esc(k)}</td><td>${p.sent}</td><td>${p.delivered}</td><td>${p.confirmed}</td><td>${p.errors}</td><td>${p.anomalies}</td></tr>`)
+    .map(
+      ([k, p]) =>
+        `<tr><td>${esc(k)}</td><td>${p.sent}</td><td>${p.delivered}</td><td>${p.confirmed}</td><td>${p.errors}</td><td>${p.anomalies}</td></tr>`,
+    )
     .join('')}</table>
 </body></html>
 `;

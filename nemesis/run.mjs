@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // npm run nemesis -- [--nodes 5] [--seconds 150] [--seed N] [--out DIR] [--prefix nm]
 //                    [--no-tls] [--no-rails] [--break-retransmit] [--liveness-ms 10000]
-//                    [--kinds reset,loss,...] [--schedule-only]
+//                    [--kinds reset,loss,...] [--schedule-only] [--ci-json FILE]
+// --ci-json writes the outcome as one test in the JSON form .ci/run sums up (vitest's).
 // Builds a cluster of network namespaces (net.mjs), starts its processes (cluster.mjs), runs
 // a seeded random fault schedule (schedule.mjs, faults.mjs) while every application records what
 // it did (app.mjs), heals everything, asks every socket to reach every other (liveness), lets the
@@ -32,6 +33,7 @@ const { values: a } = parseArgs({
     'liveness-ms': { type: 'string', default: '10000' },
     'schedule-only': { type: 'boolean' },
     kinds: { type: 'string' },
+    'ci-json': { type: 'string' },
   },
 });
 const nodes = Number(a.nodes);
@@ -58,7 +60,9 @@ if (why) {
 }
 const dir = a.out ?? join(tmpdir(), `rds-nemesis-${seed}-${process.pid}`);
 mkdirSync(join(dir, 'hist'), { recursive: true });
-console.log(`nemesis: seed ${seed}, ${nodes} nodes, ${seconds} s of faults (${sched.faults.length}), histories in ${dir}`);
+console.log(
+  `nemesis: seed ${seed}, ${nodes} nodes, ${seconds} s of faults (${sched.faults.length}), histories in ${dir}`,
+);
 
 const env = { ...process.env, RDS_SOCKET_NODE: 'none' };
 if (a['break-retransmit']) env.RDS_SOCKET_TEST_BREAK_RETRANSMIT = '1';
@@ -126,14 +130,52 @@ try {
   console.error(`nemesis: the run failed: ${e.stack ?? e}`);
   nemesis.stop();
   await cleanup();
+  if (a['ci-json']) ciJson(2, [`the run failed: ${e.message}`]);
   process.exit(2);
 }
 await cleanup();
-const meta = { seed, nodes, seconds, livenessMs: Number(a['liveness-ms']), phases, topo, schedule: sched, errors: nemesis.errors, breakRetransmit: !!a['break-retransmit'] };
+const meta = {
+  seed,
+  nodes,
+  seconds,
+  livenessMs: Number(a['liveness-ms']),
+  phases,
+  topo,
+  schedule: sched,
+  errors: nemesis.errors,
+  breakRetransmit: !!a['break-retransmit'],
+};
 writeFileSync(join(dir, 'meta.json'), JSON.stringify(meta, null, 1));
 if (nemesis.errors.length) console.error(`nemesis: faults that could not be made:\n  ${nemesis.errors.join('\n  ')}`);
 const result = check(dir);
-printCheck(result);
+const lines = [];
+printCheck(result, (l) => {
+  lines.push(l);
+  console.log(l);
+});
 const { json, html } = writeReport(dir, result);
 console.log(`nemesis: report ${html} (${json})`);
-process.exit(result.anomalyCount > 0 ? 1 : nemesis.errors.length ? 2 : 0);
+const status = result.anomalyCount > 0 ? 1 : nemesis.errors.length ? 2 : 0;
+if (a['ci-json']) ciJson(status, [...lines, ...nemesis.errors]);
+process.exit(status);
+
+/** One test named for the run, failed with the checker's lines when the run failed. */
+function ciJson(st, msgs) {
+  const ok = st === 0;
+  const name = `nemesis --nodes ${nodes} --seconds ${seconds} --seed ${seed}`;
+  writeFileSync(
+    a['ci-json'],
+    JSON.stringify({
+      numPassedTests: ok ? 1 : 0,
+      numFailedTests: ok ? 0 : 1,
+      numPendingTests: 0,
+      testResults: [
+        {
+          assertionResults: [
+            { status: ok ? 'passed' : 'failed', fullName: name, failureMessages: ok ? [] : [msgs.join('\n')] },
+          ],
+        },
+      ],
+    }),
+  );
+}

@@ -56,8 +56,7 @@ export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000, on
     return true;
   });
   const busy = new Map(); // key -> [start, end][]
-  const free = (keys, s, e) =>
-    keys.every((k) => (busy.get(k) ?? []).every(([a, b]) => e + 500 <= a || s >= b + 500));
+  const free = (keys, s, e) => keys.every((k) => (busy.get(k) ?? []).every(([a, b]) => e + 500 <= a || s >= b + 500));
   const take = (keys, s, e) => {
     for (const k of keys) busy.set(k, [...(busy.get(k) ?? []), [s, e]]);
   };

@@ -24,8 +24,29 @@ function base(): { a: Rec[]; b: Rec[] } {
     ],
   };
 }
-const send = (t: number, q: number, extra: Rec = {}): Rec => ({ t, ev: 'send', s: 'e0.0.1', d: B, q, h: `h${q}`, n: 100, m: 'msg', ...extra });
-const recv = (t: number, q: number, extra: Rec = {}): Rec => ({ t, ev: 'recv', r: 'e1.0.1', sock: B, from: A, s: 'e0.0.1', q, h: `h${q}`, n: 100, ...extra });
+const send = (t: number, q: number, extra: Rec = {}): Rec => ({
+  t,
+  ev: 'send',
+  s: 'e0.0.1',
+  d: B,
+  q,
+  h: `h${q}`,
+  n: 100,
+  m: 'msg',
+  ...extra,
+});
+const recv = (t: number, q: number, extra: Rec = {}): Rec => ({
+  t,
+  ev: 'recv',
+  r: 'e1.0.1',
+  sock: B,
+  from: A,
+  s: 'e0.0.1',
+  q,
+  h: `h${q}`,
+  n: 100,
+  ...extra,
+});
 const ends = (h: { a: Rec[]; b: Rec[] }): Rec[][] => [
   [...h.a, { t: END, ev: 'end', s: 'e0.0.1' }],
   [...h.b, { t: END, ev: 'end', s: 'e1.0.1' }],
@@ -132,7 +153,14 @@ describe('nemesis checker', () => {
 
   it('finds a confirmation that settled long after its timeout, or never, unless its process was stopped', () => {
     const h = healthy();
-    h.a.push(send(T0 + 8000, 5, { m: 'send', c: 1, to: 1000 }), { t: T0 + 12000, ev: 'err', s: 'e0.0.1', d: B, q: 5, code: 'ETIMEDOUT' });
+    h.a.push(send(T0 + 8000, 5, { m: 'send', c: 1, to: 1000 }), {
+      t: T0 + 12000,
+      ev: 'err',
+      s: 'e0.0.1',
+      d: B,
+      q: 5,
+      code: 'ETIMEDOUT',
+    });
     h.a.push(send(T0 + 9000, 6, { m: 'send', c: 1 }));
     h.b.push(recv(T0 + 9100, 6));
     expect(nonZero(run(ends(h)).counts)).toEqual({ 'settle-late': 1, unsettled: 1 });

@@ -26,7 +26,8 @@ function parseXml(s: string): { tags: string[]; depthMax: number } {
   let last = 0;
   for (let m = re.exec(s); m !== null; m = re.exec(s)) {
     const between = s.slice(last, m.index);
-    if (between.includes('<') || /&(?!amp;|lt;|gt;|quot;|#\d+;)/.test(between)) throw new Error(`bad text near ${m.index}: ${between.slice(0, 40)}`);
+    if (between.includes('<') || /&(?!amp;|lt;|gt;|quot;|#\d+;)/.test(between))
+      throw new Error(`bad text near ${m.index}: ${between.slice(0, 40)}`);
     last = re.lastIndex;
     if (!m[2]) continue;
     if (m[1]) {
@@ -60,7 +61,8 @@ describe('nemesis schedule', () => {
       const { faults } = schedule({ seed, seconds: 120, topo });
       const byProc = new Map<string, [number, number][]>();
       for (const f of faults) {
-        const key = f.proc ?? (f.kind === 'kill-host' ? `d${f.node}` : f.kind.startsWith('kill-embedded') ? `e${f.node}` : null);
+        const key =
+          f.proc ?? (f.kind === 'kill-host' ? `d${f.node}` : f.kind.startsWith('kill-embedded') ? `e${f.node}` : null);
         if (!key) continue;
         for (const [s, e] of byProc.get(key) ?? []) expect(f.at >= e || f.at + f.dur <= s).toBe(true);
         byProc.set(key, [...(byProc.get(key) ?? []), [f.at, f.at + f.dur]]);

@@ -21,7 +21,23 @@ describe.skipIf(why !== null)('nemesis against a broken retransmit queue', () =>
     try {
       const r = spawnSync(
         process.execPath,
-        [RUN, '--nodes', '4', '--seconds', '25', '--seed', '3', '--prefix', 'nmt', '--out', out, '--no-tls', '--kinds', 'reset,partition-sym,link-flap,isolate,halves', '--break-retransmit'],
+        [
+          RUN,
+          '--nodes',
+          '4',
+          '--seconds',
+          '25',
+          '--seed',
+          '3',
+          '--prefix',
+          'nmt',
+          '--out',
+          out,
+          '--no-tls',
+          '--kinds',
+          'reset,partition-sym,link-flap,isolate,halves',
+          '--break-retransmit',
+        ],
         { encoding: 'utf8', timeout: 280_000 },
       );
       expect(r.status, r.stderr).toBe(1);
