@@ -13,10 +13,11 @@
 //   ok {s, d, q} / err {s, d, q, code}        outcome of send() (or a sendmsg() that threw)
 //   cancel {s, d}                             RDS_CANCEL_SENT_TO to d
 //   recv {r, sock, from, s?, q?, h, n}        read by incarnation r (s, q absent for 0 B)
-//   stat {rss, paths?}                        once a second
+//   stat {rss, lag, paths?}                   once a second (lag: longest event-loop delay, ms)
 // stdin (or the parent thread's messages): probe | quiet | drain | end.
 import { createHash } from 'node:crypto';
 import { openSync, writeSync } from 'node:fs';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { LoopTransport, RdsSocket, RdsStack, TcpTransport, constants } from '../dist/index.js';
@@ -275,9 +276,14 @@ if (cfg.worker) {
   worker.on('error', (e) => console.error(`worker: ${e.stack}`));
 }
 if (isMainThread) {
+  // The longest event-loop delay of each second: a timer that fires late because the machine did
+  // not run this process is not the library's lateness (the checker allows for it).
+  const lag = monitorEventLoopDelay({ resolution: 20 });
+  lag.enable();
   setInterval(() => {
     const paths = cfg.mode === 'embedded' ? stack.peers().map((p) => [p.address, p.pathsUp]) : undefined;
-    log({ ev: 'stat', rss: process.memoryUsage.rss(), ...(paths ? { paths } : {}) });
+    log({ ev: 'stat', rss: process.memoryUsage.rss(), lag: Math.round(lag.max / 1e6), ...(paths ? { paths } : {}) });
+    lag.reset();
   }, 1000);
   createInterface({ input: process.stdin }).on('line', (l) => void command(l.trim()));
   process.stdin.on('end', () => process.exit(3)); // the orchestrator is gone: leave no process behind

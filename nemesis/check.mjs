@@ -9,8 +9,9 @@
 //   altered         a message read with another body hash than was sent, at another socket
 //                   than it was sent to, or that no socket sent
 //   confirm-unread  send({ confirm }) resolved, and no application read the message
-//   settle-late     a send() with a timeout settled more than SLACK after it (the sender's
-//                   process and host node not paused meanwhile)
+//   settle-late     a send() with a timeout settled more than SLACK (plus the event-loop delays
+//                   its process reported meanwhile) after it (the sender's process and host
+//                   node not paused meanwhile)
 //   unsettled       a send() with confirm or timeout never settled, its socket open to the end
 //   vanished        a message not read by anyone, with no error for it, sent by a socket open
 //                   to the end to a socket bound before the send and open to the end, and not
@@ -81,10 +82,18 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
   const cancels = new Map(); // s|d -> [t]
   const recvsByInc = new Map(); // r -> [recv]
   const okByProc = new Map(); // proc -> last ok time
+  const lags = new Map(); // proc -> [t, lag ms] (once a second)
   const procOf = (s) => s.split('.')[0];
   for (const recs of hist) {
+    const proc = recs[0]?.proc;
     for (const x of recs) {
       switch (x.ev) {
+        case 'stat':
+          if (proc && x.lag !== undefined) {
+            if (!lags.has(proc)) lags.set(proc, []);
+            lags.get(proc).push([x.t, x.lag]);
+          }
+          break;
         case 'open':
           incs.set(x.s, { sock: x.sock, open: x.t, proc: procOf(x.s) });
           break;
@@ -195,7 +204,12 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
         m.d,
       );
     if (m.c || m.to) {
-      if (m.out && m.to && m.out.t - m.t > m.to + SLACK_MS && !paused(procOf(m.s), m.t, m.out.t))
+      if (
+        m.out &&
+        m.to &&
+        m.out.t - m.t > m.to + SLACK_MS + lagDuring(procOf(m.s), m.t, m.out.t + 1000) &&
+        !paused(procOf(m.s), m.t, m.out.t)
+      )
         flag(
           'settle-late',
           m.out.t,
@@ -232,6 +246,12 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     const sent = emptySent.get(`${from}->${to}`) ?? 0;
     if (n > sent) flag('duplicate', lastEmpty.get(k), from, to, `${n} empty messages read by ${r}, ${sent} sent`);
   }
+  /** The sum of the event-loop delays the sender's process (its main thread) reported over [a, b]. */
+  function lagDuring(proc, a, b) {
+    let sum = 0;
+    for (const [t, l] of lags.get(proc.replace(/w$/, '')) ?? []) if (t >= a && t <= b) sum += l;
+    return sum;
+  }
   function receiverStayed(d, t) {
     for (const [s, i] of incs) if (i.sock === d && i.open < t && stayed(s)) return true;
     return false;
@@ -243,6 +263,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
   // Liveness after the heal.
   const healT = meta.phases?.healed;
   const bound = meta.livenessMs ?? 10000;
+  let lateOpened = 0;
   if (healT !== undefined) {
     const finalInc = new Map(); // sock -> open time of its incarnation open to the end
     for (const [s, i] of incs) if (stayed(s)) finalInc.set(i.sock, i.open);
@@ -259,6 +280,11 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       const [from, to] = k.split('->');
       if (!finalInc.has(from) || !finalInc.has(to) || from === to) continue;
       const start = Math.max(healT, finalInc.get(from), finalInc.get(to));
+      // A socket that opened too late to be probed before sending stopped cannot be held to it.
+      if (meta.phases.quiet !== undefined && start + bound > meta.phases.quiet) {
+        lateOpened++;
+        continue;
+      }
       const got = firstAfter.get(k);
       if (got === undefined || got > start + bound)
         flag(
@@ -292,6 +318,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     anomalyCount: kept.length,
     anomalies: kept.slice(0, 200),
     totals,
+    livenessUnchecked: lateOpened,
     pairs: Object.fromEntries(pairs),
     faults: faultSpans(faults),
     first: first ? excerpt(first, hist, faults) : null,
@@ -352,6 +379,7 @@ export function printCheck(res, out = console.log) {
     );
     for (const x of records) out(`  ${JSON.stringify(x)}`);
   }
+  if (res.livenessUnchecked) out(`  (${res.livenessUnchecked} pairs opened too late to be checked for liveness)`);
   out(res.anomalyCount === 0 ? 'nemesis check: no anomaly' : `nemesis check: ${res.anomalyCount} anomalies`);
 }
 

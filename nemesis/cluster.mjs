@@ -196,7 +196,9 @@ export class Cluster {
       return true; // an attached app waits for its node by itself
     }
     c.start();
-    for (let k = 0; k < 500 && c.alive; k++) {
+    // Up to 60 s: a node process starts in well under a second on a quiet machine, in tens of
+    // seconds on a 2-core one shared with a dozen others.
+    for (let k = 0; k < 3000 && c.alive; k++) {
       try {
         if (existsSync(`${c.path}.pid`) && readFileSync(`${c.path}.pid`, 'utf8').trim() === String(c.p.pid))
           return true;

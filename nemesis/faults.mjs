@@ -3,6 +3,14 @@
 import { openSync, writeSync } from 'node:fs';
 import { TCP_PORT, TLS_PORT } from './cluster.mjs';
 
+/** The process a fault acts on, if any. */
+function procOf(f) {
+  if (f.kind === 'kill-app' || f.kind === 'pause') return f.proc;
+  if (f.kind === 'kill-host') return `d${f.node}`;
+  if (f.kind.startsWith('kill-embedded')) return `e${f.node}`;
+  return null;
+}
+
 export class Nemesis {
   constructor(net, cluster, dir) {
     Object.assign(this, { net, cluster });
@@ -10,6 +18,8 @@ export class Nemesis {
     this.timers = [];
     this.active = new Map();
     this.errors = [];
+    /** Per process: the heal of the last fault on it (a late restart must not meet the next kill). */
+    this.procTurn = new Map();
   }
   log(rec) {
     writeSync(this.fd, `${JSON.stringify({ t: Date.now(), ...rec })}\n`);
@@ -23,6 +33,13 @@ export class Nemesis {
         new Promise((done) => {
           this.timers.push(
             setTimeout(async () => {
+              const proc = procOf(f);
+              let healed = () => {};
+              if (proc) {
+                const before = this.procTurn.get(proc) ?? Promise.resolve();
+                this.procTurn.set(proc, new Promise((r) => (healed = r)));
+                await before;
+              }
               // Logged first: the fault is active from the moment it starts being made.
               this.log({ ev: 'start', ...f, t0 });
               try {
@@ -30,6 +47,7 @@ export class Nemesis {
               } catch (e) {
                 this.errors.push(`${f.id} ${f.kind}: ${e.message}`);
                 this.log({ ev: 'end', id: f.id, kind: f.kind, failed: e.message });
+                healed();
                 return done();
               }
               this.timers.push(
@@ -40,6 +58,7 @@ export class Nemesis {
                     this.errors.push(`${f.id} ${f.kind} (heal): ${e.message}`);
                   }
                   this.log({ ev: 'end', id: f.id, kind: f.kind });
+                  healed();
                   done();
                 }, f.dur),
               );
