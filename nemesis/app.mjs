@@ -13,8 +13,9 @@
 //   ok {s, d, q} / err {s, d, q, code}        outcome of send() (or a sendmsg() that threw)
 //   cancel {s, d}                             RDS_CANCEL_SENT_TO to d
 //   recv {r, sock, from, s?, q?, h, n}        read by incarnation r (s, q absent for 0 B)
+//   flushed {s, ok, code?}                    after sending stopped: all acknowledged (or not)
 //   stat {rss, lag, paths?}                   once a second (lag: longest event-loop delay, ms)
-// stdin (or the parent thread's messages): probe | quiet | drain | end.
+// stdin (or the parent thread's messages): probe | quiet (stop sending, flush) | drain | end.
 import { createHash } from 'node:crypto';
 import { openSync, writeSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -148,6 +149,15 @@ function lost(e) {
   return true;
 }
 
+function logRecv(S, m) {
+  if (m.address === '') return;
+  const from = `${m.address}:${m.port}`;
+  const p = parse(m.data);
+  const rec = { ev: 'recv', r: S.s, sock: S.name, from, h: bodyHash(m.data), n: m.data.length };
+  if (p) Object.assign(rec, p);
+  log(rec);
+}
+
 async function receiver(S) {
   const { sock, s } = S;
   for (;;) {
@@ -158,12 +168,7 @@ async function receiver(S) {
       if (S.s === s) lost(e);
       return;
     }
-    if (m.address === '') continue;
-    const from = `${m.address}:${m.port}`;
-    const p = parse(m.data);
-    const rec = { ev: 'recv', r: s, sock: S.name, from, h: bodyHash(m.data), n: m.data.length };
-    if (p) Object.assign(rec, p);
-    log(rec);
+    logRecv(S, m);
     if (S.slow && !drain) await sleep(r.int(20, 120));
   }
 }
@@ -243,10 +248,30 @@ async function command(cmd) {
     for (const S of socks) void prober(S);
   } else if (cmd === 'quiet') {
     phase = 'quiet';
+    // Every socket's messages acknowledged (or given up) before the end, so what is not read by
+    // then was not merely still on its way; a socket that cannot flush says so.
+    await Promise.all(
+      socks.map(async (S) => {
+        if (!S.alive) return;
+        const { s, sock } = S;
+        try {
+          await sock.flush({ timeout: 30000 });
+          log({ ev: 'flushed', s, ok: true });
+        } catch (e) {
+          log({ ev: 'flushed', s, ok: false, code: e.code });
+        }
+      }),
+    );
+    if (isMainThread) console.log(JSON.stringify({ ev: 'flushed', proc: cfg.proc }));
   } else if (cmd === 'drain') {
     drain = true;
   } else if (cmd === 'end') {
-    for (const S of socks) if (S.alive) log({ ev: 'end', s: S.s });
+    for (const S of socks) {
+      if (!S.alive) continue;
+      // What is already here is read (and recorded) before the socket is declared open to the end.
+      for (let m = S.sock.recvmsg(); m !== null; m = S.sock.recvmsg()) logRecv(S, m);
+      log({ ev: 'end', s: S.s });
+    }
     const w = worker ? new Promise((res) => worker.once('exit', res)) : null;
     await w;
     if (isMainThread) process.exit(0);

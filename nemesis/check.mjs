@@ -14,8 +14,9 @@
 //                   node not paused meanwhile)
 //   unsettled       a send() with confirm or timeout never settled, its socket open to the end
 //   vanished        a message not read by anyone, with no error for it, sent by a socket open
-//                   to the end to a socket bound before the send and open to the end, and not
-//                   cancelled (RDS_CANCEL_SENT_TO) after it was sent
+//                   to the end (whose flush() at the end of sending succeeded: otherwise its
+//                   messages may still be on their way) to a socket bound before the send and
+//                   open to the end, and not cancelled (RDS_CANCEL_SENT_TO) after it was sent
 //   stuck-pair      after the last fault healed, a pair of sockets open to the end that did not
 //                   exchange a message within livenessMs (from the heal, or the later opening)
 //   app-mute        a host node's application process with no confirmed send after the heal
@@ -102,6 +103,9 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
           break;
         case 'end':
           if (incs.has(x.s)) incs.get(x.s).ended = x.t;
+          break;
+        case 'flushed':
+          if (incs.has(x.s)) incs.get(x.s).flushed = x.ok;
           break;
         case 'send':
           sends.set(`${x.s}|${x.d}|${x.q}`, { ...x, delivered: 0 });
@@ -317,12 +321,23 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     counts,
     anomalyCount: kept.length,
     anomalies: kept.slice(0, 200),
+    byKindPair: countByKindPair(kept),
     totals,
     livenessUnchecked: lateOpened,
     pairs: Object.fromEntries(pairs),
     faults: faultSpans(faults),
     first: first ? excerpt(first, hist, faults) : null,
   };
+}
+
+/** Anomaly counts per kind and (sending node -> receiving node), for the report. */
+function countByKindPair(list) {
+  const out = {};
+  for (const a of list) {
+    const k = `${a.kind} ${a.pair.replace(/:\d+/g, '')}`;
+    out[k] = (out[k] ?? 0) + 1;
+  }
+  return out;
 }
 
 function sameNode(a, b) {
@@ -392,5 +407,5 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const res = check(dir);
   if (process.argv.includes('--json')) console.log(JSON.stringify(res, null, 1));
   else printCheck(res);
-  process.exit(res.anomalyCount > 0 ? 1 : 0);
+  process.exitCode = res.anomalyCount > 0 ? 1 : 0; // not exit(): a pipe may still hold the output
 }

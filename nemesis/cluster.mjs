@@ -123,20 +123,28 @@ export class Child {
     });
     p.stdin.on('error', () => {});
     this.p = p;
-    let out = '';
-    this.ready = new Promise((res) => {
-      p.stdout.on('data', (d) => {
-        out += d;
-        if (out.includes('"ev":"ready"')) res(true);
-      });
-      p.on('exit', () => res(false));
+    this.out = '';
+    this.waiters = [];
+    p.stdout.on('data', (d) => {
+      this.out += d;
+      for (const w of this.waiters) w();
     });
+    this.ready = this.saying('"ev":"ready"');
     this.exited = new Promise((res) => p.on('exit', (code, sig) => res({ code, sig })));
     this.alive = true;
     p.on('exit', () => {
       this.alive = false;
     });
     return this;
+  }
+  /** Resolves true once the process printed `what`, false if it exits first. */
+  saying(what) {
+    return new Promise((res) => {
+      const look = () => this.out.includes(what) && res(true);
+      this.waiters.push(look);
+      this.p.on('exit', () => res(false));
+      look();
+    });
   }
   send(line) {
     if (this.alive) this.p.stdin.write(`${line}\n`);

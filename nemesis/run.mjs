@@ -44,7 +44,7 @@ if (!(nodes >= 3 && nodes <= 16) || !(seconds >= 20) || !Number.isInteger(seed))
   process.exit(2);
 }
 const PROBE_MS = 12000;
-const DRAIN_MS = 8000;
+const DRAIN_MS = 3000;
 const net = new Net(a.prefix, nodes, {});
 const topo = topology(net, { tls: !a['no-tls'], rails: !a['no-rails'] });
 net.rails = topo.rails;
@@ -120,6 +120,10 @@ try {
   phases.quiet = Date.now();
   cluster.tell('quiet');
   cluster.tell('drain');
+  // Each process flushes its sockets (at most 30 s); then the read reports have DRAIN_MS.
+  const flushed = cluster.apps().map((c) => c.saying('"ev":"flushed"'));
+  await Promise.race([Promise.all(flushed), sleep(40000)]);
+  phases.flushed = Date.now();
   await sleep(DRAIN_MS);
   phases.end = Date.now();
   cluster.tell('end');
@@ -157,7 +161,8 @@ const { json, html } = writeReport(dir, result);
 console.log(`nemesis: report ${html} (${json})`);
 const status = result.anomalyCount > 0 ? 1 : nemesis.errors.length ? 2 : 0;
 if (a['ci-json']) ciJson(status, [...lines, ...nemesis.errors]);
-process.exit(status);
+// Once stdout has taken everything (a pipe is written asynchronously).
+process.stdout.write('', () => process.exit(status));
 
 /** One test named for the run, failed with the checker's lines when the run failed. */
 function ciJson(st, msgs) {

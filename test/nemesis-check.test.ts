@@ -133,6 +133,10 @@ describe('nemesis checker', () => {
     const died = lossy();
     died.b.push({ t: T0 + 7000, ev: 'close', s: 'e1.0.1', why: 'ENETDOWN' });
     expect(run(ends(died)).counts.vanished).toBe(0);
+    // The sender could not flush at the end: its messages may still have been on their way.
+    const unflushed = lossy();
+    unflushed.a.push({ t: END - 1, ev: 'flushed', s: 'e0.0.1', ok: false, code: 'ETIMEDOUT' });
+    expect(run(ends(unflushed)).counts.vanished).toBe(0);
     // The sender's process was killed: it never wrote its end record.
     const killed = lossy();
     expect(run([killed.a, [...killed.b, { t: END, ev: 'end', s: 'e1.0.1' }]]).counts.vanished).toBe(0);
