@@ -231,6 +231,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       m.delivered === 0 &&
       m.out?.ev !== 'err' &&
       stayed(m.s) &&
+      incs.get(m.s).flushed !== false &&
       receiverStayed(m.d, m.t) &&
       !cancelledAfter(m)
     ) {
