@@ -78,7 +78,7 @@ const COLORS = [
 /** The timeline as an SVG string (also used by the test that validates it). */
 export function timelineSvg(s, faults, phases) {
   const W = 1000;
-  const L = 60;
+  const L = 110; // room for the fault lanes' names
   const x = (t) => L + ((t - s.t0) / 1000 / s.secs) * (W - L - 10);
   const kinds = [...new Set(faults.map((f) => f.kind))].sort();
   const laneH = 12;
