@@ -2,12 +2,13 @@
 /**
  * rds-socketd: the host node. Owns the RDS/TCP listeners, connections, paths and retransmit
  * queues of this machine; application processes and threads attach to it through a Unix socket
- * (RdsStack.attach(), or `new RdsSocket()` finding it at the default path). Logs state changes
- * to stdout. SIGTERM / SIGINT stop it (attached sockets then see ENETDOWN).
+ * (RdsStack.attach(), or `new RdsSocket()` finding it at the default path). Logs path and peer
+ * state changes to stdout, each once (path-log.ts). SIGTERM / SIGINT stop it (attached sockets then see ENETDOWN).
  */
 import { parseArgs } from 'node:util';
 import { RdsSocket, RdsStack } from '../index.js';
 import { defaultNodePath } from '../host/paths.js';
+import { logPaths } from './path-log.js';
 
 const USAGE = `usage: rds-socketd [options]
   --path PATH        control socket (default: $RDS_SOCKET_NODE, else $XDG_RUNTIME_DIR/rds-socket/node.sock,
@@ -67,9 +68,7 @@ async function main(): Promise<number> {
       ...(npaths !== undefined ? { npaths } : {}),
       ...(values['allow-peers'] !== undefined ? { allowPeers: values['allow-peers'].split(',') } : {}),
     });
-    stack.on('state', (ev) =>
-      log(`path ${ev.localAddress} -> ${ev.peerAddress} #${ev.path} (${ev.transport}): ${ev.from} -> ${ev.to}`),
-    );
+    logPaths(stack, log);
     stack.on('error', (e) => console.error(`rds-socketd: ${e.message}`));
     const mode = values.mode !== undefined ? parseInt(values.mode, 8) : undefined;
     if (mode !== undefined && !(mode >= 0 && mode <= 0o777))

@@ -126,7 +126,8 @@ export interface RdsStackOptions {
    * A connection to a peer is forgotten (its paths, queues and the peer's congestion map freed)
    * once all its paths have been down this long (ms) with no application message queued or
    * unacknowledged for the peer; the next message or connection makes a fresh one. The initiating
-   * side also stops reconnecting to a peer it has nothing for after this long. Infinity keeps
+   * side also stops keeping path 0 up to a kernel peer it has nothing for after this long (an
+   * rds-socket peer with nothing queued for it is not redialled at all: it pokes). Infinity keeps
    * every connection for the life of the stack (the kernel's way). Default 60000.
    */
   peerIdleTimeoutMs?: number;

@@ -15,6 +15,7 @@ import type { RdsOutgoing } from './message.js';
 import { RxSequence } from './rx-seq.js';
 import { railMayConnect } from './rail.js';
 import { PathControl } from './path-control.js';
+import { worthRedialling } from './reconnect-rule.js';
 import { PathSend } from './send-queue.js';
 import { RDS_CTR } from './stats.js';
 
@@ -198,7 +199,15 @@ export class RdsConnPath {
     } else if (this.index > 0) {
       // Lanes > 0: only once path 0 has settled the path count; the initiator connects them, and the
       // larger side pokes for one only when lanes open on demand (it has messages for this one).
-      if (!this.conn.lanesMayConnect() || this.index >= this.conn.npaths) return;
+      if (this.index >= this.conn.npaths) return;
+      if (!this.conn.lanesMayConnect()) {
+        // Lanes open behind path 0 (openLanes, once it is up and the peer answered on it). A lane
+        // with messages while path 0 is down brings path 0 up first: dials it, or (larger side)
+        // pokes on it, as the kernel does for anything it has to send (spec §2.2). Without this a
+        // message sent on a lane to a restarted peer waited for ever.
+        if (this.tx.hasPendingData()) this.conn.path(0)!.connectIfDown();
+        return;
+      }
       if (!this.conn.transport.initiates(this) && !(this.conn.lazyLanes && this.tx.hasPendingData())) return;
       this.wanted = true;
     }
@@ -287,12 +296,8 @@ export class RdsConnPath {
   }
 
   /**
-   * rds_queue_reconnect: only the initiating side reconnects, at once after a path that was UP and
-   * then with random exponential backoff, while the connection is worth it (conn.wantsPeer: data
-   * for the peer, or a path up within peerIdleTimeoutMs; the kernel retries forever, which makes
-   * every stranger a target for good). A side that waits to be connected still pokes the peer
-   * (path 0, and a lane when lanes open on demand) while it has application messages for it,
-   * spaced by the same backoff.
+   * rds_queue_reconnect: at once after a path that was UP, then with random exponential backoff,
+   * while worthRedialling() says so (reconnect-rule.ts).
    *
    * The kernel resets the backoff whenever a path reaches UP. Here it resets only when a carrier
    * that stayed up at least RECONNECT_STABLE_MS (or the maximum backoff, if smaller) dies
@@ -302,9 +307,7 @@ export class RdsConnPath {
    */
   private queueReconnect(stableUp: boolean): void {
     if (this.stack.closing || this.control.held) return;
-    const initiates = this.conn.transport.initiates(this);
-    const pokes = this.index === 0 || this.conn.lazyLanes;
-    if (initiates ? !stableUp && !this.conn.wantsPeer() : !(pokes && this.tx.hasPendingData())) return;
+    if (!worthRedialling(this, stableUp)) return;
     const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {

@@ -18,14 +18,19 @@ async function freshStack(): Promise<RdsStack> {
 }
 
 /**
- * Under software emulation a round trip after a reconnect takes 100-600 ms against any kernel;
- * a kernel waiting out its shutdown timer would add about 5 s. What is checked is that no
- * reconnect waits for that timer: the median stays well under it (2.5 s: on a machine busy with
- * other guests the median was 1.5 s once) and no reconnect comes near it (4 s, against its 5 s).
+ * What README says (Interoperability, the reconnect row): no reconnect waits for a 7.x kernel's
+ * shutdown timer (about 5 s): none comes near it (4 s); a kernel waiting out that timer holds the
+ * new connection back, so the timer shows in these times. The median is under a second where
+ * rds-socket dials (the smaller address, and after the kernel's own shutdown); where the kernel
+ * dials (rds-socket larger) it is the kernel's reconnect under emulation, measured at 0-1.5 s on
+ * a host busy with other guests (7.x, median 1.06 s once), and held under 2.5 s. After `ss -K`
+ * the times are from the drop to the UP of the carrier that then carried the pong: the
+ * drop-to-pong time adds the guest's own scheduling, 0.6 to 7 s on that busy host (the pong came
+ * when the guest's `ss -K` command returned); it is logged, and the pong must come.
  */
-function expectQuick(times: number[]): void {
+function expectQuick(times: number[], medianMs = 1000): void {
   const sorted = [...times].sort((a, b) => a - b);
-  expect(sorted[Math.floor(sorted.length / 2)]!).toBeLessThan(2500);
+  expect(sorted[Math.floor(sorted.length / 2)]!, times.join(', ')).toBeLessThan(medianMs);
   // A busy host (one emulated guest CPU) has been seen to take 3 s once; the timer is 5 s.
   expect(sorted[sorted.length - 1]!).toBeLessThan(4000);
 }
@@ -38,18 +43,30 @@ async function pingRoundTrip(s: RdsSocket, ms: number): Promise<void> {
 
 /**
  * Kills the guest's connections to `addr` `times` times; returns, for each, the ms from the drop
- * we saw to the pong of a ping sent at that moment (it can only travel on the next connection).
+ * we saw to the pong of a ping sent at that moment (it can only travel on the next connection),
+ * and to the UP of the carrier that carried it (the last UP before the pong).
  */
-async function killAndTime(stack: RdsStack, s: RdsSocket, addr: string, times: number): Promise<number[]> {
+async function killAndTime(
+  stack: RdsStack,
+  s: RdsSocket,
+  addr: string,
+  times: number,
+): Promise<{ pong: number[]; up: number[] }> {
   const out: number[] = [];
+  const ups: number[] = [];
   for (let i = 0; i < times; i++) {
     let dropAt = 0;
+    let upAt = 0;
     const onDrop = (): void => {
       if (dropAt !== 0) return;
       dropAt = performance.now();
       s.sendmsg(Buffer.alloc(0), { address: KERNEL, port: 0 });
     };
+    const onState = (e: { to: string }): void => {
+      if (dropAt !== 0 && e.to === 'UP') upAt = performance.now();
+    };
     stack.on('drop', onDrop);
+    stack.on('state', onState);
     // Removed whatever happens: a listener left on the stack would send on a closed socket
     // when the next test closes this stack, and fail that test too.
     try {
@@ -59,33 +76,38 @@ async function killAndTime(stack: RdsStack, s: RdsSocket, addr: string, times: n
       const at = performance.now();
       expect(pong).toMatchObject({ address: KERNEL, port: 0 });
       expect(dropAt, 'the kill was never seen').toBeGreaterThan(0);
+      expect(upAt, 'no path came up after the drop').toBeGreaterThan(0);
       out.push(at - dropAt);
+      ups.push(upAt - dropAt);
     } finally {
       stack.off('drop', onDrop);
+      stack.off('state', onState);
     }
   }
-  return out;
+  return { pong: out, up: ups };
 }
 
 describe(`reconnect after a connection kill in the guest (Linux ${KERNEL_GEN})`, () => {
-  it('rds-socket on the smaller address: traffic resumes well under a second after each kill', async () => {
+  it('rds-socket on the smaller address: the path is back up (median) under a second after each kill, and traffic resumes', async () => {
     const stack = await freshStack();
     const s = await bound(stack, SMALL, 5400);
     await pingRoundTrip(s, 30_000);
-    const times = await killAndTime(stack, s, SMALL, 4);
+    const { pong, up } = await killAndTime(stack, s, SMALL, 4);
     console.log(
-      `Linux ${KERNEL_GEN}, rds-socket smaller: drop to pong ${times.map((t) => t.toFixed(0)).join(', ')} ms`,
+      `Linux ${KERNEL_GEN}, rds-socket smaller: drop to up ${up.map((t) => t.toFixed(0)).join(', ')} ms, to pong ${pong.map((t) => t.toFixed(0)).join(', ')} ms`,
     );
-    expectQuick(times);
+    expectQuick(up);
   });
 
-  it('rds-socket on the larger address: traffic resumes well under a second after each kill', async () => {
+  it('rds-socket on the larger address: the kernel dials again (median under 2.5 s) after each kill, and traffic resumes', async () => {
     const stack = await freshStack();
     const s = await bound(stack, LARGE, 5401);
     await pingRoundTrip(s, 30_000);
-    const times = await killAndTime(stack, s, LARGE, 4);
-    console.log(`Linux ${KERNEL_GEN}, rds-socket larger: drop to pong ${times.map((t) => t.toFixed(0)).join(', ')} ms`);
-    expectQuick(times);
+    const { pong, up } = await killAndTime(stack, s, LARGE, 4);
+    console.log(
+      `Linux ${KERNEL_GEN}, rds-socket larger: drop to up ${up.map((t) => t.toFixed(0)).join(', ')} ms, to pong ${pong.map((t) => t.toFixed(0)).join(', ')} ms`,
+    );
+    expectQuick(up, 2500);
   });
 
   it('the kernel shutting its connections down itself while we stream to it: traffic resumes well under a second', async () => {
