@@ -171,9 +171,12 @@ function inFlight(conn: RdsConnection, was: Placement, sport: number): boolean {
   if (conn.failover.failedOverTo(p) !== null || conn.failover.currentHold(p) !== null) return true;
   if (was.msg === undefined) was.msg = queued(p, was.seq, sport) ?? queued(p, was.seq + 1, sport) ?? null;
   if (was.msg !== null) was.last = was.msg;
-  // A path acknowledges in order: the last one done means every earlier one is.
+  // A path acknowledges in order: the last one acknowledged means every earlier one is. One
+  // cancelled (a send() timeout or signal) says nothing of those before it: while the path holds
+  // any, the socket stays, or its next message would overtake them (found by the nemesis).
   const m = was.last;
-  return m !== null && !m.done && m.path === p;
+  if (m === null || m.path !== p) return false;
+  return !m.done || (m.cancelled && p.tx.oldestUnacked() !== undefined);
 }
 
 /** The socket's message numbered `seq` still held by `p` (sent or not), if any: binary search. */

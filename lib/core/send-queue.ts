@@ -10,6 +10,14 @@ import { findBySeq, ReadConfirmations } from './send-confirm.js';
 import { RDS_CTR } from './stats.js';
 
 /**
+ * TEST ONLY (the nemesis's proof that it catches loss, nemesis/README): with
+ * RDS_SOCKET_TEST_BREAK_RETRANSMIT=1 a reset path forgets its retransmit queue, completing the
+ * application messages in it as if acknowledged, instead of resending them. Never set it
+ * otherwise.
+ */
+const BREAK_RETRANSMIT = typeof process !== 'undefined' && process.env.RDS_SOCKET_TEST_BREAK_RETRANSMIT === '1';
+
+/**
  * One path's sending side (the kernel's send.c): the transmit sequence, the send and retransmit
  * queues, the pump that moves messages to the transport, and what acknowledgements free.
  */
@@ -190,6 +198,10 @@ export class PathSend {
     const resend: RdsOutgoing[] = [];
     for (const m of this.retrans.drain()) {
       if (m.done) continue;
+      if (BREAK_RETRANSMIT && m.fromSocket) {
+        m.complete();
+        continue;
+      }
       m.markRetransmitted();
       resend.push(m);
     }

@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { timelineSvg, series } from '../nemesis/report.mjs';
+import { KINDS, schedule } from '../nemesis/schedule.mjs';
+
+// The nemesis's schedule (same seed, same faults; every kind present) and its report's SVG
+// timeline (well-formed XML with one band per fault and finite coordinates).
+
+const topo = {
+  n: 5,
+  hosts: [2, 3],
+  embedded: [0, 1, 4],
+  apps: ['a20', 'a21', 'a22', 'a30', 'a31'],
+  pausable: [
+    { proc: 'e0', node: 0 },
+    { proc: 'd2', node: 2 },
+  ],
+  rails: [0, 1],
+};
+
+/** A minimal XML well-formedness check: every tag closes in order, attributes are quoted. */
+function parseXml(s: string): { tags: string[]; depthMax: number } {
+  const stack: string[] = [];
+  const tags: string[] = [];
+  let depthMax = 0;
+  const re = /<(\/?)([a-zA-Z][\w:-]*)((?:\s+[\w:-]+="[^"<]*")*)\s*(\/?)>|<!--[\s\S]*?-->/g;
+  let last = 0;
+  for (let m = re.exec(s); m !== null; m = re.exec(s)) {
+    const between = s.slice(last, m.index);
+    if (between.includes('<') || /&(?!amp;|lt;|gt;|quot;|#\d+;)/.test(between))
+      throw new Error(`bad text near ${m.index}: ${between.slice(0, 40)}`);
+    last = re.lastIndex;
+    if (!m[2]) continue;
+    if (m[1]) {
+      const open = stack.pop();
+      if (open !== m[2]) throw new Error(`</${m[2]}> closes <${open}>`);
+    } else {
+      tags.push(m[2]);
+      if (!m[4]) stack.push(m[2]);
+      depthMax = Math.max(depthMax, stack.length);
+    }
+  }
+  if (s.slice(last).trim() !== '') throw new Error(`trailing text: ${s.slice(last, last + 40)}`);
+  if (stack.length) throw new Error(`unclosed: ${stack.join(',')}`);
+  return { tags, depthMax };
+}
+
+describe('nemesis schedule', () => {
+  it('is the same for the same seed, differs for another, and holds every kind', () => {
+    const a = schedule({ seed: 42, seconds: 60, topo });
+    const b = schedule({ seed: 42, seconds: 60, topo });
+    const c = schedule({ seed: 43, seconds: 60, topo });
+    expect(a).toEqual(b);
+    expect(a.faults).not.toEqual(c.faults);
+    expect(a.missing).toEqual([]);
+    expect(new Set(a.faults.map((f: { kind: string }) => f.kind))).toEqual(new Set(Object.keys(KINDS)));
+    for (const f of a.faults) expect(f.at + f.dur).toBeLessThanOrEqual(60_000);
+  });
+
+  it('never overlaps two faults on one process', () => {
+    for (let seed = 1; seed <= 20; seed++) {
+      const { faults } = schedule({ seed, seconds: 120, topo });
+      const byProc = new Map<string, [number, number][]>();
+      for (const f of faults) {
+        const key =
+          f.proc ?? (f.kind === 'kill-host' ? `d${f.node}` : f.kind.startsWith('kill-embedded') ? `e${f.node}` : null);
+        if (!key) continue;
+        for (const [s, e] of byProc.get(key) ?? []) expect(f.at >= e || f.at + f.dur <= s).toBe(true);
+        byProc.set(key, [...(byProc.get(key) ?? []), [f.at, f.at + f.dur]]);
+      }
+    }
+  });
+});
+
+describe('nemesis report', () => {
+  it('draws a well-formed SVG timeline: a band per fault, finite points, the phases', () => {
+    const t0 = 1_000_000;
+    const hist = [
+      [
+        { t: t0, ev: 'start', proc: 'e0' },
+        { t: t0 + 100, ev: 'send', s: 'e0.0.1', d: 'x', q: 1, c: 1 },
+        { t: t0 + 150, ev: 'ok', s: 'e0.0.1', d: 'x', q: 1 },
+        { t: t0 + 1200, ev: 'recv', r: 'e0.0.1', s: 'y', q: 1 },
+        { t: t0 + 2000, ev: 'stat', rss: 1, paths: [['10.77.0.2', 3]] },
+      ],
+    ];
+    const s = series(hist, [{ t: t0 + 3000, ev: 'paths', node: 2, paths: [['10.77.0.1', 8]] }], t0, t0 + 10_000);
+    expect(s.reads[1]).toBe(1);
+    expect(s.latencyP50[0]).toBe(50);
+    const faults = [
+      { id: 'f0', kind: 'isolate', node: 1, start: t0 + 1000, end: t0 + 4000 },
+      { id: 'f1', kind: 'kill-app', proc: 'a<20>&', start: t0 + 2000, end: t0 + 2500 },
+    ];
+    const svg = timelineSvg(s, faults, { healed: t0 + 5000, quiet: t0 + 8000 });
+    const { tags } = parseXml(svg);
+    expect(tags[0]).toBe('svg');
+    expect((svg.match(/<rect class="fault"/g) ?? []).length).toBe(2);
+    for (const id of ['faults', 'reads', 'latency', 'paths']) expect(svg).toContain(`<g id="${id}">`);
+    expect(tags.filter((t) => t === 'polyline').length).toBe(5); // reads, median, max, paths of e0 and d2
+    for (const m of svg.matchAll(/points="([^"]*)"/g))
+      for (const p of m[1].split(' ')) for (const v of p.split(',')) expect(Number.isFinite(Number(v))).toBe(true);
+    expect(svg).toContain('healed');
+  });
+});
