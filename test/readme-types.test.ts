@@ -92,7 +92,9 @@ describe('README and docs/ examples against the published declarations', () => {
       expect(readme.length).toBeGreaterThanOrEqual(3);
       const mods = [...readme];
       for (const page of docPages(join(ROOT, 'docs'))) {
-        const prefix = `docs-${relative(join(ROOT, 'docs'), page).replace(/\.md$/, '').replace(/[^\w-]/g, '_')}-block`;
+        const prefix = `docs-${relative(join(ROOT, 'docs'), page)
+          .replace(/\.md$/, '')
+          .replace(/[^\w-]/g, '_')}-block`;
         mods.push(...readmeModules(readFileSync(page, 'utf8'), prefix));
       }
       expect(mods.length).toBeGreaterThanOrEqual(20);
@@ -113,6 +115,42 @@ describe('README and docs/ examples against the published declarations', () => {
             skipLibCheck: false,
           },
           include: ['*.ts', '*.cts'],
+        }),
+      );
+      const r = spawnSync(
+        process.execPath,
+        [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')],
+        { cwd: dir, encoding: 'utf8', timeout: 120000 },
+      );
+      expect(r.stdout + r.stderr).toBe('');
+      expect(r.status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 130000);
+
+  it('every program in examples/ type-checks against the published declarations (checkJs; JavaScript, so not strict)', () => {
+    const dir = join(ROOT, 'test', `.examples-types-${process.pid}`);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir);
+    try {
+      const examples = readdirSync(join(ROOT, 'examples')).filter((f) => f.endsWith('.mjs'));
+      expect(examples.length).toBeGreaterThanOrEqual(10);
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            target: 'es2022',
+            lib: ['es2022', 'dom'],
+            types: ['node'],
+            allowJs: true,
+            checkJs: true,
+            noEmit: true,
+            skipLibCheck: false,
+          },
+          include: examples.map((f) => `../../examples/${f}`),
         }),
       );
       const r = spawnSync(
