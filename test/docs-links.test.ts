@@ -25,7 +25,7 @@ function prose(md: string): string {
 }
 
 /** GitHub's heading anchors: lower case, punctuation dropped, spaces to '-', repeats numbered. */
-export function anchors(md: string): Set<string> {
+function anchors(md: string): Set<string> {
   const seen = new Map<string, number>();
   const out = new Set<string>();
   const text = md.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, '');
