@@ -6,6 +6,7 @@ import type { RdsTransport } from './transport.js';
 // defaults once (DEFAULTS) and the rule each value must follow once (RULES), as js-libp2p-yamux's
 // config.ts does. resolveStackOptions() is the only place that reads what a caller passed.
 
+/** The options of `new RdsStack()`: the kernel's `net.rds.*` settings and rds-socket's own (paths, limits, timers). An unknown name or a value out of range is EINVAL. */
 export interface RdsStackOptions {
   /**
    * TCP port the TCP transport listens on and connects to (the kernel's is 16385). A TCP-only

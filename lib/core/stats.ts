@@ -96,6 +96,7 @@ export const RDS_COUNTER_NAMES = [
   'ib_probe_withheld',
 ] as const;
 
+/** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
 
 /**

@@ -116,6 +116,7 @@ export interface RdsTransport {
 
   /** Optional batching hooks around a burst of xmit calls (the TCP transport corks). */
   xmitBegin?(cp: RdsConnPath): void;
+  /** The end of a burst of xmit calls begun by xmitBegin (the TCP transport uncorks). */
   xmitEnd?(cp: RdsConnPath): void;
 
   /**
@@ -144,6 +145,7 @@ export interface RdsTransport {
    * sockets, bounded by SO_SNDBUF; InfiniBand: not yet, see README, Security).
    */
   rxPause?(cp: RdsConnPath): void;
+  /** Take frames from the path's carrier again after rxPause. */
   rxResume?(cp: RdsConnPath): void;
 
   /** Keep (true) or stop keeping (false) the Node event loop alive. */

@@ -23,6 +23,7 @@ export class RpcRemoteError extends Error {
   }
 }
 
+/** The options of `new RpcClient()`. */
 export interface RpcClientOptions {
   /** Default per-request timeout in ms, counted from request() (time spent queued included). Default 5000. */
   timeout?: number;
@@ -32,6 +33,7 @@ export interface RpcClientOptions {
   maxQueued?: number;
 }
 
+/** The options of one `request()`. */
 export interface RequestOptions {
   /** This request's timeout in ms (overrides the client's). */
   timeout?: number;
