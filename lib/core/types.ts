@@ -80,7 +80,7 @@ export interface BoundSocket {
 
 /** One path of a connection (a lane or a rail), as `stack.connections()` and `rds-info -R` report it. */
 export interface PathInfo {
-  /** 0..7: lanes over the connection's own address pair; 8 and up: rails (see README, "Several links to one peer"). */
+  /** 0..7: lanes over the connection's own address pair; 8 and up: rails (see docs/rails.md, "Several links to one peer"). */
   index: number;
   state: ConnState;
   /** The path is a rail (another address pair to the same peer). */
