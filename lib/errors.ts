@@ -1,5 +1,6 @@
 import { constants as osConstants } from 'node:os';
 
+/** The Linux errno names an RdsError's `code` can have (troubleshooting: docs/troubleshooting.md). */
 export type RdsErrorCode =
   | 'EINVAL'
   | 'ENOTCONN'

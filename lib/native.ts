@@ -107,7 +107,7 @@ export function native(): NativeBinding | null {
 
 /**
  * Says once per process, when the addon is first needed and cannot load, which guarantees are
- * weaker without it (README, "Reliability"), so a deployment on an unsupported platform knows.
+ * weaker without it (docs/reliability.md), so a deployment on an unsupported platform knows.
  */
 function warnWeaker(err: Error): void {
   process.emitWarning(

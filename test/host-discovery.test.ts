@@ -118,7 +118,7 @@ describe('finding the host node', () => {
       const sys = join(base, 'run', 'node.sock');
       const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
       cleanup.push(() => stack.close());
-      // As the README's unit: root serves, mode 0660, group rds, its directory 0750.
+      // As the unit in docs/operations.md: root serves, mode 0660, group rds, its directory 0750.
       const node = await stack.serve({ path: sys, group: RDS_GID });
       expect(statSync(join(base, 'run')).mode & 0o777).toBe(0o750);
       const rx = new RdsSocket({ stack });

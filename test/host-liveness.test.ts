@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { TEST_TCP_PORT } from './helpers.js';
 
-// The attach protocol's liveness rule as README and rds-socketd(8) state it: a paused client
+// The attach protocol's liveness rule as docs/host-node.md and rds-socketd(8) state it: a paused client
 // (SIGSTOP, as a debugger or a long GC) is not dropped; its port congests; it reads on when it
 // resumes. Addresses 127.150.12.x.
 const WORKER = fileURLToPath(new URL('./fixtures/host-worker.mjs', import.meta.url));

@@ -1,10 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync, copyFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
-// README's code blocks and test/fixtures/types/published.ts, compiled with tsc --noEmit against
+// The code blocks of README.md and of every docs/**/*.md page, and test/fixtures/types/published.ts, compiled with tsc --noEmit against
 // the published declarations (dist/*.d.ts, built by pretest), reached through the package's own
 // name and "exports" as an installed package would be. Fragments get declarations for the names
 // they use without defining (sock, dest, big, ...).
@@ -33,8 +33,19 @@ const PREAMBLE_DECLS: Record<string, string> = {
   ca: 'declare const ca: string;',
 };
 
-/** One module per README block; `require` lines go to a CommonJS (.cts) module of their own. */
-function readmeModules(readme: string): { name: string; text: string }[] {
+/** docs/ and its subfolders' markdown pages. */
+function docPages(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...docPages(p));
+    else if (name.endsWith('.md')) out.push(p);
+  }
+  return out;
+}
+
+/** One module per js/ts block of a page; `require` lines go to a CommonJS (.cts) module of their own. */
+function readmeModules(readme: string, prefix = 'block'): { name: string; text: string }[] {
   const out: { name: string; text: string }[] = [];
   let n = 0;
   for (const m of readme.matchAll(/```(js|ts)\n([\s\S]*?)```/g)) {
@@ -43,7 +54,7 @@ function readmeModules(readme: string): { name: string; text: string }[] {
     const lines = m[2]!.split('\n');
     const cjs = lines.filter((l) => /\brequire\(/.test(l));
     const esm = lines.filter((l) => !/\brequire\(/.test(l)).join('\n');
-    if (cjs.length > 0) out.push({ name: `block${n}-line${line}.cts`, text: `${cjs.join('\n')}\nexport {};\n` });
+    if (cjs.length > 0) out.push({ name: `${prefix}${n}-line${line}.cts`, text: `${cjs.join('\n')}\nexport {};\n` });
     const defined = new Set<string>();
     for (const d of esm.matchAll(/\b(?:const|let|var|function)\s+([A-Za-z_$][\w$]*)/g)) defined.add(d[1]!);
     for (const d of esm.matchAll(/import\s*\{([^}]*)\}/g))
@@ -66,19 +77,27 @@ function readmeModules(readme: string): { name: string; text: string }[] {
     );
     if (imports.length > 0) head.push(`import { ${imports.join(', ')} } from 'rds-socket';`);
     for (const [id, decl] of Object.entries(PREAMBLE_DECLS)) if (!defined.has(id) && uses(id)) head.push(decl);
-    out.push({ name: `block${n}-line${line}.ts`, text: `${head.join('\n')}\n${esm}\nexport {};\n` });
+    out.push({ name: `${prefix}${n}-line${line}.ts`, text: `${head.join('\n')}\n${esm}\nexport {};\n` });
   }
   return out;
 }
 
-describe('README examples against the published declarations', () => {
-  it('every code block of README.md and the types fixture compile with tsc --noEmit (strict, no skipLibCheck)', () => {
+describe('README and docs/ examples against the published declarations', () => {
+  it('every code block of README.md, of docs/**/*.md and the types fixture compile with tsc --noEmit (strict, no skipLibCheck)', () => {
     const dir = join(ROOT, 'test', `.readme-types-${process.pid}`);
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir);
     try {
-      const mods = readmeModules(readFileSync(join(ROOT, 'README.md'), 'utf8'));
-      expect(mods.length).toBeGreaterThanOrEqual(10);
+      const readme = readmeModules(readFileSync(join(ROOT, 'README.md'), 'utf8'));
+      expect(readme.length).toBeGreaterThanOrEqual(3);
+      const mods = [...readme];
+      for (const page of docPages(join(ROOT, 'docs'))) {
+        const prefix = `docs-${relative(join(ROOT, 'docs'), page)
+          .replace(/\.md$/, '')
+          .replace(/[^\w-]/g, '_')}-block`;
+        mods.push(...readmeModules(readFileSync(page, 'utf8'), prefix));
+      }
+      expect(mods.length).toBeGreaterThanOrEqual(20);
       for (const m of mods) writeFileSync(join(dir, m.name), m.text);
       copyFileSync(join(ROOT, 'test', 'fixtures', 'types', 'published.ts'), join(dir, 'published.ts'));
       writeFileSync(
@@ -96,6 +115,42 @@ describe('README examples against the published declarations', () => {
             skipLibCheck: false,
           },
           include: ['*.ts', '*.cts'],
+        }),
+      );
+      const r = spawnSync(
+        process.execPath,
+        [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')],
+        { cwd: dir, encoding: 'utf8', timeout: 120000 },
+      );
+      expect(r.stdout + r.stderr).toBe('');
+      expect(r.status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 130000);
+
+  it('every program in examples/ type-checks against the published declarations (checkJs; JavaScript, so not strict)', () => {
+    const dir = join(ROOT, 'test', `.examples-types-${process.pid}`);
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir);
+    try {
+      const examples = readdirSync(join(ROOT, 'examples')).filter((f) => f.endsWith('.mjs'));
+      expect(examples.length).toBeGreaterThanOrEqual(10);
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            target: 'es2022',
+            lib: ['es2022', 'dom'],
+            types: ['node'],
+            allowJs: true,
+            checkJs: true,
+            noEmit: true,
+            skipLibCheck: false,
+          },
+          include: examples.map((f) => `../../examples/${f}`),
         }),
       );
       const r = spawnSync(

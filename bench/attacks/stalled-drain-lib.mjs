@@ -33,7 +33,7 @@ const IDLE_MS = 2500;
 const MiB = 1 << 20;
 
 /**
- * The bounds (README, Security; docs/partial-frames.md): what the victim holds in array buffers
+ * The bounds (docs/security.md; docs/partial-frames.md): what the victim holds in array buffers
  * beyond its idle baseline stays under the cap plus ALLOWANCE (read buffers of the connections
  * that wait for room and of the good peer, messages in flight); afterwards it is back within
  * ALLOWANCE of the baseline and RSS outside the JS heap within RSS_MARGIN (what glibc keeps of the

@@ -2,6 +2,7 @@ import { createSocket } from 'node:dgram';
 import { isIP, isIPv4 } from 'node:net';
 import { RdsError } from '../errors.js';
 
+/** An RDS endpoint: an IPv4 or IPv6 address and a port. */
 export interface RdsAddress {
   address: string;
   port: number;

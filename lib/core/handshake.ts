@@ -177,7 +177,7 @@ export class Handshake {
    * Queues the multipath probe on path 0. The first sequenced frame an incarnation sends on a
    * path 0 is its probe (queued ahead of the first message), so a peer learns our generation
    * before any of our data, on whichever carrier it first arrives, without a frame a kernel
-   * would count (the kernel's hello-less way; see README "Reliability").
+   * would count (the kernel's hello-less way; see docs/reliability.md).
    */
   queueProbe(cp: RdsConnPath): void {
     // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the

@@ -3,7 +3,7 @@ import type { RdsStack } from './stack.js';
 
 /** What RdsStack.serve() takes. */
 export interface ServeOptions {
-  /** The control socket's path; default $RDS_SOCKET_NODE, else the default node path (see README). */
+  /** The control socket's path; default $RDS_SOCKET_NODE, else the default node path (see docs/host-node.md). */
   path?: string;
   /** Group (name or gid) given the control socket, so its members may attach; default the process's. */
   group?: string | number;

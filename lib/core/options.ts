@@ -6,6 +6,7 @@ import type { RdsTransport } from './transport.js';
 // defaults once (DEFAULTS) and the rule each value must follow once (RULES), as js-libp2p-yamux's
 // config.ts does. resolveStackOptions() is the only place that reads what a caller passed.
 
+/** The options of `new RdsStack()`: the kernel's `net.rds.*` settings and rds-socket's own (paths, limits, timers). An unknown name or a value out of range is EINVAL. */
 export interface RdsStackOptions {
   /**
    * TCP port the TCP transport listens on and connects to (the kernel's is 16385). A TCP-only
@@ -75,8 +76,8 @@ export interface RdsStackOptions {
    * this host (a 127.0.0.0/8 address or one of this host's own), autotuning for the rest. Why: on
    * this host one `write()` delivers its bytes to the receiving socket in the same call, and every
    * path of a node shares one JavaScript thread, so with an autotuned buffer (up to 4 MiB) one
-   * write of a 1 MiB message held every other path of the node for about a millisecond (README,
-   * Performance: head-of-line). Otherwise 0 or at least 131072: with less, loopback TCP was seen
+   * write of a 1 MiB message held every other path of the node for about a millisecond (docs/performance.md,
+   * head-of-line). Otherwise 0 or at least 131072: with less, loopback TCP was seen
    * waiting on delayed acknowledgements (64 KiB moved 2 MiB/s). Linux caps a value above twice
    * `net.core.wmem_max`. TCP-only: also a TcpTransport option, which wins.
    */
@@ -142,7 +143,7 @@ export interface RdsStackOptions {
   /**
    * Paths (TCP connections) per peer for multipath RDS: 1, 2, 4 or 8. Default 8, as the kernel.
    * Used with rds-socket peers and with kernels that send SPORT_IDX (7.0+); with older kernels
-   * rds-socket runs one path (see README).
+   * rds-socket runs one path (see docs/kernel-interop.md).
    */
   npaths?: number;
   /**
@@ -169,8 +170,8 @@ export interface RdsStackOptions {
   /**
    * How sockets are spread over a connection's live paths (lanes and rails) between rds-socket
    * peers: 'hash' (default: per bound port, as before), 'round-robin', 'min-inflight' or
-   * 'min-latency'. Sockets move only when they have nothing in flight. See README, "Several links
-   * to one peer". Kernel peers always run one path.
+   * 'min-latency'. Sockets move only when they have nothing in flight. See docs/rails.md, "Several
+   * links to one peer". Kernel peers always run one path.
    */
   pathPolicy?: 'hash' | 'round-robin' | 'min-inflight' | 'min-latency';
   /** Per peer address, a policy that overrides pathPolicy (also stack.setPathPolicy()). */

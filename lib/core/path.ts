@@ -22,6 +22,7 @@ import { RDS_CTR } from './stats.js';
 /** A carrier that stayed up this long counts as established: its death resets the reconnect backoff. */
 const RECONNECT_STABLE_MS = 1000;
 
+/** A path's state, named as the kernel's enum rds_conn_state. */
 export type ConnState = 'DOWN' | 'CONNECTING' | 'DISCONNECTING' | 'UP' | 'RESETTING' | 'ERROR';
 export const CONN_STATE_NAMES: readonly ConnState[] = [
   'DOWN',

@@ -1,7 +1,7 @@
 import type { RdsConnPath } from './path.js';
 
 /**
- * Whether a path that went DOWN is dialled (or poked) again: the reconnect rule (README, "Who
+ * Whether a path that went DOWN is dialled (or poked) again: the reconnect rule (docs/reliability.md, "Who
  * reconnects, and when"; spec §2.2). Either side while it has application messages for the peer
  * (on any lane: lanes open behind path 0): the initiating side dials, the other pokes path 0
  * (and, lanes on demand, the lane with the messages); a poke from the peer ends the initiator's

@@ -2,8 +2,10 @@ import type { PeerEvent } from './peer-state.js';
 import type { RdsStack } from './stack.js';
 import type { AtomicArgs, MaskedAtomicArgs, RdmaArgs, RdmaMapArgs } from './rdma.js';
 
+/** A message's bytes: one buffer, or several gathered into one message (as `msg_iov`). */
 export type RdsData = Buffer | Uint8Array | readonly (Buffer | Uint8Array)[];
 
+/** The options of `new RdsSocket()`. */
 export interface RdsSocketOptions {
   /** SO_RDS_TRANSPORT before bind: 'tcp' or 'ib'. Default: the first that accepts the bound address. */
   transport?: 'tcp' | 'ib';
@@ -17,6 +19,7 @@ export interface RdsSocketOptions {
   sendTimeout?: number;
 }
 
+/** How long a blocking call (recv, send, flush, the iterator) may wait. */
 export interface WaitOptions {
   /**
    * Abort the wait. recv() and messages() then throw the signal's reason (an AbortSignal.timeout()
@@ -88,9 +91,13 @@ export interface SendOptions extends WaitOptions, SendmsgOptions {
   confirm?: boolean;
 }
 
+/** The events of an RdsSocket (eventemitter3). A socket reports failures by throwing or rejecting the call that met them, never with 'error'. */
 export interface RdsSocketEvents {
+  /** A message (or a notification) can be read: recvmsg() will not return null. */
   readable: () => void;
+  /** After an EAGAIN, half the send budget (SO_SNDBUF) is free again. */
   writable: () => void;
+  /** The socket was closed. */
   close: () => void;
   /** @deprecated Never emitted: a socket reports failures by throwing or rejecting the call. Kept so existing listeners still type-check. */
   error: (err: Error) => void;

@@ -117,7 +117,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
 
   /**
    * Hosts this stack as the node for every process and thread of the host: they attach through a
-   * Unix socket (see README, "Processes, threads and the host node").
+   * Unix socket (see docs/host-node.md, "Processes, threads and the host node").
    */
   serve(opts: ServeOptions = {}): Promise<HostNodeHandle> {
     if (hostHooks.serve === null)
@@ -422,7 +422,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     this.cong.removeWaiter(fn);
   }
 
-  // ---- several links to one peer: rails, path policies, operator controls (README) ----
+  // ---- several links to one peer: rails, path policies, operator controls (docs/rails.md) ----
 
   /**
    * Declares a rail: `peer` (an RDS address) is also reachable from our address `local` to its

@@ -99,6 +99,7 @@ export const RDS_COUNTER_NAMES = [
   'recv_drop_frame_stalled',
 ] as const;
 
+/** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */
 export type RdsCounterName = (typeof RDS_COUNTER_NAMES)[number];
 
 /**

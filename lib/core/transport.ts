@@ -125,6 +125,7 @@ export interface RdsTransport {
 
   /** Optional batching hooks around a burst of xmit calls (the TCP transport corks). */
   xmitBegin?(cp: RdsConnPath): void;
+  /** The end of a burst of xmit calls begun by xmitBegin (the TCP transport uncorks). */
   xmitEnd?(cp: RdsConnPath): void;
 
   /**
@@ -150,9 +151,10 @@ export interface RdsTransport {
    * so the transport's own flow control stops the peer; frames already read are still handed up.
    * The pause outlives a carrier change until rxResume. While paused the transport sets
    * cp.readPaused. Transports without it are never paused (loopback: its senders are local
-   * sockets, bounded by SO_SNDBUF; InfiniBand: not yet, see README, Security).
+   * sockets, bounded by SO_SNDBUF; InfiniBand: not yet, see docs/security.md).
    */
   rxPause?(cp: RdsConnPath): void;
+  /** Take frames from the path's carrier again after rxPause. */
   rxResume?(cp: RdsConnPath): void;
 
   /** Keep (true) or stop keeping (false) the Node event loop alive. */

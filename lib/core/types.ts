@@ -78,8 +78,9 @@ export interface BoundSocket {
   close(): Promise<void>;
 }
 
+/** One path of a connection (a lane or a rail), as `stack.connections()` and `rds-info -R` report it. */
 export interface PathInfo {
-  /** 0..7: lanes over the connection's own address pair; 8 and up: rails (see README, "Several links to one peer"). */
+  /** 0..7: lanes over the connection's own address pair; 8 and up: rails (see docs/rails.md, "Several links to one peer"). */
   index: number;
   state: ConnState;
   /** The path is a rail (another address pair to the same peer). */
@@ -119,6 +120,7 @@ export interface PathInfo {
   transport: Record<string, unknown> | null;
 }
 
+/** One connection to a peer (local address, peer address, transport) and its paths: `stack.connections()`. */
 export interface ConnectionInfo {
   localAddress: string;
   peerAddress: string;
@@ -128,6 +130,7 @@ export interface ConnectionInfo {
   paths: PathInfo[];
 }
 
+/** A path's state change: the stack's 'state' event. */
 export interface PathStateEvent {
   localAddress: string;
   peerAddress: string;
@@ -137,6 +140,7 @@ export interface PathStateEvent {
   to: ConnState;
 }
 
+/** The events of an RdsStack (eventemitter3). */
 export interface RdsStackEvents {
   /** A path changed state. */
   state: (ev: PathStateEvent) => void;

@@ -11,7 +11,7 @@ hostHooks.socket = (opts) => {
   if (opts.stack !== undefined || implicitAttachDisabled()) return null;
   // The process serving the default stack uses it directly.
   if (RdsStack.default().hostNode !== null) return null;
-  // This user's node, else the system node (README, "Processes, threads and the host node").
+  // This user's node, else the system node (docs/host-node.md, "Processes, threads and the host node").
   const found = findNode();
   if (found.path === null) {
     warnEmbeddedDespite(found);

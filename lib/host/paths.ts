@@ -2,7 +2,7 @@ import { accessSync, constants as fsConstants, readFileSync, statSync } from 'no
 import { join } from 'node:path';
 import { controlDir } from '../core/control.js';
 
-/** Where rds-socketd run by root (the systemd unit of the README) serves the host's node. */
+/** Where rds-socketd run by root (the systemd unit of docs/operations.md) serves the host's node. */
 export const SYSTEM_NODE_PATH = '/run/rds-socket/node.sock';
 
 /**

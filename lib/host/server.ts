@@ -157,7 +157,7 @@ export class HostNode implements HostNodeHandle {
 
 /**
  * Removes what a node that died (SIGKILL, a crash) left at `path`, its socket and pid files, and
- * says so: sockets made while they were there run embedded, each process warned once (README).
+ * says so: sockets made while they were there run embedded, each process warned once (docs/host-node.md).
  */
 function takeOverStale(path: string, log: (line: string) => void): void {
   let pid = '';

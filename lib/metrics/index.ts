@@ -12,7 +12,9 @@ import type { ConnState } from '../core/path.js';
 
 /** What registerMetrics needs of a prom-client Registry (prom-client 15's Registry has it). */
 export interface MetricsRegistry {
+  /** Adds one metric (prom-client: `Registry.registerMetric`). */
   registerMetric(metric: never): void;
+  /** Removes one metric by name (prom-client: `Registry.removeSingleMetric`). */
   removeSingleMetric(name: string): void;
 }
 
@@ -38,6 +40,7 @@ interface CollectedMetric {
   reset(): void;
 }
 
+/** The options of registerMetrics(). */
 export interface RegisterMetricsOptions {
   /** Labels added to every sample of this stack, e.g. { node: 'a' }: needed to tell two stacks on one registry apart. */
   labels?: Record<string, string>;

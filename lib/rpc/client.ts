@@ -36,6 +36,7 @@ export class RpcTimeoutError extends RdsError {
   }
 }
 
+/** The options of `new RpcClient()`. */
 export interface RpcClientOptions {
   /**
    * Default per-request timeout in ms, counted from request() (time spent queued included). Default
@@ -54,6 +55,7 @@ export interface RpcClientOptions {
   maxQueued?: number;
 }
 
+/** The options of one `request()`. */
 export interface RequestOptions {
   /** This request's timeout in ms (overrides the client's). */
   timeout?: number;

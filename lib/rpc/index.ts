@@ -1,5 +1,5 @@
 // rds-socket/rpc: request/reply over RDS with correlation ids, timeouts, concurrency limits and
-// exactly-once handling per request id. The wire format is documented in ./wire.ts and README.
+// exactly-once handling per request id. The wire format is documented in ./wire.ts and docs/request-reply.md.
 export {
   RpcClient,
   RpcRemoteError,

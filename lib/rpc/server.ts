@@ -26,6 +26,7 @@ export type RpcHandler = (
   req: RpcRequestInfo,
 ) => Buffer | Uint8Array | string | undefined | void | Promise<Buffer | Uint8Array | string | undefined | void>;
 
+/** The options of `serve()`. */
 export interface RpcServerOptions {
   /** Handlers running at once; while at the limit the server stops reading (senders feel congestion). Default 64. */
   concurrency?: number;
@@ -42,6 +43,7 @@ export interface RpcServerOptions {
   clientIdleMs?: number;
 }
 
+/** What a server has seen, for tests and monitoring. */
 export interface RpcServerStats {
   /** Requests whose handler was run. */
   handled: number;
@@ -49,8 +51,11 @@ export interface RpcServerStats {
   duplicates: number;
   /** Requests refused as older than the duplicate window (EXPIRED). */
   expired: number;
+  /** Requests whose handler threw (answered with ERROR). */
   handlerErrors: number;
+  /** Replies that could not be sent (the socket was closed, or send() failed or timed out). */
   replyErrors: number;
+  /** Messages that did not parse as requests, dropped. */
   malformed: number;
 }
 

@@ -19,15 +19,23 @@
  * its handler at most once for each, and answers a retransmission with the held reply.
  */
 export const RPC_MAGIC = 0x5250;
+/** Version of the rpc header (1). */
 export const RPC_VERSION = 1;
+/** Size of the rpc header (16 bytes) before the body. */
 export const RPC_HEADER_SIZE = 16;
 
+/** Message type: a request. */
 export const RPC_REQUEST = 1;
+/** Message type: a reply (the handler's result). */
 export const RPC_REPLY = 2;
+/** Message type: the handler threw (body: its message, UTF-8). */
 export const RPC_ERROR = 3;
+/** Message type: a retransmission of a request that ran and whose reply is no longer held. */
 export const RPC_DUPLICATE = 4;
+/** Message type: a request id older than the server's duplicate window; not run. */
 export const RPC_EXPIRED = 5;
 
+/** The fields of the rpc header. */
 export interface RpcHeader {
   type: number;
   instance: number;

@@ -1,10 +1,12 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { RDS_HEADER_SIZE } from '../constants.js';
 
+/** A direction through the proxy: forward (client to target) or backward. */
 export type Direction = 'forward' | 'backward';
 /** Where a reset lands: inside the next header, inside the next payload, exactly between two messages. */
 export type CutKind = 'header' | 'payload' | 'between';
 
+/** The options of `FaultProxy.start()`. */
 export interface FaultProxyOptions {
   /** Where the proxy listens. */
   listen: { host: string; port: number };
@@ -108,6 +110,7 @@ export class FaultProxy {
     server.on('connection', (c) => this.onClient(c));
   }
 
+  /** Starts a proxy listening at `opts.listen` that forwards to `opts.target`. */
   static async start(opts: FaultProxyOptions): Promise<FaultProxy> {
     const server = createServer();
     await new Promise<void>((res, rej) => {
@@ -255,6 +258,7 @@ export class FaultProxy {
     this.stalled.add(dir);
   }
 
+  /** Lets bytes held by stall() through, and stops holding that direction. */
   resume(dir: Direction): void {
     this.stalled.delete(dir);
     for (const [to, q] of this.held) {
@@ -269,10 +273,12 @@ export class FaultProxy {
     for (const d of ['forward', 'backward'] as Direction[]) on ? this.blackholed.add(d) : this.blackholed.delete(d);
   }
 
+  /** Delays every chunk forwarded from now on by `ms` (0: no delay). */
   delay(ms: number): void {
     this.delayMs = ms;
   }
 
+  /** Closes every connection and the listener. */
   async close(): Promise<void> {
     for (const p of [...this.pairs]) {
       p.client.destroy();

@@ -29,6 +29,7 @@ import { IbSender } from './ib-send.js';
 
 export { RDS_IB_FRAG_SIZE } from './ib-path.js';
 
+/** The options of `new IbTransport()`. */
 export interface IbTransportOptions {
   /** rdma_cm port (RDS_PORT, 18634, for the kernel's rds_rdma). */
   port?: number;

@@ -1,7 +1,7 @@
 // The kernel send buffer each TCP carrier gets (the tcpSndbuf option). Its default, 'auto', caps
 // it for peers on this host only: there a write() runs the receiving socket's TCP input in the
 // same call, so a large buffer lets one write of a big message hold the one JavaScript thread that
-// serves every path of the node (README, Performance: head-of-line). Across a network the write is
+// serves every path of the node (docs/performance.md, head-of-line). Across a network the write is
 // a copy, and capping the buffer would cap throughput at buffer / round trip, so the kernel keeps
 // tuning it there, as it does for its own RDS/TCP sockets.
 import { networkInterfaces } from 'node:os';

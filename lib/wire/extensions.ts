@@ -35,6 +35,7 @@ export const EXTHDR_LENGTHS: ReadonlyMap<number, number> = new Map([
   [RDSSOCK_EXTHDR_RAIL, 4],
 ]);
 
+/** One extension record of the header: its type (RDS_EXTHDR_*) and bytes. */
 export interface RdsExtension {
   type: number;
   data: Uint8Array;
@@ -92,16 +93,19 @@ export function packExtensions(exts: readonly RdsExtension[]): Uint8Array {
   return area;
 }
 
+/** RDS_EXTHDR_NPATHS: how many paths the sender runs (be16). */
 export function npathsExtension(n: number): RdsExtension {
   return { type: RDS_EXTHDR_NPATHS, data: Uint8Array.of((n >> 8) & 0xff, n & 0xff) };
 }
 
+/** RDS_EXTHDR_GEN_NUM: the sender's generation number (be32). */
 export function genNumExtension(gen: number): RdsExtension {
   const data = new Uint8Array(4);
   new DataView(data.buffer).setUint32(0, gen >>> 0);
   return { type: RDS_EXTHDR_GEN_NUM, data };
 }
 
+/** RDSSOCK_EXTHDR_CAPS: rds-socket's capability bits (be32); kernels never parse it. */
 export function rdsCapsExtension(caps: number): RdsExtension {
   const data = new Uint8Array(4);
   new DataView(data.buffer).setUint32(0, caps >>> 0);
@@ -131,6 +135,7 @@ export interface ReadReport {
   refused?: { seq: number; reason: number };
 }
 
+/** The read cursor and refusal an ack-only frame reports (RDSSOCK_EXTHDR_READ, RDSSOCK_EXTHDR_REFUSED). */
 export function decodeReadReport(exts: readonly RdsExtension[]): ReadReport {
   const out: ReadReport = {};
   for (const e of exts) {
@@ -141,10 +146,12 @@ export function decodeReadReport(exts: readonly RdsExtension[]): ReadReport {
   return out;
 }
 
+/** RDS_EXTHDR_SPORT_IDX: paths are paired by TCP source port (7.x). */
 export function sportIdxExtension(): RdsExtension {
   return { type: RDS_EXTHDR_SPORT_IDX, data: Uint8Array.of(0) };
 }
 
+/** What a probe or pong says: paths, generation, SPORT_IDX, capabilities. */
 export function decodeHandshake(exts: readonly RdsExtension[]): HandshakeExtensions {
   const hs: HandshakeExtensions = {};
   for (const e of exts) {

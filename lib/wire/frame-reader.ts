@@ -9,6 +9,7 @@ export class RdsProtocolError extends Error {
   }
 }
 
+/** Called with each complete frame: its 48-byte header and its payload (views of the read buffer). */
 export type FrameHandler = (header: Buffer, payload: Buffer) => void;
 
 /** Reads land one after another in slabs this large (more for a bigger frame). */

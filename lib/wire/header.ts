@@ -14,15 +14,25 @@ export interface RdsHeader {
   exthdr: Uint8Array;
 }
 
+/** Offset of h_sequence (be64) in the RDS header. */
 export const OFF_SEQUENCE = 0;
+/** Offset of h_ack (be64) in the RDS header. */
 export const OFF_ACK = 8;
+/** Offset of h_len (be32, the payload length) in the RDS header. */
 export const OFF_LEN = 16;
+/** Offset of h_sport (be16) in the RDS header. */
 export const OFF_SPORT = 20;
+/** Offset of h_dport (be16) in the RDS header. */
 export const OFF_DPORT = 22;
+/** Offset of h_flags (u8) in the RDS header. */
 export const OFF_FLAGS = 24;
+/** Offset of h_credit (u8, RDS/IB credits) in the RDS header. */
 export const OFF_CREDIT = 25;
+/** Offset of h_csum (be16) in the RDS header. */
 export const OFF_CSUM = 30;
+/** Offset of the 16-byte extension area in the RDS header. */
 export const OFF_EXTHDR = 32;
+/** Size of the extension area of the RDS header. */
 export const EXTHDR_SIZE = 16;
 
 const TWO_32 = 0x1_0000_0000;
@@ -41,11 +51,13 @@ function get32(buf: Uint8Array, off: number): number {
   return ((buf[off]! << 24) >>> 0) + (buf[off + 1]! << 16) + (buf[off + 2]! << 8) + buf[off + 3]!;
 }
 
+/** Writes a be64 from a JavaScript number (exact up to 2^53). */
 export function writeU64(buf: Uint8Array, off: number, value: number): void {
   put32(buf, off, Math.floor(value / TWO_32) >>> 0);
   put32(buf, off + 4, value >>> 0);
 }
 
+/** Reads a be64 as a JavaScript number (exact up to 2^53). */
 export function readU64(buf: Uint8Array, off: number): number {
   return get32(buf, off) * TWO_32 + get32(buf, off + 4);
 }
@@ -86,6 +98,7 @@ export function encodeHeader(buf: Uint8Array, off: number, h: Partial<RdsHeader>
   if (h.exthdr) buf.set(h.exthdr.subarray(0, EXTHDR_SIZE), off + OFF_EXTHDR);
 }
 
+/** Decodes the 48-byte RDS header at `off`. */
 export function decodeHeader(buf: Uint8Array, off = 0): RdsHeader {
   const dv = new DataView(buf.buffer, buf.byteOffset + off, RDS_HEADER_SIZE);
   return {

@@ -5,7 +5,9 @@ import { readU64, writeU64 } from './header.js';
 export const RDS_IB_PRIVATE_DATA_SIZE = 32;
 /** The protocol mainline proposes (RDS_PROTOCOL_VERSION) and the minors it supports. */
 export const RDS_PROTOCOL_3_1 = 0x0301;
+/** RDS/IB protocol version 4.0, accepted from a peer. */
 export const RDS_PROTOCOL_4_0 = 0x0400;
+/** The minor versions of 3.x mainline supports, as a bit mask. */
 export const RDS_IB_SUPPORTED_PROTOCOLS = 0x0003;
 /**
  * rds-socket's mark in the reserved bytes 13..15 ("RSK"), which kernels send as zero and ignore:
@@ -14,6 +16,7 @@ export const RDS_IB_SUPPORTED_PROTOCOLS = 0x0003;
  */
 export const RDS_SOCKET_IB_MARK = Buffer.from('RSK', 'latin1');
 
+/** The fields of struct rds_ib_connect_private. */
 export interface IbPrivateData {
   saddr: string;
   daddr: string;
@@ -39,6 +42,7 @@ function putIpv4(buf: Buffer, off: number, addr: string): void {
   for (let i = 0; i < 4; i++) buf[off + i] = parts[i]!;
 }
 
+/** Encodes the connection private data an RDS/IB connect request or accept carries. */
 export function encodeIbPrivateData(d: IbPrivateData): Buffer {
   const b = Buffer.alloc(RDS_IB_PRIVATE_DATA_SIZE);
   putIpv4(b, 0, d.saddr);

@@ -31,12 +31,14 @@ export function cookieOffset(cookie: bigint): number {
   return Number((cookie >> 32n) & MASK32);
 }
 
+/** RDS_EXTHDR_RDMA: the R_Key of the peer's region the message's RDMA op used. */
 export function rdmaExtension(rkey: number): RdsExtension {
   const data = new Uint8Array(4);
   new DataView(data.buffer).setUint32(0, rkey >>> 0);
   return { type: RDS_EXTHDR_RDMA, data };
 }
 
+/** RDS_EXTHDR_RDMA_DEST: a region named to the peer, by its cookie (R_Key and offset). */
 export function rdmaDestExtension(cookie: bigint): RdsExtension {
   const data = new Uint8Array(8);
   const dv = new DataView(data.buffer);
@@ -45,6 +47,7 @@ export function rdmaDestExtension(cookie: bigint): RdsExtension {
   return { type: RDS_EXTHDR_RDMA_DEST, data };
 }
 
+/** RDS_EXTHDR_RDMA_BYTES: how many bytes an RDMA op moved, and which way (7.x). */
 export function rdmaBytesExtension(bytes: number, write: boolean): RdsExtension {
   const data = new Uint8Array(8);
   new DataView(data.buffer).setUint32(0, bytes >>> 0);
@@ -62,6 +65,7 @@ export interface RdmaExtensions {
   bytes?: { count: number; write: boolean; read: boolean };
 }
 
+/** The RDMA records of one message. */
 export function decodeRdmaExtensions(exts: readonly RdsExtension[]): RdmaExtensions {
   const out: RdmaExtensions = {};
   for (const e of exts) {

@@ -161,7 +161,7 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     // (rds_ib_set_flow_control), and we leave it off for our sends, as a kernel in our place would.
     // On a pair of addresses never connected before (10.88.0.5 / .6), so the connection is new and
     // made after the sysctl. (Reloading rds_rdma instead, which resets its sysctls, panicked 7.2:
-    // an rdma_cm event reached the unloaded module's handler; see README.)
+    // an rdma_cm event reached the unloaded module's handler; see docs/infiniband.md.)
     const KF = K3;
     const LF = L3;
     try {
@@ -288,7 +288,7 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     expect((r.lines[1]?.drained as number) ?? 0).toBeGreaterThanOrEqual(sent);
   });
 
-  // Opt-in (RDS_IB_LINK_LOSS=1), and last: it fails on every kernel tried (README, IB, (5) and
+  // Opt-in (RDS_IB_LINK_LOSS=1), and last: it fails on every kernel tried (docs/infiniband.md, (5) and
   // (6)). On 6.1 and 6.12 the connection never came back (on 6.1 both sides' connects stayed
   // outstanding), which also failed the scenarios after it; on 7.2 rdma_rxe deadlocked the guest.
   it.skipIf(process.env.RDS_IB_LINK_LOSS !== '1')(

@@ -74,7 +74,7 @@ function example(args: string[], until?: string): Promise<{ done: Promise<{ code
 }
 
 describe('RDMA operations between rds-socket nodes (Soft-RoCE)', () => {
-  it('the README example runs: a node exposes a buffer, a peer process reads and writes it', async () => {
+  it('the RDMA example (docs/infiniband.md, examples/rdma.mjs) runs: a node exposes a buffer, a peer process reads and writes it', async () => {
     const owner = await example(['expose', B, '4850'], 'exposing on');
     const user = await example(['use', A, '4850', B, '4850']);
     const u = await user.done;

@@ -4,14 +4,14 @@
 # then rds-socket against the kernel's RDS/IB (rds_rdma): a second guest (the "peer", no tap) on a
 # point-to-point qemu link to the first, rds-socket there on rxe0 (10.88.0.2, .3, .6), the kernel's
 # RDS/IB in the first guest on rxe1 (10.88.0.1, .4, .5), test/ib/kernel-ib.test.ts and kernel-rdma.test.ts in the peer
-# driving the kernel side through test/ib/guest/kctl.py. Why two guests: README, "InfiniBand".
+# driving the kernel side through test/ib/guest/kctl.py. Why two guests: docs/infiniband.md.
 # $RDS_KERNEL picks the kernel of both guests (6.1, 6.12, 7; see kernel-vm.sh); RDS_IB_KERNEL=0
 # skips the kernel interop part, RDS_IB_KERNEL=only runs nothing else. RDS_IB_PEER_KERNEL (6.1, 6.12,
 # 7) boots rds-socket's guest on another kernel than the kernel's guest (its own cache,
 # $RDS_KVM_CACHE-peer-<kernel>); with RDS_KVM_MONITOR=1 (kernel-vm.sh) both guests get a qemu
 # monitor and the kernel guest's /proc/kallsyms is kept in its instance directory.
 # RDS_IB_KERNEL_TESTS=PATTERN runs only the kernel scenarios whose names match (vitest -t);
-# RDS_IB_LINK_LOSS=1 adds the scenario that fails on every kernel so far (README, IB, (5)).
+# RDS_IB_LINK_LOSS=1 adds the scenario that fails on every kernel so far (docs/infiniband.md, (5)).
 # npm run bench:ib — bench/ib.mjs in the same guest (rds-socket next to ib_send_bw / ibv_rc_pingpong).
 # Skips (exit 0, with the reason) where it cannot run: not root, no qemu and no apt-get, no /dev/net/tun.
 set -uo pipefail

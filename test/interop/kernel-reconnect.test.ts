@@ -18,7 +18,7 @@ async function freshStack(): Promise<RdsStack> {
 }
 
 /**
- * What README says (Interoperability, the reconnect row): no reconnect waits for a 7.x kernel's
+ * What docs/kernel-interop.md says (the reconnect row): no reconnect waits for a 7.x kernel's
  * shutdown timer (about 5 s): none comes near it (4 s); a kernel waiting out that timer holds the
  * new connection back, so the timer shows in these times. The median is under a second where
  * rds-socket dials (the smaller address, and after the kernel's own shutdown); where the kernel
