@@ -139,6 +139,8 @@ export interface MeshReceipt {
   strangers: number;
   next: number;
   timeout: boolean;
+  /** The first skip seen: [index expected, index that came]. */
+  firstGap?: [number, number];
 }
 
 /**
@@ -175,7 +177,10 @@ export async function receiveMesh(
         r.dups++;
         continue;
       }
-      if (i > r.next) r.gaps += i - r.next;
+      if (i > r.next) {
+        r.gaps += i - r.next;
+        r.firstGap ??= [r.next, i];
+      }
       if (!m.data.equals(meshBody(i, m.data.length, seed + kport))) r.bad++;
       r.got++;
       r.next = i + 1;

@@ -273,8 +273,15 @@ describe('loss, duplication, reordering, corruption and connection resets (netem
               kernel: moved(kernelBefore, kernelAfter),
             };
             const gaps = theirs.filter((t) => t.got !== N);
+            const oursShort = ours.filter((o) => o.got !== N || o.timeout || o.dups > 0 || o.strangers > 0);
             console.log(
-              JSON.stringify({ lossTestShort: await lossDiagnostics(drops), countersMoved, gaps, pcap: capture?.file }),
+              JSON.stringify({
+                lossTestShort: await lossDiagnostics(drops),
+                countersMoved,
+                gaps,
+                oursShort,
+                pcap: capture?.file,
+              }),
             );
           }
           expect(r.code, r.out).toBe(0);
