@@ -1,6 +1,9 @@
 import { createServer, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack } from '../lib/index.js';
+import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+import type { RdsConnection } from '../lib/core/connection.js';
+import { socketFd, tcpPath } from '../lib/transports/tcp-carrier.js';
+import { native } from '../lib/native.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
 import { RawListener, rawConnect, type RawConn } from './raw-peer.js';
 
@@ -96,6 +99,49 @@ describe('kernel peers: release on TCP acknowledgement only on a carrier the ker
       conns.push(c);
       return c;
     });
+  });
+});
+
+describe('kernel peers: a carrier being torn down releases nothing (#40)', () => {
+  it('messages TCP had not acknowledged when the socket was destroyed are resent, not released', async () => {
+    const listener = await RawListener.listen('127.217.5.2', P);
+    cleanups.push(() => listener.close());
+    const { stack, sock } = await node('127.217.5.1');
+    sock.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 64 << 20);
+    const dst = { address: '127.217.5.2', port: 4000 };
+    const N = 600;
+    const body = (i: number): Buffer => Buffer.alloc(16 << 10, i & 0xff);
+    sock.sendmsg(body(0), dst);
+    const c0 = await listener.accept(0, 10_000);
+    kernelMap(c0); // a carrier the kernel took: TCP's acknowledgement now releases
+    await collect(c0, [0]);
+    // The peer stops reading: its receive window fills and the rest of 9.6 MB waits, part of it
+    // in our kernel's send queue (written: those writes' callbacks have run; not acknowledged).
+    c0.sock.pause();
+    for (let i = 1; i < N; i++) sock.sendmsg(body(i), dst);
+    const path = (): { retransQueue: number; sendQueue: number } => stack.connections()[0]!.paths[0]!;
+    const conn = [...(stack as unknown as { conns: { values(): Iterable<RdsConnection> } }).conns.values()][0]!;
+    const carrier = tcpPath(conn.path(0)!).sock!;
+    const outq = (): number => native()!.tcpOutq(socketFd(carrier));
+    await until(() => outq() > 4 * body(0).length, 'whole messages written and unacknowledged', 10_000);
+    const held = path().retransQueue;
+    const queued = path().sendQueue;
+    expect(held).toBeGreaterThan(1);
+    // As Node does when the peer resets the connection: the socket is destroyed (its descriptor
+    // gone) before 'close' tells the path, and a write that completed just before calls back in
+    // between. Any release attempt then must release nothing.
+    carrier.destroy();
+    conn.transport.capabilitiesChanged?.(conn);
+    expect(path().retransQueue, 'released while the carrier was being torn down').toBe(held);
+    c0.sock.destroy();
+    // The next carrier gets them again, RETRANSMITTED, in order, then those never sent.
+    const c1 = await listener.accept(1, 10_000);
+    kernelMap(c1);
+    const want = [...Array(held + queued).keys()].map((k) => N - held - queued + k);
+    const again = await collect(c1, want);
+    expect(again.map((m) => m.index)).toEqual(want.map((i) => i & 0xff));
+    expect(again.map((m) => m.flags & 4)).toEqual(want.map((_, k) => (k < held ? 4 : 0)));
+    await until(() => path().retransQueue === 0, 'released once acknowledged on the new carrier');
   });
 });
 

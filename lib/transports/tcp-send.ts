@@ -184,20 +184,17 @@ export class TcpSender {
       return;
     }
     if (tp.provenAt < 0) return; // carrierProven() calls again
+    // A carrier being torn down answers nothing any more: Node drops its descriptor when it
+    // destroys the socket, before 'close' makes the path let go of it, and a write that completed
+    // just before still calls back in between. What TCP had not acknowledged then is lost with the
+    // socket: it stays in the retransmit queue and is resent on the next carrier.
+    if (sock.destroyed) return;
     if (cp.conn.releaseOnTransportAck) {
-      let acked = tp.flushed;
-      const n = native();
-      const fd = socketFd(sock);
-      if (n !== null && fd >= 0) {
-        try {
-          acked = tp.flushed - n.tcpOutq(fd);
-        } catch {
-          acked = tp.flushed;
-        }
-      }
+      const acked = acknowledged(tp, sock);
+      if (acked < 0) return;
+      const upTo = acked > tp.provenAt ? acked : 0;
       let seq = -1;
-      if (acked <= tp.provenAt) acked = 0;
-      for (let h = tp.track.peek(); h !== undefined && h.end <= acked; h = tp.track.peek()) {
+      for (let h = tp.track.peek(); h !== undefined && h.end <= upTo; h = tp.track.peek()) {
         seq = h.seq;
         tp.track.shift();
       }
@@ -209,5 +206,24 @@ export class TcpSender {
     tp.pollOutq(() => {
       if (tp.slot.is(sock)) this.releaseAcked(cp);
     }, this.ctx.ref);
+  }
+}
+
+/**
+ * How far TCP has acknowledged the carrier's stream: the bytes handed to the kernel minus those it
+ * still holds unacknowledged (SIOCOUTQ). Without the native addon, handing them to the kernel is
+ * the best Node can see, and counts (as documented). With it, a carrier whose descriptor is gone
+ * or whose ioctl fails proves nothing: -1, and nothing is released (the bytes the kernel still
+ * held are exactly the ones a reset discards).
+ */
+function acknowledged(tp: TcpPath, sock: Socket): number {
+  const n = native();
+  if (n === null) return tp.flushed;
+  const fd = socketFd(sock);
+  if (fd < 0) return -1;
+  try {
+    return tp.flushed - n.tcpOutq(fd);
+  } catch {
+    return -1;
   }
 }

@@ -139,6 +139,8 @@ export interface MeshReceipt {
   strangers: number;
   next: number;
   timeout: boolean;
+  /** The first skip seen: [index expected, index that came]. */
+  firstGap?: [number, number];
 }
 
 /**
@@ -175,7 +177,10 @@ export async function receiveMesh(
         r.dups++;
         continue;
       }
-      if (i > r.next) r.gaps += i - r.next;
+      if (i > r.next) {
+        r.gaps += i - r.next;
+        r.firstGap ??= [r.next, i];
+      }
       if (!m.data.equals(meshBody(i, m.data.length, seed + kport))) r.bad++;
       r.got++;
       r.next = i + 1;
@@ -190,4 +195,41 @@ export function expectEveryPairExact(theirs: object[], ours: object[], n: number
   const exact = { got: n, next: n, dups: 0, gaps: 0, bad: 0, strangers: 0 };
   for (const t of theirs) expect(t, JSON.stringify(t)).toMatchObject(exact);
   for (const o of ours) expect(o, JSON.stringify(o)).toMatchObject({ ...exact, timeout: false });
+}
+
+/**
+ * tcpdump on the guest's link (the tap in this test's namespace), RDS/TCP only, whole packets,
+ * into `file`; resolves once tcpdump listens. stop(keep) ends it and removes the file unless
+ * `keep`. Without tcpdump on the machine it says so and captures nothing.
+ */
+export async function startCapture(file: string): Promise<{ file: string; stop(keep: boolean): Promise<void> }> {
+  const p = spawn(
+    'tcpdump',
+    ['-i', process.env.RDS_TAP ?? 'rdstap0', '-s', '0', '-B', '32768', '-w', file, 'tcp port 16385'],
+    {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  const exited = new Promise<void>((r) => p.once('close', () => r()));
+  let err = '';
+  const listening = await new Promise<boolean>((resolve) => {
+    p.stderr.on('data', (d) => {
+      err += d;
+      if (err.includes('listening on')) resolve(true);
+    });
+    p.once('error', () => resolve(false));
+    p.once('close', () => resolve(false));
+  });
+  if (!listening) console.log(`packet capture not running: ${err.trim() || 'no tcpdump'}`);
+  return {
+    file,
+    async stop(keep: boolean): Promise<void> {
+      if (listening) {
+        p.kill('SIGINT');
+        await exited;
+      }
+      if (!keep) rmSync(file, { force: true });
+      else console.log(`packet capture kept: ${file} (${err.trim().split('\n').slice(-3).join('; ')})`);
+    },
+  };
 }
