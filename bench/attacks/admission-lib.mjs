@@ -92,6 +92,7 @@ export function attackReport(victim, good, detail) {
   return {
     peakRssMiB: victim.peakRssMiB(),
     goodP99Ms: good.p99(),
+    goodIdleP99Ms: good.idleP99(),
     goodRoundTrips: g.roundTrips,
     goodTimeouts: g.timeouts,
     victimUp: victim.alive(),
@@ -144,8 +145,23 @@ export async function startGoodPeer({ address, victimAddress, tcpPort, tls, time
   }
   let running = false;
   let loop = null;
+  let idleP99 = null;
   return {
     roundTrip,
+    /**
+     * `n` round trips paced like start()'s before the attack begins: their p99 is the yardstick
+     * the attack's p99 is held to (same process, same machine load). They are then forgotten.
+     */
+    async measureIdle(n = 40) {
+      rtts.length = 0; // first contact (connection set-up, handshake) is neither idle nor attack
+      for (let i = 0; i < n; i++) {
+        await roundTrip();
+        await sleep(5);
+      }
+      idleP99 = percentile(rtts.splice(0), 99);
+      return idleP99;
+    },
+    idleP99: () => idleP99,
     /** Round trips back to back until stop(). */
     start() {
       running = true;

@@ -2,7 +2,7 @@
 // peer keeps restarting. Before issue 18 "known" meant "path 0 is up now", so after each drop the
 // peer queued behind the strangers and got back only after 8-17 s (headerTimeoutMs).
 import { connect } from 'node:net';
-import { attackReport, forMs, nextStats, sleep, startGoodPeer, startVictim } from './admission-lib.mjs';
+import { attackReport, forMs, nextStats, percentile, sleep, startGoodPeer, startVictim } from './admission-lib.mjs';
 
 export const name = 'slot-flood-known-peer';
 
@@ -38,8 +38,11 @@ export async function run({ seconds = 3 } = {}) {
     }
   };
   const reconnects = [];
+  /** The round trips between restarts: the peer's service while strangers hold the slots. */
+  const steady = [];
   try {
     await good.roundTrip(); // the peer is known from here on
+    const idleP99Ms = await good.measureIdle();
     refill();
     await sleep(200);
     await forMs(seconds * 1000, async (end) => {
@@ -47,13 +50,18 @@ export async function run({ seconds = 3 } = {}) {
       // (at most 5 s are counted: the attack ends at most one round trip after its time).
       await good.restart();
       reconnects.push(await good.roundTrip());
-      for (let i = 0; i < 20 && Date.now() < end; i++) await good.roundTrip();
+      for (let i = 0; i < 20 && Date.now() < end; i++) {
+        steady.push(await good.roundTrip());
+        await sleep(5);
+      }
     });
     flooding = false;
     const stats = await nextStats(victim);
     return attackReport(victim, good, {
       restarts: reconnects.length,
       reconnectMaxMs: +Math.max(...reconnects).toFixed(1),
+      idleP99Ms,
+      steadyP99Ms: percentile(steady, 99),
       strangersOpened: opened,
       victim: stats?.counters,
     });

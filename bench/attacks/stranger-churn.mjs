@@ -20,6 +20,7 @@ export async function run({ seconds = 3 } = {}) {
   let strangers = 0;
   try {
     await good.roundTrip();
+    await good.measureIdle();
     good.start();
     await forMs(seconds * 1000, async () => {
       if (strangers >= MAX_STRANGERS) return sleep(50);

@@ -34,6 +34,7 @@ export async function run({ seconds = 3 } = {}) {
   let closedByVictim = 0;
   try {
     await good.roundTrip();
+    await good.measureIdle();
     good.start();
     await forMs(seconds * 1000, async () => {
       for (let i = 0; i < PER_TICK && open.size < OPEN && opened < MAX_OPENED; i++) {

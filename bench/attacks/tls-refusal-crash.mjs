@@ -32,6 +32,7 @@ export async function run({ seconds = 3 } = {}) {
   const outcome = { attempts: 0, handshakes: 0, refused: 0 };
   try {
     await good.roundTrip(); // first contact before the attack
+    await good.measureIdle();
     good.start();
     let host = 0;
     await forMs(seconds * 1000, async () => {
