@@ -6,8 +6,9 @@ import { describe, expect, it } from 'vitest';
 // Every example in examples/ that runs on loopback, run as a user would (`node examples/x.mjs`,
 // importing the built package by its name: npm test builds first), with a deadline, and what it
 // prints checked line by line. Addresses 127.60.x.y. kernel-peer.mjs needs a kernel with rds_tcp
-// and rdma.mjs an RDMA device: those two run in their suites (test/interop, test/ib) or are only
-// type-checked (test/readme-types.test.ts); the list below must name every other example.
+// and rdma.mjs an RDMA device: those two run in their suites (test/interop/kernel-example.test.ts,
+// test/ib/rdma.test.ts) and are type-checked by test/readme-types.test.ts; the list below must
+// name every other example.
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const NOT_HERE = ['kernel-peer.mjs', 'rdma.mjs'];

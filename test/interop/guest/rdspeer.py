@@ -7,6 +7,10 @@
   rdspeer.py send ADDR PORTS DEST DPORT N MAXSIZE [SEED]
         from each port of the comma-separated PORTS in turn, send N pattern messages (blocking);
         every socket stays open until the kernel holds none of their messages (up to 60 s)
+  rdspeer.py echo ADDR PORT N
+        the kernel side of examples/kernel-peer.mjs (its C echo server): once bound, create
+        /rdsinst/ready.PORT; send each of N messages back to its sender, print one JSON line each;
+        exit once the kernel holds none of the replies (up to 30 s)
   rdspeer.py ping ADDR DEST              send a zero-length ping to DEST:0, wait for the pong
   rdspeer.py congest ADDR PORT RCVBUF HOLD_S READY_ADDR READY_PORT
         bind with a small SO_RCVBUF, say ready, read nothing for HOLD_S seconds, then drain
@@ -248,6 +252,17 @@ def main(argv):
         # net.rds.max_unacked_packets) or on its own next send: the last few may wait for good.
         drained = wait_unacked(probe, set(ports), float(os.environ.get('DRAIN_S', '60')))
         print(json.dumps({"sent": n, "drained": drained}), flush=True)
+    elif cmd == 'echo':
+        s = sock(argv[1], int(argv[2]))
+        s.settimeout(120)
+        open('/rdsinst/ready.%s' % argv[2], 'w').close()
+        for _ in range(int(argv[3])):
+            data, (a, p) = s.recvfrom(65536)
+            s.sendto(data, (a, p))
+            print(json.dumps({'from': a, 'port': p, 'data': data.decode('utf-8', 'replace')}), flush=True)
+        # Closing discards replies the kernel has not had acknowledged (see 'send'): wait first.
+        probe = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
+        print(json.dumps({'echoed': int(argv[3]), 'drained': wait_unacked(probe, {int(argv[2])}, 30)}), flush=True)
     elif cmd == 'ping':
         s = sock(argv[1], 0)
         s.settimeout(20)
