@@ -97,5 +97,6 @@ describe('a lane dialled to a peer that restarted (larger address)', () => {
     await reading;
     expect(read).toEqual(['m1', 'm2', 'end']);
     expect(A.counters.get('peer_restarted')).toBe(1);
+    expect(A.counters.get('lane_restart_dropped')).toBe(1);
   });
 });
