@@ -197,29 +197,62 @@ export class Handshake {
     if (raised) this.pathsPongPending = false;
   }
 
-  /** A hello, probe or pong arrived (accepted, not a duplicate): everything it says. */
-  frameReceived(header: Buffer): void {
+  /**
+   * A hello, probe or pong arrived (accepted, not a duplicate): everything it says. With `cp`,
+   * the carrier it came on (a hello, whose generation was not looked at before): false when that
+   * carrier was dropped for it (see laneSawRestart) and nothing more of it may be taken.
+   */
+  frameReceived(header: Buffer, cp?: RdsConnPath): boolean {
     const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
     this.conn.stack.counters.add(RDS_CTR.handshake_received);
-    this.generation(hs.genNum);
+    if (!this.generation(hs.genNum, cp)) return false;
     this.settle(hs.rdsCaps ?? 0, hs);
+    return true;
   }
 
   /**
    * A probe or pong before its duplicate check: only its generation (the rest is processed once it
    * is accepted), so a restarted peer's first frames are not taken for old retransmissions.
+   * False when the carrier was dropped for it (see laneSawRestart): the frame is not taken.
    */
-  generationReceived(cp: RdsConnPath, header: Buffer): void {
-    this.generation(decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR))).genNum);
+  generationReceived(cp: RdsConnPath, header: Buffer): boolean {
+    if (!this.generation(decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR))).genNum, cp)) return false;
     // Acks on this carrier now name only sequence numbers of the peer's current life.
     cp.acks.helloReceived();
+    return true;
   }
 
-  /** GEN_NUM: a new one after a known one means the peer restarted (its sequences start over). */
-  private generation(genNum: number | undefined): void {
-    if (genNum === undefined || genNum === 0) return;
-    if (this.genNum !== 0 && this.genNum !== genNum) this.peerRestarted();
+  /**
+   * GEN_NUM: a new one after a known one means the peer restarted (its sequences start over).
+   * False when `cp` is a lane we dialled and was dropped for it (see laneSawRestart).
+   */
+  private generation(genNum: number | undefined, cp?: RdsConnPath): boolean {
+    if (genNum === undefined || genNum === 0) return true;
+    const restarted = this.genNum !== 0 && this.genNum !== genNum;
     this.genNum = genNum;
+    if (!restarted) return true;
+    this.peerRestarted();
+    return cp === undefined || !this.laneSawRestart(cp);
+  }
+
+  /**
+   * A restart seen first on a lane > 0 that we dialled: we dialled it while path 0 still ran to the
+   * old life (lanes wait for path 0's pong, which would have told us the new generation first). The
+   * new life pairs accepted connections by source port only once it has read our SPORT_IDX, so it
+   * may have taken this lane for its path 0: what it sends here is numbered in its path 0's
+   * sequence space, which our path 0 never sees, and it resends that, RETRANSMITTED, on its real
+   * path 0 later: read twice. So nothing more is taken from this carrier, and every path to the
+   * peer is dropped (all were dialled against the old life, some may still be connecting): path 0
+   * reconnects and the lanes follow its pong (RdsConnection.lanesMayConnect), each then paired by
+   * its source port. True when it dropped them.
+   */
+  private laneSawRestart(cp: RdsConnPath): boolean {
+    const conn = this.conn;
+    if (cp.index === 0 || cp.index >= conn.stack.maxPaths || !conn.transport.initiates(cp)) return false;
+    conn.stack.counters.add(RDS_CTR.lane_restart_dropped);
+    for (const p of conn.madePaths())
+      if (p.index < conn.stack.maxPaths) p.drop('peer restarted: lanes wait for path 0');
+    return true;
   }
 
   /**

@@ -71,8 +71,7 @@ export function recvIncoming(
   }
   // rds-socket's hello (seq 0, sport 1 -> dport 0): the handshake, before any data on this carrier.
   if (seq === 0 && sport === RDS_FLAG_PROBE_PORT && dport === 0 && payload.length === 0) {
-    conn.handshake.frameReceived(header);
-    cp.acks.helloReceived();
+    if (conn.handshake.frameReceived(header, cp)) cp.acks.helloReceived();
     return;
   }
 
@@ -82,7 +81,8 @@ export function recvIncoming(
   const handshake =
     payload.length === 0 &&
     ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
-  if (handshake) conn.handshake.generationReceived(cp, header);
+  // False: a lane we dialled met a restarted peer and was dropped (handshake.ts, laneSawRestart).
+  if (handshake && !conn.handshake.generationReceived(cp, header)) return;
 
   // Failover between rds-socket peers: a message moved from a dead path carries that path's index
   // and its sequence there (its original number). Kernels never send the record.

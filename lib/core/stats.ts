@@ -63,6 +63,8 @@ export const RDS_COUNTER_NAMES = [
   'handshake_received',
   'handshake_timeout',
   'peer_restarted',
+  // a peer restart seen first on a lane we dialled: every path dropped, path 0 first again (handshake.ts)
+  'lane_restart_dropped',
   'mprds_fanout',
   'failover_moved',
   'recv_drop_moved_dup',

@@ -138,9 +138,15 @@ export class TcpConnector {
     const localPort = lo + 8 * group + cp.index;
     // The initiator's carrier is identified from the start: its frames go straight up.
     const host = this.ctx.host;
-    const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
+    // A frame that made the core drop this carrier ends it: the rest of the same read is not taken
+    // (a lane that met a restarted peer carries what that peer numbered for its path 0).
+    let mine: Socket | null = null;
+    const reader = new FrameReader((h, p) => {
+      if (mine !== null && tp.slot.is(mine)) host.recvIncoming(cp, h, p);
+    });
     let received = (_n: number): void => {};
     const { sock, ready, slab } = this.dialSocket(conn.laddr, conn.faddr, localPort, reader, (n) => received(n));
+    mine = sock;
     this.ctx.track(sock);
     let connected = false;
     sock.once('error', (err: NodeJS.ErrnoException) => {
