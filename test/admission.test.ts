@@ -1,8 +1,8 @@
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import * as tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LoopTransport, type RdsSocket, RdsStack, TcpTransport, constants } from '../lib/index.js';
-import { rawConnect } from './raw-peer.js';
+import { plainSockets, rawConnect } from './raw-peer.js';
 import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
 import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 
@@ -10,22 +10,16 @@ import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
 // Addresses 127.100.x.y .. 127.109.x.y belong to this file.
 
 const { node, closeAll } = testNodes();
-let raws: Socket[] = [];
+const plain = plainSockets(TEST_TCP_PORT);
 afterEach(async () => {
-  for (const s of raws) s.destroy();
-  raws = [];
+  plain.destroyAll();
   await closeAll();
 });
 
 type StackOpts = ConstructorParameters<typeof RdsStack>[0];
 
 /** A plain TCP connection from `from` to the node's RDS port that sends nothing. */
-function idleConnection(from: string, to: string): Socket {
-  const s = connect({ host: to, port: TEST_TCP_PORT, localAddress: from });
-  s.on('error', () => {});
-  raws.push(s);
-  return s;
-}
+const idleConnection = (from: string, to: string): Socket => plain.start(from, to);
 
 /** Resolves once a message arrives on `sock`, with the time it took from `t0`. */
 async function recvWithin(sock: RdsSocket, ms: number): Promise<{ text: string; ms: number }> {
@@ -58,7 +52,7 @@ describe('TLS admission', () => {
         ...tlsOpts('b'),
         checkServerIdentity: () => undefined,
       });
-      raws.push(s);
+      plain.track(s);
       s.on('secureConnect', () => resolve('secure'));
       s.on('error', () => resolve('refused'));
       s.on('close', () => resolve('refused'));
@@ -80,7 +74,7 @@ describe('TLS admission', () => {
     );
     expect(outcomes.filter((o) => o === 'secure').length).toBeLessThanOrEqual(2);
     expect(v.stack.counters.get('conn_refused_limit')).toBeGreaterThanOrEqual(10);
-    for (const s of raws) s.destroy();
+    plain.destroyAll();
     // Still up: a good peer gets a round trip.
     const a = await tlsNode('127.100.1.1', 'b');
     a.sock.sendmsg(Buffer.from('ping'), v.sock.address());

@@ -1,37 +1,22 @@
 // Issue 18, unbounded memory: peers that ping without acknowledging or reading, senders that
 // ignore congestion, and frames that never finish must not make a node's memory grow without
 // bound, and must not stop other peers' round trips.
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { constants, RdsSocket, RdsStack, type TcpTransport, wire } from '../lib/index.js';
 import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
+import { frameBytes, plainSockets } from './raw-peer.js';
 
 const { node, closeAll } = testNodes();
-let raws: Socket[] = [];
+const plain = plainSockets(TEST_TCP_PORT);
 afterEach(async () => {
-  for (const s of raws) s.destroy();
-  raws = [];
+  plain.destroyAll();
   await closeAll();
 });
 
 /** A plain TCP connection to a node's RDS port, from `from` (smaller than the node: a carrier, not a poke). */
-async function raw(from: string, to: string): Promise<Socket> {
-  const s = connect({ host: to, port: TEST_TCP_PORT, localAddress: from });
-  s.on('error', () => {});
-  raws.push(s);
-  await new Promise<void>((res, rej) => {
-    s.once('connect', res);
-    s.once('error', rej);
-  });
-  return s;
-}
-
-function frame(h: Partial<wire.RdsHeader>, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const b = Buffer.alloc(48 + payload.length);
-  wire.encodeHeader(b, 0, { ...h, len: h.len ?? payload.length });
-  payload.copy(b, 48);
-  return b;
-}
+const raw = (from: string, to: string): Promise<Socket> => plain.connect(from, to);
+const frame = frameBytes;
 
 /** rds-socket's hello claiming acks (so the node keeps what it sends until we acknowledge it). */
 function helloClaimingAcks(): Buffer {

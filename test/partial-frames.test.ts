@@ -2,14 +2,15 @@
 // for them must be within it in memory too (and be given back), every stalled frame must be gone
 // frameTimeoutMs after its header however many wait, and a peer that keeps sending its large frame
 // must not wait behind strangers' stalled ones.
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { type TcpTransport, wire } from '../lib/index.js';
+import type { TcpTransport } from '../lib/index.js';
 import { FrameRank, type PartialFrame, PartialFrameBudget } from '../lib/transports/partial-frames.js';
 import { FrameReader } from '../lib/wire/frame-reader.js';
 import { TEST_TCP_PORT, testNodes, until } from './helpers.js';
+import { frameBytes, plainSockets } from './raw-peer.js';
 
 const MiB = 1 << 20;
 const { STALL_MS } = PartialFrameBudget;
@@ -131,31 +132,14 @@ describe('FrameReader: what a waiting connection keeps', () => {
 // ---- on a node ----
 
 const { node, closeAll } = testNodes();
-let raws: Socket[] = [];
+const plain = plainSockets(TEST_TCP_PORT);
 afterEach(async () => {
-  for (const s of raws) s.destroy();
-  raws = [];
+  plain.destroyAll();
   await closeAll();
 });
 
-async function raw(from: string, to: string): Promise<Socket> {
-  const s = connect({ host: to, port: TEST_TCP_PORT, localAddress: from });
-  s.on('error', () => {});
-  s.on('data', () => {});
-  raws.push(s);
-  await new Promise<void>((res, rej) => {
-    s.once('connect', res);
-    s.once('error', rej);
-  });
-  return s;
-}
-
-function frame(h: Partial<wire.RdsHeader>, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const b = Buffer.alloc(48 + payload.length);
-  wire.encodeHeader(b, 0, { ...h, len: h.len ?? payload.length });
-  payload.copy(b, 48);
-  return b;
-}
+const raw = (from: string, to: string): Promise<Socket> => plain.connect(from, to, { discardReads: true });
+const frame = frameBytes;
 
 /** The issue's attacker: a small frame (identified), then a header for 1 MiB and all of it but the last byte. */
 function stall(s: Socket, almost: Buffer): void {

@@ -176,3 +176,47 @@ export async function rawConnect(from: string, to: string, port: number, kernelL
   });
   return new RawConn(s, kernelLike);
 }
+
+/** One RDS/TCP frame's bytes: `h` encoded (its `len` defaults to the payload's), then the payload. */
+export function frameBytes(h: Partial<wire.RdsHeader>, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const b = Buffer.alloc(48 + payload.length);
+  wire.encodeHeader(b, 0, { ...h, len: h.len ?? payload.length });
+  payload.copy(b, 48);
+  return b;
+}
+
+/**
+ * Plain TCP sockets to a node's RDS port for tests that play a hostile or broken peer at the byte
+ * level; `destroyAll()` (in afterEach) closes every one opened since the last call.
+ */
+export function plainSockets(port: number) {
+  let open: Socket[] = [];
+  /** Connects from `from` to `to` without waiting; the socket swallows its errors. */
+  const start = (from: string, to: string, opts: { discardReads?: boolean } = {}): Socket => {
+    const s = connect({ host: to, port, localAddress: from });
+    s.on('error', () => {});
+    if (opts.discardReads) s.on('data', () => {});
+    open.push(s);
+    return s;
+  };
+  return {
+    start,
+    /** Connects and resolves once the connection is up. */
+    async connect(from: string, to: string, opts: { discardReads?: boolean } = {}): Promise<Socket> {
+      const s = start(from, to, opts);
+      await new Promise<void>((res, rej) => {
+        s.once('connect', res);
+        s.once('error', rej);
+      });
+      return s;
+    },
+    /** Counts a socket made elsewhere in the test so destroyAll() closes it too. */
+    track(s: Socket): void {
+      open.push(s);
+    },
+    destroyAll(): void {
+      for (const s of open) s.destroy();
+      open = [];
+    },
+  };
+}
