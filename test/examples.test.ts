@@ -1,7 +1,8 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { runExample } from './run-example.js';
 
 // Every example in examples/ that runs on loopback, run as a user would (`node examples/x.mjs`,
 // importing the built package by its name: npm test builds first), with a deadline, and what it
@@ -15,27 +16,7 @@ const NOT_HERE = ['kernel-peer.mjs', 'rdma.mjs'];
 const hasOpenssl = spawnSync('openssl', ['version']).status === 0;
 if (!hasOpenssl) console.log('examples/tls.mjs skipped: openssl is not installed (it makes the example certificates)');
 
-function run(file: string, ms = 50_000): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve, reject) => {
-    // RDS_SOCKET_NODE=none: a host node running on this machine must not take the examples' sockets.
-    const p = spawn(process.execPath, [`examples/${file}`], {
-      cwd: ROOT,
-      env: { ...process.env, RDS_SOCKET_NODE: 'none' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    p.stdout!.on('data', (d) => (out += d));
-    p.stderr!.on('data', (d) => (out += d));
-    const t = setTimeout(() => {
-      p.kill('SIGKILL');
-      reject(new Error(`examples/${file} did not finish in ${ms} ms:\n${out}`));
-    }, ms);
-    p.on('exit', (code) => {
-      clearTimeout(t);
-      resolve({ code, out });
-    });
-  });
-}
+const run = (file: string, ms = 50_000) => runExample(file, [], ms);
 
 const lines = (out: string) => out.trimEnd().split('\n');
 
