@@ -10,7 +10,7 @@ import { findBySeq, ReadConfirmations } from './send-confirm.js';
 import { RDS_CTR } from './stats.js';
 
 /**
- * TEST ONLY (the nemesis's proof that it catches loss, nemesis/README): with
+ * TEST ONLY (the nemesis's proof that it catches loss, docs/nemesis.md): with
  * RDS_SOCKET_TEST_BREAK_RETRANSMIT=1 a reset path forgets its retransmit queue, completing the
  * application messages in it as if acknowledged, instead of resending them. Never set it
  * otherwise.
