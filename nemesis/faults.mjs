@@ -100,6 +100,10 @@ export class Nemesis {
         return;
       case 'slow':
         return net.slow(f.node, true);
+      case 'dup':
+        return net.dup(f.node, f.pct);
+      case 'reorder':
+        return net.reorder(f.id, f.node, f.pct);
       case 'rail-cut':
         return net.railLink(f.node, false);
     }
@@ -129,6 +133,10 @@ export class Nemesis {
         return net.link(f.node, true);
       case 'slow':
         return net.slow(f.node, false);
+      case 'dup':
+        return net.dup(f.node, 0);
+      case 'reorder':
+        return net.reorder(f.id, f.node, 0);
       case 'rail-cut':
         return net.railLink(f.node, true);
     }

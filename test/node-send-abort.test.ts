@@ -79,3 +79,22 @@ describe("a host node's backlog and aborted confirm sends", () => {
     await expect(other.recv({ timeout: 500 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
   }, 30_000);
 });
+
+describe("a host node's backlog and confirm sends to co-located sockets", () => {
+  it('a confirm send to an unread co-located socket does not hold back what the sender sends next', async () => {
+    const path = await node();
+    const attached = await RdsStack.attach(path);
+    cleanup.push(() => attached.close());
+    const a = new RdsSocket({ stack: attached });
+    const b = new RdsSocket({ stack: attached });
+    await a.bind({ address: '127.152.3.1', port: 5000 });
+    await b.bind({ address: '127.152.3.1', port: 5001 });
+    const other = await peer('127.152.3.2');
+    // Queued at once (the node's loopback takes it within the call), confirmed only once b reads it.
+    const confirmed = a.send(Buffer.from('to b'), b.address(), { confirm: true, timeout: 20_000 });
+    a.sendmsg(Buffer.from('to other'), other.address());
+    expect((await other.recv({ timeout: 5000 })).data.toString()).toBe('to other');
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('to b');
+    await confirmed;
+  }, 30_000);
+});

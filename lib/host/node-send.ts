@@ -257,7 +257,10 @@ export class SendSide {
     this.handed(s, it);
     const ac = new AbortController();
     this.confirming.set(it.id, ac);
-    const before = s.real.queuedBytes;
+    // Counted as the real socket queues it (queuedBytes is no witness: a co-located destination
+    // takes and acknowledges it within the call, and an empty message counts no bytes).
+    const counters = this.host.node.stack.counters;
+    const before = counters.get('send_queued');
     const sent = s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
       () => {
         this.confirming.delete(it.id);
@@ -268,7 +271,7 @@ export class SendSide {
         this.host.fail(it.id, e);
       },
     );
-    if (it.data.length > 0 && s.real.queuedBytes === before) await sent;
+    if (counters.get('send_queued') === before) await sent;
   }
 
   /** Resolves once the real socket of `s` has room and its congestion maps changed, or `signal` aborts. */
