@@ -32,8 +32,6 @@ export interface SendHost {
 export class SendSide {
   /** AbortControllers of confirm sends handed to the real socket, by request id. */
   private readonly confirming = new Map<number, AbortController>();
-  /** Per socket: the confirm send at its backlog's head waiting for room (woken when a message leaves the real socket). */
-  private readonly roomWaiters = new Map<NodeSock, () => void>();
   /** Sockets with messages handed on and not yet reported to the client. */
   private readonly unreported = new Set<NodeSock>();
   private reportQueued = false;
@@ -68,8 +66,8 @@ export class SendSide {
   /**
    * C_ABORT: the client gave up on confirm send `id` (its timeout or signal) and told its caller
    * so. As the real socket's send() does on a timeout, a message not yet handed on is never sent:
-   * one still waiting in the backlog (behind a head that waits, or the head itself) leaves it, not
-   * to be sent later, after the caller was told it timed out.
+   * one still waiting in the backlog behind a head that waits leaves it, not to be sent later,
+   * after its caller was told it timed out (the nemesis saw one read after later messages).
    */
   abort(s: NodeSock, id: number): void {
     this.confirming.get(id)?.abort();
@@ -77,7 +75,7 @@ export class SendSide {
     for (const it of s.backlog) if (it.id === id) found = it;
     if (found === undefined) return;
     if (found.ac !== null) {
-      found.ac.abort(); // the head, waiting in run(): it leaves the backlog itself
+      found.ac.abort(); // the head, waiting inside real.send(): it leaves the backlog itself
       return;
     }
     const keep = new Fifo<Item>();
@@ -194,8 +192,6 @@ export class SendSide {
    * wakeup of its own per message.
    */
   done(s: NodeSock): void {
-    // A confirm send at the head of the backlog may be waiting for this room.
-    this.roomWaiters.get(s)?.();
     if (s.closed) return;
     this.unreported.add(s);
     // getsockopt reports twice the budget (as Linux does): a quarter of it is an eighth of that.
@@ -239,58 +235,6 @@ export class SendSide {
     return new Promise((resolve) => s.drainWaiters.push(resolve));
   }
 
-  /** Why confirm send `it` cannot be queued by the real socket now: no room, a congested port, or null. */
-  private confirmBlocked(s: NodeSock, it: Item): 'room' | 'cong' | null {
-    if (s.real.queuedBytes >= sndbufOf(s)) return 'room';
-    if (this.host.node.stack.congMap(it.dest.address).test(it.dest.port)) return 'cong';
-    return null;
-  }
-
-  /**
-   * Hands confirm send `it` (the head) to the real socket, which queues it in this turn (room and
-   * an uncongested port were checked): it leaves the backlog, and its answer goes to the client
-   * once the peer confirmed it. Should the real socket still have had to wait (nothing known
-   * makes it), the backlog waits for its outcome rather than let later messages overtake it.
-   */
-  private async handConfirm(s: NodeSock, it: Item, opts: ReturnType<typeof sendOpts>): Promise<void> {
-    s.backlog.shift();
-    this.handed(s, it);
-    const ac = new AbortController();
-    this.confirming.set(it.id, ac);
-    // Counted as the real socket queues it (queuedBytes is no witness: a co-located destination
-    // takes and acknowledges it within the call, and an empty message counts no bytes).
-    const counters = this.host.node.stack.counters;
-    const before = counters.get('send_queued');
-    const sent = s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
-      () => {
-        this.confirming.delete(it.id);
-        this.host.answer(it.id, null);
-      },
-      (e) => {
-        this.confirming.delete(it.id);
-        this.host.fail(it.id, e);
-      },
-    );
-    if (counters.get('send_queued') === before) await sent;
-  }
-
-  /** Resolves once the real socket of `s` has room and its congestion maps changed, or `signal` aborts. */
-  private untilRoomOrClear(s: NodeSock, signal: AbortSignal): Promise<void> {
-    const stack = this.host.node.stack;
-    return new Promise<void>((resolve) => {
-      const wake = (): void => {
-        signal.removeEventListener('abort', wake);
-        stack.removeCongWaiter(wake);
-        this.roomWaiters.delete(s);
-        resolve();
-      };
-      if (signal.aborted) return resolve();
-      signal.addEventListener('abort', wake, { once: true });
-      stack.addCongWaiter(wake);
-      this.roomWaiters.set(s, wake);
-    });
-  }
-
   /** Hands the backlog to the real socket in order; waits (without blocking other sockets) for room or an uncongested port. */
   private async run(s: NodeSock): Promise<void> {
     s.running = true;
@@ -299,32 +243,20 @@ export class SendSide {
         const it = s.backlog.peek()!;
         const opts = sendOpts(it);
         if (it.confirm) {
-          // The real send() waits for the peer's confirmation, but the messages behind this one
-          // must not be handed on before it is queued: it stays the head until the real socket
-          // takes it at once (room, destination not congested). Handed to a send() that waits
-          // for room or for the port to clear, it could be overtaken: a later message handed on
-          // by accept() in the turn that woke it but before its wakeup runs.
-          let congested = false;
-          let blocked = this.confirmBlocked(s, it);
-          while (blocked !== null && !s.closed) {
-            if (blocked === 'cong' && !congested) {
-              congested = true;
-              this.host.event(s.id, { ev: 'cong', a: it.dest.address, p: it.dest.port });
-            }
-            it.ac ??= new AbortController();
-            if (it.ac.signal.aborted) break;
-            await this.untilRoomOrClear(s, it.ac.signal);
-            blocked = this.confirmBlocked(s, it);
-          }
-          if (congested) this.host.event(s.id, { ev: 'uncong', a: it.dest.address, p: it.dest.port });
-          if (blocked === null && !s.closed && !it.ac?.signal.aborted) {
-            await this.handConfirm(s, it, opts);
-            continue;
-          }
-          // Aborted (C_ABORT, RDS_CANCEL_SENT_TO) or closed: it leaves unsent.
-          if (s.backlog.peek() === it) s.backlog.shift();
+          s.backlog.shift();
           this.handed(s, it);
-          if (!s.closed) this.host.fail(it.id, new RdsError('ECANCELED', 'the send was aborted before it was queued'));
+          const ac = new AbortController();
+          this.confirming.set(it.id, ac);
+          s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
+            () => {
+              this.confirming.delete(it.id);
+              this.host.answer(it.id, null);
+            },
+            (e) => {
+              this.confirming.delete(it.id);
+              this.host.fail(it.id, e);
+            },
+          );
           continue;
         }
         const r = this.tryHand(s, it);
@@ -363,11 +295,6 @@ export class SendSide {
       if (s.backlog.length === 0) drained(s);
     }
   }
-}
-
-/** Bytes the real socket of `s` may queue (getsockopt reports twice SO_SNDBUF, as Linux does). */
-function sndbufOf(s: NodeSock): number {
-  return s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) / 2;
 }
 
 /** The sendmsg() options a backlog item carries (none for a plain message). */
