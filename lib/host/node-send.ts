@@ -66,8 +66,8 @@ export class SendSide {
   /**
    * C_ABORT: the client gave up on confirm send `id` (its timeout or signal) and told its caller
    * so. As the real socket's send() does on a timeout, a message not yet handed on is never sent:
-   * one still waiting in the backlog behind a head that waits leaves it, not to be sent later,
-   * after its caller was told it timed out (the nemesis saw one read after later messages).
+   * one still waiting in the backlog behind a head that waits leaves it, rather than be sent
+   * later, after its caller was told it timed out.
    */
   abort(s: NodeSock, id: number): void {
     this.confirming.get(id)?.abort();
