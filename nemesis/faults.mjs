@@ -3,11 +3,16 @@
 import { openSync, writeSync } from 'node:fs';
 import { TCP_PORT, TLS_PORT } from './cluster.mjs';
 
-/** The process a fault acts on, if any. */
+/**
+ * What a fault holds and the next fault on it must wait for: the process it acts on, or the
+ * node's root qdisc (slow and reorder replace it). The schedule never overlaps them, but under
+ * load a heal runs late, and the next one's start must not meet it.
+ */
 function procOf(f) {
   if (f.kind === 'kill-app' || f.kind === 'pause') return f.proc;
   if (f.kind === 'kill-host') return `d${f.node}`;
   if (f.kind.startsWith('kill-embedded')) return `e${f.node}`;
+  if (f.kind === 'slow' || f.kind === 'reorder') return `qdisc${f.node}`;
   return null;
 }
 
@@ -18,7 +23,7 @@ export class Nemesis {
     this.timers = [];
     this.active = new Map();
     this.errors = [];
-    /** Per process: the heal of the last fault on it (a late restart must not meet the next kill). */
+    /** Per process (or qdisc): the heal of the last fault on it (a late restart must not meet the next kill). */
     this.procTurn = new Map();
   }
   log(rec) {
@@ -100,6 +105,10 @@ export class Nemesis {
         return;
       case 'slow':
         return net.slow(f.node, true);
+      case 'dup':
+        return net.dup(f.node, f.pct);
+      case 'reorder':
+        return net.reorder(f.id, f.node, f.pct);
       case 'rail-cut':
         return net.railLink(f.node, false);
     }
@@ -129,6 +138,10 @@ export class Nemesis {
         return net.link(f.node, true);
       case 'slow':
         return net.slow(f.node, false);
+      case 'dup':
+        return net.dup(f.node, 0);
+      case 'reorder':
+        return net.reorder(f.id, f.node, 0);
       case 'rail-cut':
         return net.railLink(f.node, true);
     }

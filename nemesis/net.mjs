@@ -239,6 +239,60 @@ export class Net {
     ]);
     return Math.max(0, out.trim().split('\n').length - 1);
   }
+  /**
+   * Duplicates `pct` percent of node i's packets to the other nodes (nft `dup to` the veth itself
+   * in its egress hook; netem, which would do it otherwise, is not in this kernel), or stops (0).
+   * TCP discards the copies: what RDS sees is the receiver's duplicate ACKs and DSACKs.
+   */
+  dup(i, pct) {
+    const t = `${this.prefix}dup`;
+    const lines = [`table netdev ${t}`, `delete table netdev ${t}`];
+    if (pct > 0)
+      lines.push(
+        `table netdev ${t} {`,
+        `  chain egress { type filter hook egress device ${this.dev(i)} priority 0; policy accept;`,
+        `    ip daddr 10.77.0.0/23 numgen random mod 100 < ${pct} dup to ${this.dev(i)}`,
+        '  }',
+        '}',
+      );
+    return run('ip', ['netns', 'exec', this.ns(i), 'nft', '-f', '-'], `${lines.join('\n')}\n`);
+  }
+  /**
+   * Reorders and delays `pct` percent of node i's packets to the other nodes: nft sets their
+   * priority to an htb class limited to 4 Mbit/s, so they queue behind the rest, which leave at
+   * once (netem's reordering, with the means this kernel has). Off: the rule and the qdisc go.
+   */
+  async reorder(id, i, pct) {
+    const tc = (...args) => run('ip', ['netns', 'exec', this.ns(i), 'tc', ...args]);
+    const dev = this.dev(i);
+    if (pct > 0) {
+      await tc('qdisc', 'replace', 'dev', dev, 'root', 'handle', '1:', 'htb', 'default', '1', 'r2q', '100000');
+      await tc('class', 'replace', 'dev', dev, 'parent', '1:', 'classid', '1:1', 'htb', 'rate', '10gbit');
+      await tc(
+        'class',
+        'replace',
+        'dev',
+        dev,
+        'parent',
+        '1:',
+        'classid',
+        '1:2',
+        'htb',
+        'rate',
+        '4mbit',
+        'ceil',
+        '4mbit',
+      );
+      this.rules[i].set(id, {
+        input: [],
+        output: [`ip daddr 10.77.0.0/23 numgen random mod 100 < ${pct} meta priority set 1:2`],
+      });
+      return this.applyRules(i);
+    }
+    this.rules[i].delete(id);
+    await this.applyRules(i);
+    return tc('qdisc', 'del', 'dev', dev, 'root');
+  }
   /** A slow link (tbf) on node i's egress, or back to normal. */
   slow(i, on) {
     const args = on

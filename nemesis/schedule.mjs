@@ -36,6 +36,8 @@ export const KINDS = {
   loss: { dur: [2000, 8000] },
   reset: { dur: [0, 0] }, // ss -K: instant
   slow: { dur: [3000, 8000] }, // tc tbf 2 Mbit/s on the node's egress
+  dup: { dur: [2000, 8000] }, // nft dup of 10-50% of the node's outgoing packets
+  reorder: { dur: [2000, 8000] }, // 10-50% of the node's outgoing packets held back in a 4 Mbit/s htb class
   'rail-cut': { dur: [2000, 8000] },
 };
 
@@ -111,15 +113,25 @@ export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000, on
         break;
       }
       case 'loss':
+      case 'dup':
         f.node = r.pick(nodes);
         f.pct = r.int(10, 50);
-        keys = [`k:loss:${f.node}`];
+        keys = [`k:${kind}:${f.node}`];
+        break;
+      case 'reorder': // the node's root qdisc, as slow's
+        f.node = r.pick(nodes);
+        f.pct = r.int(10, 50);
+        keys = [`k:qdisc:${f.node}`];
+        break;
+      case 'slow':
+        f.node = r.pick(nodes);
+        keys = [`k:qdisc:${f.node}`];
         break;
       case 'rail-cut':
         f.node = r.pick(topo.rails);
         keys = ['k:rail'];
         break;
-      default: // link-flap, reset, slow
+      default: // link-flap, reset
         f.node = r.pick(nodes);
         keys = [`k:${kind}:${f.node}`];
     }

@@ -69,6 +69,20 @@ describe('nemesis schedule', () => {
       }
     }
   });
+
+  it('never overlaps slow and reorder on one node (both replace its root qdisc)', () => {
+    let both = 0;
+    for (let seed = 1; seed <= 20; seed++) {
+      const { faults } = schedule({ seed, seconds: 120, topo });
+      const q = faults.filter((f: { kind: string }) => f.kind === 'slow' || f.kind === 'reorder');
+      if (q.some((f: { kind: string }) => f.kind === 'slow') && q.some((f: { kind: string }) => f.kind === 'reorder'))
+        both++;
+      for (const f of q)
+        for (const g of q)
+          if (f !== g && f.node === g.node) expect(f.at >= g.at + g.dur || f.at + f.dur <= g.at).toBe(true);
+    }
+    expect(both).toBe(20);
+  });
 });
 
 describe('nemesis report', () => {

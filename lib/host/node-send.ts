@@ -63,10 +63,26 @@ export class SendSide {
     this.unreported.delete(s);
   }
 
-  /** C_ABORT: the client gave up on confirm send `id`. */
+  /**
+   * C_ABORT: the client gave up on confirm send `id` (its timeout or signal) and told its caller
+   * so. As the real socket's send() does on a timeout, a message not yet handed on is never sent:
+   * one still waiting in the backlog behind a head that waits leaves it, rather than be sent
+   * later, after its caller was told it timed out.
+   */
   abort(s: NodeSock, id: number): void {
-    for (const it of s.backlog) if (it.id === id) it.ac?.abort();
     this.confirming.get(id)?.abort();
+    let found: Item | undefined;
+    for (const it of s.backlog) if (it.id === id) found = it;
+    if (found === undefined) return;
+    if (found.ac !== null) {
+      found.ac.abort(); // the head, waiting inside real.send(): it leaves the backlog itself
+      return;
+    }
+    const keep = new Fifo<Item>();
+    for (const it of s.backlog) if (it !== found) keep.push(it);
+    s.backlog = keep;
+    this.handed(s, found);
+    this.host.fail(id, new RdsError('ECANCELED', 'the send was aborted before the node handed it on'));
   }
 
   /** RDS_CANCEL_SENT_TO: messages to address:port still waiting here go first, as the real socket drops its own. */
