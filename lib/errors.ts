@@ -25,7 +25,8 @@ export type RdsErrorCode =
   | 'ECONNREFUSED'
   | 'ENETDOWN'
   | 'EEXIST'
-  | 'ENOENT';
+  | 'ENOENT'
+  | 'ENOTTY';
 
 const errnos = osConstants.errno as Record<string, number>;
 

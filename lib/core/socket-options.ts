@@ -28,6 +28,7 @@ import { SocketRecv } from './socket-recv.js';
 import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetMrOptions } from './rdma.js';
 import { MrTable } from './rdma-ops.js';
 import { parseEndpoint } from './address.js';
+import { infoGetsockopt, isInfoOption, type RdsInfoResult } from './info-sockopt.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
 export abstract class SocketOptions extends SocketRecv {
@@ -232,8 +233,11 @@ export abstract class SocketOptions extends SocketRecv {
   ): number;
   /** An option given by a computed number; checked at run time (ENOPROTOOPT). */
   getsockopt(level: number, optname: number): number;
-  getsockopt(level: number, optname: number): number {
+  /** RDS_INFO_* / RDS6_INFO_*: the kernel's records into `buffer`, all or none (ENOSPC: error.length needed). */
+  getsockopt(level: typeof SOL_RDS, optname: number, buffer: Uint8Array): RdsInfoResult;
+  getsockopt(level: number, optname: number, buffer?: Uint8Array): number | RdsInfoResult {
     this.checkOpen('getsockopt()');
+    if (level === SOL_RDS && isInfoOption(optname)) return infoGetsockopt(() => this.stack.info(), optname, buffer);
     if (level === SOL_SOCKET) {
       switch (optname) {
         // Linux reports twice the value set (the kernel's bookkeeping overhead allowance).

@@ -38,6 +38,8 @@ import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
 import { readMsg, writeCount, writeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
+import { attachedInfoRefusal } from './attached-info.js';
+import { isInfoOption, type RdsInfoResult } from '../core/info-sockopt.js';
 import { readOption, UnansweredCalls } from './attached-refusals.js';
 import {
   bindEndpoint,
@@ -450,10 +452,12 @@ export class AttachedSocket extends RdsSocket {
     if (level === SOL_SOCKET && optname === SO_SNDBUF) this.#waiters.wakeAll();
   }
 
-  override getsockopt(level: number, optname: number): number {
+  override getsockopt(level: number, optname: number, buffer?: Uint8Array): number & RdsInfoResult {
     this.#check('getsockopt()');
-    if (level === SOL_RDS && optname === SO_RDS_TRANSPORT) return this.#transport ?? RDS_TRANS_NONE;
-    return super.getsockopt(level, optname);
+    if (level === SOL_RDS && isInfoOption(optname)) throw attachedInfoRefusal(optname, buffer);
+    if (level === SOL_RDS && optname === SO_RDS_TRANSPORT)
+      return (this.#transport ?? RDS_TRANS_NONE) as number & RdsInfoResult;
+    return super.getsockopt(level, optname) as number & RdsInfoResult;
   }
 
   override async close(): Promise<void> {
