@@ -243,4 +243,40 @@ describe('getsockopt(SOL_RDS, RDS_INFO_*)', () => {
       length: 0,
     });
   });
+
+  it.each(['attached', 'attached-process'] as const)(
+    "on a socket %s to a host node: rdsInfo() returns the node's records; getsockopt refuses (EOPNOTSUPP)",
+    async (kind) => {
+      pair = await makePair(kind, NET, ++host);
+      const a = pair.a.address();
+      await pair.a.send(Buffer.from('to b'), pair.b.address(), { signal: timeout() });
+      expect(() => pair!.a.getsockopt(SOL_RDS, constants.RDS_INFO_SOCKETS, Buffer.alloc(0))).toThrow(
+        expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/rdsInfo/) }),
+      );
+      let need = -1;
+      await pair.a.rdsInfo(constants.RDS_INFO_SOCKETS, Buffer.alloc(0)).catch((e: RdsInfoSpaceError) => {
+        expect(e.code).toBe('ENOSPC');
+        need = e.length;
+      });
+      expect(need).toBe(28); // node A has one socket: A's
+      const buf = Buffer.alloc(need);
+      expect(await pair.a.rdsInfo(constants.RDS_INFO_SOCKETS, buf)).toEqual({ recordSize: 28, length: 28 });
+      expect(ip4(buf, 4)).toBe(a.address);
+      expect(buf.readUInt16BE(12)).toBe(a.port);
+      // The node's connection to B, as the node sees it.
+      const c = Buffer.alloc(42 * 8);
+      const r = await pair.a.rdsInfo(constants.RDS_INFO_CONNECTIONS, c);
+      expect(r.recordSize).toBe(42);
+      const peers = records({ each: 42, buf: c.subarray(0, r.length) }).map((x) => ip4(x, 20));
+      expect(peers).toContain(pair.b.address().address);
+      // An unbound socket of the same stack asks the same node.
+      const u = new RdsSocket({ stack: pair.stackA });
+      const cnt = Buffer.alloc(40 * RDS_COUNTER_NAMES.length);
+      expect(await u.rdsInfo(constants.RDS_INFO_COUNTERS, cnt)).toEqual({ recordSize: 40, length: cnt.length });
+      await u.close();
+      await expect(pair.a.rdsInfo(constants.RDS_INFO_FLOWS, Buffer.alloc(8))).rejects.toMatchObject({
+        code: 'ENOPROTOOPT',
+      });
+    },
+  );
 });

@@ -269,6 +269,11 @@ export abstract class SocketOptions extends SocketRecv {
         throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
     }
   }
+
+  /** getsockopt(SOL_RDS, RDS_INFO_*, buffer) that also works on a socket attached to a host node (the node answers). */
+  async rdsInfo(optname: number, buffer: Uint8Array): Promise<RdsInfoResult> {
+    return this.getsockopt(SOL_RDS, optname, buffer);
+  }
 }
 
 /** An integer option value (a boolean counts as 0/1); EINVAL otherwise. @internal */
