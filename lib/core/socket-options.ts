@@ -28,6 +28,7 @@ import { SocketRecv } from './socket-recv.js';
 import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetMrOptions } from './rdma.js';
 import { MrTable } from './rdma-ops.js';
 import { parseEndpoint } from './address.js';
+import { rdsIoctl } from './tos.js';
 import { infoGetsockopt, isInfoOption, type RdsInfoResult } from './info-sockopt.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
@@ -268,6 +269,12 @@ export abstract class SocketOptions extends SocketRecv {
       default:
         throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
     }
+  }
+
+  /** ioctl(2): SIOCRDSSETTOS (arg: the TOS; once, before the first send), SIOCRDSGETTOS; see tos.ts. */
+  ioctl(request: number, arg?: number): number {
+    this.checkOpen('ioctl()');
+    return rdsIoctl(request, arg, this.transportType, this.lastConn !== null);
   }
 
   /** getsockopt(SOL_RDS, RDS_INFO_*, buffer) that also works on a socket attached to a host node (the node answers). */

@@ -38,6 +38,7 @@ import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
 import { readMsg, writeCount, writeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
+import { rdsIoctl } from '../core/tos.js';
 import { attachedInfoRefusal, attachedRdsInfo } from './attached-info.js';
 import { isInfoOption, type RdsInfoResult } from '../core/info-sockopt.js';
 import { readOption, UnansweredCalls } from './attached-refusals.js';
@@ -458,6 +459,11 @@ export class AttachedSocket extends RdsSocket {
     if (level === SOL_RDS && optname === SO_RDS_TRANSPORT)
       return (this.#transport ?? RDS_TRANS_NONE) as number & RdsInfoResult;
     return super.getsockopt(level, optname) as number & RdsInfoResult;
+  }
+
+  override ioctl(request: number, arg?: number): number {
+    this.#check('ioctl()');
+    return rdsIoctl(request, arg, this.#transport ?? RDS_TRANS_NONE, this.sameFamilyAs !== '');
   }
 
   override async rdsInfo(optname: number, buffer: Uint8Array): Promise<RdsInfoResult> {
