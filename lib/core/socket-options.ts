@@ -135,6 +135,10 @@ export abstract class SocketOptions extends SocketRecv {
       case RDS_RECVERR:
         this.recvErr = boolValue(value, 'RDS_RECVERR');
         return;
+      case SO_TIMESTAMP: // af_rds.c takes SO_TIMESTAMP_OLD / _NEW at SOL_RDS too
+      case SO_TIMESTAMP_NEW:
+        this.timestamps = boolValue(value, 'SO_TIMESTAMP');
+        return;
       case RDS_CONG_MONITOR:
         this.congMonitor = boolValue(value, 'RDS_CONG_MONITOR');
         if (!this.congMonitor) {
