@@ -18,6 +18,7 @@ import {
   RDS6_INFO_TCP_SOCKETS,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
+import { RdsInfoSpaceError, type RdsInfoResult } from './info-result.js';
 import type { StackInfo } from './info.js';
 import {
   connectionRecords,
@@ -29,32 +30,12 @@ import {
   tcpSocketRecords,
 } from './info-records.js';
 
+export { RdsInfoSpaceError, type RdsInfoResult };
+
 // getsockopt(SOL_RDS, RDS_INFO_*) with the kernel's calling convention (info.c
 // rds_info_getsockopt): the caller's buffer receives every record or none; the answer is the size
 // of one record and the bytes the records take (the kernel's return value and *optlen); a buffer
 // too small is ENOSPC carrying the length needed, so a probe with an empty buffer finds it.
-
-/** What getsockopt(SOL_RDS, RDS_INFO_*, buffer) returns: the kernel's return value and *optlen. */
-export interface RdsInfoResult {
-  /** The size of one record (getsockopt's positive return value in C). */
-  recordSize: number;
-  /** The bytes written to the buffer (`*optlen` on return): a multiple of recordSize. */
-  length: number;
-}
-
-/** The ENOSPC of a buffer too small: `length` is the size needed (`*optlen` in C). */
-export class RdsInfoSpaceError extends RdsError {
-  constructor(
-    readonly length: number,
-    given: number,
-    what: string,
-  ) {
-    super(
-      'ENOSPC',
-      `${what} needs a buffer of ${length} bytes, got ${given}; retry with error.length bytes (the records may grow meanwhile)`,
-    );
-  }
-}
 
 const NAMES: Record<number, string> = {
   [RDS_INFO_COUNTERS]: 'RDS_INFO_COUNTERS',

@@ -29,7 +29,8 @@ import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetM
 import { MrTable } from './rdma-ops.js';
 import { parseEndpoint } from './address.js';
 import { rdsIoctl } from './tos.js';
-import { infoGetsockopt, isInfoOption, type RdsInfoResult } from './info-sockopt.js';
+import { infoGetsockopt, isInfoOption } from './info-sockopt.js';
+import type { RdsInfoResult } from './info-result.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
 export abstract class SocketOptions extends SocketRecv {

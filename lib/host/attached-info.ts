@@ -1,6 +1,6 @@
 import { RDS_MAX_MSG_SIZE, SOL_RDS } from '../constants.js';
 import { RdsError } from '../errors.js';
-import { RdsInfoSpaceError, type RdsInfoResult } from '../core/info-sockopt.js';
+import { RdsInfoSpaceError, type RdsInfoResult } from '../core/info-result.js';
 import type { RdsSocket } from '../core/socket.js';
 import { num } from './protocol.js';
 

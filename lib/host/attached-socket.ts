@@ -40,7 +40,8 @@ import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
 import { rdsIoctl } from '../core/tos.js';
 import { attachedInfoRefusal, attachedRdsInfo } from './attached-info.js';
-import { isInfoOption, type RdsInfoResult } from '../core/info-sockopt.js';
+import { isInfoOption } from '../core/info-sockopt.js';
+import type { RdsInfoResult } from '../core/info-result.js';
 import { readOption, UnansweredCalls } from './attached-refusals.js';
 import {
   bindEndpoint,
