@@ -26,7 +26,8 @@ export type RdsErrorCode =
   | 'ENETDOWN'
   | 'EEXIST'
   | 'ENOENT'
-  | 'ENOTTY';
+  | 'ENOTTY'
+  | 'EFAULT';
 
 const errnos = osConstants.errno as Record<string, number>;
 
