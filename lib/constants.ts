@@ -138,24 +138,50 @@ export const RDS_CMSG_ZCOPY_COMPLETION = 13;
 // getsockopt(SOL_RDS, RDS_INFO_*)
 /** The first RDS_INFO_* number the kernel defines. */
 export const RDS_INFO_FIRST = 10000;
-/** getsockopt(SOL_RDS) info request of the kernel (counters (`stack.stats().counters`)); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (counters (`stack.stats().counters`)); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_COUNTERS = 10000;
-/** getsockopt(SOL_RDS) info request of the kernel (connections (`stack.connections()`)); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (connections (`stack.connections()`)); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_CONNECTIONS = 10001;
-/** getsockopt(SOL_RDS) info request of the kernel (messages queued to send); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (messages queued to send); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_SEND_MESSAGES = 10003;
-/** getsockopt(SOL_RDS) info request of the kernel (messages waiting for acknowledgement); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (messages waiting for acknowledgement); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_RETRANS_MESSAGES = 10004;
-/** getsockopt(SOL_RDS) info request of the kernel (messages waiting to be read); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (messages waiting to be read); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_RECV_MESSAGES = 10005;
-/** getsockopt(SOL_RDS) info request of the kernel (sockets); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (sockets); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_SOCKETS = 10006;
-/** getsockopt(SOL_RDS) info request of the kernel (TCP connections); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (TCP connections); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_TCP_SOCKETS = 10007;
-/** getsockopt(SOL_RDS) info request of the kernel (InfiniBand connections); here served by `rds-info` and the stack's methods, not by getsockopt. */
+/** getsockopt(SOL_RDS) info request of the kernel (InfiniBand connections); records into a buffer: `sock.getsockopt(SOL_RDS, RDS_INFO_..., buffer)`. */
 export const RDS_INFO_IB_CONNECTIONS = 10008;
+/** Deprecated by the kernel (no handler): ENOPROTOOPT. */
+export const RDS_INFO_FLOWS = 10002;
+/** Defined by the kernel without a handler: ENOPROTOOPT. */
+export const RDS_INFO_CONNECTION_STATS = 10009;
+/** Defined by the kernel without a handler (iWARP is gone): ENOPROTOOPT. */
+export const RDS_INFO_IWARP_CONNECTIONS = 10010;
+/** getsockopt(SOL_RDS) info request: connections, IPv4 and IPv6 (rds6_info_connection records). */
+export const RDS6_INFO_CONNECTIONS = 10011;
+/** getsockopt(SOL_RDS) info request: messages queued to send, IPv4 and IPv6 (rds6_info_message). */
+export const RDS6_INFO_SEND_MESSAGES = 10012;
+/** getsockopt(SOL_RDS) info request: messages waiting for acknowledgement, IPv4 and IPv6. */
+export const RDS6_INFO_RETRANS_MESSAGES = 10013;
+/** getsockopt(SOL_RDS) info request: messages waiting to be read, IPv4 and IPv6. */
+export const RDS6_INFO_RECV_MESSAGES = 10014;
+/** getsockopt(SOL_RDS) info request: bound sockets, IPv4 and IPv6 (rds6_info_socket). */
+export const RDS6_INFO_SOCKETS = 10015;
+/** getsockopt(SOL_RDS) info request: TCP paths, IPv4 and IPv6 (rds6_info_tcp_socket). */
+export const RDS6_INFO_TCP_SOCKETS = 10016;
+/** getsockopt(SOL_RDS) info request: InfiniBand connections, IPv4 and IPv6 (rds6_info_rdma_connection). */
+export const RDS6_INFO_IB_CONNECTIONS = 10017;
 /** The last RDS_INFO_* number the kernel defines. */
 export const RDS_INFO_LAST = 10017;
+
+// ioctl(2) requests (uapi linux/rds.h; SIOCPROTOPRIVATE is 0x89e0)
+/** ioctl: set the socket's type of service (`sock.ioctl(SIOCRDSSETTOS, tos)`); once, before the first send. */
+export const SIOCRDSSETTOS = 0x89e0;
+/** ioctl: read the socket's type of service (`sock.ioctl(SIOCRDSGETTOS)`). */
+export const SIOCRDSGETTOS = 0x89e1;
 
 // Congestion monitor helpers
 /** Number of bits of the RDS_CONG_MONITOR mask (64): ports map to bit `port % 64`. */

@@ -25,7 +25,9 @@ export type RdsErrorCode =
   | 'ECONNREFUSED'
   | 'ENETDOWN'
   | 'EEXIST'
-  | 'ENOENT';
+  | 'ENOENT'
+  | 'ENOTTY'
+  | 'EFAULT';
 
 const errnos = osConstants.errno as Record<string, number>;
 

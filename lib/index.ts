@@ -42,6 +42,7 @@ export type {
 export type { ConnState } from './core/path.js';
 export type { PeerEvent, PeerInfo, PeerStateName } from './core/peer-state.js';
 export { RdsError, type RdsErrorCode } from './errors.js';
+export { RdsInfoSpaceError, type RdsInfoResult } from './core/info-result.js';
 export { RDS_COUNTER_NAMES, type RdsCounterName } from './core/stats.js';
 export { TcpTransport, type TcpTransportOptions } from './transports/tcp.js';
 export { LoopTransport } from './transports/loop.js';

@@ -3,8 +3,9 @@
  * rds-info for rds-socket nodes: reads a node's control endpoint (a stack opened with
  * { control: true }) and prints what rds-tools' rds-info prints for the kernel, plus -R: every
  * path (lanes and rails) with its addresses and figures.
- *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [--json] [-p PID | --socket PATH]
- * (-v, accepted before, did nothing and is refused now.)
+ *   rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [-v] [--json] [-p PID | --socket PATH]
+ * -v (verbose) adds to each InfiniBand connection (-I) what rds-tools' rds-info -v adds: the
+ * queue pair's ring sizes and the kernel's MR pool and cache figures (0 here: none exist).
  */
 import { HOW_TO_OPEN, controlDir, controlRequest, nodeSockets } from './control-client.js';
 import { l, parseFlags, r } from './format.js';
@@ -61,7 +62,7 @@ interface Info {
   recvQueue: Msg[];
 }
 
-const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [--json] [-p PID | --socket PATH]';
+const USAGE = 'usage: rds-info [-c] [-k] [-n] [-r] [-s] [-t] [-T] [-I] [-R] [-v] [--json] [-p PID | --socket PATH]';
 
 const FLAGS: Record<string, string> = {
   UP: 'C',
@@ -72,7 +73,13 @@ const FLAGS: Record<string, string> = {
   RESETTING: 'r',
 };
 
-function print(info: Info, want: Set<string>): void {
+/** rds-info -v's tail of an IB connection line, as rds-tools prints it (fields this node lacks are 0). */
+function ibVerbose(t: Record<string, number> | null | undefined): string {
+  const n = (k: string): number => (typeof t?.[k] === 'number' ? t[k] : 0);
+  return `  send_wr=${n('maxSendWr')}, recv_wr=${n('maxRecvWr')}, send_sge=${n('maxSendSge')}, rdma_mr_max=0, rdma_mr_size=0, cache_allocs=0`;
+}
+
+function print(info: Info, want: Set<string>, verbose: boolean): void {
   const all = want.size === 0;
   const out: string[] = [];
   if (all || want.has('-c')) {
@@ -169,7 +176,7 @@ function print(info: Info, want: Set<string>): void {
       const p = c.paths[0];
       if (p === undefined) continue;
       out.push(
-        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(p.transport?.completionsPerWakeup ?? '-', 8)}`,
+        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(p.transport?.completionsPerWakeup ?? '-', 8)}${verbose ? ibVerbose(p.transport) : ''}`,
       );
     }
   }
@@ -189,6 +196,7 @@ async function main(): Promise<number> {
       '-T': 'flag',
       '-I': 'flag',
       '-R': 'flag',
+      '-v': 'flag',
       '--json': 'flag',
       '-p': 'value',
       '--socket': 'value',
@@ -231,7 +239,7 @@ async function main(): Promise<number> {
   }
   for (const info of infos) {
     if (infos.length > 1) console.log(`\n=== node pid ${info.pid} ===`);
-    print(info, want);
+    print(info, want, opts['-v'] === true);
   }
   return 0;
 }

@@ -3,14 +3,16 @@
  * rds-ping: as rds-tools' rds-ping. Sends a zero-length message to port 0 of a node every
  * interval from one of 8 sockets (round robin) and prints each pong's round trip. Works against
  * rds-socket nodes and kernel RDS nodes.
- *   rds-ping [-c count] [-i interval] [-I source] [--tcp-port P] destination
+ *   rds-ping [-c count] [-i interval] [-I source] [-Q tos] [--tcp-port P] destination
+ * -Q sets each socket's TOS (SIOCRDSSETTOS) after bind, as rds-tools does; over TCP the kernel
+ * and rds-socket map every TOS to 0, so the pings travel as without it.
  * Exit status 0 if at least one reply arrived.
  */
 import { createSocket } from 'node:dgram';
 import { RdsSocket, RdsStack, RdsError, constants } from '../index.js';
 import { parseFlags } from './format.js';
 
-const USAGE = 'usage: rds-ping [-c count] [-i interval] [-I source] [--tcp-port P] destination';
+const USAGE = 'usage: rds-ping [-c count] [-i interval] [-I source] [-Q tos] [--tcp-port P] destination';
 
 /** -i accepts seconds (fractional) or a number with an ms / usec suffix. */
 export function parseInterval(s: string): number {
@@ -43,6 +45,7 @@ async function main(): Promise<number> {
       '-c': 'value',
       '-i': 'value',
       '-I': 'value',
+      '-Q': 'value',
       '--tcp-port': 'value',
       '-h': 'flag',
       '--help': 'flag',
@@ -59,7 +62,12 @@ async function main(): Promise<number> {
   const dest = rest[0]!;
   let count = Infinity;
   let interval = 1000;
+  let tos = 0;
   try {
+    if (typeof opts['-Q'] === 'string') {
+      tos = Number(opts['-Q']);
+      if (!/^\d+$/.test(opts['-Q']) || tos > 255) throw new Error(`bad TOS "${opts['-Q']}" (0 to 255)`);
+    }
     if (typeof opts['-c'] === 'string') {
       count = Number(opts['-c']);
       if (!Number.isInteger(count) || count < 1) throw new Error(`bad count "${opts['-c']}"`);
@@ -72,12 +80,12 @@ async function main(): Promise<number> {
   const given = typeof opts['-I'] === 'string' ? opts['-I'] : null;
   let source = given ?? (await sourceFor(dest));
   const tcpPort = typeof opts['--tcp-port'] === 'string' ? Number(opts['--tcp-port']) : constants.RDS_TCP_PORT;
-  let bound = await bindSockets(source, tcpPort);
+  let bound = await bindSockets(source, tcpPort, tos);
   if (bound instanceof RdsError && bound.code === 'EADDRINUSE' && given === null && isLoopback(source)) {
     // The usual case: `rds-ping 127.0.0.1` on a host whose RDS node holds 127.0.0.1 (its TCP port
     // is taken there). Any other loopback address reaches it: ping from the first free one.
     for (const alt of loopbackCandidates(source, dest)) {
-      const b = await bindSockets(alt, tcpPort);
+      const b = await bindSockets(alt, tcpPort, tos);
       if (!(b instanceof Error)) {
         console.error(
           `rds-ping: ${source} is held by an RDS node on this host; pinging from ${alt} (choose the source with -I)`,
@@ -93,7 +101,9 @@ async function main(): Promise<number> {
     console.error(
       held
         ? `rds-ping: cannot use ${source} as the source: an RDS node on this host holds it (TCP port ${tcpPort} is taken there); give another local address with -I source`
-        : `rds-ping: cannot bind to ${source}: ${bound.message}`,
+        : bound instanceof RdsError && bound.message.includes('SIOCRDSSETTOS')
+          ? `rds-ping: failed to set TOS ${tos}: ${bound.message}`
+          : `rds-ping: cannot bind to ${source}: ${bound.message}`,
     );
     return 1;
   }
@@ -163,7 +173,11 @@ async function main(): Promise<number> {
 }
 
 /** Eight sockets bound to `source` in a stack of their own, or why not. */
-async function bindSockets(source: string, tcpPort: number): Promise<{ stack: RdsStack; socks: RdsSocket[] } | Error> {
+async function bindSockets(
+  source: string,
+  tcpPort: number,
+  tos: number,
+): Promise<{ stack: RdsStack; socks: RdsSocket[] } | Error> {
   const stack = new RdsStack({ tcpPort });
   const socks: RdsSocket[] = [];
   try {
@@ -171,6 +185,7 @@ async function bindSockets(source: string, tcpPort: number): Promise<{ stack: Rd
       const s = new RdsSocket({ stack });
       await s.bind({ address: source, port: 0 });
       socks.push(s);
+      if (tos !== 0) s.ioctl(constants.SIOCRDSSETTOS, tos);
     }
     return { stack, socks };
   } catch (e) {

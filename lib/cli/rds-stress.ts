@@ -10,7 +10,7 @@
  * power-of-two histogram), --tcp-port, --startup SECONDS, --timeout SECONDS.
  */
 import { connect, createServer, type Socket } from 'node:net';
-import { RdsStack, constants } from '../index.js';
+import { RdsSocket, RdsStack, constants } from '../index.js';
 import { parseFlags } from './format.js';
 import { StressRun, StressStats } from './stress-run.js';
 import {
@@ -22,10 +22,11 @@ import {
   STRESS_HEADER_BYTES,
   type StressOptions,
 } from './stress-wire.js';
+import { Perfdata, type PerfdataRun } from './stress-perfdata.js';
 
 const USAGE =
   'usage: rds-stress [-s dest] [-r local] [-p port] [-q req] [-a ack] [-d depth] [-t tasks] [-T seconds] [-o] [-v] [-z] [-Q tos] [--async]\n' +
-  '                  [--connect-retries N] [--tcp-port P] [--histogram] [--startup SECONDS] [--timeout SECONDS]';
+  '                  [--connect-retries N] [--tcp-port P] [--histogram] [--show-perfdata] [--startup SECONDS] [--timeout SECONDS]';
 
 export const HEADER = 'tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %';
 
@@ -135,6 +136,8 @@ const plainAddress = (a: string | undefined): string => (a ?? '').replace(/^::ff
 interface RunFlags {
   tcpPort: number;
   histogram: boolean;
+  /** --show-perfdata: the "::" CSV lines instead of the table rows. */
+  perfdata: boolean;
   startupSecs: number;
   timeoutMs: number;
 }
@@ -164,6 +167,7 @@ async function main(): Promise<number> {
       '--connect-retries': 'value',
       '--tcp-port': 'value',
       '--histogram': 'flag',
+      '--show-perfdata': 'flag',
       '--startup': 'value',
       '--timeout': 'value',
       '-h': 'flag',
@@ -197,10 +201,12 @@ async function main(): Promise<number> {
     o.verify = a['-v'] === true ? 1 : 0;
     o.summaryOnly = a['-z'] === true ? 1 : 0;
     o.async = a['--async'] === true ? 1 : 0;
+    o.showPerfdata = a['--show-perfdata'] === true ? 1 : 0;
     full = o.tos !== 0 || o.async !== 0;
     flags = {
       tcpPort: num('--tcp-port', constants.RDS_TCP_PORT, 1, 65535),
       histogram: a['--histogram'] === true,
+      perfdata: a['--show-perfdata'] === true,
       startupSecs: num('--startup', 4, 0, 60),
       timeoutMs: num('--timeout', 30, 1, 3600) * 1000,
     };
@@ -320,7 +326,8 @@ async function runSide(
     clearTimeout(startTask);
     run.start();
     const summaryOnly = o.summaryOnly !== 0;
-    if (!summaryOnly) console.log(HEADER);
+    const perf = flags.perfdata ? new Perfdata(new RdsSocket({ stack })) : null;
+    if (!summaryOnly) console.log(perf?.header() ?? HEADER);
     const summary = new StressStats();
     const firstTs = performance.now();
     let lastTs = firstTs;
@@ -340,7 +347,10 @@ async function runSide(
       cur.add(run.stats);
       const delta = diff(cur, last);
       last = cur;
-      if (!summaryOnly) console.log(row(o.nrTasks, delta, 1000 / (now - lastTs), true));
+      if (!summaryOnly)
+        console.log(
+          perf?.row(perfRun(o, delta, 1000 / (now - lastTs))) ?? row(o.nrTasks, delta, 1000 / (now - lastTs), true),
+        );
       summary.add(delta);
       lastTs = now;
       // A tick lands a hair early now and then; 1% of a second is not another row.
@@ -362,6 +372,23 @@ async function runSide(
     ctl.destroy();
     await stack.close();
   }
+}
+
+/** A perfdata row's run figures: rds-tools' row, per second; no RDMA and no CPU soakers here. */
+function perfRun(o: StressOptions, s: StressStats, scale: number): PerfdataRun {
+  return {
+    nrTasks: o.nrTasks,
+    reqSize: o.reqSize,
+    ackSize: o.ackSize,
+    rdmaSize: o.rdmaSize,
+    reqSent: s.reqTx,
+    thruput: (scale * s.bytes) / 1024,
+    rdmaIn: 0,
+    rdmaOut: 0,
+    txDelayUs: avg(s.sendUsSum, s.sendN),
+    rttUs: avg(s.rttUsSum, s.rttN),
+    cpuPercent: -1,
+  };
 }
 
 function diff(a: StressStats, b: StressStats): StressStats {

@@ -103,6 +103,8 @@ export class StressRun {
     for (let i = 0; i < o.nrTasks; i++) {
       const s = new RdsSocket({ stack: this.stack });
       await s.bind({ address: o.receiveAddr, port: o.startingPort + 1 + i });
+      // -Q: the socket's TOS, after bind as rds-tools sets it (TCP maps every TOS to 0).
+      if (o.tos !== 0) s.ioctl(constants.SIOCRDSSETTOS, o.tos);
       // rds-tools sets exactly what the run needs; never go below the default budget here.
       for (const opt of [constants.SO_SNDBUF, constants.SO_RCVBUF]) {
         if (Number(s.getsockopt(constants.SOL_SOCKET, opt)) / 2 < want) s.setsockopt(constants.SOL_SOCKET, opt, want);

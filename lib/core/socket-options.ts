@@ -28,6 +28,9 @@ import { SocketRecv } from './socket-recv.js';
 import { checkCookie, checkGetMr, rdmaUnsupported, type FreeMrOptions, type GetMrOptions } from './rdma.js';
 import { MrTable } from './rdma-ops.js';
 import { parseEndpoint } from './address.js';
+import { rdsIoctl } from './tos.js';
+import { infoGetsockopt, isInfoOption } from './info-sockopt.js';
+import type { RdsInfoResult } from './info-result.js';
 
 /** setsockopt/getsockopt of RdsSocket; see RdsSocket. */
 export abstract class SocketOptions extends SocketRecv {
@@ -133,6 +136,10 @@ export abstract class SocketOptions extends SocketRecv {
       case RDS_RECVERR:
         this.recvErr = boolValue(value, 'RDS_RECVERR');
         return;
+      case SO_TIMESTAMP: // af_rds.c takes SO_TIMESTAMP_OLD / _NEW at SOL_RDS too
+      case SO_TIMESTAMP_NEW:
+        this.timestamps = boolValue(value, 'SO_TIMESTAMP');
+        return;
       case RDS_CONG_MONITOR:
         this.congMonitor = boolValue(value, 'RDS_CONG_MONITOR');
         if (!this.congMonitor) {
@@ -232,8 +239,11 @@ export abstract class SocketOptions extends SocketRecv {
   ): number;
   /** An option given by a computed number; checked at run time (ENOPROTOOPT). */
   getsockopt(level: number, optname: number): number;
-  getsockopt(level: number, optname: number): number {
+  /** RDS_INFO_* / RDS6_INFO_*: the kernel's records into `buffer`, all or none (ENOSPC: error.length needed). */
+  getsockopt(level: typeof SOL_RDS, optname: number, buffer: Uint8Array): RdsInfoResult;
+  getsockopt(level: number, optname: number, buffer?: Uint8Array): number | RdsInfoResult {
     this.checkOpen('getsockopt()');
+    if (level === SOL_RDS && isInfoOption(optname)) return infoGetsockopt(() => this.stack.info(), optname, buffer);
     if (level === SOL_SOCKET) {
       switch (optname) {
         // Linux reports twice the value set (the kernel's bookkeeping overhead allowance).
@@ -264,6 +274,17 @@ export abstract class SocketOptions extends SocketRecv {
       default:
         throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
     }
+  }
+
+  /** ioctl(2): SIOCRDSSETTOS (arg: the TOS; once, before the first send), SIOCRDSGETTOS; see tos.ts. */
+  ioctl(request: number, arg?: number): number {
+    this.checkOpen('ioctl()');
+    return rdsIoctl(request, arg, this.transportType, this.lastConn !== null);
+  }
+
+  /** getsockopt(SOL_RDS, RDS_INFO_*, buffer) that also works on a socket attached to a host node (the node answers). */
+  async rdsInfo(optname: number, buffer: Uint8Array): Promise<RdsInfoResult> {
+    return this.getsockopt(SOL_RDS, optname, buffer);
   }
 }
 

@@ -38,6 +38,10 @@ import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
 import { readMsg, writeCount, writeSend } from './hot-frames.js';
 import type { AttachedStack, NodeLink } from './client.js';
 import { AttachedWaiters } from './attached-waiters.js';
+import { rdsIoctl } from '../core/tos.js';
+import { attachedInfoRefusal, attachedRdsInfo } from './attached-info.js';
+import { isInfoOption } from '../core/info-sockopt.js';
+import type { RdsInfoResult } from '../core/info-result.js';
 import { readOption, UnansweredCalls } from './attached-refusals.js';
 import {
   bindEndpoint,
@@ -450,10 +454,22 @@ export class AttachedSocket extends RdsSocket {
     if (level === SOL_SOCKET && optname === SO_SNDBUF) this.#waiters.wakeAll();
   }
 
-  override getsockopt(level: number, optname: number): number {
+  override getsockopt(level: number, optname: number, buffer?: Uint8Array): number & RdsInfoResult {
     this.#check('getsockopt()');
-    if (level === SOL_RDS && optname === SO_RDS_TRANSPORT) return this.#transport ?? RDS_TRANS_NONE;
-    return super.getsockopt(level, optname);
+    if (level === SOL_RDS && isInfoOption(optname)) throw attachedInfoRefusal(optname, buffer);
+    if (level === SOL_RDS && optname === SO_RDS_TRANSPORT)
+      return (this.#transport ?? RDS_TRANS_NONE) as number & RdsInfoResult;
+    return super.getsockopt(level, optname) as number & RdsInfoResult;
+  }
+
+  override ioctl(request: number, arg?: number): number {
+    this.#check('ioctl()');
+    return rdsIoctl(request, arg, this.#transport ?? RDS_TRANS_NONE, this.sameFamilyAs !== '');
+  }
+
+  override async rdsInfo(optname: number, buffer: Uint8Array): Promise<RdsInfoResult> {
+    this.#check('rdsInfo()');
+    return attachedRdsInfo((meta) => this.#link.request('info', this.#sid, meta), optname, buffer);
   }
 
   override async close(): Promise<void> {

@@ -104,7 +104,8 @@ export class NodeLink {
         if (r === undefined) return;
         this.reqs.delete(f.id);
         if (f.meta.err !== undefined) r.reject(errorFrom(f.meta.err));
-        else r.resolve(f.meta.v);
+        // An answer with records in its data (the 'info' request) resolves with both.
+        else r.resolve(f.meta.data === true ? { v: f.meta.v, data: Buffer.from(f.data) } : f.meta.v);
         return;
       }
       case N_MSG:

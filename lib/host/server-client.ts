@@ -1,6 +1,7 @@
 // The host node's side of one attached client: its control socket, the calls it makes on its
 // sockets, and the pump that hands received messages to it within its window.
 import type { Socket } from 'node:net';
+import { nodeInfoAnswer } from './attached-info.js';
 import { SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
@@ -370,6 +371,13 @@ export class Client {
             closeNodeSock(s);
           }
           this.answer(f.id, null);
+          return;
+        }
+        case 'info': {
+          // RDS_INFO_* of an attached socket (sock.rdsInfo()): the node's records, in the data.
+          const a = nodeInfoAnswer(this.sockOf(f).real, f.meta);
+          this.outstanding--;
+          this.send(N_RESP, 0, f.id, { ok: true, v: a.meta, data: true }, a.data);
           return;
         }
         default:

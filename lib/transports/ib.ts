@@ -470,6 +470,9 @@ export class IbTransport implements RdsTransport {
       freeSendSlots: tp.freeSendSlots,
       reassembling: tp.reassembling !== null,
       peer: tp.established ? (tp.peerRdsSocket ? 'rds-socket' : 'kernel') : null,
+      // The queue pair's ring sizes (RDS_INFO_IB_CONNECTIONS' max_send_wr / max_recv_wr).
+      maxSendWr: this.sendSlots + 1,
+      maxRecvWr: this.recvSlots,
       // How well completions batch: each wake-up of the completion channel costs a trip through
       // the event loop, so more completions per wake-up is cheaper per message.
       ...completionFigures(tp.completionFigures),

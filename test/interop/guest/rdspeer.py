@@ -25,6 +25,8 @@
         pattern(index, size, SEED + sender port). Once every socket is bound, creates
         /rdsinst/ready.mesh; senders keep their sockets open (closing one drops what it has not
         delivered) until /rdsinst/mesh.done appears. One JSON line per pair: got, dups, gaps, bad.
+With RDSPEER_TOS=N in the environment every socket sets TOS N (SIOCRDSSETTOS) after bind and
+prints {"tos_set": N, "tos_kept": what SIOCRDSGETTOS reads back}.
 Addresses may be IPv6 (recv, send, ping): python's socket module only takes IPv4 addresses for
 AF_RDS, so those calls go to libc with a sockaddr_in6.
 """
@@ -215,6 +217,13 @@ def sock(addr, port, sndbuf=8 << 20, rcvbuf=None):
     if ':' in addr:
         s = Rds6(s)
     s.bind((addr, port))
+    if os.environ.get('RDSPEER_TOS'):
+        import fcntl
+        tos = int(os.environ['RDSPEER_TOS'])
+        fd = getattr(s, 's', s).fileno()
+        fcntl.ioctl(fd, 0x89E0, struct.pack('B', tos))  # SIOCRDSSETTOS
+        kept = struct.unpack('B', fcntl.ioctl(fd, 0x89E1, b'\0'))[0]  # SIOCRDSGETTOS
+        print(json.dumps({'tos_set': tos, 'tos_kept': kept}), flush=True)
     return s
 
 

@@ -1,0 +1,115 @@
+import { readFileSync } from 'node:fs';
+import { isIPv6 } from 'node:net';
+import { RdsError } from '../errors.js';
+
+// IPv6 link-local addresses and their zone (`fe80::1%eth0`, the kernel's sin6_scope_id), with the
+// rules af_rds.c (rds_bind, rds_connect) and send.c (rds_sendmsg) apply: a link-local address
+// needs a scope; a socket keeps one scope (rs_bound_scope_id), set by bind or by connect() to a
+// link-local peer, and every later link-local address must be on that link (EINVAL otherwise);
+// a destination without a scope takes the socket's. Scopes compare as interface indexes, as
+// sin6_scope_id does: a zone given by name is the index of that interface in this namespace.
+//
+// Not wired yet: the socket calls and the TCP transport do not take zoned addresses (see
+// docs/socket-api.md); these are the rules they are to follow, tested on their own.
+
+/** An address split from its zone: `fe80::1%eth0` is { address: 'fe80::1', zone: 'eth0' }. */
+export interface ScopedAddress {
+  address: string;
+  zone: string | null;
+}
+
+/** Splits `addr%zone`; EINVAL for an empty zone, a zone on an IPv4 address, or a bad address. */
+export function splitZone(text: string, what: string): ScopedAddress {
+  const at = text.indexOf('%');
+  if (at < 0) return { address: text, zone: null };
+  const address = text.slice(0, at);
+  const zone = text.slice(at + 1);
+  if (!isIPv6(address))
+    throw new RdsError('EINVAL', `${what}: a zone (%${zone}) is only for IPv6 addresses, got "${text}"`);
+  if (!/^[A-Za-z0-9_.:-]{1,15}$/.test(zone))
+    throw new RdsError('EINVAL', `${what}: "${zone}" is not an interface name or index (as in fe80::1%eth0)`);
+  return { address, zone };
+}
+
+/** Whether an IPv6 address is link-local (fe80::/10). */
+export function isLinkLocal(address: string): boolean {
+  return isIPv6(address) && /^fe[89ab][0-9a-f]:/i.test(address);
+}
+
+/**
+ * The interface index a zone names (sin6_scope_id): a number as given, a name through
+ * /sys/class/net/<name>/ifindex. ENODEV for a name this namespace has no interface of.
+ */
+export function zoneIndex(zone: string, readIndex = sysIfindex): number {
+  if (/^\d+$/.test(zone)) return Number(zone);
+  const i = readIndex(zone);
+  if (i === null)
+    throw new RdsError('ENODEV', `no network interface "${zone}" here (from the zone of a link-local address)`);
+  return i;
+}
+
+function sysIfindex(name: string): number | null {
+  if (name.includes('/') || name === '.' || name === '..') return null;
+  try {
+    const v = Number(readFileSync(`/sys/class/net/${name}/ifindex`, 'latin1').trim());
+    return Number.isInteger(v) && v > 0 ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The scope an address carries: its zone's index if link-local (EINVAL without one), else 0. */
+function scopeOf(a: ScopedAddress, what: string, index: (zone: string) => number): number {
+  if (!isLinkLocal(a.address)) return 0;
+  if (a.zone === null)
+    throw new RdsError('EINVAL', `${what} ${a.address} is link-local: give its interface, as in ${a.address}%eth0`);
+  return index(a.zone);
+}
+
+/**
+ * bind(): the socket's scope after binding `local` (rds_bind). `kept` is the scope the socket
+ * holds (from connect() to a link-local peer, or 0), `connected` whether it has a peer.
+ */
+export function bindScope(
+  local: ScopedAddress,
+  kept: number,
+  connected: boolean,
+  index: (zone: string) => number = zoneIndex,
+): number {
+  const scope = scopeOf(local, 'bind address', index);
+  if (connected && scope !== 0 && kept !== 0 && scope !== kept)
+    throw new RdsError(
+      'EINVAL',
+      `bind address ${local.address}%${local.zone} is on another link than the connect()ed peer`,
+    );
+  return scope !== 0 ? scope : kept;
+}
+
+/** connect(): the socket's scope after connecting to `peer` (rds_connect); `bound` says whether it is bound. */
+export function connectScope(
+  peer: ScopedAddress,
+  kept: number,
+  bound: boolean,
+  index: (zone: string) => number = zoneIndex,
+): number {
+  const scope = scopeOf(peer, 'connect() address', index);
+  if (scope === 0) return kept;
+  if (bound && kept !== 0 && scope !== kept)
+    throw new RdsError(
+      'EINVAL',
+      `connect() address ${peer.address}%${peer.zone} is on another link than the bound address`,
+    );
+  return scope;
+}
+
+/**
+ * sendmsg() to `dest`: the scope the message goes out with (rds_sendmsg). A destination without a
+ * scope takes the socket's; a link-local socket sends only to its own link (EINVAL).
+ */
+export function sendScope(dest: ScopedAddress, kept: number, index: (zone: string) => number = zoneIndex): number {
+  const scope = scopeOf(dest, 'destination', index);
+  if (scope === kept || scope === 0) return kept;
+  if (kept !== 0)
+    throw new RdsError('EINVAL', `destination ${dest.address}%${dest.zone} is on another link than this socket's`);
+  return scope;
+}
