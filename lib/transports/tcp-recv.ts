@@ -6,6 +6,7 @@ import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-fram
 import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { refuse, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+import { readQueuedBeforeResetDestroy } from './tcp-drain.js';
 import type { TcpSender } from './tcp-send.js';
 
 /**
@@ -290,6 +291,8 @@ export class TcpReceiver {
       }),
     );
     sock.on('error', () => {});
+    // What a kernel sent before resetting the connection is read before the descriptor goes.
+    readQueuedBeforeResetDestroy(sock);
     sock.once('close', () => carrier.lost(sock, 'connection closed', () => tp.readerGone()));
     return received;
   }

@@ -1,0 +1,65 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { RdsSocket, RdsStack } from '../lib/index.js';
+import { TEST_TCP_PORT } from './helpers.js';
+import { RawListener, type RawConn } from './raw-peer.js';
+
+// Loopback addresses 127.218.x.y belong to this file.
+const P = TEST_TCP_PORT;
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+/** A 6.1 kernel's first frame on every connection it takes as a path: its congestion map. */
+function kernelMap(c: RawConn): void {
+  c.send({ sequence: 0, flags: 1, sport: 0, dport: 0 }, Buffer.alloc(8192));
+}
+
+/**
+ * A kernel sender releases a message once our TCP has acknowledged it (spec §2.4). When the
+ * kernel then resets the connection before our node has read those bytes (its event loop was
+ * held), they are still in our socket's receive queue: the reset does not discard them, only
+ * closing the descriptor does. Node destroys a socket whose write fails (ECONNRESET, EPIPE),
+ * closing the descriptor before libuv reads what is queued (issue #40: the first messages of
+ * four kernel senders lost after the test's senders held the loop for 35 s).
+ */
+describe('kernel peers: bytes our TCP acknowledged before the kernel reset the connection (#40)', () => {
+  it('a write failing on the reset does not lose what is queued unread: every message is delivered', async () => {
+    const listener = await RawListener.listen('127.218.0.2', P);
+    cleanups.push(() => listener.close());
+    const stack = new RdsStack({ tcpPort: P, reconnectMaxDelayMs: 50 });
+    cleanups.push(() => stack.close());
+    const sock = new RdsSocket({ stack });
+    await sock.bind({ address: '127.218.0.1', port: 4000 });
+    const dst = { address: '127.218.0.2', port: 4000 };
+    sock.sendmsg(Buffer.from('first'), dst);
+    const c0 = await listener.accept(0, 10_000);
+    kernelMap(c0);
+    expect((await c0.nextUser(10_000)).payload).toEqual(Buffer.from('first'));
+    // One synchronous section, as a node whose event loop is held: the kernel sends K messages
+    // (one segment, sent at once: loopback delivers it to our socket before the write returns)
+    // and resets the connection; our application then sends, and the carrier's write fails on
+    // the reset before the loop ever polls the socket for reading.
+    const K = 20;
+    c0.sock.setNoDelay(true);
+    c0.sock.cork();
+    for (let i = 0; i < K; i++) c0.send({ sequence: 100 + i, sport: 5000, dport: 4000 }, Buffer.from([i, 7, 7]));
+    c0.sock.uncork();
+    c0.sock.resetAndDestroy();
+    sock.sendmsg(Buffer.from('after the reset'), dst);
+
+    const got: number[] = [];
+    for (let i = 0; i < K; i++) {
+      const m = await sock.recv({ timeout: 5000 }).catch(() => null);
+      if (m === null) break;
+      expect(m.address).toBe('127.218.0.2');
+      got.push(m.data[0]!);
+    }
+    expect(got, 'messages queued in our socket before the reset').toEqual([...Array(K).keys()]);
+    // The path comes back on a new connection and the message sent after the reset gets there.
+    const c1 = await listener.accept(1, 10_000);
+    kernelMap(c1);
+    expect((await c1.nextUser(10_000)).payload).toEqual(Buffer.from('after the reset'));
+    expect(sock.recvmsg()).toBeNull();
+  });
+});
