@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack } from '../lib/index.js';
-import { TEST_TCP_PORT } from './helpers.js';
+import { RdsSocket, RdsStack, wire } from '../lib/index.js';
+import { TEST_TCP_PORT, until } from './helpers.js';
 import { RawListener, type RawConn } from './raw-peer.js';
 
 // Loopback addresses 127.218.x.y belong to this file.
@@ -61,5 +61,45 @@ describe('kernel peers: bytes our TCP acknowledged before the kernel reset the c
     kernelMap(c1);
     expect((await c1.nextUser(10_000)).payload).toEqual(Buffer.from('after the reset'));
     expect(sock.recvmsg()).toBeNull();
+  });
+});
+
+/**
+ * A node whose event loop was held past frameTimeoutMs runs the frame's timer before the poll
+ * that reads the rest of the frame, which had come meanwhile: the frame must not be taken for a
+ * stalled one (the connection reset, and what our TCP acknowledged after it lost with it).
+ */
+describe('a frame completed while the event loop was held (#40)', () => {
+  it('is delivered, not dropped by its timeout before the poll that reads it', async () => {
+    const frameTimeoutMs = 300;
+    const listener = await RawListener.listen('127.218.1.2', P);
+    cleanups.push(() => listener.close());
+    const stack = new RdsStack({ tcpPort: P, reconnectMaxDelayMs: 50, frameTimeoutMs });
+    cleanups.push(() => stack.close());
+    const sock = new RdsSocket({ stack });
+    await sock.bind({ address: '127.218.1.1', port: 4000 });
+    sock.sendmsg(Buffer.from('first'), { address: '127.218.1.2', port: 4000 });
+    const c0 = await listener.accept(0, 10_000);
+    kernelMap(c0);
+    await c0.nextUser(10_000);
+    c0.sock.setNoDelay(true);
+    // Header and half the payload: the node reads them and its frame timer starts.
+    const payload = Buffer.alloc(4000, 9);
+    const frame = Buffer.alloc(48 + payload.length);
+    wire.encodeHeader(frame, 0, { sequence: 100, sport: 5000, dport: 4000, len: payload.length });
+    payload.copy(frame, 48);
+    const reads = (): number => stack.counters.get('tcp_data_ready_calls');
+    const before = reads();
+    c0.sock.write(frame.subarray(0, 2048));
+    await until(() => reads() > before, 'the first half read');
+    // The rest comes while the loop is held past the frame's deadline.
+    c0.sock.write(frame.subarray(2048));
+    const end = Date.now() + 2 * frameTimeoutMs;
+    while (Date.now() < end) {
+      /* the held event loop */
+    }
+    const m = await sock.recv({ timeout: 5000 });
+    expect(m.data).toEqual(payload);
+    expect(stack.counters.get('recv_drop_frame_timeout')).toBe(0);
   });
 });

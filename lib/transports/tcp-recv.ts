@@ -140,12 +140,18 @@ export class TcpReceiver {
           armFrameTimer(Math.max(frameTimeoutMs - late, tp.held ? 1000 : 1));
           return;
         }
-        stopFrame();
-        violation(
-          RDS_CTR.recv_drop_frame_timeout,
-          `frame payload not complete within ${frameTimeoutMs} ms`,
-          'frame timeout',
-        );
+        // Timers run before the poll: after an event loop held past the deadline, the rest of
+        // the frame may be waiting unread. The verdict comes after that poll (#40).
+        const frame = reader.frames;
+        setImmediate(() => {
+          if (!carrier.is(sock) || frameStart === 0 || reader.frames !== frame) return;
+          stopFrame();
+          violation(
+            RDS_CTR.recv_drop_frame_timeout,
+            `frame payload not complete within ${frameTimeoutMs} ms`,
+            'frame timeout',
+          );
+        });
       }, ms);
       frameTimer.unref();
     };
@@ -234,12 +240,16 @@ export class TcpReceiver {
         if (headerTimer === null) {
           headerTimer = setTimeout(() => {
             headerTimer = null;
-            if (!carrier.is(sock) || !reader.partialHeader || cp.readPaused) return;
-            violation(
-              RDS_CTR.recv_drop_header_timeout,
-              `no complete header within ${headerTimeoutMs} ms`,
-              'header timeout',
-            );
+            // As for frames: what came while the event loop was held is read first.
+            const frames = reader.frames;
+            setImmediate(() => {
+              if (!carrier.is(sock) || !reader.partialHeader || cp.readPaused || reader.frames !== frames) return;
+              violation(
+                RDS_CTR.recv_drop_header_timeout,
+                `no complete header within ${headerTimeoutMs} ms`,
+                'header timeout',
+              );
+            });
           }, headerTimeoutMs);
           headerTimer.unref();
         }
