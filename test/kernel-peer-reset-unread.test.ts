@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, wire } from '../lib/index.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
-import { RawListener, type RawConn } from './raw-peer.js';
+import { RawListener, rawConnect, type RawConn } from './raw-peer.js';
 
 // Loopback addresses 127.218.x.y belong to this file.
 const P = TEST_TCP_PORT;
@@ -101,5 +101,29 @@ describe('a frame completed while the event loop was held (#40)', () => {
     const m = await sock.recv({ timeout: 5000 });
     expect(m.data).toEqual(payload);
     expect(stack.counters.get('recv_drop_frame_timeout')).toBe(0);
+  });
+});
+
+describe('a new connection whose first frame came while the event loop was held (#40)', () => {
+  it('is taken, not reset as a connection that sent nothing in time', async () => {
+    const headerTimeoutMs = 300;
+    const stack = new RdsStack({ tcpPort: P, headerTimeoutMs });
+    cleanups.push(() => stack.close());
+    const sock = new RdsSocket({ stack });
+    await sock.bind({ address: '127.218.2.2', port: 4000 });
+    // A kernel on the smaller address connects; our node takes the connection and waits for its
+    // first frame.
+    const c0 = await rawConnect('127.218.2.1', '127.218.2.2', P);
+    cleanups.push(() => c0.sock.destroy());
+    await until(() => stack.connections()[0]?.paths[0]?.state === 'UP', 'the connection taken as a path');
+    c0.sock.setNoDelay(true);
+    kernelMap(c0);
+    c0.send({ sequence: 1, sport: 5000, dport: 4000 }, Buffer.from('held'));
+    const end = Date.now() + 2 * headerTimeoutMs;
+    while (Date.now() < end) {
+      /* the held event loop */
+    }
+    expect((await sock.recv({ timeout: 5000 })).data).toEqual(Buffer.from('held'));
+    expect(stack.counters.get('recv_drop_header_timeout')).toBe(0);
   });
 });

@@ -219,8 +219,11 @@ export class TcpReceiver {
     const identifyTimer = identified
       ? null
       : setTimeout(() => {
-          if (identified || !carrier.is(sock)) return;
-          violation(RDS_CTR.recv_drop_header_timeout, null, 'no frame from a new connection');
+          // A first frame that came while the event loop was held is read in the next poll.
+          setImmediate(() => {
+            if (identified || !carrier.is(sock)) return;
+            violation(RDS_CTR.recv_drop_header_timeout, null, 'no frame from a new connection');
+          });
         }, headerTimeoutMs);
     identifyTimer?.unref();
     sock.once('close', () => {
