@@ -6,6 +6,7 @@ import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-fram
 import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { refuse, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+import { readQueuedBeforeResetDestroy } from './tcp-drain.js';
 import type { TcpSender } from './tcp-send.js';
 
 /**
@@ -139,12 +140,18 @@ export class TcpReceiver {
           armFrameTimer(Math.max(frameTimeoutMs - late, tp.held ? 1000 : 1));
           return;
         }
-        stopFrame();
-        violation(
-          RDS_CTR.recv_drop_frame_timeout,
-          `frame payload not complete within ${frameTimeoutMs} ms`,
-          'frame timeout',
-        );
+        // Timers run before the poll: after an event loop held past the deadline, the rest of
+        // the frame may be waiting unread. The verdict comes after that poll (#40).
+        const frame = reader.frames;
+        setImmediate(() => {
+          if (!carrier.is(sock) || frameStart === 0 || reader.frames !== frame) return;
+          stopFrame();
+          violation(
+            RDS_CTR.recv_drop_frame_timeout,
+            `frame payload not complete within ${frameTimeoutMs} ms`,
+            'frame timeout',
+          );
+        });
       }, ms);
       frameTimer.unref();
     };
@@ -212,8 +219,11 @@ export class TcpReceiver {
     const identifyTimer = identified
       ? null
       : setTimeout(() => {
-          if (identified || !carrier.is(sock)) return;
-          violation(RDS_CTR.recv_drop_header_timeout, null, 'no frame from a new connection');
+          // A first frame that came while the event loop was held is read in the next poll.
+          setImmediate(() => {
+            if (identified || !carrier.is(sock)) return;
+            violation(RDS_CTR.recv_drop_header_timeout, null, 'no frame from a new connection');
+          });
         }, headerTimeoutMs);
     identifyTimer?.unref();
     sock.once('close', () => {
@@ -233,12 +243,16 @@ export class TcpReceiver {
         if (headerTimer === null) {
           headerTimer = setTimeout(() => {
             headerTimer = null;
-            if (!carrier.is(sock) || !reader.partialHeader || cp.readPaused) return;
-            violation(
-              RDS_CTR.recv_drop_header_timeout,
-              `no complete header within ${headerTimeoutMs} ms`,
-              'header timeout',
-            );
+            // As for frames: what came while the event loop was held is read first.
+            const frames = reader.frames;
+            setImmediate(() => {
+              if (!carrier.is(sock) || !reader.partialHeader || cp.readPaused || reader.frames !== frames) return;
+              violation(
+                RDS_CTR.recv_drop_header_timeout,
+                `no complete header within ${headerTimeoutMs} ms`,
+                'header timeout',
+              );
+            });
           }, headerTimeoutMs);
           headerTimer.unref();
         }
@@ -290,6 +304,8 @@ export class TcpReceiver {
       }),
     );
     sock.on('error', () => {});
+    // What a kernel sent before resetting the connection is read before the descriptor goes.
+    readQueuedBeforeResetDestroy(sock);
     sock.once('close', () => carrier.lost(sock, 'connection closed', () => tp.readerGone()));
     return received;
   }

@@ -146,7 +146,7 @@ export interface MeshReceipt {
 /**
  * Receives the kernel mesh sender `kport`'s n messages on `s` (bodies seeded with seed + kport),
  * counting duplicates, gaps, corrupt bodies and messages from anyone else; `timeout` if the
- * socket went quiet for `quietMs` first.
+ * socket went quiet for `quietMs` first (`firstMs` before the first message).
  */
 export async function receiveMesh(
   s: RdsSocket,
@@ -154,6 +154,7 @@ export async function receiveMesh(
   n: number,
   seed: number,
   quietMs: number,
+  firstMs = quietMs,
 ): Promise<MeshReceipt> {
   const r: MeshReceipt = {
     port: s.address().port,
@@ -167,7 +168,7 @@ export async function receiveMesh(
   };
   try {
     while (r.next < n) {
-      const m = await s.recv({ timeout: quietMs });
+      const m = await s.recv({ timeout: r.got === 0 && r.strangers === 0 ? firstMs : quietMs });
       if (m.address !== KERNEL || m.port !== kport) {
         r.strangers++;
         continue;
