@@ -7,10 +7,10 @@
 // zeromq.js (PUSH/PULL, REQ/REP), and rds-socket over TCP; for 64 KiB messages also rds-socket
 // sending with MSG_ZEROCOPY ("rds-zc"). Then raw TCP from C (iperf3, if installed) as the
 // machine's limit for bulk bytes, head-of-line blocking (pings under a 1 MiB stream) and memory
-// at cluster scale (a node with many idle peers), and attached sockets through host nodes against
-// in-process ones (bench/attached.mjs). Prints medians with min-max, ratios against
-// every contender, one line per target (figure, target, met / not met), and writes
-// bench/results/latest.json (with a `targets` array).
+// at cluster scale (a node with many idle peers), attached sockets through host nodes against
+// in-process ones (bench/attached.mjs), and a job queue beside zeromq.js (bench/jobqueue.mjs).
+// Prints medians with min-max, ratios against every contender, one line per target (figure,
+// target, met / not met), and writes bench/results/latest.json (with a `targets` array).
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,7 +35,7 @@ const OUT = (() => {
   const i = process.argv.indexOf('--out');
   return i >= 0 ? process.argv[i + 1] : null;
 })();
-// --only TEXT: just the scenarios whose name contains TEXT ("fan-in", "65536", "mesh", "sustained", "attached").
+// --only TEXT: just the scenarios whose name contains TEXT ("fan-in", "65536", "mesh", "sustained", "attached", "job queue").
 const ONLY = (() => {
   const i = process.argv.indexOf('--only');
   return i >= 0 ? process.argv[i + 1] : null;
@@ -49,6 +49,7 @@ const HOL_PINGS = smoke ? 20 : 1000;
 const SCALE_PEERS = arg('--peers', smoke ? 8 : 1000);
 const PEER = fileURLToPath(new URL('./peer.mjs', import.meta.url));
 const ATTACHED = fileURLToPath(new URL('./attached.mjs', import.meta.url));
+const JOBQUEUE = fileURLToPath(new URL('./jobqueue.mjs', import.meta.url));
 let block = 0;
 
 function proc(contender, role, opts, nodeFlags = []) {
@@ -430,6 +431,23 @@ async function attached() {
   return r;
 }
 
+/** The job queue (bench/jobqueue.mjs) in a process of its own, rds-socket beside zeromq.js. */
+async function jobQueue() {
+  const json = join(mkdtempSync(join(tmpdir(), 'rds-bench-jobq-')), 'jobqueue.json');
+  const args = smoke
+    ? ['--runs', '1', '--seconds', '0.3', '--warmup-ms', '100']
+    : ['--runs', '3', '--seconds', String(DURATION / 1000)];
+  console.log('\njob queue (bench/jobqueue.mjs):');
+  const code = await new Promise((resolve) => {
+    const p = spawn(process.execPath, [JOBQUEUE, ...args, '--json', json], { stdio: ['ignore', 'inherit', 'inherit'] });
+    p.on('exit', resolve);
+  });
+  if (code !== 0) throw new Error(`bench/jobqueue.mjs exited with ${code}`);
+  const r = JSON.parse(readFileSync(json, 'utf8'));
+  rmSync(dirname(json), { recursive: true, force: true });
+  return r;
+}
+
 for (const sc of scenarios.filter((s) => wanted(s.name))) {
   for (let r = 0; r < RUNS; r++) {
     // Alternate the order run by run so no contender always runs first (or on a warmer machine).
@@ -450,6 +468,7 @@ if (wanted('iperf3'))
 const holResult = wanted('head-of-line') ? await headOfLine() : null;
 const scaleResult = wanted('scale') ? await scale() : null;
 const attachedResult = wanted('attached') ? await attached() : null;
+const jobQueueResult = wanted('job queue') ? await jobQueue() : null;
 
 const NAMES = { net: 'node:net', netb: 'net batched', zmq: 'zeromq.js', rds: 'rds-socket' };
 const fmt = (v) => (v >= 1e6 ? `${(v / 1e6).toFixed(2)}M` : v >= 1e3 ? `${(v / 1e3).toFixed(1)}k` : v.toFixed(1));
@@ -530,6 +549,14 @@ target('1 KiB msgs/s vs node:net batched', ratioOf('throughput 1024 B msgsPerSec
 target('64 B msgs/s vs zeromq.js', ratioOf('throughput 64 B msgsPerSec', 'rdsZmq'), '>=', 4);
 target('64 KiB msgs/s vs node:net batched', ratioOf('throughput 65536 B msgsPerSec', 'rdsNetb'), '>=', 1.0);
 target('64 KiB msgs/s vs zeromq.js, copying', ratioOf('throughput 65536 B msgsPerSec', 'rdsZmq'), '>=', 2);
+// Fan-in (issue 36: fell by a third between 28e543a and the fix; see docs/performance.md).
+target(`fan-in ${FANIN}x1 KiB msgs/s vs node:net`, ratioOf(`fan-in ${FANIN}x1 KiB msgsPerSec`, 'rdsNet'), '>=', 1.0);
+target(
+  `fan-in ${FANIN}x1 KiB msgs/s vs node:net batched`,
+  ratioOf(`fan-in ${FANIN}x1 KiB msgsPerSec`, 'rdsNetb'),
+  '>=',
+  0.6,
+);
 if (holResult) {
   const h = holResult;
   target('ping p50 under a 1 MiB stream vs idle (8 paths)', h.both.p50us / h.idle.p50us, '<=', 3);
@@ -548,10 +575,22 @@ if (scaleResult) {
 }
 // The host node's targets (attached sockets against in-process ones), from bench/attached.mjs.
 for (const t of attachedResult?.targets ?? []) targets.push({ ...t, name: `attached: ${t.name}` });
+if (jobQueueResult) {
+  const q = jobQueueResult.rows;
+  if (jobQueueResult.zmqAvailable) {
+    target('job queue jobs/s, rds-socket without confirm vs zeromq.js', q.rds.jobsPerSec / q.zmq.jobsPerSec, '>=', 1.5);
+    target(
+      'job queue jobs/s, rds-socket with confirm vs zeromq.js',
+      q['rds-confirm'].jobsPerSec / q.zmq.jobsPerSec,
+      '>=',
+      1.0,
+    );
+  } else console.log('\njob queue targets: zeromq.js baseline unavailable');
+}
 console.log('\ntargets');
 for (const t of targets)
   console.log(
-    `${t.name.padEnd(62)}${(t.figure.toFixed(2) + (t.target.endsWith('x') ? 'x' : t.target.replace(/^[<>]= [\d.]+/, ''))).padEnd(14)}target ${t.target.padEnd(12)}${t.met ? 'met' : 'not met'}`,
+    `${t.name.padEnd(80)} ${(t.figure.toFixed(2) + (t.target.endsWith('x') ? 'x' : t.target.replace(/^[<>]= [\d.]+/, ''))).padEnd(14)}target ${t.target.padEnd(12)}${t.met ? 'met' : 'not met'}`,
   );
 const outFile = OUT ?? fileURLToPath(new URL('./results/latest.json', import.meta.url));
 mkdirSync(dirname(outFile), { recursive: true });
@@ -569,6 +608,7 @@ writeFileSync(
       headOfLine: holResult,
       scale: scaleResult,
       attached: attachedResult,
+      jobQueue: jobQueueResult,
       ratios,
       targets,
     },
