@@ -1,4 +1,3 @@
-import type { RdsSocket, RdsSocketOptions } from './socket.js';
 import type { RdsStack } from './stack.js';
 
 /** What RdsStack.serve() takes. */
@@ -47,13 +46,12 @@ export interface HostNodeHandle {
 }
 
 /**
- * Where lib/host plugs into the core without the core importing it: the stack's serve()/attach()
- * and the RdsSocket constructor's choice of an attached socket go through these.
+ * What lib/host gives the core, without the core importing it: the stack's serve() and attach().
+ * The package entry point (lib/index.ts) registers it with RdsStack.useHostWing(), and the host
+ * node's socket backends with RdsSocket.useNodeBackends().
  * @internal
  */
-export const hostHooks: {
-  serve: ((stack: RdsStack, opts: ServeOptions) => Promise<HostNodeHandle>) | null;
-  attach: ((path: string | undefined) => Promise<RdsStack>) | null;
-  /** An attached socket for these options, or null for an ordinary (embedded) one. */
-  socket: ((opts: RdsSocketOptions) => RdsSocket | null) | null;
-} = { serve: null, attach: null, socket: null };
+export interface HostWing {
+  serve(stack: RdsStack, opts: ServeOptions): Promise<HostNodeHandle>;
+  attach(path: string | undefined): Promise<RdsStack>;
+}

@@ -1,5 +1,5 @@
 import { randomInt } from 'node:crypto';
-import { hostHooks, type HostNodeHandle, type ServeOptions } from './host-hooks.js';
+import type { HostNodeHandle, HostWing, ServeOptions } from './host-hooks.js';
 import { EventEmitter } from 'eventemitter3';
 import { RDS_MPATH_WORKERS, RDS_TRANS_LOOP } from '../constants.js';
 import { RdsError } from '../errors.js';
@@ -105,6 +105,13 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     defaultTransportFactories.splice(0, defaultTransportFactories.length, ...factories);
   }
 
+  /** The host node (lib/host), registered by the package entry point: serve() and attach() use it. @internal */
+  private static hostWing: HostWing | null = null;
+
+  /** @internal */ static useHostWing(wing: HostWing): void {
+    RdsStack.hostWing = wing;
+  }
+
   /** The process-wide stack used by sockets made without one. */
   static default(): RdsStack {
     if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) {
@@ -120,16 +127,18 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * Unix socket (see docs/host-node.md, "Processes, threads and the host node").
    */
   serve(opts: ServeOptions = {}): Promise<HostNodeHandle> {
-    if (hostHooks.serve === null)
+    const wing = RdsStack.hostWing;
+    if (wing === null)
       throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
-    return hostHooks.serve(this, opts);
+    return wing.serve(this, opts);
   }
 
   /** A stack whose sockets live in the host node at `path` (default: $RDS_SOCKET_NODE, else this user's node, else the system node's /run/rds-socket/node.sock). */
   static attach(path?: string): Promise<RdsStack> {
-    if (hostHooks.attach === null)
+    const wing = RdsStack.hostWing;
+    if (wing === null)
       throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
-    return hostHooks.attach(path);
+    return wing.attach(path);
   }
 
   /** @internal */ private node: HostNodeHandle | null = null;
