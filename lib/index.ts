@@ -22,7 +22,7 @@ export type {
   SendOptions,
   SendmsgOptions,
   RdsSocketEvents,
-} from './core/socket.js';
+} from './core/socket-types.js';
 export type {
   RdsStackOptions,
   RdsMessage,

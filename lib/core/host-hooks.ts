@@ -1,3 +1,4 @@
+import { RdsError } from '../errors.js';
 import type { RdsStack } from './stack.js';
 
 /** What RdsStack.serve() takes. */
@@ -54,4 +55,18 @@ export interface HostNodeHandle {
 export interface HostWing {
   serve(stack: RdsStack, opts: ServeOptions): Promise<HostNodeHandle>;
   attach(path: string | undefined): Promise<RdsStack>;
+}
+
+let hostWing: HostWing | null = null;
+
+/** RdsStack.useHostWing(): the package entry point hands the core its host node. @internal */
+export function registerHostWing(wing: HostWing): void {
+  hostWing = wing;
+}
+
+/** The registered host node, or EOPNOTSUPP when the core is used without the package entry point. @internal */
+export function loadedHostWing(): HostWing {
+  if (hostWing === null)
+    throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
+  return hostWing;
 }

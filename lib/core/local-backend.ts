@@ -14,10 +14,11 @@ import {
   SO_SNDTIMEO_NEW,
   SOL_SOCKET,
 } from '../constants.js';
-import { abortError, flowControlError, RdsError } from '../errors.js';
+import { flowControlError, RdsError } from '../errors.js';
 import { isHostLocalAddress, type RdsAddress } from './address.js';
 import type { RdsConnection } from './connection.js';
 import { defer } from './defer.js';
+import { confirmationOf } from './local-confirm.js';
 import { LocalRx } from './local-rx.js';
 import { RdsSendList, type RdsOutgoing } from './message.js';
 import type { PeerEvent, PeerState } from './peer-state.js';
@@ -26,7 +27,7 @@ import { MrTable, mapRegion, prepareRdmaControl, type RdmaControl } from './rdma
 import type { RxSocketLimit } from './rx-limit.js';
 import { budgetReport } from './send-report.js';
 import { SendTimeout } from './send-timeout.js';
-import type { BackendEvents, CheckedSend, Confirmation, EnqueueResult, SocketBackend } from './socket-backend.js';
+import type { BackendEvents, CheckedSend, EnqueueResult, SocketBackend } from './socket-backend.js';
 import { SocketOptionValues } from './socket-options.js';
 import type { SendmsgOptions } from './socket-types.js';
 import type { RdsStack } from './stack.js';
@@ -237,39 +238,7 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     this.pending.add(msg);
     if (this.sendTimeout.ms > 0) this.sendTimeout.queued(msg);
     if (this.lastPeer!.state !== 'up') this.sendingToUnreachable(address);
-    return m.confirm ? this.confirmation(msg) : m.len;
-  }
-
-  /** send({ confirm }): waits for the peer to have `msg`. */
-  private confirmation(msg: RdsOutgoing): Confirmation {
-    return {
-      len: msg.len,
-      wait: (signal) => {
-        if (msg.done && !msg.cancelled) return Promise.resolve();
-        if (msg.done)
-          return Promise.reject(new RdsError('ECANCELED', 'the message was cancelled before the peer had it'));
-        return new Promise<void>((resolve, reject) => {
-          const onAbort = (): void => {
-            if (msg.done) {
-              // Acknowledged as queued: it is at the peer and cannot be taken back; stop waiting.
-              msg.confirm(abortError(signal!, 'send()'));
-              return;
-            }
-            // Give up on this message exactly as RDS_CANCEL_SENT_TO would: never (re)transmitted.
-            this.stack.counters.add(RDS_CTR.send_cancelled);
-            msg.complete(abortError(signal!, 'send()'));
-          };
-          msg.onConfirm((err) => {
-            signal?.removeEventListener('abort', onAbort);
-            this.confirming.delete(msg);
-            if (err) reject(err);
-            else resolve();
-          });
-          this.confirming.add(msg);
-          signal?.addEventListener('abort', onAbort, { once: true });
-        });
-      },
-    };
+    return m.confirm ? confirmationOf(msg, this.confirming, this.stack.counters) : m.len;
   }
 
   /**

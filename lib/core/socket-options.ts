@@ -21,6 +21,7 @@ import {
   WMEM_DEFAULT,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
+import type { SocketBackend } from './socket-backend.js';
 
 /** The longest delay a Node.js timer takes (SO_SNDTIMEO's bound). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -137,6 +138,13 @@ export function readOption(v: SocketOptionValues, level: number, optname: number
   const rule = RDS_RULES.get(optname);
   if (rule === undefined) throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
   return rule.read(v);
+}
+
+/** setsockopt() of a valued option: checked and stored, then the backend hears of it. @internal */
+export function setValued(b: SocketBackend, level: number, optname: number, value: unknown): void {
+  const before = valueBefore(b.options, level, optname);
+  storeOption(b.options, level, optname, value);
+  b.optionSet(level, optname, value, before);
 }
 
 /** An option's value before setsockopt() changes it, or undefined when it cannot be read (an action). @internal */

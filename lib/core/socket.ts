@@ -1,4 +1,3 @@
-import { isIPv4 } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import {
   POLLERR,
@@ -7,14 +6,14 @@ import {
   POLLRDNORM,
   POLLWRBAND,
   POLLWRNORM,
+  type RDS_TRANS_IB,
+  type RDS_TRANS_TCP,
   type RDS_CANCEL_SENT_TO,
   type RDS_CONG_MONITOR,
   type RDS_FREE_MR,
   type RDS_GET_MR,
   type RDS_GET_MR_FOR_DEST,
   type RDS_RECVERR,
-  RDS_TRANS_IB,
-  RDS_TRANS_TCP,
   type SO_RCVBUF,
   type SO_RDS_TRANSPORT,
   SO_SNDBUF,
@@ -26,13 +25,20 @@ import {
   SOL_SOCKET,
 } from '../constants.js';
 import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
-import { nonUnicastReason, parseEndpoint, type RdsAddress } from './address.js';
+import type { RdsAddress } from './address.js';
 import { defer } from './defer.js';
-import { LocalBackend } from './local-backend.js';
 import type { FreeMrOptions, GetMrOptions } from './rdma.js';
-import { freeMr, getMr, rdsAction } from './socket-actions.js';
+import {
+  bindEndpoint,
+  chooseBackend,
+  connectEndpoint,
+  constructorOptions,
+  freeMr,
+  getMr,
+  rdsAction,
+} from './socket-actions.js';
 import type { BackendEvents, Confirmation, NodeBackendFactory, SocketBackend } from './socket-backend.js';
-import { intValue, readOption, storeOption, valueBefore } from './socket-options.js';
+import { readOption, setValued } from './socket-options.js';
 import { SendChecks } from './socket-send-checks.js';
 import type {
   RdsData,
@@ -43,19 +49,8 @@ import type {
   WaitOptions,
 } from './socket-types.js';
 import { SocketWaiters, untilDoneOrAborted } from './socket-waiters.js';
-import { RdsStack } from './stack.js';
+import type { RdsStack } from './stack.js';
 import type { MessageInfo, RdsMessage, SocketInfo } from './types.js';
-
-export type {
-  RdsData,
-  RdsSocketEvents,
-  RdsSocketOptions,
-  SendmsgOptions,
-  SendOptions,
-  WaitOptions,
-} from './socket-types.js';
-
-const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_TRANS_IB };
 
 /**
  * An RDS socket: socket(PF_RDS, SOCK_SEQPACKET, 0). One socket sends to and receives from every
@@ -86,22 +81,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
 
   constructor(opts: RdsSocketOptions = {}) {
     super();
-    if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'options must be an object');
-    let transport: number | undefined;
-    if (opts.transport !== undefined) {
-      transport = TRANSPORT_BY_NAME[opts.transport as string];
-      if (transport === undefined)
-        throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
-    }
-    const sendTimeout = opts.sendTimeout !== undefined ? intValue(opts.sendTimeout, 'sendTimeout') : undefined;
-    // A socket of an attached stack, or of the default stack while a host node answers, lives in
-    // that node (docs/host-node.md); any other in this process's stack.
-    let backend = opts.backend ?? RdsSocket.nodeBackends?.(opts) ?? null;
-    if (backend === null) {
-      const stack = opts.stack ?? RdsStack.default();
-      if (!(stack instanceof RdsStack)) throw new RdsError('EINVAL', 'options.stack must be an RdsStack');
-      backend = new LocalBackend(stack);
-    }
+    const { transport, sendTimeout } = constructorOptions(opts);
+    const backend = chooseBackend(opts, RdsSocket.nodeBackends);
     this.backend = backend;
     this.stack = backend.stack;
     this.checks = new SendChecks(backend);
@@ -118,7 +99,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     };
     backend.open(events);
     if (transport !== undefined) backend.setTransport(transport);
-    if (sendTimeout !== undefined) this.setValued(SOL_SOCKET, SO_SNDTIMEO, sendTimeout);
+    if (sendTimeout !== undefined) setValued(backend, SOL_SOCKET, SO_SNDTIMEO, sendTimeout);
     this.lastPollCongGen = backend.congGeneration();
     this.stack.socketOpened();
   }
@@ -166,14 +147,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     this.checkOpen('bind()');
     if (this.backend.bound !== null || this.binding)
       throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
-    const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
-    const why = nonUnicastReason(ep.address);
-    if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
-    if (ep.port === 1)
-      throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
-    if (this.peer !== null && isIPv4(this.peer.address) !== isIPv4(ep.address)) {
-      throw new RdsError('EINVAL', 'the default destination set with connect() is of the other address family');
-    }
+    const ep = bindEndpoint(addr, this.peer);
     this.binding = true;
     try {
       await this.backend.bind(ep);
@@ -186,11 +160,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** connect(2): sets the default destination; no network activity. */
   connect(addr: { address: string; port: number }): void {
     this.checkOpen('connect()');
-    const ep = parseEndpoint(addr, 'destination');
-    if (/^(0\.0\.0\.0|::)$/.test(ep.address))
-      throw new RdsError('EDESTADDRREQ', 'destination address is unspecified; give a peer address');
-    const why = nonUnicastReason(ep.address);
-    if (why !== null) throw new RdsError('EINVAL', `cannot send to ${ep.address}: it ${why}`);
+    const ep = connectEndpoint(addr);
     this.peer = ep;
     this.backend.connected(ep);
   }
@@ -421,15 +391,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   setsockopt(level: number, optname: number, value: unknown): void {
     this.checkOpen('setsockopt()');
     if (level === SOL_RDS && rdsAction(this, this.backend, this.binding, optname, value)) return;
-    this.setValued(level, optname, value);
-  }
-
-  /** A valued option: checked and stored, then the backend hears of it. @internal */
-  private setValued(level: number, optname: number, value: unknown): void {
-    const b = this.backend;
-    const before = valueBefore(b.options, level, optname);
-    storeOption(b.options, level, optname, value);
-    b.optionSet(level, optname, value, before);
+    setValued(this.backend, level, optname, value);
     if (level === SOL_SOCKET && optname === SO_SNDBUF) this.waiters.wakeAll();
   }
 
