@@ -3,6 +3,7 @@
 import { RdsSocket } from '../core/socket.js';
 
 /** Matches the RdsSockets that live in a host node (their backend talks to it); never constructed. */
+// biome-ignore lint/complexity/noStaticOnlyClass: a class, so that `instanceof AttachedSocket` (and test matchers that want a constructor) keep working.
 export abstract class AttachedSocket {
   static [Symbol.hasInstance](v: unknown): boolean {
     return v instanceof RdsSocket && v.nodePath !== undefined;
