@@ -3,15 +3,18 @@ import { RdsStack } from './core/stack.js';
 import { LoopTransport } from './transports/loop.js';
 import { TcpTransport } from './transports/tcp.js';
 import { IbTransport } from './transports/ib.js';
-import './host/index.js';
+import { RdsSocket } from './core/socket.js';
+import { hostWing, nodeBackendFor } from './host/index.js';
 
 // The core never imports a transport; the package entry point decides which ones a stack gets.
 // TCP comes first, so sockets use it unless they ask for InfiniBand (SO_RDS_TRANSPORT / transport: 'ib');
 // the IB transport loads rdma-core only when first used.
 RdsStack.setDefaultTransports([() => new TcpTransport(), () => new IbTransport(), () => new LoopTransport()]);
+// Likewise the host node: the core's serve()/attach() and sockets that live in a node go through it.
+RdsStack.useHostWing(hostWing);
+RdsSocket.useNodeBackends(nodeBackendFor);
 
-export { constants, RdsStack };
-export { RdsSocket } from './core/socket.js';
+export { constants, RdsStack, RdsSocket };
 export type {
   RdsSocketOptions,
   RdsData,
@@ -19,7 +22,7 @@ export type {
   SendOptions,
   SendmsgOptions,
   RdsSocketEvents,
-} from './core/socket.js';
+} from './core/socket-types.js';
 export type {
   RdsStackOptions,
   RdsMessage,

@@ -1,4 +1,4 @@
-import type { RdsSocket, RdsSocketOptions } from './socket.js';
+import { RdsError } from '../errors.js';
 import type { RdsStack } from './stack.js';
 
 /** What RdsStack.serve() takes. */
@@ -47,13 +47,26 @@ export interface HostNodeHandle {
 }
 
 /**
- * Where lib/host plugs into the core without the core importing it: the stack's serve()/attach()
- * and the RdsSocket constructor's choice of an attached socket go through these.
+ * What lib/host gives the core, without the core importing it: the stack's serve() and attach().
+ * The package entry point (lib/index.ts) registers it with RdsStack.useHostWing(), and the host
+ * node's socket backends with RdsSocket.useNodeBackends().
  * @internal
  */
-export const hostHooks: {
-  serve: ((stack: RdsStack, opts: ServeOptions) => Promise<HostNodeHandle>) | null;
-  attach: ((path: string | undefined) => Promise<RdsStack>) | null;
-  /** An attached socket for these options, or null for an ordinary (embedded) one. */
-  socket: ((opts: RdsSocketOptions) => RdsSocket | null) | null;
-} = { serve: null, attach: null, socket: null };
+export interface HostWing {
+  serve(stack: RdsStack, opts: ServeOptions): Promise<HostNodeHandle>;
+  attach(path: string | undefined): Promise<RdsStack>;
+}
+
+let hostWing: HostWing | null = null;
+
+/** RdsStack.useHostWing(): the package entry point hands the core its host node. @internal */
+export function registerHostWing(wing: HostWing): void {
+  hostWing = wing;
+}
+
+/** The registered host node, or EOPNOTSUPP when the core is used without the package entry point. @internal */
+export function loadedHostWing(): HostWing {
+  if (hostWing === null)
+    throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
+  return hostWing;
+}

@@ -118,3 +118,15 @@ export function infoGetsockopt(info: () => StackInfo, optname: number, buffer: u
   }
   return { recordSize: r.each, length };
 }
+
+/**
+ * getsockopt(SOL_RDS, RDS_INFO_*) on a socket attached to a host node: getsockopt answers
+ * synchronously and the records are in the node's process, so the call cannot wait for them;
+ * sock.rdsInfo() can.
+ */
+export function infoNeedsAwait(optname: number): RdsError {
+  return new RdsError(
+    'EOPNOTSUPP',
+    `getsockopt(SOL_RDS, ${optname}) cannot answer synchronously on a socket attached to a host node (its records are the node's): use await sock.rdsInfo(${optname}, buffer)`,
+  );
+}

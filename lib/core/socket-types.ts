@@ -1,4 +1,5 @@
 import type { PeerEvent } from './peer-state.js';
+import type { SocketBackend } from './socket-backend.js';
 import type { RdsStack } from './stack.js';
 import type { AtomicArgs, MaskedAtomicArgs, RdmaArgs, RdmaMapArgs } from './rdma.js';
 
@@ -17,6 +18,8 @@ export interface RdsSocketOptions {
    * pending send() confirmations reject with ETIMEDOUT.
    */
   sendTimeout?: number;
+  /** What carries the socket, when its maker chose (the host node's sockets). @internal */
+  backend?: SocketBackend;
 }
 
 /** How long a blocking call (recv, send, flush, the iterator) may wait. */

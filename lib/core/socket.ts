@@ -1,16 +1,49 @@
-import { isIPv4 } from 'node:net';
-import { RDS_TRANS_IB, RDS_TRANS_TCP } from '../constants.js';
-import { RdsError } from '../errors.js';
-import { isHostLocalAddress, nonUnicastReason, parseEndpoint, type RdsAddress } from './address.js';
-import { RdsStack, type SocketInfo } from './stack.js';
-import type { RdsTransport } from './transport.js';
-import { RX_DISCARDED } from './rx-ack.js';
-import { hostHooks } from './host-hooks.js';
-
-import { SocketOptions, intValue } from './socket-options.js';
-import type { RdsSocketOptions } from './socket-types.js';
-
-export type {
+import { EventEmitter } from 'eventemitter3';
+import {
+  POLLERR,
+  POLLIN,
+  POLLOUT,
+  POLLRDNORM,
+  POLLWRBAND,
+  POLLWRNORM,
+  type RDS_TRANS_IB,
+  type RDS_TRANS_TCP,
+  type RDS_CANCEL_SENT_TO,
+  type RDS_CONG_MONITOR,
+  type RDS_FREE_MR,
+  type RDS_GET_MR,
+  type RDS_GET_MR_FOR_DEST,
+  type RDS_RECVERR,
+  type SO_RCVBUF,
+  type SO_RDS_TRANSPORT,
+  SO_SNDBUF,
+  SO_SNDTIMEO,
+  type SO_TIMESTAMP,
+  type SO_TIMESTAMP_NEW,
+  type SO_ZEROCOPY,
+  SOL_RDS,
+  SOL_SOCKET,
+} from '../constants.js';
+import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
+import type { RdsAddress } from './address.js';
+import { defer } from './defer.js';
+import type { FreeMrOptions, GetMrOptions } from './rdma.js';
+import {
+  bindEndpoint,
+  chooseBackend,
+  connectEndpoint,
+  constructorOptions,
+  freeMr,
+  getMr,
+  rdsAction,
+} from './socket-actions.js';
+import type { BackendEvents, Confirmation, NodeBackendFactory, SocketBackend } from './socket-backend.js';
+import type { RdsInfoResult } from './info-result.js';
+import { infoGetsockopt, infoNeedsAwait, isInfoOption } from './info-sockopt.js';
+import { readOption, setValued } from './socket-options.js';
+import { rdsIoctl } from './tos.js';
+import { SendChecks } from './socket-send-checks.js';
+import type {
   RdsData,
   RdsSocketEvents,
   RdsSocketOptions,
@@ -18,56 +51,98 @@ export type {
   SendOptions,
   WaitOptions,
 } from './socket-types.js';
-
-const TRANSPORT_BY_NAME: Record<string, number> = { tcp: RDS_TRANS_TCP, ib: RDS_TRANS_IB };
+import { SocketWaiters, untilDoneOrAborted } from './socket-waiters.js';
+import type { RdsStack } from './stack.js';
+import type { MessageInfo, RdsMessage, SocketInfo } from './types.js';
 
 /**
  * An RDS socket: socket(PF_RDS, SOCK_SEQPACKET, 0). One socket sends to and receives from every
  * peer; the connections underneath belong to the stack and are shared by all its sockets.
+ *
+ * One class for every socket: it checks arguments, waits and polls; what carries it is its
+ * backend (socket-backend.ts), this process's stack or a host node the process is attached to.
  */
-// Not `implements BoundSocket, SendOwner`: those are internal interfaces, left out of the
-// published declarations (stripInternal); the stack and paths check the shape where they take a socket.
-export class RdsSocket extends SocketOptions {
-  readonly stack!: RdsStack;
+export class RdsSocket extends EventEmitter<RdsSocketEvents> {
+  readonly stack: RdsStack;
+  /** @internal */ private readonly backend: SocketBackend;
+  /** @internal */ private closed = false;
+  /** @internal */ private binding = false;
+  /** A message was queued (SIOCRDSSETTOS must come before: the kernel's cached rs_conn). @internal */
+  private sent = false;
+  /** connect()'s default destination. @internal */
+  private peer: RdsAddress | null = null;
+  /** @internal */ private readonly checks: SendChecks;
+  /** @internal */ private readonly waiters = new SocketWaiters((op) =>
+    this.closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : this.backend.failure(),
+  );
+  /** @internal */ private readableQueued = false;
+  /** @internal */ private lastPollCongGen: number;
+  /** How sockets get a host node's backend: registered by the package entry (lib/index.ts). @internal */
+  private static nodeBackends: NodeBackendFactory | null = null;
+
+  /** @internal */ static useNodeBackends(factory: NodeBackendFactory): void {
+    RdsSocket.nodeBackends = factory;
+  }
 
   constructor(opts: RdsSocketOptions = {}) {
     super();
-    if (opts === null || typeof opts !== 'object') throw new RdsError('EINVAL', 'options must be an object');
-    // Host node seam (lib/host): a socket of an attached stack, or of the default stack while a
-    // host node answers, is an AttachedSocket (a subclass) talking to that node.
-    if (new.target === RdsSocket && hostHooks.socket !== null) {
-      const attached = hostHooks.socket(opts);
-      // biome-ignore lint/correctness/noConstructorReturn: `new RdsSocket()` must stay the way to get a socket, attached or not.
-      if (attached !== null) return attached;
-    }
-    this.stack = opts.stack ?? RdsStack.default();
-    if (!(this.stack instanceof RdsStack)) throw new RdsError('EINVAL', 'options.stack must be an RdsStack');
-    if (opts.transport !== undefined) {
-      const t = TRANSPORT_BY_NAME[opts.transport as string];
-      if (t === undefined)
-        throw new RdsError('EINVAL', `transport must be 'tcp' or 'ib', got ${String(opts.transport)}`);
-      this.setTransport(t);
-    }
-    this.lastPollCongGen = this.stack.congGeneration;
-    if (opts.sendTimeout !== undefined) this.sendTimeout.set(intValue(opts.sendTimeout, 'sendTimeout'));
+    const { transport, sendTimeout } = constructorOptions(opts);
+    const backend = chooseBackend(opts, RdsSocket.nodeBackends);
+    this.backend = backend;
+    this.stack = backend.stack;
+    this.checks = new SendChecks(backend);
+    const events: BackendEvents = {
+      wake: () => this.waiters.wakeAll(),
+      readable: () => this.announceReadable(),
+      writable: () => {
+        if (!this.closed) this.emit('writable');
+      },
+      peer: (kind, ev) => {
+        if (!this.closed) this.emit(kind, ev);
+      },
+      close: () => this.close(),
+    };
+    backend.open(events);
+    if (transport !== undefined) backend.setTransport(transport);
+    if (sendTimeout !== undefined) setValued(backend, SOL_SOCKET, SO_SNDTIMEO, sendTimeout);
+    this.lastPollCongGen = backend.congGeneration();
     this.stack.socketOpened();
   }
 
-  /** @internal */ private static nextInode = 1;
-  /** @internal */ private readonly inode = RdsSocket.nextInode++;
+  /** True after close(). */
+  get isClosed(): boolean {
+    return this.closed;
+  }
 
-  /** BoundSocket: what rds-info -k shows. @internal */
+  /** The host node's path, for a socket living in one. @internal */
+  get nodePath(): string | undefined {
+    return this.backend.nodePath;
+  }
+
+  /** What rds-info -k shows. @internal */
   info(): SocketInfo {
-    return {
-      boundAddress: this.bound?.address ?? '0.0.0.0',
-      boundPort: this.bound?.port ?? 0,
-      connectedAddress: this.peer?.address ?? '0.0.0.0',
-      connectedPort: this.peer?.port ?? 0,
-      sndbuf: this.sndbuf,
-      rcvbuf: this.rcvbuf,
-      inode: this.inode,
-      transport: this.transport?.name ?? 'none',
-    };
+    return this.backend.info();
+  }
+
+  /** What rds-info -r shows. @internal */
+  receiveQueue(): MessageInfo[] {
+    return this.backend.receiveQueue();
+  }
+
+  /** @internal */ private checkOpen(what: string): void {
+    if (this.closed) throw new RdsError('EBADF', `${what} on a closed socket; make a new RdsSocket`);
+    const e = this.backend.failure() ?? this.backend.takeRefusal();
+    if (e !== null) throw e;
+  }
+
+  /** @internal */ private announceReadable(): void {
+    this.waiters.wakeAll();
+    if (this.readableQueued) return;
+    this.readableQueued = true;
+    defer(() => {
+      this.readableQueued = false;
+      if (!this.closed && this.backend.readable()) this.emit('readable');
+    });
   }
 
   // ---- bind / connect / address ----
@@ -75,96 +150,313 @@ export class RdsSocket extends SocketOptions {
   /** bind(2). Port 0 picks an ephemeral port. Resolves once the address is reachable by peers. */
   async bind(addr: { address: string; port?: number }): Promise<void> {
     this.checkOpen('bind()');
-    if (this.bound !== null || this.binding)
+    if (this.backend.bound !== null || this.binding)
       throw new RdsError('EINVAL', 'socket is already bound; an RDS socket binds once');
-    const ep = parseEndpoint({ port: 0, ...addr }, 'bind address');
-    const why = nonUnicastReason(ep.address);
-    if (why !== null) throw new RdsError('EINVAL', `cannot bind to ${ep.address}: it ${why}`);
-    if (ep.port === 1)
-      throw new RdsError('EINVAL', 'port 1 is reserved for the multipath handshake; choose another port');
-    if (this.peer !== null && isIPv4(this.peer.address) !== isIPv4(ep.address)) {
-      throw new RdsError('EINVAL', 'the default destination set with connect() is of the other address family');
-    }
+    const ep = bindEndpoint(addr, this.peer);
     this.binding = true;
-    let port = 0;
     try {
-      if (!(await isHostLocalAddress(ep.address))) {
-        throw new RdsError(
-          'EADDRNOTAVAIL',
-          `${ep.address} is not an address of this host; bind to one of its interface addresses or 127.x.x.x`,
-        );
-      }
-      port = ep.port === 0 ? this.stack.binds.ephemeralPort(ep.address) : ep.port;
-      this.stack.binds.reserve(ep.address, port, this);
-      try {
-        this.transport = await this.chooseTransport(ep.address);
-        this.transportType = this.transport.transType;
-      } catch (e) {
-        this.stack.binds.unbind(ep.address, port, this);
-        throw e;
-      }
+      await this.backend.bind(ep);
     } finally {
       this.binding = false;
     }
-    if (this.closed) {
-      this.stack.binds.unbind(ep.address, port, this);
-      throw new RdsError('EBADF', 'socket was closed while bind() was in progress');
-    }
-    this.bound = { address: ep.address, port };
-  }
-
-  /** @internal */ private async chooseTransport(address: string): Promise<RdsTransport> {
-    if (this.transport !== null) {
-      try {
-        await this.transport.laddrCheck(address);
-      } catch (e) {
-        // With SO_RDS_TRANSPORT preset the kernel answers ENOPROTOOPT; keep our reason.
-        if (e instanceof RdsError && e.code !== 'EADDRINUSE') {
-          throw new RdsError(
-            'ENOPROTOOPT',
-            `${address} cannot be used with the ${this.transport.name} transport: ${e.message}`,
-            { cause: e },
-          );
-        }
-        throw e;
-      }
-      return this.transport;
-    }
-    let last: unknown = null;
-    for (const t of this.stack.transports.selectable()) {
-      try {
-        await t.laddrCheck(address);
-        return t;
-      } catch (e) {
-        if (e instanceof RdsError && e.code === 'EADDRINUSE') throw e;
-        last = e;
-      }
-    }
-    if (last instanceof RdsError) throw last;
-    throw new RdsError('EADDRNOTAVAIL', `no transport can use ${address}`, { cause: last });
+    if (this.closed) throw new RdsError('EBADF', 'socket was closed while bind() was in progress');
   }
 
   /** connect(2): sets the default destination; no network activity. */
   connect(addr: { address: string; port: number }): void {
     this.checkOpen('connect()');
-    const ep = parseEndpoint(addr, 'destination');
-    if (/^(0\.0\.0\.0|::)$/.test(ep.address))
-      throw new RdsError('EDESTADDRREQ', 'destination address is unspecified; give a peer address');
-    const why = nonUnicastReason(ep.address);
-    if (why !== null) throw new RdsError('EINVAL', `cannot send to ${ep.address}: it ${why}`);
+    const ep = connectEndpoint(addr);
     this.peer = ep;
+    this.backend.connected(ep);
   }
 
   /** getsockname(2). */
   address(): RdsAddress {
-    if (this.bound === null) throw new RdsError('EINVAL', 'socket is not bound; call bind() first');
-    return { ...this.bound };
+    const bound = this.backend.bound;
+    if (bound === null) throw new RdsError('EINVAL', 'socket is not bound; call bind() first');
+    return { ...bound };
   }
 
   /** getpeername(2): the default destination set by connect(). */
   remoteAddress(): RdsAddress {
     if (this.peer === null) throw new RdsError('ENOTCONN', 'no default destination; call connect() first');
     return { ...this.peer };
+  }
+
+  // ---- send ----
+
+  /**
+   * sendmsg(2), non-blocking: queues the message and returns its length, or throws
+   * EAGAIN (send buffer full; the message names the destination holding most of the budget and
+   * how long it has been unreachable), ENOBUFS (destination port congested), EMSGSIZE, ENOTCONN
+   * (unbound, or bind() not finished), ... An IPv4-mapped destination is the IPv4 address.
+   */
+  sendmsg(data: RdsData, dest?: { address: string; port: number } | null, opts?: SendmsgOptions): number {
+    return this.enqueue(data, dest, opts, false) as number;
+  }
+
+  /** @internal */ private enqueue(
+    data: RdsData,
+    dest: { address: string; port: number } | undefined | null,
+    opts: SendmsgOptions | undefined,
+    confirm: boolean,
+  ): number | Confirmation {
+    this.checkOpen('sendmsg()');
+    const m = this.checks.check(data, dest, opts, this.peer, this.binding, confirm);
+    const r = this.backend.enqueue(m);
+    if (r === 'EAGAIN') throw this.backend.fullError();
+    if (r === 'ENOBUFS')
+      throw flowControlError(
+        'ENOBUFS',
+        `destination ${m.address}:${m.port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`,
+      );
+    this.sent = true;
+    return r;
+  }
+
+  /**
+   * sendmsg(2), blocking: waits for send-buffer room and for an uncongested destination, and with
+   * `confirm` until the peer has the message. `timeout` and `signal` cover the whole wait.
+   */
+  send(data: RdsData, dest?: { address: string; port: number } | null, opts: SendOptions = {}): Promise<number> {
+    // A plain send with room now is a sendmsg(): answered without the machinery of waiting (an
+    // async function's promises per message are a tenth of a sending application's time).
+    if (
+      opts?.signal === undefined &&
+      opts?.timeout === undefined &&
+      opts?.confirm !== true &&
+      !this.closed &&
+      this.backend.bound !== null &&
+      this.backend.hasRoom(false)
+    ) {
+      try {
+        return Promise.resolve(this.enqueue(data, dest, opts, false) as number);
+      } catch (e) {
+        if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) return Promise.reject(e);
+      }
+    }
+    return this.sendWaiting(data, dest, opts ?? {});
+  }
+
+  /** send() that may wait: for room, an uncongested destination, or the peer's confirmation. @internal */
+  private async sendWaiting(
+    data: RdsData,
+    dest: { address: string; port: number } | null | undefined,
+    opts: SendOptions,
+  ): Promise<number> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    const confirm = opts?.confirm === true;
+    let r: number | Confirmation;
+    for (;;) {
+      if (signal?.aborted) throw abortError(signal, 'send()');
+      // No room: wait without going through an EAGAIN exception.
+      if (!this.closed && this.backend.bound !== null && !this.backend.hasRoom(true)) {
+        await this.waiters.wait(signal, 'send()', abortError);
+        continue;
+      }
+      try {
+        r = this.enqueue(data, dest, opts, confirm);
+        break;
+      } catch (e) {
+        if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
+        const watch = e.code === 'ENOBUFS' ? this.backend.watchCongestion : undefined;
+        await this.waiters.wait(signal, 'send()', abortError, watch);
+      }
+    }
+    if (typeof r === 'number') return r;
+    await r.wait(signal);
+    return r.len;
+  }
+
+  /**
+   * Resolves once every message this socket has queued is acknowledged or cancelled (including by
+   * SO_SNDTIMEO). A signal already aborted rejects at once.
+   */
+  async flush(opts: WaitOptions = {}): Promise<void> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    for (;;) {
+      const f = this.backend.flushed();
+      if (f === true) return;
+      this.checkOpen('flush()');
+      if (f !== false) {
+        await (signal === undefined ? f : untilDoneOrAborted(f, signal, 'flush()'));
+        return;
+      }
+      await this.waiters.wait(signal, 'flush()', abortError);
+    }
+  }
+
+  // ---- receive ----
+
+  /** recvmsg(2), non-blocking: the next message, or null when none is queued. */
+  recvmsg(): RdsMessage | null {
+    if (this.closed) throw new RdsError('EBADF', 'recvmsg() on a closed socket; make a new RdsSocket');
+    const refused = this.backend.takeRefusal();
+    if (refused !== null) throw refused;
+    const m = this.backend.take();
+    if (m !== null) return m;
+    // Messages that arrived before a host node went away are still read first.
+    const failed = this.backend.failure();
+    if (failed !== null) throw failed;
+    return null;
+  }
+
+  /**
+   * recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first, with
+   * the signal's reason if it is aborted, with ETIMEDOUT after `timeout`.
+   */
+  async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
+    const signal = combineSignals(opts?.signal, opts?.timeout);
+    for (;;) {
+      if (signal?.aborted) throw abortReason(signal, 'recv()');
+      const m = this.recvmsg();
+      if (m !== null) return m;
+      await this.waiters.wait(signal, 'recv()', abortReason);
+    }
+  }
+
+  /** `for await (const msg of sock)`: ends when the socket is closed. Breaking out leaves it open. */
+  [Symbol.asyncIterator](): AsyncGenerator<RdsMessage, void, undefined> {
+    // messages() itself, not a generator delegating to it (yield* costs a promise per message).
+    return this.messages();
+  }
+
+  /** Like the async iterator, with an AbortSignal that ends the loop by throwing ETIMEDOUT (AbortSignal.timeout) or ECANCELED, its reason as `cause`. */
+  async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
+    for (;;) {
+      if (this.closed) return;
+      let m: RdsMessage | null;
+      try {
+        // A message already queued is taken at once: no recv() promise per message of a burst.
+        m = opts?.signal?.aborted === true ? null : this.recvmsg();
+        if (m === null) m = await this.recv(opts);
+      } catch (e) {
+        if (e instanceof RdsError && e.code === 'EBADF' && this.closed) return;
+        throw e;
+      }
+      yield m;
+    }
+  }
+
+  /** poll(2) bits as the kernel reports them (spec §6.6). */
+  poll(): number {
+    if (this.closed) return 0x20; // POLLNVAL
+    const b = this.backend;
+    let mask = 0;
+    if (b.readable()) mask |= POLLIN | POLLRDNORM;
+    // Once after each congestion map received (rds_poll), unless RDS_CONG_MONITOR asks for the
+    // maps as messages instead.
+    if (!b.options.congMonitor) {
+      const gen = b.congGeneration();
+      if (gen !== this.lastPollCongGen) {
+        this.lastPollCongGen = gen;
+        mask |= POLLIN | POLLRDNORM | POLLWRBAND;
+      }
+    }
+    if (b.hasRoom(false)) mask |= POLLOUT | POLLWRNORM;
+    // A refusal from a host node waits for the next call (as a pending socket error: sk_err).
+    if (b.pollErr()) mask |= POLLERR;
+    return mask;
+  }
+
+  // ---- options ----
+
+  /** SO_SNDBUF, SO_RCVBUF (bytes), SO_TIMESTAMP, SO_TIMESTAMP_NEW, SO_ZEROCOPY (0/1 or a boolean). */
+  setsockopt(
+    level: typeof SOL_SOCKET,
+    optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY,
+    value: number | boolean,
+  ): void;
+  /** RDS_CANCEL_SENT_TO: drops every queued or unacknowledged message to this destination. */
+  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_CANCEL_SENT_TO, value: { address: string; port: number }): void;
+  /** RDS_RECVERR, RDS_CONG_MONITOR (0/1 or a boolean). */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR,
+    value: number | boolean,
+  ): void;
+  /** SO_RDS_TRANSPORT before bind: RDS_TRANS_TCP or RDS_TRANS_IB. */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof SO_RDS_TRANSPORT,
+    value: typeof RDS_TRANS_TCP | typeof RDS_TRANS_IB,
+  ): void;
+  /**
+   * RDS_GET_MR ({ buffer, flags }), RDS_GET_MR_FOR_DEST ({ buffer, flags, dest }): getMr(); the
+   * cookie is written to value.cookie, as the kernel writes it to cookie_addr.
+   */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_GET_MR | typeof RDS_GET_MR_FOR_DEST,
+    value: { buffer: Uint8Array; cookie?: bigint } & GetMrOptions,
+  ): void;
+  /** RDS_FREE_MR ({ cookie, flags }): freeMr(); flags 0 or RDS_RDMA_INVALIDATE. */
+  setsockopt(level: typeof SOL_RDS, optname: typeof RDS_FREE_MR, value: { cookie: bigint; flags?: number }): void;
+  /** An option given by a computed number; checked at run time (ENOPROTOOPT, EINVAL). */
+  setsockopt(level: number, optname: number, value: number | boolean): void;
+  setsockopt(level: number, optname: number, value: unknown): void {
+    this.checkOpen('setsockopt()');
+    if (level === SOL_RDS && rdsAction(this, this.backend, this.binding, optname, value)) return;
+    setValued(this.backend, level, optname, value);
+    if (level === SOL_SOCKET && optname === SO_SNDBUF) this.waiters.wakeAll();
+  }
+
+  /** SO_SNDBUF, SO_RCVBUF: twice the value set, as Linux reports; SO_TIMESTAMP, SO_ZEROCOPY: 0 or 1. */
+  getsockopt(
+    level: typeof SOL_SOCKET,
+    optname: typeof SO_SNDBUF | typeof SO_RCVBUF | typeof SO_TIMESTAMP | typeof SO_TIMESTAMP_NEW | typeof SO_ZEROCOPY,
+  ): number;
+  /** RDS_RECVERR, RDS_CONG_MONITOR: 0 or 1; SO_RDS_TRANSPORT: RDS_TRANS_TCP, RDS_TRANS_IB or RDS_TRANS_NONE. */
+  getsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR | typeof SO_RDS_TRANSPORT,
+  ): number;
+  /** An option given by a computed number; checked at run time (ENOPROTOOPT). */
+  getsockopt(level: number, optname: number): number;
+  /** RDS_INFO_* / RDS6_INFO_*: the kernel's records into `buffer`, all or none (ENOSPC: error.length needed). */
+  getsockopt(level: typeof SOL_RDS, optname: number, buffer: Uint8Array): RdsInfoResult;
+  getsockopt(level: number, optname: number, buffer?: Uint8Array): number | RdsInfoResult {
+    this.checkOpen('getsockopt()');
+    if (level === SOL_RDS && isInfoOption(optname)) {
+      if (this.backend.nodePath !== undefined) throw infoNeedsAwait(optname);
+      return infoGetsockopt(() => this.stack.info(), optname, buffer);
+    }
+    return readOption(this.backend.options, level, optname, this.backend.transportType);
+  }
+
+  /** getsockopt(SOL_RDS, RDS_INFO_*, buffer) that also works on a socket attached to a host node (the node answers). */
+  rdsInfo(optname: number, buffer: Uint8Array): Promise<RdsInfoResult> {
+    this.checkOpen('rdsInfo()');
+    return this.backend.rdsInfo(optname, buffer);
+  }
+
+  /** ioctl(2): SIOCRDSSETTOS (arg: the TOS; once, before the first send), SIOCRDSGETTOS; see tos.ts. */
+  ioctl(request: number, arg?: number): number {
+    this.checkOpen('ioctl()');
+    return rdsIoctl(request, arg, this.backend.transportType, this.sent);
+  }
+
+  /**
+   * freeMr(), a USE_ONCE region's first use by the peer, or close()) for the peer's RDMA ops and
+   * returns its cookie: (offset << 32) + rkey, the region registered zero-based from the start of
+   * the buffer's first page as the kernel registers it (offset: where the buffer starts in that
+   * page). Flags: RDS_RDMA_USE_ONCE, RDS_RDMA_INVALIDATE, RDS_RDMA_READWRITE (remote write, and
+   * remote atomics where the device has them). IB sockets only: throws ENOTCONN on an unbound
+   * socket (the transport registers the memory) and EOPNOTSUPP on TCP, as the kernel's RDS/TCP does.
+   */
+  getMr(buffer: Uint8Array, opts?: GetMrOptions): bigint {
+    this.checkOpen('getMr()');
+    return getMr(this.backend, buffer, opts);
+  }
+
+  /**
+   * Cookie 0n is the kernel's flush of regions freed but not yet invalidated: over IB nothing is
+   * left to flush and it succeeds. A cookie this socket did not register is EINVAL, as in the
+   * kernel; on a transport without RDMA (TCP) every cookie, 0n included, is EINVAL.
+   */
+  freeMr(cookie: bigint, opts?: FreeMrOptions): void {
+    this.checkOpen('freeMr()');
+    freeMr(this.backend, cookie, opts);
   }
 
   // ---- close ----
@@ -177,31 +469,19 @@ export class RdsSocket extends SocketOptions {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.bound !== null) {
-      if (this.congested) {
-        const map = this.stack.congMap(this.bound.address);
-        if (map.clear(this.bound.port)) this.stack.localCongChanged(this.bound.address);
-        this.congested = false;
-      }
-      this.stack.binds.unbind(this.bound.address, this.bound.port, this);
-    }
-    // Unread messages are discarded, as by the kernel; an rds-socket sender hears it (its
-    // confirmations reject with ECONNRESET), an older one counts them as taken.
-    for (const q of this.rxQueue.drain()) if (q.receipt !== null) q.receipt.owner.consumed(q.receipt, RX_DISCARDED);
-    this.rcvBytes = 0;
-    this.rxCharge(-this.rxMem);
-    this.zcookies = [];
-    this.rdmaNotes = [];
-    // The socket's memory regions go with it (rds_rdma_drop_keys).
-    this.mrs?.clear();
-    this.sendTimeout.stop();
-    this.downPeers = null;
-    for (const m of this.pending.toArray())
-      m.complete(new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
-    for (const m of [...this.confirming])
-      m.confirm(new RdsError('ECANCELED', 'the socket was closed before the peer reported the message read'));
-    this.wakeAll();
+    const answered = this.backend.release();
+    if (answered === null) this.waiters.wakeAll();
     this.stack.socketClosed();
     this.emit('close');
+    if (answered === null) return;
+    // A host node answers once it has closed its socket (the port is free for any process then).
+    // Pending calls are rejected only now, in the turn close() settles in, as an in-process
+    // socket's are: `const p = s.recv(); await s.close(); await p.catch(...)` must not leave a
+    // rejection unhandled for the node's round trip (Node ends a process on one).
+    try {
+      await answered;
+    } finally {
+      this.waiters.wakeAll();
+    }
   }
 }

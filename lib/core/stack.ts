@@ -1,8 +1,13 @@
 import { randomInt } from 'node:crypto';
-import { hostHooks, type HostNodeHandle, type ServeOptions } from './host-hooks.js';
+import {
+  type HostNodeHandle,
+  type HostWing,
+  loadedHostWing,
+  registerHostWing,
+  type ServeOptions,
+} from './host-hooks.js';
 import { EventEmitter } from 'eventemitter3';
 import { RDS_MPATH_WORKERS, RDS_TRANS_LOOP } from '../constants.js';
-import { RdsError } from '../errors.js';
 import { BindTable } from './bind.js';
 import { CongTable } from './cong.js';
 import type { CongMap } from './cong-map.js';
@@ -105,6 +110,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
     defaultTransportFactories.splice(0, defaultTransportFactories.length, ...factories);
   }
 
+  /** The host node (lib/host) serve() and attach() use, registered by the package entry point. @internal */
+  static useHostWing(wing: HostWing): void {
+    registerHostWing(wing);
+  }
+
   /** The process-wide stack used by sockets made without one. */
   static default(): RdsStack {
     if (RdsStack.defaultStack === null || RdsStack.defaultStack.closing) {
@@ -120,16 +130,12 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
    * Unix socket (see docs/host-node.md, "Processes, threads and the host node").
    */
   serve(opts: ServeOptions = {}): Promise<HostNodeHandle> {
-    if (hostHooks.serve === null)
-      throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
-    return hostHooks.serve(this, opts);
+    return loadedHostWing().serve(this, opts);
   }
 
   /** A stack whose sockets live in the host node at `path` (default: $RDS_SOCKET_NODE, else this user's node, else the system node's /run/rds-socket/node.sock). */
   static attach(path?: string): Promise<RdsStack> {
-    if (hostHooks.attach === null)
-      throw new RdsError('EOPNOTSUPP', 'the host node is not loaded; import rds-socket (its entry point)');
-    return hostHooks.attach(path);
+    return loadedHostWing().attach(path);
   }
 
   /** @internal */ private node: HostNodeHandle | null = null;

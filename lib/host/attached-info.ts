@@ -7,17 +7,6 @@ import { num } from './protocol.js';
 // RDS_INFO_* for sockets attached to a host node: the records are the node's (its connections,
 // sockets and counters), so the node builds them and sends them back in the answer's data.
 
-/**
- * getsockopt(SOL_RDS, RDS_INFO_*) on an attached socket: getsockopt answers synchronously and the
- * records are in the node's process, so the call cannot wait for them; sock.rdsInfo() can.
- */
-export function attachedInfoRefusal(optname: number, _buffer: unknown): RdsError {
-  return new RdsError(
-    'EOPNOTSUPP',
-    `getsockopt(SOL_RDS, ${optname}) cannot answer synchronously on a socket attached to a host node (its records are the node's): use await sock.rdsInfo(${optname}, buffer)`,
-  );
-}
-
 /** What the node answers an 'info' request with: the result, or the length needed, and the records. */
 export interface NodeInfoAnswer {
   meta: { recordSize: number; length: number; needed?: number };

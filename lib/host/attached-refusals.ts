@@ -23,7 +23,7 @@ export class UnansweredCalls {
   constructor(
     private readonly link: NodeLink,
     private readonly sid: number,
-    /** Sets the socket's own copy of an option (no checks beyond RdsSocket's, no forwarding). */
+    /** Sets the socket's own copy of an option back (no forwarding). */
     private readonly restore: (level: number, name: number, value: number) => void,
     /** The node refused to open the socket. */
     private readonly dead: (e: RdsError) => void,
@@ -66,21 +66,11 @@ export class UnansweredCalls {
     return this.#refusal !== null;
   }
 
-  /** Throws the refusal that arrived since the last call, once. */
-  throwPending(): void {
+  /** The refusal that arrived since the last call, given once (the socket throws it), or null. */
+  takeRefusal(): RdsError | null {
     const e = this.#refusal;
-    if (e === null) return;
     this.#refusal = null;
-    throw e;
-  }
-}
-
-/** An option's value before setsockopt() changes it, or undefined when it cannot be read (an action). @internal */
-export function readOption(read: () => number): number | undefined {
-  try {
-    return read();
-  } catch {
-    return undefined; // setsockopt() itself then says what is wrong with the option
+    return e;
   }
 }
 

@@ -3,6 +3,7 @@
 // an error travels back to the client.
 import { SO_RCVBUF, SOL_SOCKET } from '../constants.js';
 import type { RdsSocket } from '../core/socket.js';
+import type { LocalBackend } from '../core/local-backend.js';
 import type { Receipt } from '../core/stack.js';
 import type { Fifo } from '../core/fifo.js';
 import { RX_DISCARDED } from '../core/rx-ack.js';
@@ -45,6 +46,8 @@ export interface Item {
 export interface NodeSock {
   id: number;
   real: RdsSocket;
+  /** The real socket's backend: the node hears of its sent messages and receipts from it. */
+  local: LocalBackend;
   /** SEND frames not yet with the real socket, oldest first (a Fifo: it holds up to SO_SNDBUF of small messages). */
   backlog: Fifo<Item>;
   backlogBytes: number;

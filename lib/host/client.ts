@@ -20,9 +20,7 @@ import {
 import { defaultNodePath, findNode } from './paths.js';
 import { decodeCount } from './hot-frames.js';
 import { widenSendBuffer } from './unix-peer.js';
-import type { AttachedSocket } from './attached-socket.js';
-
-export { AttachedSocket } from './attached-socket.js';
+import type { NodeBackend } from './node-backend.js';
 
 function errorFrom(meta: unknown): RdsError {
   const e = (meta ?? {}) as { code?: unknown; message?: unknown };
@@ -38,7 +36,7 @@ export class NodeLink {
   private readonly reqs = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private nextId = 1;
   private nextSock = 1;
-  readonly sockets = new Map<number, AttachedSocket>();
+  readonly sockets = new Map<number, NodeBackend>();
   downError: RdsError | null = null;
   private welcomed = false;
   readonly ready: Promise<void>;
@@ -51,7 +49,7 @@ export class NodeLink {
   sendBudget = Number.POSITIVE_INFINITY;
   sndBytes = 0;
   /** Sockets that found the process's budget used up: told when there is room again. */
-  private readonly budgetWaiters = new Set<AttachedSocket>();
+  private readonly budgetWaiters = new Set<NodeBackend>();
 
   constructor(readonly path: string) {
     let ok!: () => void;
@@ -142,7 +140,7 @@ export class NodeLink {
   }
 
   /** The process's budget is used up: `s` waits for room (its waiters and 'writable'). */
-  waitForBudget(s: AttachedSocket): void {
+  waitForBudget(s: NodeBackend): void {
     this.budgetWaiters.add(s);
   }
 
@@ -155,7 +153,7 @@ export class NodeLink {
     for (const s of waiting) s.budgetFreed();
   }
 
-  addSocket(s: AttachedSocket): number {
+  addSocket(s: NodeBackend): number {
     const id = this.nextSock++;
     this.sockets.set(id, s);
     if (this.sockets.size === 1) this.conn.ref();
@@ -230,7 +228,7 @@ export class AttachedStack extends RdsStack {
     if (!this.beginClose()) return;
     const l = this.link;
     if (l !== null) {
-      await Promise.all([...l.sockets.values()].map((s) => s.close()));
+      await Promise.all([...l.sockets.values()].map((s) => s.closeSocket()));
       l.end();
     }
   }

@@ -47,13 +47,13 @@ export class SendSide {
   /** Exactly what the node holds for the client now: every socket's backlog and queue. */
   private heldNow(): number {
     let n = 0;
-    for (const s of this.host.openSockets()) n += s.backlogBytes + s.real.queuedBytes;
+    for (const s of this.host.openSockets()) n += s.backlogBytes + s.local.queuedBytes;
     return n;
   }
 
   /** Bytes that left the node (acknowledged, failed or cancelled) and the client has not heard of. */
   private unreportedBytes(s: NodeSock): number {
-    return s.accepted - s.backlogBytes - s.real.queuedBytes - s.reported;
+    return s.accepted - s.backlogBytes - s.local.queuedBytes - s.reported;
   }
 
   /** Socket `s` is closing: what it sent is discarded with it and no longer counts. */

@@ -1,3 +1,4 @@
+import { ProtocolError } from './protocol-error.js';
 import { RDS_MAX_MSG_SIZE } from '../constants.js';
 
 /**
@@ -62,7 +63,7 @@ export class Frame {
 const BINARY_META = new Set([C_SEND, C_CREDIT, N_MSG, N_SENT]);
 const NO_META: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
-export class ProtocolError extends Error {}
+export { ProtocolError };
 
 const EMPTY = Buffer.alloc(0);
 const EMPTY_META = Buffer.from('{}');

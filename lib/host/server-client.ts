@@ -5,6 +5,7 @@ import { nodeInfoAnswer } from './attached-info.js';
 import { SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
+import { LocalBackend } from '../core/local-backend.js';
 import type { Receipt } from '../core/stack.js';
 import { Fifo } from '../core/fifo.js';
 import {
@@ -273,10 +274,12 @@ export class Client {
           if (this.sockets.has(f.sock)) throw new ProtocolError(`socket id ${f.sock} already open`);
           if (this.sockets.size >= MAX_SOCKETS_PER_CLIENT)
             throw new RdsError('ENOBUFS', `at most ${MAX_SOCKETS_PER_CLIENT} sockets per attached process`);
-          const real = new RdsSocket({ stack: this.node.stack });
+          const local = new LocalBackend(this.node.stack);
+          const real = new RdsSocket({ stack: this.node.stack, backend: local });
           const s: NodeSock = {
             id: f.sock,
             real,
+            local,
             backlog: new Fifo(),
             backlogBytes: 0,
             running: false,
@@ -292,7 +295,10 @@ export class Client {
           };
           this.sockets.set(f.sock, s);
           let last: Receipt | null = null;
-          real.holdReceipt = (r) => (last = r);
+          // The sender hears a message was read once the client says so (CREDIT), not at recvmsg().
+          local.on('receipt', (r) => {
+            last = r;
+          });
           s.takeReceipt = () => {
             const r = last;
             last = null;
@@ -300,7 +306,7 @@ export class Client {
           };
           real.on('readable', () => this.pump(s));
           // The client's budget comes back as its messages leave the real socket's queue.
-          real.onSendDone = () => this.sends.done(s);
+          local.on('send-done', () => this.sends.done(s));
           real.on('peer-down', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-down', ...ev }));
           real.on('peer-up', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-up', ...ev }));
           this.answer(f.id, null);

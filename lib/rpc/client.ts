@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { RdsError, abortError } from '../errors.js';
-import type { RdsSocket, RdsData } from '../core/socket.js';
+import type { RdsSocket } from '../core/socket.js';
+import type { RdsData } from '../core/socket-types.js';
 import {
   RPC_DUPLICATE,
   RPC_ERROR,
