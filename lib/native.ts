@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
-/** One rdma_cm event channel and the connections made through it (src-native/ib.cc). */
+/** One rdma_cm event channel and the connections made through it (src-native/ib_endpoint.h). */
 export interface IbEndpointBinding {
   /** rdma_listen on address:port; returns the listener's id. */
   listen(address: string, port: number): number;

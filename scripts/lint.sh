@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # npm run lint: Biome's linter over lib, test, bench, fuzz and nemesis (rules in biome.jsonc), Biome's
 # formatter in check mode (it reports, it never rewrites: `npx biome format --write` does), and
-# clang-format over src-native when it is installed (.clang-format). Exits non-zero on any finding.
+# clang-format over src-native (sources and headers) when it is installed (.clang-format). Exits non-zero on any finding.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
 biome lint lib test bench fuzz nemesis || status=1
 biome format lib test bench fuzz nemesis || status=1
 if command -v clang-format >/dev/null; then
-  clang-format --dry-run -Werror src-native/*.cc || status=1
+  clang-format --dry-run -Werror src-native/*.cc src-native/*.h || status=1
 else
   echo "lint: clang-format is not installed, src-native was not checked (apt-get install clang-format)"
 fi

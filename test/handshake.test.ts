@@ -152,7 +152,7 @@ describe('handshake negotiator', () => {
     expect(stack.counters.get('peer_restarted')).toBe(1);
     expect(conn.handshake.peerGenNum).toBe(200);
     // Its sequence numbering started over: the next frame numbered 2 is new, not old.
-    expect(conn.paths[0]!.nextRxSeq).toBe(2);
+    expect(conn.paths[0]!.rxSeq.next).toBe(2);
   });
 
   it('a peer that never answers is settled as a kernel after handshakeTimeoutMs', async () => {

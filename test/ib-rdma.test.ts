@@ -62,7 +62,7 @@ function harness() {
   let kicks = 0;
   const cp = {
     carrier: () => slot,
-    noteRxActivity: () => {},
+    heartbeat: { noteRx: () => {} },
     tx: { ackThrough: () => {}, kick: () => kicks++ },
     drop: (why: string) => drops.push(why),
   };

@@ -41,7 +41,7 @@ function harness(peerRdsSocket: boolean) {
   const slot = { current: tp, is: (t: IbPath) => t === tp };
   const cp = {
     carrier: () => slot,
-    noteRxActivity: () => {},
+    heartbeat: { noteRx: () => {} },
     tx: { ackThrough: () => {}, kick: () => {} },
     drop: (why: string) => drops.push(why),
   };

@@ -99,7 +99,7 @@ describe('rails: several links to one peer', () => {
     for (let i = 0; i < 5; i++) a.sendmsg(Buffer.from(`m${i}`), b.address());
     for (let i = 0; i < 5; i++) expect((await b.recv({ timeout: 5000 })).data.toString()).toBe(`m${i}`);
     const conn = internalConn(A, a1, b1);
-    await until(() => conn.capsKnown, 'handshake settled');
+    await until(() => conn.handshake.peer !== 'unknown', 'handshake settled');
     for (let port = 100; port < 110; port++) expect(conn.pathFor(port).index).toBe(0);
     expect(pathInfo(A, b1, 8)?.state ?? 'DOWN').toBe('DOWN');
     expect(A.counters.get('rail_refused')).toBe(0);

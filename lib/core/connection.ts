@@ -22,7 +22,10 @@ export class RdsConnection {
    */
   private readonly slots: (RdsConnPath | undefined)[];
   private pathCount = 0;
-  /** The negotiator: hello, probe and pong, and all that is known about the peer from them. @internal */
+  /**
+   * The negotiator: hello, probe and pong, and all that is known about the peer from them (its
+   * kind, generation, capabilities and what they allow: read there, under one name). @internal
+   */
   readonly handshake: Handshake = new Handshake(this);
   /** The peer's congestion map (for a loopback connection, the destination address's own map). */
   readonly peerCong: CongMap;
@@ -157,63 +160,6 @@ export class RdsConnection {
     return this.hasPendingData();
   }
 
-  // What the handshake says about the peer. The negotiator owns it and the core reads it there
-  // (conn.handshake, internal); these read-only views are what transports and the published
-  // declarations see of it (RdsConnection reaches users through RdsTransport), so they stay.
-
-  /** Peer generation from GEN_NUM (0 = unknown). */
-  get peerGenNum(): number {
-    return this.handshake.peerGenNum;
-  }
-  /** rds-socket capabilities the peer advertised (RDSSOCK_CAP_*); 0 for a kernel or while unknown. */
-  get peerCaps(): number {
-    return this.handshake.caps;
-  }
-  /** A handshake (or its timeout) told us what the peer is. Until then, keep every message. */
-  get capsKnown(): boolean {
-    return this.handshake.peer !== 'unknown';
-  }
-  /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
-  get peerSportIdx(): boolean {
-    return this.handshake.sportIdx;
-  }
-  /** See Handshake.ackMode. */
-  get ackMode(): boolean {
-    return this.handshake.ackMode;
-  }
-  /** See Handshake.acksWithoutHello. */
-  get acksWithoutHello(): boolean {
-    return this.handshake.acksWithoutHello;
-  }
-  /** See Handshake.confirmsReads. */
-  get confirmsReads(): boolean {
-    return this.handshake.confirmsReads;
-  }
-  /** See Handshake.wantsLegacyHello. */
-  get wantsLegacyHello(): boolean {
-    return this.handshake.wantsLegacyHello;
-  }
-  /** See Handshake.lazyLanes. */
-  get lazyLanes(): boolean {
-    return this.handshake.lazyLanes;
-  }
-  /** See Handshake.heartbeatMode. */
-  get heartbeatMode(): boolean {
-    return this.handshake.heartbeatMode;
-  }
-  /** See Handshake.tracksReceipts. */
-  get tracksReceipts(): boolean {
-    return this.handshake.tracksReceipts;
-  }
-  /** See Handshake.failoverAllowed. */
-  get failoverAllowed(): boolean {
-    return this.handshake.failoverAllowed;
-  }
-  /** See Handshake.releaseOnTransportAck. */
-  get releaseOnTransportAck(): boolean {
-    return this.handshake.releaseOnTransportAck;
-  }
-
   get key(): string {
     return RdsConnection.key(this.laddr, this.faddr, this.transport.name);
   }
@@ -240,7 +186,7 @@ export class RdsConnection {
       // Lanes wait until lane 0 has delivered what was queued before the fan-out, so no socket's
       // message on its new lane overtakes one still on lane 0 (spec §3.3).
       const p0 = this.path(0)!;
-      this.failover.holdLanesBehind(p0, p0.nextTxSeq - 1, n);
+      this.failover.holdLanesBehind(p0, p0.tx.nextTxSeq - 1, n);
       this.stack.counters.add(RDS_CTR.mprds_fanout);
     }
     this.openLanes();
@@ -263,12 +209,12 @@ export class RdsConnection {
    */
   openLanes(): void {
     if (!this.lanesMayConnect()) return;
-    const lazy = this.lazyLanes;
+    const lazy = this.handshake.lazyLanes;
     if (!lazy && !this.transport.initiates(this.path(0)!)) return;
     for (let i = 1; i < this.npaths; i++) {
       // On demand, a lane not made yet is neither wanted nor has messages.
       const p = lazy ? this.pathIf(i) : this.path(i);
-      if (p !== undefined && (!lazy || p.laneWanted || p.sendQueue.length > 0)) p.connectIfDown();
+      if (p !== undefined && (!lazy || p.laneWanted || p.tx.sendQueue.length > 0)) p.connectIfDown();
     }
   }
 }

@@ -96,7 +96,7 @@ export class ConnFailover {
     if (s === undefined || s.to === null) return;
     const t = s.to;
     s.to = null;
-    this.holdBehind(p, t, t.nextTxSeq - 1);
+    this.holdBehind(p, t, t.tx.nextTxSeq - 1);
   }
 
   /**
@@ -113,7 +113,7 @@ export class ConnFailover {
     s.forced = false;
     const stay: RdsOutgoing[] = [];
     let moved = 0;
-    for (const m of from.sendQueue.drain()) {
+    for (const m of from.tx.sendQueue.drain()) {
       if (m.done) continue;
       if (!m.movable) {
         stay.push(m); // pings and probes belong to this path
@@ -122,7 +122,7 @@ export class ConnFailover {
       target.tx.adopt(m);
       moved++;
     }
-    from.sendQueue.unshiftAll(stay);
+    from.tx.sendQueue.unshiftAll(stay);
     s.moved += moved;
     this.conn.stack.counters.add(RDS_CTR.failover_moved, moved);
     s.to = target;
@@ -134,12 +134,12 @@ export class ConnFailover {
       if (ps.to === from) ps.to = target;
       if (ps.behind === from) {
         if (p === target) ps.behind = null;
-        else this.holdBehind(p, target, target.nextTxSeq - 1);
+        else this.holdBehind(p, target, target.tx.nextTxSeq - 1);
       }
     }
     // Lanes not made yet (in use, as failoverPaths) that would wait on this path: the same move.
     const unmade = this.unmade;
-    const seq = target.nextTxSeq - 1;
+    const seq = target.tx.nextTxSeq - 1;
     if (unmade !== null && seq > 0)
       for (let i = 0; i < Math.min(unmade.length, Math.max(1, this.conn.npaths)); i++)
         if (unmade[i]?.behind === from) unmade[i] = { behind: target, seq };

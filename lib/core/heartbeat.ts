@@ -27,7 +27,10 @@ export class Heartbeat {
     return this.timer !== null;
   }
 
-  /** Bytes arrived from the peer (or a new carrier came up). */
+  /**
+   * Bytes arrived from the peer (or a new carrier came up). Transports call it (cp.heartbeat) once
+   * per read or completion batch, not per frame: it feeds the silence check.
+   */
   noteRx(): void {
     this.lastRx = Date.now();
   }

@@ -42,8 +42,8 @@ export function stackInfo(conns: Iterable<RdsConnection>, counters: RdsStats, so
             });
         }
       };
-      list(p.sendQueue, sendQueue);
-      list(p.retrans, retransQueue);
+      list(p.tx.sendQueue, sendQueue);
+      list(p.tx.retrans, retransQueue);
     }
   }
   return {
@@ -78,8 +78,8 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
           rail: ends.rail,
           source: ends.source,
           destination: ends.destination,
-          nextTxSeq: p.nextTxSeq,
-          nextRxSeq: p.nextRxSeq,
+          nextTxSeq: p.tx.nextTxSeq,
+          nextRxSeq: p.rxSeq.next,
           sendQueue: q.send,
           retransQueue: q.retrans,
           inFlightMessages: q.send + q.retrans,
@@ -94,7 +94,7 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
           acksSent: f.acksSent,
           heartbeatsSent: f.heartbeatsSent,
           movedByFailover: f.movedByFailover,
-          failedOverTo: p.failedOverTo?.index ?? null,
+          failedOverTo: p.conn.failover.failedOverTo(p)?.index ?? null,
           latencyHistogram: f.latencyHistogram,
           latencySumMs: f.latencySumMs,
           transport: c.transport.pathInfo?.(p) ?? null,
@@ -121,7 +121,7 @@ export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): Pee
       queued.set(c.faddr, q);
     }
     for (const p of c.madePaths()) {
-      for (const list of [p.sendQueue, p.retrans]) {
+      for (const list of [p.tx.sendQueue, p.tx.retrans]) {
         for (const m of list) {
           if (m.done || !m.fromSocket) continue;
           q.messages++;

@@ -94,7 +94,7 @@ function stateOf(conn: RdsConnection): ConnPolicyState {
     // A lane not made yet has numbered nothing (a path numbers from 1).
     const before = Array.from({ length: Math.min(conn.pathSlots, conn.stack.maxPaths) }, (_, i) => {
       const p = conn.pathIf(i);
-      return p === undefined ? 0 : p.nextTxSeq - 1;
+      return p === undefined ? 0 : p.tx.nextTxSeq - 1;
     });
     s = { placed: new Map(), turn: 0, before };
     states.set(conn, s);
@@ -137,9 +137,9 @@ function place(st: ConnPolicyState, sport: number, home: RdsConnPath, p: RdsConn
   // Redirected by failover: the message is numbered elsewhere; the placement's record stands.
   if (was !== undefined && p !== home) return;
   if (was === undefined || was.path !== p)
-    st.placed.set(sport, { path: p, seq: p.nextTxSeq, msg: undefined, last: null });
+    st.placed.set(sport, { path: p, seq: p.tx.nextTxSeq, msg: undefined, last: null });
   else {
-    was.seq = p.nextTxSeq;
+    was.seq = p.tx.nextTxSeq;
     was.msg = undefined;
   }
 }

@@ -22,17 +22,17 @@ const baselines = new WeakMap<RdsConnPath, PathFigures>();
 
 function raw(p: RdsConnPath): PathFigures {
   return {
-    sentMessages: p.sentMessages,
-    sentBytes: p.sentBytes,
-    recvMessages: p.recvMessages,
-    recvBytes: p.recvBytes,
+    sentMessages: p.tx.sentMessages,
+    sentBytes: p.tx.sentBytes,
+    recvMessages: p.rxSeq.acceptedMessages,
+    recvBytes: p.rxSeq.acceptedBytes,
     upCount: p.upCount,
     connectFailures: p.connectFailures,
-    acksSent: p.acksSent,
-    heartbeatsSent: p.heartbeatsSent,
-    movedByFailover: p.movedByFailover,
-    latencyHistogram: [...p.latencyHistogram],
-    latencySumMs: p.latencySumMs,
+    acksSent: p.acks.acksSent,
+    heartbeatsSent: p.heartbeat.heartbeatsSent,
+    movedByFailover: p.conn.failover.movedBy(p),
+    latencyHistogram: [...p.tx.latencyHistogram],
+    latencySumMs: p.tx.latencySumMs,
   };
 }
 

@@ -9,9 +9,7 @@ import {
 import { AckPacer } from './ack-pacing.js';
 import type { CarrierKind } from './carrier.js';
 import type { RdsConnection } from './connection.js';
-import type { Fifo } from './fifo.js';
 import { Heartbeat } from './heartbeat.js';
-import type { RdsOutgoing } from './message.js';
 import { RxSequence } from './rx-seq.js';
 import { railMayConnect } from './rail.js';
 import { PathControl } from './path-control.js';
@@ -94,10 +92,6 @@ export class RdsConnPath {
     return CONN_STATE_NAMES[this.st]!;
   }
 
-  private get stack() {
-    return this.conn.stack;
-  }
-
   /**
    * rds_conn_path_transition: move from `from` to `to`. A path that is not in `from`, or a move
    * the state machine does not have, is refused: counted (conn_transition_refused), never applied.
@@ -105,12 +99,12 @@ export class RdsConnPath {
   transition(from: number, to: number): boolean {
     if (this.st !== from || !(LEGAL_MOVES[from]?.includes(to) ?? false)) {
       this.refusedMoves++;
-      this.stack.counters.add(RDS_CTR.conn_transition_refused);
+      this.conn.stack.counters.add(RDS_CTR.conn_transition_refused);
       return false;
     }
     this.st = to;
     this.conn.pathStateChanged(CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
-    this.stack.pathStateChanged(this, CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
+    this.conn.stack.pathStateChanged(this, CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
     return true;
   }
 
@@ -193,9 +187,10 @@ export class RdsConnPath {
 
   /** Start connecting if the path is DOWN and no reconnect is already scheduled. */
   connectIfDown(): void {
-    if (this.st !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.stack.closing || this.control.held) return;
+    if (this.st !== RDS_CONN_DOWN || this.reconnectTimer !== null || this.conn.stack.closing || this.control.held)
+      return;
     // Rails (index >= 8): the dialling side, once the peer is known to run them (rail.ts).
-    if (this.index >= this.stack.maxPaths) {
+    if (this.index >= this.conn.stack.maxPaths) {
       if (!railMayConnect(this)) return;
     } else if (this.index > 0) {
       // Lanes > 0: only once path 0 has settled the path count; the initiator connects them, and the
@@ -209,7 +204,7 @@ export class RdsConnPath {
         if (this.tx.hasPendingData()) this.conn.path(0)!.connectIfDown();
         return;
       }
-      if (!this.conn.transport.initiates(this) && !(this.conn.lazyLanes && this.tx.hasPendingData())) return;
+      if (!this.conn.transport.initiates(this) && !(this.conn.handshake.lazyLanes && this.tx.hasPendingData())) return;
       this.wanted = true;
     }
     this.transition(RDS_CONN_DOWN, RDS_CONN_CONNECTING);
@@ -231,8 +226,8 @@ export class RdsConnPath {
       // old one may have lost. The old connection is gone as surely as if its RST had come
       // first (often it is just behind): count and report it as any other drop, or a listener
       // that acts on 'drop' (a ping to learn when traffic resumes) never hears of it.
-      this.stack.counters.add(RDS_CTR.conn_reset);
-      this.stack.pathDropped(this, 'replaced by a new connection from the peer');
+      this.conn.stack.counters.add(RDS_CTR.conn_reset);
+      this.conn.stack.pathDropped(this, 'replaced by a new connection from the peer');
       this.transition(RDS_CONN_UP, RDS_CONN_RESETTING);
       this.tx.reset();
     }
@@ -281,8 +276,8 @@ export class RdsConnPath {
     const from = this.st;
     if (from === RDS_CONN_DOWN || from === RDS_CONN_DISCONNECTING) return;
     const wasUp = from === RDS_CONN_UP;
-    if (wasUp) this.stack.counters.add(RDS_CTR.conn_reset);
-    this.stack.pathDropped(this, reason);
+    if (wasUp) this.conn.stack.counters.add(RDS_CTR.conn_reset);
+    this.conn.stack.pathDropped(this, reason);
     if (from !== RDS_CONN_ERROR) this.transition(from, RDS_CONN_ERROR);
     this.transition(RDS_CONN_ERROR, RDS_CONN_DISCONNECTING);
     this.heartbeat.stop();
@@ -292,7 +287,7 @@ export class RdsConnPath {
     this.transition(RDS_CONN_DISCONNECTING, RDS_CONN_DOWN);
     if (this.tx.sendQueue.length > 0) this.conn.failover.arm(this);
     this.queueReconnect(
-      wasUp && Date.now() - this.upAt >= Math.min(RECONNECT_STABLE_MS, this.stack.options.reconnectMaxDelayMs),
+      wasUp && Date.now() - this.upAt >= Math.min(RECONNECT_STABLE_MS, this.conn.stack.options.reconnectMaxDelayMs),
     );
   }
 
@@ -307,9 +302,9 @@ export class RdsConnPath {
    * each reset, dozens a second, each resending the whole retransmit queue.
    */
   private queueReconnect(stableUp: boolean): void {
-    if (this.stack.closing || this.control.held) return;
+    if (this.conn.stack.closing || this.control.held) return;
     if (!worthRedialling(this, stableUp)) return;
-    const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.stack.options;
+    const { reconnectMinDelayMs: min, reconnectMaxDelayMs: max } = this.conn.stack.options;
     let delay: number;
     if (stableUp || this.backoffMs === 0) {
       delay = 0;
@@ -323,7 +318,7 @@ export class RdsConnPath {
       this.reconnectTimer = null;
       this.connectIfDown();
     }, delay);
-    if (!this.stack.referenced) this.reconnectTimer.unref();
+    if (!this.conn.stack.referenced) this.reconnectTimer.unref();
   }
 
   /** Cancels a scheduled reconnect (the operator's disconnect(), a carrier that came). @internal */
@@ -404,63 +399,13 @@ export class RdsConnPath {
     this.tx.confirms.peerRestarted();
   }
 
-  /**
-   * Bytes arrived from the peer. Transports call it once per read or completion batch, not per
-   * frame: it feeds the heartbeat's silence check and stamps the frames of that batch.
-   */
-  noteRxActivity(): void {
-    this.heartbeat.noteRx();
-  }
+  // ---- counters of its own (the parts keep theirs: tx, rxSeq, acks, heartbeat, conn.failover) ----
 
-  // ---- read-only views (diagnostics, rds-info, tests) ----
-
-  get sendQueue(): Fifo<RdsOutgoing> {
-    return this.tx.sendQueue;
-  }
-  get retrans(): Fifo<RdsOutgoing> {
-    return this.tx.retrans;
-  }
-  get nextTxSeq(): number {
-    return this.tx.nextTxSeq;
-  }
-  get nextRxSeq(): number {
-    return this.rxSeq.next;
-  }
-  get failedOverTo(): RdsConnPath | null {
-    return this.conn.failover.failedOverTo(this);
-  }
-  get movedByFailover(): number {
-    return this.conn.failover.movedBy(this);
-  }
-  get sentMessages(): number {
-    return this.tx.sentMessages;
-  }
-  get sentBytes(): number {
-    return this.tx.sentBytes;
-  }
-  get recvMessages(): number {
-    return this.rxSeq.acceptedMessages;
-  }
-  get recvBytes(): number {
-    return this.rxSeq.acceptedBytes;
-  }
   get upCount(): number {
     return this.ups;
   }
   get connectFailures(): number {
     return this.failures;
-  }
-  get acksSent(): number {
-    return this.acks.acksSent;
-  }
-  get heartbeatsSent(): number {
-    return this.heartbeat.heartbeatsSent;
-  }
-  get latencyHistogram(): readonly number[] {
-    return this.tx.latencyHistogram;
-  }
-  get latencySumMs(): number {
-    return this.tx.latencySumMs;
   }
 }
 

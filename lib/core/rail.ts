@@ -58,7 +58,7 @@ export function isRailSlot(cp: RdsConnPath): boolean {
 
 /** The peer runs rails and we may use them with it: an rds-socket peer with acknowledgements on. */
 export function peerRunsRails(conn: RdsConnection): boolean {
-  return conn.transport.rails === true && (conn.peerCaps & RDSSOCK_CAP_RAILS) !== 0 && conn.ackMode;
+  return conn.transport.rails === true && (conn.handshake.caps & RDSSOCK_CAP_RAILS) !== 0 && conn.handshake.ackMode;
 }
 
 /** Rail paths of the connection that serve a declared rail. */
@@ -313,7 +313,8 @@ export class StackRails implements RailHost {
     } else if (a.index !== cp.index) why = railRefusalText(RAIL_REFUSED_BAD_INDEX);
     else if (a.src !== conn.faddr || a.dst !== conn.laddr)
       why = `${railRefusalText(RAIL_REFUSED_OTHER_NODE)} (${a.src}, expected ${conn.faddr})`;
-    else if (conn.peerGenNum !== 0 && a.genNum !== conn.peerGenNum) why = railRefusalText(RAIL_REFUSED_GENERATION);
+    else if (conn.handshake.peerGenNum !== 0 && a.genNum !== conn.handshake.peerGenNum)
+      why = railRefusalText(RAIL_REFUSED_GENERATION);
     if (why !== null) this.refused(conn.laddr, conn.faddr, spec?.local ?? '', spec?.remote ?? '', cp.index, why, by);
     return why;
   }
@@ -353,7 +354,8 @@ export class StackRails implements RailHost {
     const conn = this.stack.connFor(dst, src, transport);
     // The dialler is the connection's initiator (the smaller RDS address) on both ends.
     if (conn.isInitiator) return refuse(RAIL_REFUSED_OTHER_NODE);
-    if (conn.peerGenNum !== 0 && conn.peerGenNum !== h.genNum) return refuse(RAIL_REFUSED_GENERATION);
+    if (conn.handshake.peerGenNum !== 0 && conn.handshake.peerGenNum !== h.genNum)
+      return refuse(RAIL_REFUSED_GENERATION);
     const cp = slot(conn, h.index);
     const b = bindings.get(cp);
     if (b?.live && specKey(b.spec) === specKey({ peer: src, local, remote })) {

@@ -75,13 +75,13 @@ export class ConnReclaimer {
 
   /** Only peers that delivered sequenced messages leave a tombstone: strangers leave nothing. */
   private remember(conn: RdsConnection): void {
-    if (!conn.madePaths().some((p) => p.nextRxSeq > 0)) return;
+    if (!conn.madePaths().some((p) => p.rxSeq.next > 0)) return;
     this.tombstones.delete(conn.key);
     if (this.tombstones.size >= MAX_TOMBSTONES) this.tombstones.delete(this.tombstones.keys().next().value!);
     this.tombstones.set(conn.key, {
       genNum: conn.handshake.peerGenNum,
       seqs: Array.from({ length: conn.pathSlots }, (_, i) => conn.pathIf(i)).flatMap((p) =>
-        p === undefined ? [0, 0, 0] : [p.nextRxSeq, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq],
+        p === undefined ? [0, 0, 0] : [p.rxSeq.next, p.rxSeq.movedFloor, p.rxSeq.nativeNextSeq],
       ),
     });
   }

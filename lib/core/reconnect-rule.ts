@@ -21,7 +21,7 @@ export function worthRedialling(cp: RdsConnPath, stableUp: boolean): boolean {
   const conn = cp.conn;
   if (!conn.transport.initiates(cp)) {
     if (cp.index === 0) return conn.hasPendingData();
-    return conn.lazyLanes && cp.tx.hasPendingData();
+    return conn.handshake.lazyLanes && cp.tx.hasPendingData();
   }
   if (conn.hasPendingData()) return true;
   if (conn.handshake.peer === 'rds-socket' && cp.index < conn.stack.maxPaths) return cp.index > 0 && conn.anyPathUp();

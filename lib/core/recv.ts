@@ -20,7 +20,7 @@ import { RDS_CTR } from './stats.js';
 /**
  * rds_recv_incoming: everything a transport hands up goes through here. `header` is the 48-byte
  * header, `payload` the h_len bytes. The message came from `cp.conn.faddr` to `cp.conn.laddr`.
- * The transport has called cp.noteRxActivity() for the read or batch this frame came in.
+ * The transport has called cp.heartbeat.noteRx() for the read or batch this frame came in.
  * `localReceipt`: the loopback transport's receipt for a message whose sender waits for the read
  * (send-confirm.ts localReceipt); the receiving socket settles it.
  */

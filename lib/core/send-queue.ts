@@ -186,7 +186,7 @@ export class PathSend {
    */
   carrierUp(): void {
     this.blocked = false;
-    this.congPending = this.path.index === 0 || !this.path.conn.lazyLanes;
+    this.congPending = this.path.index === 0 || !this.path.conn.handshake.lazyLanes;
   }
 
   /**

@@ -53,9 +53,10 @@ export type RdsTransportHost = TransportHost;
 
 /**
  * What a transport provides, modelled on the kernel's struct rds_transport. The core calls these;
- * a transport calls back into the path (connectComplete, connectFailed, drop, tx.ackThrough, tx.kick,
- * noteRxActivity before handing up what one read brought) and into the host (recvIncoming, connFor). The core never imports a transport: they are
- * handed to a stack when it is made.
+ * a transport calls back into the path (connectComplete, connectFailed, drop, tx.ackThrough,
+ * tx.kick, heartbeat.noteRx before handing up what one read brought) and into the host
+ * (recvIncoming, connFor). The core never imports a transport: they are handed to a stack when it
+ * is made.
  */
 export interface RdsTransport {
   /** "tcp", "infiniband", "loopback": the names rds-info prints. */
@@ -143,7 +144,7 @@ export interface RdsTransport {
    */
   xmitControl?(cp: RdsConnPath, header: Buffer, done: () => void): void;
 
-  /** The peer's handshake said what it is (kernel or rds-socket); see RdsConnection.releaseOnTransportAck. */
+  /** The peer's handshake said what it is (kernel or rds-socket); see Handshake.releaseOnTransportAck. */
   capabilitiesChanged?(conn: RdsConnection): void;
 
   /**

@@ -33,7 +33,7 @@ export class IbReceiver {
   onCompletions(cp: RdsConnPath, id: number, batch: Int32Array): void {
     const tp = ibPath(cp);
     if (tp === null || tp.id !== id || tp.ring === null) return;
-    cp.noteRxActivity();
+    cp.heartbeat.noteRx();
     tp.completionsArrived(batch.length / 3);
     const reposts: number[] = [];
     let sendFreed = false;

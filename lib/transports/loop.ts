@@ -66,7 +66,7 @@ export class LoopTransport implements RdsTransport {
     // kernel's loopback does. A ping (port 0) is taken by the stack itself: its confirmation
     // resolves on the acknowledgement.
     const receipt = msg.confirmPending && msg.dport !== 0 ? localReceipt(msg, this.host.counters) : undefined;
-    rcp.noteRxActivity();
+    rcp.heartbeat.noteRx();
     this.host.recvIncoming(rcp, msg.wire.subarray(0, RDS_HEADER_SIZE), payload, receipt);
     cp.tx.ackThrough(msg.seq, receipt !== undefined);
     return true;

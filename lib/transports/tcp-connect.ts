@@ -76,7 +76,7 @@ export class TcpConnector {
       // The larger address never keeps a connection it opened: it only pokes the smaller side,
       // which answers by connecting to us (spec §2.2). Lanes > 0 are poked only when lanes open on
       // demand; the poke's source port says which (port % 8, as SPORT_IDX), 0 for path 0.
-      if (cp.index !== 0 && !conn.lazyLanes) {
+      if (cp.index !== 0 && !conn.handshake.lazyLanes) {
         cp.connectFailed();
         return;
       }

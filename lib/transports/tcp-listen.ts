@@ -208,7 +208,7 @@ export class TcpListener {
     conn.path(0)!.connectNow();
     // A peer whose lanes open on demand pokes for lane port % 8 when it has messages for it.
     const i = port % 8;
-    if (i > 0 && conn.lazyLanes && i < conn.npaths) conn.path(i)!.pokedFor();
+    if (i > 0 && conn.handshake.lazyLanes && i < conn.npaths) conn.path(i)!.pokedFor();
   }
 
   /** An admitted connection from a smaller address: it becomes a path's carrier. */
@@ -280,11 +280,11 @@ export class TcpListener {
  */
 function pathForAccepted(conn: RdsConnection, srcPort: number): RdsConnPath | null {
   const n = conn.npaths;
-  if (n > 1 && conn.peerSportIdx) return conn.path(srcPort % n)!;
+  if (n > 1 && conn.handshake.sportIdx) return conn.path(srcPort % n)!;
   for (let i = 0; i < Math.max(1, n); i++) {
     const p = conn.path(i)!;
     if (p.state !== RDS_CONN_UP) return p;
   }
-  if (n <= 1 && (!conn.peerSportIdx || srcPort % 8 === 0)) return conn.path(0)!;
+  if (n <= 1 && (!conn.handshake.sportIdx || srcPort % 8 === 0)) return conn.path(0)!;
   return null;
 }

@@ -271,7 +271,7 @@ export class TcpReceiver {
     );
     const received = carrier.guard(sock, (input: Buffer | number): void => {
       host.counters.add(RDS_CTR.tcp_data_ready_calls);
-      cp.noteRxActivity();
+      cp.heartbeat.noteRx();
       turn.read(typeof input === 'number' ? input : input.length);
       const framesBefore = reader.frames;
       try {

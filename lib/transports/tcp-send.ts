@@ -20,7 +20,7 @@ export class TcpSender {
     tp.beginBatch();
     // Between rds-socket peers a batch is usually one write (the run of frames), which needs no
     // cork; the socket is corked only when a batch makes several writes (see corkBatch).
-    if (!cp.conn.ackMode) tp.corkBatch();
+    if (!cp.conn.handshake.ackMode) tp.corkBatch();
   }
 
   xmitEnd(cp: RdsConnPath): void {
@@ -35,7 +35,7 @@ export class TcpSender {
     const w = msg.wire;
     if (msg.zcPayload !== null) return this.xmitZeroCopy(cp, tp, sock, msg);
     const end = tp.addWritten(w.length);
-    if (cp.conn.ackMode) {
+    if (cp.conn.handshake.ackMode) {
       // A large frame's memory is reused once its message is done: the write holds it.
       if (msg.recycles) return this.writeHeld(tp, sock, msg);
       // An rds-socket peer acknowledges messages itself: no write callback needed, and frames
@@ -88,7 +88,7 @@ export class TcpSender {
     tp.corkBatch();
     this.writeRun(tp);
     const end = tp.addWritten(msg.wire.length + msg.len);
-    const ackMode = cp.conn.ackMode;
+    const ackMode = cp.conn.handshake.ackMode;
     if (!ackMode) tp.track.push({ end, seq: msg.seq });
     msg.xmitHold();
     const last = writes.length - 1;
@@ -120,7 +120,7 @@ export class TcpSender {
     // Its write completing counts for releaseAcked too: it may be the byte that follows a proof.
     if (
       !sock.write(frame, (err) => {
-        if (!err && !cp.conn.ackMode) this.flushedTo(cp, tp, sock, end);
+        if (!err && !cp.conn.handshake.ackMode) this.flushedTo(cp, tp, sock, end);
       })
     ) {
       this.ctx.host.counters.add(RDS_CTR.tcp_sndbuf_full);
@@ -145,7 +145,7 @@ export class TcpSender {
     for (const cp of conn.madePaths()) {
       const tp = cp.carrierIf(TCP_CARRIER);
       if (tp === null) continue;
-      if (conn.ackMode) tp.track.drain();
+      if (conn.handshake.ackMode) tp.track.drain();
       else this.releaseAcked(cp);
     }
   }
@@ -157,8 +157,8 @@ export class TcpSender {
    */
   carrierProven(cp: RdsConnPath, tp: TcpPath): void {
     tp.markProven();
-    if (tp.track.length === 0 || cp.conn.ackMode) return;
-    if (cp.sendQueue.length === 0) cp.tx.queueCongUpdate();
+    if (tp.track.length === 0 || cp.conn.handshake.ackMode) return;
+    if (cp.tx.sendQueue.length === 0) cp.tx.queueCongUpdate();
     this.releaseAcked(cp);
   }
 
@@ -179,7 +179,7 @@ export class TcpSender {
     const tp = tcpPath(cp);
     const sock = tp.sock;
     if (sock === null || tp.track.length === 0) return;
-    if (cp.conn.ackMode) {
+    if (cp.conn.handshake.ackMode) {
       tp.track.drain();
       return;
     }
@@ -189,7 +189,7 @@ export class TcpSender {
     // just before still calls back in between. What TCP had not acknowledged then is lost with the
     // socket: it stays in the retransmit queue and is resent on the next carrier.
     if (sock.destroyed) return;
-    if (cp.conn.releaseOnTransportAck) {
+    if (cp.conn.handshake.releaseOnTransportAck) {
       const acked = acknowledged(tp, sock);
       if (acked < 0) return;
       const upTo = acked > tp.provenAt ? acked : 0;

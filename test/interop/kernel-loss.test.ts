@@ -49,20 +49,20 @@ async function lossDiagnostics(drops: Record<string, number>): Promise<unknown> 
           {
             faddr: string;
             npaths: number;
-            peerSportIdx: boolean;
-            awaitingPathsPong: boolean;
-            capsKnown: boolean;
-            peerCaps: number;
+            handshake: { sportIdx: boolean; awaitingPathsPong: boolean; peer: string; caps: number };
             paths: {
               index: number;
               stateName: string;
-              nextTxSeq: number;
               upCount: number;
               connectFailures: number;
               peerPongSeen: boolean;
               reconnectPending: boolean;
-              tx: { pendingCount(): { send: number; retrans: number }; oldestUnacked(): number | undefined };
-              sendQueue: Iterable<{ sport: number; seq: number; done: boolean }>;
+              tx: {
+                nextTxSeq: number;
+                sendQueue: Iterable<{ sport: number; seq: number; done: boolean }>;
+                pendingCount(): { send: number; retrans: number };
+                oldestUnacked(): number | undefined;
+              };
             }[];
             failover: { holdingBehind(p: unknown): { index: number } | null };
           }
@@ -74,17 +74,17 @@ async function lossDiagnostics(drops: Record<string, number>): Promise<unknown> 
       .map((c) => ({
         node: name,
         npaths: c.npaths,
-        sportIdx: c.peerSportIdx,
-        awaitingPathsPong: c.awaitingPathsPong,
-        capsKnown: c.capsKnown,
-        caps: c.peerCaps,
+        sportIdx: c.handshake.sportIdx,
+        awaitingPathsPong: c.handshake.awaitingPathsPong,
+        capsKnown: c.handshake.peer !== 'unknown',
+        caps: c.handshake.caps,
         paths: c.paths.slice(0, Math.max(1, c.npaths)).map((p) => {
           const ports = new Set<number>();
-          for (const m of p.sendQueue) if (!m.done) ports.add(m.sport);
+          for (const m of p.tx.sendQueue) if (!m.done) ports.add(m.sport);
           return {
             i: p.index,
             state: p.stateName,
-            nextTx: p.nextTxSeq,
+            nextTx: p.tx.nextTxSeq,
             ups: p.upCount,
             connectFailures: p.connectFailures,
             pong: p.peerPongSeen,

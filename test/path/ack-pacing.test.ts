@@ -19,7 +19,7 @@ async function ackPath(opts = {}) {
   cp.connectComplete();
   f.conn.handshake.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_NO_HELLO);
   await turn();
-  cp.tx.ackThrough(cp.nextTxSeq - 1); // the probe
+  cp.tx.ackThrough(cp.tx.nextTxSeq - 1); // the probe
   f.t.sent.length = 0;
   f.t.controls.length = 0;
   return { ...f, cp };
@@ -58,7 +58,7 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
     await turn();
     expect(t.controls.length).toBe(1);
     expect(t.controls[0]!.header.readBigUInt64BE(8)).toBe(1n);
-    expect(cp.acksSent).toBe(1);
+    expect(cp.acks.acksSent).toBe(1);
   });
 
   it('a kernel peer is never tracked for acknowledgement', async () => {

@@ -30,8 +30,8 @@ async function twoLanes(caps = RDSSOCK_CAP_ACK | RDSSOCK_CAP_FAILOVER | RDSSOCK_
   expect(f.t.connects).toEqual([0, 1]);
   p1!.connectComplete();
   await turn();
-  p0!.tx.ackThrough(p0!.nextTxSeq - 1);
-  p1!.tx.ackThrough(p1!.nextTxSeq - 1);
+  p0!.tx.ackThrough(p0!.tx.nextTxSeq - 1);
+  p1!.tx.ackThrough(p1!.tx.nextTxSeq - 1);
   f.t.sent.length = 0;
   return { ...f, p0: p0!, p1: p1! };
 }
@@ -42,9 +42,9 @@ describe('ConnFailover: failover between the paths of a connection', () => {
     p1.drop('test'); // reconnect attempts never complete on the fake transport
     const msgs = [0, 1, 2].map(() => p1.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner));
     const origSeqs = msgs.map((m) => m.seq);
-    await until(() => p1.failedOverTo === p0, 'failover');
+    await until(() => p1.conn.failover.failedOverTo(p1) === p0, 'failover');
     expect(conn.failover.redirect(p1)).toBe(p0);
-    expect(p1.movedByFailover).toBe(3);
+    expect(p1.conn.failover.movedBy(p1)).toBe(3);
     expect(s.counters.get('failover_moved')).toBe(3);
     expect(msgs.every((m) => m.path === p0)).toBe(true);
     await turn();
@@ -57,11 +57,11 @@ describe('ConnFailover: failover between the paths of a connection', () => {
     const { t, p0, p1 } = await twoLanes();
     p1.drop('test');
     const moved = p1.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner);
-    await until(() => p1.failedOverTo === p0, 'failover');
+    await until(() => p1.conn.failover.failedOverTo(p1) === p0, 'failover');
     await turn();
     p1.connectComplete();
     expect(p1.state).toBe(RDS_CONN_UP);
-    expect(p1.failedOverTo).toBeNull();
+    expect(p1.conn.failover.failedOverTo(p1)).toBeNull();
     expect(p1.conn.failover.holdingBehind(p1)).toBe(p0);
     const later = p1.tx.queue(Buffer.from('n'), 1, 4000, 4001, owner);
     await turn();
@@ -76,9 +76,9 @@ describe('ConnFailover: failover between the paths of a connection', () => {
     p1.drop('test');
     p1.tx.queue(Buffer.from('m'), 1, 4000, 4001, owner);
     await new Promise((r) => setTimeout(r, 40));
-    expect(p1.failedOverTo).toBeNull();
+    expect(p1.conn.failover.failedOverTo(p1)).toBeNull();
     expect(conn.failover.redirect(p1)).toBe(p1);
-    expect(p1.sendQueue.length).toBe(1);
+    expect(p1.tx.sendQueue.length).toBe(1);
   });
 
   // Lanes > 0 are made when first used (RdsConnection.path): one made after the fan-out must wait
@@ -119,7 +119,7 @@ describe('ConnFailover: failover between the paths of a connection', () => {
     p1.connectIfDown();
     p1.connectComplete();
     p0.drop('test');
-    await until(() => p0.failedOverTo === p1, 'failover');
+    await until(() => p0.conn.failover.failedOverTo(p0) === p1, 'failover');
     expect(early.path).toBe(p1);
     // The lane made now waits behind lane 1, where lane 0's messages went, not behind lane 0.
     const p5 = conn.path(5)!;

@@ -34,7 +34,7 @@ describe('Heartbeat: liveness between rds-socket peers', () => {
   it('a silent path asks for an answer (ACK_REQUIRED), then is dropped after heartbeatMissedLimit intervals', async () => {
     const { t, cp, stack: s } = hbPath();
     expect(cp.heartbeat.running).toBe(true);
-    await until(() => cp.heartbeatsSent > 0, 'a heartbeat');
+    await until(() => cp.heartbeat.heartbeatsSent > 0, 'a heartbeat');
     expect(t.controls.some((c) => (c.header[24]! & RDS_FLAG_ACK_REQUIRED) !== 0)).toBe(true);
     await until(() => s.counters.get('heartbeat_timeout') === 1, 'the silent path dropped');
     expect(cp.state).not.toBe(RDS_CONN_UP); // DOWN, or already reconnecting
@@ -46,7 +46,7 @@ describe('Heartbeat: liveness between rds-socket peers', () => {
     const { cp } = hbPath();
     const end = Date.now() + 200;
     while (Date.now() < end) {
-      cp.noteRxActivity();
+      cp.heartbeat.noteRx();
       await new Promise((r) => setTimeout(r, 5));
     }
     expect(cp.state).toBe(RDS_CONN_UP);
@@ -55,7 +55,7 @@ describe('Heartbeat: liveness between rds-socket peers', () => {
   it('while the node itself does not read, the silence is not held against the peer', async () => {
     const { cp, stack: s } = hbPath();
     cp.setReadPaused(true);
-    await until(() => cp.heartbeatsSent >= 5, 'heartbeats while paused', 3000);
+    await until(() => cp.heartbeat.heartbeatsSent >= 5, 'heartbeats while paused', 3000);
     expect(cp.state).toBe(RDS_CONN_UP);
     expect(s.counters.get('heartbeat_timeout')).toBe(0);
   });

@@ -26,7 +26,7 @@ async function upPath(opts = {}) {
   cp.connectComplete();
   await turn();
   // The probe queued when the path came up is out: acknowledge it, so only the test's messages remain.
-  cp.tx.ackThrough(cp.nextTxSeq - 1);
+  cp.tx.ackThrough(cp.tx.nextTxSeq - 1);
   f.t.sent.length = 0;
   return { ...f, cp };
 }
@@ -35,14 +35,14 @@ describe('PathSend: the send queue and pump (send.c)', () => {
   it('numbers messages at enqueue and sends them in order, one pump per turn', async () => {
     const { t, cp } = await upPath();
     const o = owner();
-    const first = cp.nextTxSeq;
-    const sentBefore = cp.sentMessages;
+    const first = cp.tx.nextTxSeq;
+    const sentBefore = cp.tx.sentMessages;
     for (let i = 0; i < 5; i++) cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o);
-    expect(cp.nextTxSeq).toBe(first + 5);
+    expect(cp.tx.nextTxSeq).toBe(first + 5);
     expect(t.sent).toEqual([]);
     await turn();
     expect(t.sent.map((s) => s.seq)).toEqual([first, first + 1, first + 2, first + 3, first + 4]);
-    expect(cp.sentMessages - sentBefore).toBe(5);
+    expect(cp.tx.sentMessages - sentBefore).toBe(5);
     expect(cp.tx.pendingCount()).toEqual({ send: 0, retrans: 5 });
     expect(cp.tx.hasPendingData()).toBe(true);
   });
@@ -66,7 +66,7 @@ describe('PathSend: the send queue and pump (send.c)', () => {
   it('an ack frees messages in order and returns them to their owner', async () => {
     const { cp } = await upPath();
     const o = owner();
-    const acked = cp.latencyHistogram.reduce((a, b) => a + b, 0);
+    const acked = cp.tx.latencyHistogram.reduce((a, b) => a + b, 0);
     const msgs = [0, 1, 2].map(() => cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o));
     await turn();
     cp.tx.ackThrough(msgs[1]!.seq);
@@ -75,7 +75,7 @@ describe('PathSend: the send queue and pump (send.c)', () => {
     cp.tx.ackThrough(msgs[2]!.seq);
     expect(cp.tx.oldestUnacked()).toBeUndefined();
     expect(cp.tx.hasPendingData()).toBe(false);
-    expect(cp.latencyHistogram.reduce((a, b) => a + b, 0) - acked).toBe(3);
+    expect(cp.tx.latencyHistogram.reduce((a, b) => a + b, 0) - acked).toBe(3);
   });
 
   it('a new carrier resends what was not acknowledged first, flagged RETRANSMITTED, with its sequence', async () => {
