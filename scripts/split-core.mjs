@@ -42,6 +42,7 @@ const EXTENSIONS = [
   'control', // the control socket
   'control-commands',
   'host-hooks',
+  'local-confirm', // send({ confirm }): the wait for a read confirmation
 ];
 
 /** What mirrors net/rds (af_rds.c, bind.c, cong.c, connection.c, message.c, recv.c, send.c, ...). Stays. */
@@ -80,6 +81,20 @@ const KERNEL = [
   'transport-registry',
   'types',
   'wire-slab',
+  // af_rds.c's socket calls over a backend (the in-process one mirrors rds_sock's queues)
+  'socket-backend',
+  'socket-actions',
+  'socket-send-checks',
+  'socket-waiters',
+  'local-backend',
+  'local-rx',
+  // info.c's getsockopt, af_rds.c's ioctl and scope rules, recv.c's receive-path trace
+  'info-sockopt',
+  'info-records',
+  'info-result',
+  'tos',
+  'scope',
+  'rx-trace',
 ];
 
 const CODE_DIRS = ['lib', 'test', 'bench', 'nemesis', 'fuzz', 'examples', 'scripts'];
