@@ -55,7 +55,7 @@ export const targets = {
       if (!(e instanceof wire.RdsProtocolError)) throw e;
     }
     // Keep memory flat across inputs: drop what the input queued or delivered.
-    for (const p of conn.paths) p.sendQueue.drain();
+    for (const p of conn.paths) p.tx.sendQueue.drain();
     while (sock.recvmsg() !== null);
   },
   /**

@@ -129,15 +129,15 @@ describe('kernel peers: a carrier being torn down releases nothing (#40)', () =>
     const user = (q: Iterable<{ done: boolean; fromSocket: boolean }>): number =>
       [...q].filter((m) => !m.done && m.fromSocket).length;
     const cp0 = conn.path(0)!;
-    const held = user(cp0.retrans);
-    const queued = user(cp0.sendQueue);
+    const held = user(cp0.tx.retrans);
+    const queued = user(cp0.tx.sendQueue);
     expect(held).toBeGreaterThan(1);
     // As Node does when the peer resets the connection: the socket is destroyed (its descriptor
     // gone) before 'close' tells the path, and a write that completed just before calls back in
     // between. Any release attempt then must release nothing.
     carrier.destroy();
     conn.transport.capabilitiesChanged?.(conn);
-    expect(user(cp0.retrans), 'released while the carrier was being torn down').toBe(held);
+    expect(user(cp0.tx.retrans), 'released while the carrier was being torn down').toBe(held);
     c0.sock.destroy();
     // The next carrier gets them again, RETRANSMITTED, in order, then those never sent.
     const c1 = await listener.accept(1, 10_000);

@@ -95,12 +95,15 @@ describe('rds-ping', () => {
 });
 
 describe('rds-info and the control endpoint', () => {
-  it('with no node says how to open the control endpoint; -v is refused', async () => {
+  it('with no node says how to open the control endpoint (with -v too); an unknown option is refused', async () => {
     const r = await run([cli('rds-info')]);
     expect(r.code).toBe(1);
     expect(r.err).toContain('RDS_SOCKET_CONTROL=1');
     expect(r.err).toContain('new RdsStack({ control: true })');
-    expect((await run([cli('rds-info'), '-v'])).code).toBe(2);
+    const v = await run([cli('rds-info'), '-v']);
+    expect(v.code).toBe(1);
+    expect(v.err).toContain('RDS_SOCKET_CONTROL=1');
+    expect((await run([cli('rds-info'), '-Z'])).code).toBe(2);
   });
 
   it("RDS_SOCKET_CONTROL=1 opens it on the default stack; a killed node's socket is removed as stale", async () => {
