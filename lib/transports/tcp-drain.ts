@@ -79,8 +79,9 @@ function resetOnWrite(err: unknown): boolean {
  * ended (what was queued has gone through the carrier's reader), or DRAIN_AFTER_RESET_MS. Writes
  * meanwhile stay in the socket (it is errored; their messages are resent on the next carrier).
  * Any other destroy (ours, a read error) is done at once. Not for TLS: its layer owns the stream.
+ * With `hold`, time the receive limits held the carrier's reading does not count (afterReadEnds).
  */
-export function readQueuedBeforeResetDestroy(sock: Socket): void {
+export function readQueuedBeforeResetDestroy(sock: Socket, hold?: DrainHold): void {
   if (sock instanceof tls.TLSSocket) return;
   const destroy = sock.destroy;
   let draining = false;
@@ -92,9 +93,13 @@ export function readQueuedBeforeResetDestroy(sock: Socket): void {
     // A failed write marks the readable side errored too, and an errored stream never emits
     // 'end'; the error is kept (and reported on the destroy), the read side goes on to its end.
     (this as unknown as { _readableState: { errored: Error | null } })._readableState.errored = null;
-    afterReadEnds(this, () => {
-      if (!this.destroyed) destroy.call(this, err);
-    });
+    afterReadEnds(
+      this,
+      () => {
+        if (!this.destroyed) destroy.call(this, err);
+      },
+      hold,
+    );
     return this;
   };
 }
