@@ -2,11 +2,64 @@ import type { Socket } from 'node:net';
 import tls from 'node:tls';
 
 /**
- * How long a carrier whose write failed on the peer's reset may stay open for what its kernel
- * still queues for us to be read. The read side ends (EOF) in the first poll that reads it, unless
- * the receive limits hold reading; this bounds what a reset peer can make us keep.
+ * How long a carrier being let go may stay open for what its kernel still queues for us to be
+ * read: one whose write failed on the peer's reset, or one a newer connection replaces. The read
+ * side ends (EOF) in the first poll that reads it, unless the receive limits hold reading; this
+ * bounds what a reset peer can make us keep.
  */
 export const DRAIN_AFTER_RESET_MS = 1000;
+
+/** How the receive limits' hold counts against the drain's time (see afterReadEnds). */
+export interface DrainHold {
+  /** Milliseconds the receive limits have held the carrier's reading, in all (TcpPath.heldMs). */
+  heldMs(now: number): number;
+  /** The drain's whole time, held or not, is at most this. */
+  capMs: number;
+}
+
+/**
+ * Runs `done` once `sock`'s read side has ended (EOF: everything its kernel queued went through
+ * the carrier's reader) or the socket closed (a read error ends it the same way, after what came
+ * before it was read), or once it has had DRAIN_AFTER_RESET_MS to read. With `hold`, time during
+ * which the receive limits held reading does not count (they, not the peer, keep the bytes
+ * unread), up to `hold.capMs` in all. The close listener runs before any other: `done` may take
+ * the socket out of its path before the path hears of the close.
+ */
+export function afterReadEnds(sock: Socket, done: () => void, hold?: DrainHold): void {
+  let fired = false;
+  let timer: NodeJS.Timeout | null = null;
+  const finish = (): void => {
+    if (fired) return;
+    fired = true;
+    if (timer !== null) clearTimeout(timer);
+    sock.off('end', finish);
+    sock.off('close', finish);
+    done();
+  };
+  if (sock.readableEnded || sock.destroyed) {
+    finish();
+    return;
+  }
+  sock.once('end', finish);
+  sock.prependOnceListener('close', finish);
+  const start = Date.now();
+  const heldAtStart = hold?.heldMs(start) ?? 0;
+  const arm = (ms: number): void => {
+    timer = setTimeout(() => {
+      const now = Date.now();
+      const unheld = now - start - ((hold?.heldMs(now) ?? 0) - heldAtStart);
+      const left = Math.min(DRAIN_AFTER_RESET_MS - unheld, (hold?.capMs ?? DRAIN_AFTER_RESET_MS) - (now - start));
+      if (left > 0) {
+        arm(left);
+        return;
+      }
+      // A timer set now runs before the next poll: the immediate after it lets that poll read.
+      setImmediate(finish);
+    }, ms);
+    timer.unref();
+  };
+  arm(DRAIN_AFTER_RESET_MS);
+}
 
 /** A write refused because the peer reset the connection (ECONNRESET once, EPIPE after). */
 function resetOnWrite(err: unknown): boolean {
@@ -26,8 +79,9 @@ function resetOnWrite(err: unknown): boolean {
  * ended (what was queued has gone through the carrier's reader), or DRAIN_AFTER_RESET_MS. Writes
  * meanwhile stay in the socket (it is errored; their messages are resent on the next carrier).
  * Any other destroy (ours, a read error) is done at once. Not for TLS: its layer owns the stream.
+ * With `hold`, time the receive limits held the carrier's reading does not count (afterReadEnds).
  */
-export function readQueuedBeforeResetDestroy(sock: Socket): void {
+export function readQueuedBeforeResetDestroy(sock: Socket, hold?: DrainHold): void {
   if (sock instanceof tls.TLSSocket) return;
   const destroy = sock.destroy;
   let draining = false;
@@ -36,17 +90,16 @@ export function readQueuedBeforeResetDestroy(sock: Socket): void {
     if (draining) return this; // a later failing write: the first one already waits
     if (this.readableEnded) return destroy.call(this, err);
     draining = true;
-    const finish = (): void => {
-      clearTimeout(timer);
-      if (!this.destroyed) destroy.call(this, err);
-    };
     // A failed write marks the readable side errored too, and an errored stream never emits
     // 'end'; the error is kept (and reported on the destroy), the read side goes on to its end.
     (this as unknown as { _readableState: { errored: Error | null } })._readableState.errored = null;
-    this.once('end', finish);
-    // A timer set now runs before the next poll: the immediate after it lets that poll read.
-    const timer = setTimeout(() => setImmediate(finish), DRAIN_AFTER_RESET_MS);
-    timer.unref();
+    afterReadEnds(
+      this,
+      () => {
+        if (!this.destroyed) destroy.call(this, err);
+      },
+      hold,
+    );
     return this;
   };
 }

@@ -11,6 +11,7 @@ import { KEEPALIVE_MS, peerOf, refuse, tcpPath, withSlabReads, type TcpShared } 
 import type { TcpReceiver } from './tcp-recv.js';
 import type { TcpRails } from './tcp-rail.js';
 import { RDS_CONN_UP } from '../constants.js';
+import { replaceCarrier, stillUsable } from './tcp-replace.js';
 
 /**
  * Accepting carriers (the kernel's tcp_listen.c): one listener per local address; the allowlist,
@@ -228,12 +229,21 @@ export class TcpListener {
       poke.destroy();
       host.counters.add(RDS_CTR.conn_poke_superseded);
     }
-    const old = tp.slot.clear();
-    if (old !== null) {
-      // Simultaneous or replacement connection: the newest carrier wins.
-      host.counters.add(RDS_CTR.tcp_connect_raced);
-      old.destroy();
-    }
+    // Simultaneous or replacement connection: the newest carrier wins, once the old one has been
+    // read to its end (tcp-replace.ts). Until then this one stays paused, nothing of it read.
+    replaceCarrier(this.ctx, cp, () => {
+      if (!stillUsable(this.ctx, sock)) {
+        this.admission.freeSlot(slot);
+        refuse(sock);
+        return;
+      }
+      this.takeCarrier(cp, sock, slot);
+    });
+  }
+
+  /** `sock` (accepted, paused) becomes the carrier of `cp`. */
+  private takeCarrier(cp: RdsConnPath, sock: Socket, slot: AdmissionSlot): void {
+    const host = this.ctx.host;
     const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
     let received = (_n: number): void => {};
     const slabSock = this.ctx.topts.tls ? null : withSlabReads(sock, reader, (n) => received(n));

@@ -8,6 +8,7 @@ import { RAIL_HELLO_MAX_PAYLOAD, railHelloPayloadLength } from '../wire/rail-hel
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { refuse, tcpPath, type TcpShared } from './tcp-carrier.js';
 import type { TcpReceiver } from './tcp-recv.js';
+import { replaceCarrier, stillUsable } from './tcp-replace.js';
 
 /** How long a refused rail's connection stays open for its answer to reach the dialler. */
 const REFUSE_LINGER_MS = 1000;
@@ -108,19 +109,21 @@ export class TcpRails {
         return;
       }
       const cp = r.cp;
-      const tp = tcpPath(cp);
-      const old = tp.slot.clear();
-      if (old !== null) {
-        // The dialler gave up the previous connection (its FIN may be late): the newest wins.
-        host.counters.add(RDS_CTR.tcp_connect_raced);
-        old.destroy();
-      }
       raw.write(r.answer);
       this.admission.identifySlot(slot);
-      const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
-      this.receiver.attachCarrier(cp, raw, reader, false, slot);
-      if (!cp.readPaused) raw.resume();
-      cp.connectComplete();
+      // The dialler gave up the previous connection (its FIN may be late): the newest wins, once
+      // the old one has been read to its end (tcp-replace.ts); this one waits paused until then.
+      replaceCarrier(this.ctx, cp, () => {
+        if (!stillUsable(this.ctx, raw)) {
+          this.admission.freeSlot(slot);
+          refuse(raw);
+          return;
+        }
+        const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
+        this.receiver.attachCarrier(cp, raw, reader, false, slot);
+        if (!cp.readPaused) raw.resume();
+        cp.connectComplete();
+      });
     };
     const onData = (chunk: Buffer): void => {
       buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);

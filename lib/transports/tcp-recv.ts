@@ -304,8 +304,9 @@ export class TcpReceiver {
       }),
     );
     sock.on('error', () => {});
-    // What a kernel sent before resetting the connection is read before the descriptor goes.
-    readQueuedBeforeResetDestroy(sock);
+    // What a kernel sent before resetting the connection is read before the descriptor goes,
+    // also when the receive limits hold it unread for a while (at most headerTimeoutMs in all).
+    readQueuedBeforeResetDestroy(sock, { heldMs: (now) => tp.heldMs(now), capMs: headerTimeoutMs });
     sock.once('close', () => carrier.lost(sock, 'connection closed', () => tp.readerGone()));
     return received;
   }
