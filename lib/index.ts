@@ -43,7 +43,7 @@ export type {
   MaskedAtomicArgs,
 } from './core/rdma.js';
 export type { ConnState } from './core/path.js';
-export type { PeerEvent, PeerInfo, PeerStateName } from './core/peer-state.js';
+export type { PeerEvent, PeerInfo, PeerStateName } from './core/ext/peer-state.js';
 export { RdsError, type RdsErrorCode } from './errors.js';
 export { RdsInfoSpaceError, type RdsInfoResult } from './core/info-result.js';
 export { RDS_COUNTER_NAMES, type RdsCounterName } from './core/stats.js';
@@ -51,5 +51,5 @@ export { TcpTransport, type TcpTransportOptions } from './transports/tcp.js';
 export { LoopTransport } from './transports/loop.js';
 export { IbTransport, type IbTransportOptions } from './transports/ib.js';
 export * as wire from './wire/index.js';
-export type { ServeOptions, HostNodeHandle } from './core/host-hooks.js';
+export type { ServeOptions, HostNodeHandle } from './core/ext/host-hooks.js';
 export { defaultNodePath, systemNodePath } from './host/paths.js';

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, type RdsStack, constants, type ConnectionInfo } from '../lib/index.js';
 import { Handshake } from '../lib/core/handshake.js';
 import { RdsConnPath } from '../lib/core/path.js';
-import { portHash } from '../lib/core/path-policy.js';
+import { portHash } from '../lib/core/ext/path-policy.js';
 import { tcpPath } from '../lib/transports/tcp-carrier.js';
 import { payload, proxiedStacks, until } from './helpers.js';
 

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants } from '../lib/index.js';
-import type { PeerEvent } from '../lib/core/peer-state.js';
+import type { PeerEvent } from '../lib/core/ext/peer-state.js';
 import { TEST_TCP_PORT, timeout, until } from './helpers.js';
 
 // A dead peer must not silently stall a socket (issue 17): peer reachability events and

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ControlEndpoint } from '../lib/core/control.js';
+import { ControlEndpoint } from '../lib/core/ext/control.js';
 import { runNode } from './helpers.js';
 
 // rds-info -v (issue 38): rds-tools' verbose tail on each InfiniBand connection line. A node with

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RX_DISCARDED, RX_READ, RxAckTracker, type RxOwner } from '../lib/core/rx-ack.js';
+import { RX_DISCARDED, RX_READ, RxAckTracker, type RxOwner } from '../lib/core/ext/rx-ack.js';
 
 // A failover duplicate of a message asks the message's original path what became of it (fateOf)
 // and shares that fate: "read" makes the sender's confirmation resolve. A receiving socket closed

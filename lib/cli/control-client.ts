@@ -1,5 +1,5 @@
 import { connect } from 'node:net';
-import { controlDir, listControlSockets, removeStaleControlSockets } from '../core/control.js';
+import { controlDir, listControlSockets, removeStaleControlSockets } from '../core/ext/control.js';
 import { nodeCandidates, nodeSeemsAlive } from '../host/paths.js';
 
 /** What to tell a user whose node did not answer (rds-info, rds-ctl). */

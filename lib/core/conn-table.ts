@@ -1,7 +1,7 @@
 import { RdsError } from '../errors.js';
 import { RdsConnection } from './connection.js';
 import type { RdsConnPath } from './path.js';
-import { ConnReclaimer } from './reclaim.js';
+import { ConnReclaimer } from './ext/reclaim.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
 import type { RdsTransport } from './transport.js';

@@ -1,10 +1,10 @@
 import { RDS_CONN_UP } from '../constants.js';
 import { compareAddresses } from './address.js';
 import type { CongMap } from './cong-map.js';
-import { ConnFailover } from './failover.js';
+import { ConnFailover } from './ext/failover.js';
 import { Handshake } from './handshake.js';
 import { type ConnState, RdsConnPath } from './path.js';
-import { pickPath } from './path-policy.js';
+import { pickPath } from './ext/path-policy.js';
 import type { RdsStack } from './stack.js';
 import type { RdsTransport } from './transport.js';
 import { RDS_CTR } from './stats.js';

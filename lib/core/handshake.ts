@@ -26,7 +26,7 @@ import {
 import { encodeHeader, OFF_EXTHDR } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
 import type { RdsConnPath } from './path.js';
-import { hasRailSlots } from './rail.js';
+import { hasRailSlots } from './ext/rail.js';
 import { RDS_CTR } from './stats.js';
 
 /**

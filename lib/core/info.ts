@@ -1,8 +1,8 @@
 import type { RdsConnection } from './connection.js';
 import { RdsConnPath } from './path.js';
-import { pathFigures } from './path-stats.js';
-import { pathEndpoints, RAIL_FIRST_INDEX } from './rail.js';
-import type { PeerInfo, PeerTable } from './peer-state.js';
+import { pathFigures } from './ext/path-stats.js';
+import { pathEndpoints, RAIL_FIRST_INDEX } from './ext/rail.js';
+import type { PeerInfo, PeerTable } from './ext/peer-state.js';
 import type { RdsCounterName, RdsStats } from './stats.js';
 import type { BoundSocket, ConnectionInfo, MessageInfo, SocketInfo } from './types.js';
 

@@ -6,8 +6,8 @@ import { RDS_CONG_MONITOR, RDS_MAX_ZCOOKIES, SO_RCVBUF, SOL_RDS, SOL_SOCKET } fr
 import { Fifo } from './fifo.js';
 import type { LocalBackend } from './local-backend.js';
 import type { RdmaNotifyTarget } from './rdma-ops.js';
-import { RX_DISCARDED } from './rx-ack.js';
-import { RX_MSG_OVERHEAD, type RxSocketLimit } from './rx-limit.js';
+import { RX_DISCARDED } from './ext/rx-ack.js';
+import { RX_MSG_OVERHEAD, type RxSocketLimit } from './ext/rx-limit.js';
 import { RDS_CTR } from './stats.js';
 import type { MessageInfo, RdsMessage, Receipt } from './types.js';
 

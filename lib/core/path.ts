@@ -6,14 +6,14 @@ import {
   RDS_CONN_RESETTING,
   RDS_CONN_UP,
 } from '../constants.js';
-import { AckPacer } from './ack-pacing.js';
+import { AckPacer } from './ext/ack-pacing.js';
 import type { CarrierKind } from './carrier.js';
 import type { RdsConnection } from './connection.js';
-import { Heartbeat } from './heartbeat.js';
+import { Heartbeat } from './ext/heartbeat.js';
 import { RxSequence } from './rx-seq.js';
-import { railMayConnect } from './rail.js';
-import { PathControl } from './path-control.js';
-import { worthRedialling } from './reconnect-rule.js';
+import { railMayConnect } from './ext/rail.js';
+import { PathControl } from './ext/path-control.js';
+import { worthRedialling } from './ext/reconnect-rule.js';
 import { PathSend } from './send-queue.js';
 import { RDS_CTR } from './stats.js';
 

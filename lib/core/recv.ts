@@ -12,7 +12,7 @@ import {
 import { decodeRdmaExtensions } from '../wire/rdma-ext.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
-import { follow, RX_DISCARDED, RX_REFUSED, type RxEntry } from './rx-ack.js';
+import { follow, RX_DISCARDED, RX_REFUSED, type RxEntry } from './ext/rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';

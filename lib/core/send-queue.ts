@@ -4,9 +4,9 @@ import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
-import { OwnAccount } from './own-budget.js';
+import { OwnAccount } from './ext/own-budget.js';
 import type { RdsConnPath } from './path.js';
-import { findBySeq, ReadConfirmations } from './send-confirm.js';
+import { findBySeq, ReadConfirmations } from './ext/send-confirm.js';
 import { RDS_CTR } from './stats.js';
 
 /**

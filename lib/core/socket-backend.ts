@@ -6,7 +6,7 @@
 // to make it (RdsSocket.useNodeBackends).
 import type { RdsError } from '../errors.js';
 import type { RdsAddress } from './address.js';
-import type { PeerEvent } from './peer-state.js';
+import type { PeerEvent } from './ext/peer-state.js';
 import type { RdmaControl } from './rdma-ops.js';
 import type { MrTable } from './rdma-ops.js';
 import type { SocketOptionValues } from './socket-options.js';

@@ -1,4 +1,4 @@
-import type { PeerEvent } from './peer-state.js';
+import type { PeerEvent } from './ext/peer-state.js';
 import type { SocketBackend } from './socket-backend.js';
 import type { RdsStack } from './stack.js';
 import type { AtomicArgs, MaskedAtomicArgs, RdmaArgs, RdmaMapArgs } from './rdma.js';

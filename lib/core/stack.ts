@@ -5,7 +5,7 @@ import {
   loadedHostWing,
   registerHostWing,
   type ServeOptions,
-} from './host-hooks.js';
+} from './ext/host-hooks.js';
 import { EventEmitter } from 'eventemitter3';
 import { RDS_MPATH_WORKERS, RDS_TRANS_LOOP } from '../constants.js';
 import { BindTable } from './bind.js';
@@ -15,8 +15,8 @@ import type { RdsConnection } from './connection.js';
 import type { ConnState, RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
 import { defer } from './defer.js';
-import { controlAnswer } from './control-commands.js';
-import { ControlEndpoint } from './control.js';
+import { controlAnswer } from './ext/control-commands.js';
+import { ControlEndpoint } from './ext/control.js';
 import {
   controlFromEnv,
   resolveStackOptions,
@@ -25,10 +25,10 @@ import {
   type ResolvedStackOptions,
 } from './options.js';
 import { parseCidr } from './address.js';
-import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './peer-state.js';
+import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './ext/peer-state.js';
 import { RdsStats, RDS_CTR } from './stats.js';
 import { WireSlab } from './wire-slab.js';
-import { RxLimiter } from './rx-limit.js';
+import { RxLimiter } from './ext/rx-limit.js';
 import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
 import type { RdsTransport } from './transport.js';
@@ -36,9 +36,9 @@ import { TransportRegistry, transportHostOf } from './transport-registry.js';
 import type { ConnectionInfo, RdsMessage, RdsStackEvents, Receipt } from './types.js';
 import type { RdmaExtensions } from '../wire/rdma-ext.js';
 import type { RdsCounterName } from './stats.js';
-import { StackRails, type RailSpec } from './rail.js';
-import { checkPathPolicy, PathPolicies, type PathPolicy } from './path-policy.js';
-import { resetPathFigures } from './path-stats.js';
+import { StackRails, type RailSpec } from './ext/rail.js';
+import { checkPathPolicy, PathPolicies, type PathPolicy } from './ext/path-policy.js';
+import { resetPathFigures } from './ext/path-stats.js';
 
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),

@@ -5,9 +5,9 @@ import type { RdsConnection } from './connection.js';
 import type { EventEmitter } from 'eventemitter3';
 import type { ResolvedStackOptions } from './options.js';
 import type { RdsStackEvents } from './types.js';
-import type { RxEntry } from './rx-ack.js';
+import type { RxEntry } from './ext/rx-ack.js';
 import type { RdsStats } from './stats.js';
-import type { RailHost } from './rail.js';
+import type { RailHost } from './ext/rail.js';
 
 /**
  * What a transport may ask of the stack it is registered with, and nothing more: the options in

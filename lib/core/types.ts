@@ -1,8 +1,8 @@
 import type { ConnState } from './path.js';
-import type { PeerEvent } from './peer-state.js';
-import type { RxEntry } from './rx-ack.js';
+import type { PeerEvent } from './ext/peer-state.js';
+import type { RxEntry } from './ext/rx-ack.js';
 import type { RdsConnection } from './connection.js';
-import type { RxSocketLimit } from './rx-limit.js';
+import type { RxSocketLimit } from './ext/rx-limit.js';
 
 // The types a stack's users and its sockets see: messages, rds-info's listings, events.
 

@@ -6,7 +6,7 @@ import type { RdsSocket } from '../core/socket.js';
 import type { LocalBackend } from '../core/local-backend.js';
 import type { Receipt } from '../core/stack.js';
 import type { Fifo } from '../core/fifo.js';
-import { RX_DISCARDED } from '../core/rx-ack.js';
+import { RX_DISCARDED } from '../core/ext/rx-ack.js';
 import { RdsError } from '../errors.js';
 
 /** Sockets one client may hold open. */

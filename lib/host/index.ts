@@ -1,6 +1,6 @@
 // The host node wing, as the package entry point (lib/index.ts) registers it with the core:
 // serve() and attach() for RdsStack, and the node backends of sockets for RdsSocket.
-import type { HostWing } from '../core/host-hooks.js';
+import type { HostWing } from '../core/ext/host-hooks.js';
 import type { SocketBackend } from '../core/socket-backend.js';
 import type { RdsSocketOptions } from '../core/socket-types.js';
 import { RdsStack } from '../core/stack.js';

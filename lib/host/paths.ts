@@ -1,6 +1,6 @@
 import { accessSync, constants as fsConstants, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { controlDir } from '../core/control.js';
+import { controlDir } from '../core/ext/control.js';
 
 /** Where rds-socketd run by root (the systemd unit of docs/operations.md) serves the host's node. */
 export const SYSTEM_NODE_PATH = '/run/rds-socket/node.sock';

@@ -30,7 +30,7 @@ import {
 import type { HostNode } from './server.js';
 import { decodeCount, writeMsg } from './hot-frames.js';
 import { peerCredentials, widenSendBuffer } from './unix-peer.js';
-import { controlAnswer } from '../core/control-commands.js';
+import { controlAnswer } from '../core/ext/control-commands.js';
 import { SendSide } from './node-send.js';
 import {
   MAX_CLIENT_WRITE_BACKLOG,

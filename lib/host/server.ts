@@ -3,7 +3,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { dirname } from 'node:path';
 import { RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
-import type { AttachedClientInfo, HostNodeHandle, ServeOptions } from '../core/host-hooks.js';
+import type { AttachedClientInfo, HostNodeHandle, ServeOptions } from '../core/ext/host-hooks.js';
 import type { RdsStack } from '../core/stack.js';
 import { defaultNodePath, pidFileOf } from './paths.js';
 import { Client } from './server-client.js';

@@ -6,7 +6,7 @@ import type { RdsConnPath } from '../core/path.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
-import { localReceipt } from '../core/send-confirm.js';
+import { localReceipt } from '../core/ext/send-confirm.js';
 
 /**
  * The loopback transport (net/rds/loop.c): messages between addresses of the same stack are

@@ -6,7 +6,7 @@ import { FrameReader } from '../wire/frame-reader.js';
 import { localPortRange, slabOnread, tcpPath, type TcpShared } from './tcp-carrier.js';
 import type { TcpReceiver } from './tcp-recv.js';
 import type { TcpRails } from './tcp-rail.js';
-import { railOf } from '../core/rail.js';
+import { railOf } from '../core/ext/rail.js';
 
 /**
  * Opening carriers (the kernel's tcp_connect.c): the smaller address connects from a source port

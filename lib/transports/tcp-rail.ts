@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { RDS_HEADER_SIZE } from '../constants.js';
 import type { RdsConnPath } from '../core/path.js';
-import type { RailSpec } from '../core/rail.js';
+import type { RailSpec } from '../core/ext/rail.js';
 import { RDS_CTR } from '../core/stats.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { RAIL_HELLO_MAX_PAYLOAD, railHelloPayloadLength } from '../wire/rail-hello.js';

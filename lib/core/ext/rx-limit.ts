@@ -1,8 +1,8 @@
-import type { ResolvedStackOptions } from './options.js';
-import type { RdsConnPath } from './path.js';
-import type { BoundSocket } from './stack.js';
-import type { RdsStats } from './stats.js';
-import { RDS_CTR } from './stats.js';
+import type { ResolvedStackOptions } from '../options.js';
+import type { RdsConnPath } from '../path.js';
+import type { BoundSocket } from '../stack.js';
+import type { RdsStats } from '../stats.js';
+import { RDS_CTR } from '../stats.js';
 
 /**
  * What a queued received message costs beyond its payload, for the hard limits below: its 48-byte

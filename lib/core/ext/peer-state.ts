@@ -1,4 +1,4 @@
-import type { ConnState } from './path.js';
+import type { ConnState } from '../path.js';
 
 /**
  * Whether a peer is reachable, aggregated over every path to it (all its connections: local

@@ -1,4 +1,4 @@
-import type { RdsStack } from './stack.js';
+import type { RdsStack } from '../stack.js';
 
 /**
  * What a stack's control endpoint answers (control.ts), one request per line:

@@ -1,6 +1,6 @@
-import { RDS_CONN_UP, RDS_FLAG_ACK_REQUIRED } from '../constants.js';
-import type { RdsConnPath } from './path.js';
-import { RDS_CTR } from './stats.js';
+import { RDS_CONN_UP, RDS_FLAG_ACK_REQUIRED } from '../../constants.js';
+import type { RdsConnPath } from '../path.js';
+import { RDS_CTR } from '../stats.js';
 
 /**
  * Liveness between rds-socket peers that advertised RDSSOCK_CAP_HEARTBEAT: when a path has been

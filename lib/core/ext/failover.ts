@@ -1,9 +1,9 @@
-import { RDS_CONN_UP } from '../constants.js';
-import type { RdsConnection } from './connection.js';
-import type { RdsOutgoing } from './message.js';
-import type { RdsConnPath } from './path.js';
+import { RDS_CONN_UP } from '../../constants.js';
+import type { RdsConnection } from '../connection.js';
+import type { RdsOutgoing } from '../message.js';
+import type { RdsConnPath } from '../path.js';
 import { failoverPaths, multiPath } from './rail.js';
-import { RDS_CTR } from './stats.js';
+import { RDS_CTR } from '../stats.js';
 
 /** One path's part in the relation. */
 interface PathFailover {

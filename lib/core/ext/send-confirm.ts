@@ -1,9 +1,9 @@
-import { RDSSOCK_REFUSED_NO_SOCK } from '../constants.js';
-import { RdsError } from '../errors.js';
-import { Fifo } from './fifo.js';
-import type { RdsOutgoing } from './message.js';
+import { RDSSOCK_REFUSED_NO_SOCK } from '../../constants.js';
+import { RdsError } from '../../errors.js';
+import { Fifo } from '../fifo.js';
+import type { RdsOutgoing } from '../message.js';
 import { RX_DISCARDED, RX_PENDING, RX_READ, type RxEntry, type RxOutcome, type RxOwner } from './rx-ack.js';
-import { RDS_CTR, type RdsStats } from './stats.js';
+import { RDS_CTR, type RdsStats } from '../stats.js';
 
 /** Refusals remembered beyond the last read cursor, against a peer that invents them. */
 const MAX_REFUSALS_AHEAD = 8192;

@@ -1,4 +1,4 @@
-import type { RdsOutgoing, SendOwner } from './message.js';
+import type { RdsOutgoing, SendOwner } from '../message.js';
 
 /**
  * The sender of the messages a path queues on the node's own account (pongs, probe answers, the

@@ -1,5 +1,5 @@
-import { RDSSOCK_REFUSED_DISCARDED, RDSSOCK_REFUSED_NO_SOCK } from '../constants.js';
-import { Fifo } from './fifo.js';
+import { RDSSOCK_REFUSED_DISCARDED, RDSSOCK_REFUSED_NO_SOCK } from '../../constants.js';
+import { Fifo } from '../fifo.js';
 
 /** What became of a received message (RxEntry.state). */
 export const RX_PENDING = 0;

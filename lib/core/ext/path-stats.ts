@@ -1,5 +1,5 @@
-import type { RdsConnPath } from './path.js';
-import type { PathInfo } from './types.js';
+import type { RdsConnPath } from '../path.js';
+import type { PathInfo } from '../types.js';
 
 /** A path's cumulative figures (what rds-info shows per path; documented on PathInfo). */
 export type PathFigures = Pick<

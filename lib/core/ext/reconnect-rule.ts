@@ -1,4 +1,4 @@
-import type { RdsConnPath } from './path.js';
+import type { RdsConnPath } from '../path.js';
 
 /**
  * Whether a path that went DOWN is dialled (or poked) again: the reconnect rule (docs/reliability.md, "Who

@@ -4,9 +4,9 @@ import {
   RDS_CONN_DOWN,
   RDS_CONN_ERROR,
   RDS_CONN_UP,
-} from '../constants.js';
-import type { RdsConnPath } from './path.js';
-import { RDS_CTR } from './stats.js';
+} from '../../constants.js';
+import type { RdsConnPath } from '../path.js';
+import { RDS_CTR } from '../stats.js';
 
 /**
  * A path's operator controls, as RTRS has them per path: disconnect() (held down until

@@ -1,10 +1,10 @@
-import { RDS_CONN_UP, RDS_FLAG_ACK_REQUIRED, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
-import { encodeHeader, OFF_ACK, OFF_FLAGS, writeU64 } from '../wire/header.js';
-import { packExtensions, readExtension, refusedExtension } from '../wire/extensions.js';
-import type { RdsOutgoing } from './message.js';
-import type { RdsConnPath } from './path.js';
+import { RDS_CONN_UP, RDS_FLAG_ACK_REQUIRED, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../../constants.js';
+import { encodeHeader, OFF_ACK, OFF_FLAGS, writeU64 } from '../../wire/header.js';
+import { packExtensions, readExtension, refusedExtension } from '../../wire/extensions.js';
+import type { RdsOutgoing } from '../message.js';
+import type { RdsConnPath } from '../path.js';
 import { RX_PENDING, RX_READ, RxAckTracker, type RxEntry, type RxOutcome } from './rx-ack.js';
-import { RDS_CTR } from './stats.js';
+import { RDS_CTR } from '../stats.js';
 
 /**
  * Acknowledgements between rds-socket peers (and to kernels on transports whose wire needs them):

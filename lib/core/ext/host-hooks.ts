@@ -1,5 +1,5 @@
-import { RdsError } from '../errors.js';
-import type { RdsStack } from './stack.js';
+import { RdsError } from '../../errors.js';
+import type { RdsStack } from '../stack.js';
 
 /** What RdsStack.serve() takes. */
 export interface ServeOptions {

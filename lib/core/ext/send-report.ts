@@ -1,4 +1,4 @@
-import type { RdsSendList } from './message.js';
+import type { RdsSendList } from '../message.js';
 
 /**
  * For the EAGAIN message: the destination (address and port) holding most of a socket's send

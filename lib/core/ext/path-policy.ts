@@ -1,9 +1,9 @@
-import { RDS_CONN_UP } from '../constants.js';
-import { RdsError } from '../errors.js';
-import { canonicalAddress } from './address.js';
-import type { RdsConnection } from './connection.js';
-import type { RdsOutgoing } from './message.js';
-import type { RdsConnPath } from './path.js';
+import { RDS_CONN_UP } from '../../constants.js';
+import { RdsError } from '../../errors.js';
+import { canonicalAddress } from '../address.js';
+import type { RdsConnection } from '../connection.js';
+import type { RdsOutgoing } from '../message.js';
+import type { RdsConnPath } from '../path.js';
 import { hasRailSlots, upRailPaths } from './rail.js';
 
 /**

@@ -1,5 +1,5 @@
-import { RDS_CONN_UP, RDS_MPATH_WORKERS, RDSSOCK_CAP_RAILS } from '../constants.js';
-import { RdsError } from '../errors.js';
+import { RDS_CONN_UP, RDS_MPATH_WORKERS, RDSSOCK_CAP_RAILS } from '../../constants.js';
+import { RdsError } from '../../errors.js';
 import {
   decodeRailHello,
   encodeRailHello,
@@ -14,13 +14,13 @@ import {
   RAIL_REFUSED_OTHER_NODE,
   RAIL_REFUSED_VERSION,
   railRefusalText,
-} from '../wire/rail-hello.js';
-import { canonicalAddress } from './address.js';
-import type { RdsConnection } from './connection.js';
-import type { RdsConnPath } from './path.js';
-import type { RdsStack } from './stack.js';
-import { RDS_CTR } from './stats.js';
-import type { RdsTransport } from './transport.js';
+} from '../../wire/rail-hello.js';
+import { canonicalAddress } from '../address.js';
+import type { RdsConnection } from '../connection.js';
+import type { RdsConnPath } from '../path.js';
+import type { RdsStack } from '../stack.js';
+import { RDS_CTR } from '../stats.js';
+import type { RdsTransport } from '../transport.js';
 
 /**
  * A rail: the peer `peer` (its RDS address, the connection's identity) is also reachable from our

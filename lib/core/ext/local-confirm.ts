@@ -1,9 +1,9 @@
 // send({ confirm }) on a socket of this process's stack: the wait for the peer to have one
 // message (its confirmation, send-confirm.ts), given up on abort as RDS_CANCEL_SENT_TO would.
-import { abortError, RdsError } from '../errors.js';
-import type { RdsOutgoing } from './message.js';
-import type { Confirmation } from './socket-backend.js';
-import { RDS_CTR, type RdsStats } from './stats.js';
+import { abortError, RdsError } from '../../errors.js';
+import type { RdsOutgoing } from '../message.js';
+import type { Confirmation } from '../socket-backend.js';
+import { RDS_CTR, type RdsStats } from '../stats.js';
 
 /**
  * The confirmation of `msg`, queued by a socket that keeps its waiting messages in `confirming`

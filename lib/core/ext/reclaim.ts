@@ -1,5 +1,5 @@
-import { RDS_CONN_DOWN } from '../constants.js';
-import type { RdsConnection } from './connection.js';
+import { RDS_CONN_DOWN } from '../../constants.js';
+import type { RdsConnection } from '../connection.js';
 
 /**
  * What a forgotten connection leaves behind: the peer's generation and, per path, where its
