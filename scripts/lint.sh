@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 status=0
 biome lint lib test bench fuzz nemesis || status=1
 biome format lib test bench fuzz nemesis || status=1
+# lib/core holds the kernel's mirrors, lib/core/ext rds-socket's own features (docs/architecture.md).
+node scripts/split-core.mjs --check >/dev/null || { echo "lint: lib/core and lib/core/ext do not follow scripts/split-core.mjs (run it)"; status=1; }
 if command -v clang-format >/dev/null; then
   clang-format --dry-run -Werror src-native/*.cc src-native/*.h || status=1
 else
