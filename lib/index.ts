@@ -31,6 +31,8 @@ export type {
   PathStateEvent,
   RdsStackEvents,
   RdsTransportHost,
+  StackReport,
+  StackReader,
 } from './core/stack.js';
 export type { RdsTransport, TransportHost } from './core/transport.js';
 export type { RdsAddress } from './core/address.js';

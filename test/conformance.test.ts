@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, constants } from '../lib/index.js';
-import { CONFORMANCE_KINDS, makePair, payload, raiseSndbuf, timeout, type Pair, until } from './helpers.js';
+import { CONFORMANCE_KINDS, counter, makePair, payload, raiseSndbuf, timeout, type Pair, until } from './helpers.js';
 
 // One suite, run unchanged over every transport (tests/helpers decides how the pair is made;
 // npm run test:ib runs it over InfiniBand inside a Soft-RoCE guest).
@@ -128,14 +128,14 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     a.sendmsg(Buffer.from('up'), b.address()); // bring the connection up (and its handshake) first
     await b.recv({ signal: timeout() });
     await a.flush({ signal: timeout() });
-    const pings = stackB.counters.get('recv_ping');
-    const pongs = stackB.counters.get('send_pong');
+    const pings = await counter(stackB, 'recv_ping');
+    const pongs = await counter(stackB, 'send_pong');
     a.sendmsg(Buffer.alloc(0), { address: b.address().address, port: 0 });
     const pong = await a.recv({ signal: timeout() });
     expect(pong).toMatchObject({ address: b.address().address, port: 0 });
     expect(pong.data.length).toBe(0);
-    expect(stackB.counters.get('recv_ping')).toBe(pings + 1);
-    expect(stackB.counters.get('send_pong')).toBe(pongs + 1);
+    expect(await counter(stackB, 'recv_ping')).toBe(pings + 1);
+    expect(await counter(stackB, 'send_pong')).toBe(pongs + 1);
     expect(b.recvmsg()).toBeNull(); // the ping is not delivered to any socket
   });
 
@@ -144,7 +144,7 @@ describe.each(KINDS)('conformance over %s', (kind) => {
     a.sendmsg(Buffer.from('lost'), { address: b.address().address, port: 4999 });
     a.sendmsg(Buffer.from('kept'), b.address());
     expect((await b.recv({ signal: timeout() })).data.toString()).toBe('kept');
-    expect(stackB.counters.get('recv_drop_no_sock')).toBe(1);
+    expect(await counter(stackB, 'recv_drop_no_sock')).toBe(1);
   });
 
   it('receives with for await and ends the loop when the socket closes', async () => {

@@ -1,6 +1,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import {
   LoopTransport,
+  type RdsCounterName,
   RdsError,
   RdsSocket,
   RdsStack,
@@ -102,7 +103,7 @@ let attachedSeq = 0;
 /**
  * Like a TCP pair, but each socket lives in a host node (served by a stack of this process) and
  * is attached to it over its control socket. stackA/stackB are the attached stacks (sockets made
- * on them are attached too); their counters are their nodes' (an attached stack counts nothing).
+ * on them are attached too); read their nodes' counters with counter() (stack.report()).
  */
 async function makeAttachedPair(net: number, host: number): Promise<Pair> {
   const { mkdtempSync, rmSync } = await import('node:fs');
@@ -115,8 +116,6 @@ async function makeAttachedPair(net: number, host: number): Promise<Pair> {
   await nodeB.serve({ path: join(dir, 'b.sock') });
   const stackA = await RdsStack.attach(join(dir, 'a.sock'));
   const stackB = await RdsStack.attach(join(dir, 'b.sock'));
-  Object.defineProperty(stackA, 'counters', { value: nodeA.counters });
-  Object.defineProperty(stackB, 'counters', { value: nodeB.counters });
   return bindPair(stackA, stackB, `127.${net}.${host}.1`, `127.${net}.${host}.2`, undefined, async () => {
     await stackA.close();
     await stackB.close();
@@ -126,19 +125,13 @@ async function makeAttachedPair(net: number, host: number): Promise<Pair> {
   });
 }
 
-/**
- * Two rds-socketd processes (the compiled bin), each socket of the pair attached to one. Counters
- * are read from the daemon synchronously with rds-info --json, so the suite's counter checks run
- * unchanged.
- */
+/** Two rds-socketd processes (the compiled bin), each socket of the pair attached to one. */
 async function makeDaemonPair(net: number, host: number): Promise<Pair> {
   const { existsSync, mkdtempSync, readFileSync, rmSync } = await import('node:fs');
-  const { execFileSync } = await import('node:child_process');
   const { tmpdir } = await import('node:os');
   const { join } = await import('node:path');
   const { fileURLToPath } = await import('node:url');
   const daemon = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
-  const rdsInfo = fileURLToPath(new URL('../dist/cli/rds-info.js', import.meta.url));
   const dir = mkdtempSync(join(tmpdir(), `rds-attached-proc-${process.pid}-${attachedSeq++}-`));
   const procs = ['a', 'b'].map((n) =>
     spawn(
@@ -159,20 +152,6 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
   await until(() => serving('a', procs[0]!.pid) && serving('b', procs[1]!.pid), 'rds-socketd to serve');
   const stackA = await RdsStack.attach(join(dir, 'a.sock'));
   const stackB = await RdsStack.attach(join(dir, 'b.sock'));
-  for (const [st, n] of [
-    [stackA, 'a'],
-    [stackB, 'b'],
-  ] as const) {
-    const counters = {
-      get: (name: string): number => {
-        const out = execFileSync(process.execPath, [rdsInfo, '--socket', join(dir, `${n}.sock`), '--json', '-c'], {
-          encoding: 'utf8',
-        });
-        return (JSON.parse(out) as { counters: Record<string, number> }).counters[name] ?? 0;
-      },
-    };
-    Object.defineProperty(st, 'counters', { value: counters });
-  }
   return bindPair(stackA, stackB, `127.${net}.${host}.1`, `127.${net}.${host}.2`, undefined, async () => {
     await stackA.close();
     await stackB.close();
@@ -183,6 +162,11 @@ async function makeDaemonPair(net: number, host: number): Promise<Pair> {
     }
     rmSync(dir, { recursive: true, force: true });
   });
+}
+
+/** A counter of the node `stack`'s sockets live in: its own, or its host node's for an attached stack. */
+export async function counter(stack: RdsStack, name: RdsCounterName): Promise<number> {
+  return (await stack.report()).counters[name];
 }
 
 export function timeout(ms = 10000): AbortSignal {

@@ -33,7 +33,7 @@ import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
 import type { RdsTransport } from './transport.js';
 import { TransportRegistry, transportHostOf } from './transport-registry.js';
-import type { ConnectionInfo, RdsMessage, RdsStackEvents, Receipt } from './types.js';
+import type { ConnectionInfo, RdsMessage, RdsStackEvents, Receipt, StackReader, StackReport } from './types.js';
 import type { RdmaExtensions } from '../wire/rdma-ext.js';
 import type { RdsCounterName } from './stats.js';
 import { StackRails, type RailSpec } from './ext/rail.js';
@@ -55,6 +55,8 @@ export type {
   ConnectionInfo,
   PathStateEvent,
   RdsStackEvents,
+  StackReport,
+  StackReader,
 } from './types.js';
 /** @internal */ export type { Receipt, BoundSocket } from './types.js';
 export type { RdsTransportHost } from './transport.js';
@@ -66,7 +68,7 @@ const defaultTransportFactories: (() => RdsTransport)[] = [];
  * all sockets), the congestion maps and the counters. Sockets made without a stack use the
  * default one, so a process is one node unless it asks for more.
  */
-export class RdsStack extends EventEmitter<RdsStackEvents> {
+export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReader {
   /** @internal */ private static defaultStack: RdsStack | null = null;
 
   /** The options in force: what the constructor was given, defaults for the rest (read-only). */
@@ -325,6 +327,20 @@ export class RdsStack extends EventEmitter<RdsStackEvents> {
   /** Every peer this node has tried to reach or heard from, with its reachability and queue. */
   peers(): PeerInfo[] {
     return peersInfo(this.conns.values(), this.peerTable);
+  }
+
+  /**
+   * Counters, connections and peers at one moment, on any stack: read here on a stack of this
+   * process, asked of the node on an attached one (RdsStack.attach()), whose synchronous
+   * stats(), connections(), peers() and counters cannot answer across processes.
+   */
+  report(): Promise<StackReport> {
+    return Promise.resolve(this.reportNow());
+  }
+
+  /** report() of this process's stack, synchronously (the host node answers attached stacks with it). @internal */
+  reportNow(): StackReport {
+    return { counters: this.counters.snapshot(), connections: this.connections(), peers: this.peers() };
   }
 
   /** @internal */ private peerWentDown(ev: PeerEvent): void {

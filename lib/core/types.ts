@@ -1,5 +1,6 @@
 import type { ConnState } from './path.js';
-import type { PeerEvent } from './ext/peer-state.js';
+import type { PeerEvent, PeerInfo } from './ext/peer-state.js';
+import type { RdsCounterName } from './stats.js';
 import type { RxEntry } from './ext/rx-ack.js';
 import type { RdsConnection } from './connection.js';
 import type { RxSocketLimit } from './ext/rx-limit.js';
@@ -128,6 +129,25 @@ export interface ConnectionInfo {
   npaths: number;
   initiator: boolean;
   paths: PathInfo[];
+}
+
+/**
+ * What `await stack.report()` answers: the counters, connections and peers of the node the stack's
+ * sockets live in, read at one moment (as stats() and peers() read them on a stack of this process).
+ */
+export interface StackReport {
+  counters: Record<RdsCounterName, number>;
+  connections: ConnectionInfo[];
+  peers: PeerInfo[];
+}
+
+/**
+ * What every stack answers, wherever its node runs: RdsStack reads its own tables, an attached
+ * stack (RdsStack.attach()) asks its host node. Its synchronous views (stats(), counters, ...)
+ * cannot cross a process, so on an attached stack they throw EOPNOTSUPP and point here.
+ */
+export interface StackReader {
+  report(): Promise<StackReport>;
 }
 
 /** A path's state change: the stack's 'state' event. */

@@ -1,6 +1,5 @@
 import { connect, type Socket } from 'node:net';
 import { RdsError, type RdsErrorCode } from '../errors.js';
-import { RdsStack } from '../core/stack.js';
 import {
   C_HELLO,
   C_REQ,
@@ -17,7 +16,6 @@ import {
   PROTOCOL_VERSION,
   ProtocolError,
 } from './protocol.js';
-import { defaultNodePath, findNode } from './paths.js';
 import { decodeCount } from './hot-frames.js';
 import { widenSendBuffer } from './unix-peer.js';
 import type { NodeBackend } from './node-backend.js';
@@ -199,54 +197,4 @@ export class NodeLink {
     this.writer.flush();
     this.conn.end();
   }
-}
-
-/**
- * A stack whose sockets live in a host node (RdsStack.attach()). It holds no transports or
- * connections of its own: bind tables, connections and counters are the node's.
- */
-export class AttachedStack extends RdsStack {
-  private link: NodeLink | null = null;
-
-  constructor(readonly nodePath: string) {
-    super({ transports: [] });
-  }
-
-  /** The live link, or a new one once the old is down (re-attaching to a node that came back). @internal */
-  currentLink(): NodeLink {
-    if (this.link === null || this.link.downError !== null) this.link = new NodeLink(this.nodePath);
-    return this.link;
-  }
-
-  /** Resolves once attached; rejects with ENETDOWN when no node answers. */
-  async attached(): Promise<this> {
-    await this.currentLink().ready;
-    return this;
-  }
-
-  override async close(): Promise<void> {
-    if (!this.beginClose()) return;
-    const l = this.link;
-    if (l !== null) {
-      await Promise.all([...l.sockets.values()].map((s) => s.closeSocket()));
-      l.end();
-    }
-  }
-}
-
-const defaultAttached = new Map<string, AttachedStack>();
-
-/** The stack default sockets attach through, one per node path. */
-export function defaultAttachedStack(path: string): AttachedStack {
-  let s = defaultAttached.get(path);
-  if (s === undefined || s.closing) {
-    s = new AttachedStack(path);
-    defaultAttached.set(path, s);
-  }
-  return s;
-}
-
-/** Attaches to `path`, else to the node new RdsSocket() would find (this user's, else the system's). */
-export async function attach(path?: string): Promise<AttachedStack> {
-  return new AttachedStack(path ?? findNode().path ?? defaultNodePath()).attached();
 }

@@ -5,7 +5,7 @@ import type { SocketBackend } from '../core/socket-backend.js';
 import type { RdsSocketOptions } from '../core/socket-types.js';
 import { RdsStack } from '../core/stack.js';
 import { AttachedSocket } from './attached-socket.js';
-import { AttachedStack, attach, defaultAttachedStack } from './client.js';
+import { AttachedStack, attach, defaultAttachedStack } from './attached-stack.js';
 import { NodeBackend } from './node-backend.js';
 import { defaultNodePath, findNode, implicitAttachDisabled, warnEmbeddedDespite } from './paths.js';
 import { HostNode } from './server.js';

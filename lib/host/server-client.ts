@@ -1,7 +1,7 @@
 // The host node's side of one attached client: its control socket, the calls it makes on its
 // sockets, and the pump that hands received messages to it within its window.
 import type { Socket } from 'node:net';
-import { nodeInfoAnswer } from './attached-info.js';
+import { nodeInfoAnswer, nodeReportAnswer } from './attached-info.js';
 import { SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
@@ -380,8 +380,12 @@ export class Client {
           return;
         }
         case 'info': {
-          // RDS_INFO_* of an attached socket (sock.rdsInfo()): the node's records, in the data.
-          const a = nodeInfoAnswer(this.sockOf(f).real, f.meta);
+          // RDS_INFO_* of an attached socket (sock.rdsInfo()), or on socket 0 an attached stack's
+          // report(): the node's records, in the data.
+          const a =
+            f.sock === 0 && f.meta.report === true
+              ? nodeReportAnswer(this.node.stack)
+              : nodeInfoAnswer(this.sockOf(f).real, f.meta);
           this.outstanding--;
           this.send(N_RESP, 0, f.id, { ok: true, v: a.meta, data: true }, a.data);
           return;

@@ -2,13 +2,15 @@
 //
 // prom-client is an optional peer dependency and this file never imports it: each metric is an
 // object with the shape prom-client's Registry asks of a metric (name, help, type, async get()),
-// computed from stack.stats() at scrape time. Nothing is counted twice and nothing runs between
+// computed from `await stack.report()` at scrape time (one report per stack per scrape; an attached
+// stack's comes from its host node). Nothing is counted twice and nothing runs between
 // scrapes, and the histogram can be exported as the stack already keeps it (pre-bucketed), which
 // prom-client's own Histogram class (observe() only) cannot take.
 import { RdsError } from '../errors.js';
 import { RDS_COUNTER_NAMES } from '../core/stats.js';
 import type { RdsStack } from '../core/stack.js';
 import type { ConnState } from '../core/path.js';
+import type { StackReport } from '../core/types.js';
 
 /** What registerMetrics needs of a prom-client Registry (prom-client 15's Registry has it). */
 export interface MetricsRegistry {
@@ -83,7 +85,7 @@ export function registerMetrics(
   registry: MetricsRegistry,
   opts: RegisterMetricsOptions = {},
 ): () => void {
-  if (stack === null || typeof stack !== 'object' || typeof (stack as RdsStack).stats !== 'function') {
+  if (stack === null || typeof stack !== 'object' || typeof (stack as RdsStack).report !== 'function') {
     throw new RdsError('EINVAL', 'registerMetrics(stack, registry): stack must be an RdsStack');
   }
   if (registry === null || typeof registry !== 'object' || typeof registry.registerMetric !== 'function') {
@@ -132,14 +134,45 @@ export function registerMetrics(
   };
 }
 
-function metric(name: string, help: string, type: CollectedMetric['type'], collect: () => Sample[]): CollectedMetric {
+/** One stack's report for a scrape, with the labels of its samples. */
+interface Read {
+  labels: Labels;
+  report: StackReport;
+}
+
+/**
+ * Reads every registered stack once per scrape: prom-client asks all metrics at once, so their
+ * get() calls share the reports in flight; the next scrape reads again.
+ */
+function reader(stacks: Registered[]): () => Promise<Read[]> {
+  let pending: Promise<Read[]> | null = null;
+  return () => {
+    if (pending === null) {
+      const p = Promise.all(stacks.map(async (s) => ({ labels: s.labels, report: await s.stack.report() })));
+      pending = p;
+      const clear = (): void => {
+        if (pending === p) pending = null;
+      };
+      p.then(clear, clear);
+    }
+    return pending;
+  };
+}
+
+function metric(
+  name: string,
+  help: string,
+  type: CollectedMetric['type'],
+  read: () => Promise<Read[]>,
+  collect: (reads: Read[]) => Sample[],
+): CollectedMetric {
   return {
     name,
     help,
     type,
     aggregator: 'sum',
     async get() {
-      return { name, help, type, values: collect(), aggregator: 'sum' };
+      return { name, help, type, values: collect(await read()), aggregator: 'sum' };
     },
     reset() {
       /* values come from the stack; nothing is kept here */
@@ -147,12 +180,12 @@ function metric(name: string, help: string, type: CollectedMetric['type'], colle
   };
 }
 
-type PathFigures = ReturnType<RdsStack['connections']>[number]['paths'][number];
+type PathFigures = StackReport['connections'][number]['paths'][number];
 
 /** Every path of every registered stack, with the labels that name it. */
-function* eachPath(stacks: Registered[]): Generator<{ p: PathFigures; labels: Labels }> {
-  for (const s of stacks)
-    for (const c of s.stack.connections())
+function* eachPath(reads: Read[]): Generator<{ p: PathFigures; labels: Labels }> {
+  for (const s of reads)
+    for (const c of s.report.connections)
       for (const p of c.paths)
         yield {
           p,
@@ -162,25 +195,29 @@ function* eachPath(stacks: Registered[]): Generator<{ p: PathFigures; labels: La
 
 function buildMetrics(stacks: Registered[]): CollectedMetric[] {
   const out: CollectedMetric[] = [];
+  const read = reader(stacks);
   for (const c of RDS_COUNTER_NAMES) {
     out.push(
-      metric(`rds_${c}_total`, `RDS counter ${c} (as rds-info -c names it)`, 'counter', () =>
-        stacks.map((s) => ({ value: s.stack.counters.get(c), labels: { ...s.labels } })),
+      metric(`rds_${c}_total`, `RDS counter ${c} (as rds-info -c names it)`, 'counter', read, (reads) =>
+        reads.map((s) => ({ value: s.report.counters[c], labels: { ...s.labels } })),
       ),
     );
   }
   const perPath = (name: string, help: string, type: 'counter' | 'gauge', value: (p: PathFigures) => number) =>
     out.push(
-      metric(name, help, type, () => [...eachPath(stacks)].map(({ p, labels }) => ({ value: value(p), labels }))),
+      metric(name, help, type, read, (reads) =>
+        [...eachPath(reads)].map(({ p, labels }) => ({ value: value(p), labels })),
+      ),
     );
   out.push(
     metric(
       'rds_path_state',
       'State of each RDS path: 1 for the current state (label state), 0 for the others',
       'gauge',
-      () => {
+      read,
+      (reads) => {
         const values: Sample[] = [];
-        for (const { p, labels } of eachPath(stacks))
+        for (const { p, labels } of eachPath(reads))
           for (const st of STATES) values.push({ value: p.state === st ? 1 : 0, labels: { ...labels, state: st } });
         return values;
       },
@@ -215,9 +252,9 @@ function buildMetrics(stacks: Registered[]): CollectedMetric[] {
   );
   const h = 'rds_path_ack_latency_seconds';
   out.push(
-    metric(h, 'Time from sending a message to its acknowledgement', 'histogram', () => {
+    metric(h, 'Time from sending a message to its acknowledgement', 'histogram', read, (reads) => {
       const values: Sample[] = [];
-      for (const { p, labels: base } of eachPath(stacks)) {
+      for (const { p, labels: base } of eachPath(reads)) {
         let cum = 0;
         for (let b = 0; b < ACK_LATENCY_BUCKETS_SECONDS.length; b++) {
           cum += p.latencyHistogram[b] ?? 0;
