@@ -9,8 +9,8 @@ import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { decodeSend, writeCount } from './hot-frames.js';
 import { type Frame, type FrameWriter, N_SENT, ProtocolError } from './protocol.js';
-import { Fifo } from '../core/fifo.js';
-import { drained, type Item, type NodeSock } from './client-state.js';
+import type { Item } from './client-state.js';
+import type { NodeSock } from './node-sock.js';
 import type { HostNode } from './server.js';
 
 /** What the send side needs of its client. @internal */
@@ -26,6 +26,8 @@ export interface SendHost {
   openSockets(): Iterable<NodeSock>;
   /** One more call waiting for an answer (throws a ProtocolError past the limit). */
   countCall(): void;
+  /** Ends the client (an internal error in a send loop: NodeStateError). */
+  drop(why: string): void;
 }
 
 /** @internal */
@@ -58,8 +60,7 @@ export class SendSide {
 
   /** Socket `s` is closing: what it sent is discarded with it and no longer counts. */
   forget(s: NodeSock): void {
-    this.outstanding -= s.accepted - s.reported;
-    s.reported = s.accepted;
+    this.outstanding -= s.forgetSent();
     this.unreported.delete(s);
   }
 
@@ -72,38 +73,30 @@ export class SendSide {
   abort(s: NodeSock, id: number): void {
     this.confirming.get(id)?.abort();
     let found: Item | undefined;
-    for (const it of s.backlog) if (it.id === id) found = it;
+    for (const it of s.backlog()) if (it.id === id) found = it;
     if (found === undefined) return;
     if (found.ac !== null) {
       found.ac.abort(); // the head, waiting inside real.send(): it leaves the backlog itself
       return;
     }
-    const keep = new Fifo<Item>();
-    for (const it of s.backlog) if (it !== found) keep.push(it);
-    s.backlog = keep;
-    this.handed(s, found);
+    this.removed(
+      s,
+      s.remove((it) => it === found),
+    );
     this.host.fail(id, new RdsError('ECANCELED', 'the send was aborted before the node handed it on'));
   }
 
   /** RDS_CANCEL_SENT_TO: messages to address:port still waiting here go first, as the real socket drops its own. */
   cancelBacklog(s: NodeSock, address: string, port: number): void {
-    const keep = new Fifo<Item>();
-    for (const it of s.backlog) {
-      if (it.dest.address === address && it.dest.port === port) {
-        if (it.ac !== null) {
-          it.ac.abort(); // the head, waiting inside real.send(): it leaves the backlog itself
-          keep.push(it);
-          continue;
-        }
-        this.handed(s, it);
-        if (it.id !== 0)
-          this.host.fail(it.id, new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${address}:${port}`));
-      } else {
-        keep.push(it);
-      }
-    }
-    s.backlog = keep;
-    if (keep.length === 0 && !s.running) drained(s);
+    const to = (it: Item): boolean => it.dest.address === address && it.dest.port === port;
+    // The head waiting inside real.send() leaves the backlog itself once aborted.
+    for (const it of s.backlog()) if (to(it) && it.ac !== null) it.ac.abort();
+    const gone = s.remove((it) => to(it) && it.ac === null);
+    this.removed(s, gone);
+    for (const it of gone)
+      if (it.id !== 0)
+        this.host.fail(it.id, new RdsError('ECANCELED', `cancelled by RDS_CANCEL_SENT_TO ${address}:${port}`));
+    if (s.backlogLength === 0 && !s.running) s.drained();
   }
 
   /** A SEND frame for socket `s` (undefined: closed by a call already in flight). */
@@ -125,9 +118,7 @@ export class SendSide {
       id: confirm ? f.id : 0,
       ac: null,
     };
-    s.backlog.push(it);
-    s.backlogBytes += it.data.length;
-    s.accepted += it.data.length;
+    s.queue(it);
     // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
     // (getsockopt reports twice the value set, as Linux does.)
     const sndbuf2 = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF);
@@ -149,11 +140,12 @@ export class SendSide {
     // client is about to stop until it hears of it.
     if (this.unreported.size > 0 && (this.nearBudget() || (s.accepted - s.reported) * 2 >= sndbuf2))
       this.scheduleReport();
-    if (s.running) return;
+    if (s.running || s.closed) return;
     // The usual case: nothing waits before this message, so it goes to the real socket now, with
     // no turn of run() (a promise per message); run() takes over when it must wait for room.
-    if (!confirm && !s.closed && s.backlog.length === 1 && this.tryHand(s, it) === 'done') return;
-    void this.run(s);
+    if (!confirm && s.backlogLength === 1 && this.tryHand(s, it) === 'done') return;
+    s.startRun();
+    this.run(s).catch((e: unknown) => this.host.drop(`internal error: ${(e as Error).message}`));
   }
 
   /**
@@ -170,18 +162,22 @@ export class SendSide {
       // Checked by the client before it sent; what is left (a closed or unbound socket) has nobody to tell.
       this.host.node.counters.sendFailed++;
     }
-    s.backlog.shift();
     this.handed(s, it);
     return 'done';
   }
 
-  /** A message left the backlog (queued by the real socket, failed or cancelled). */
+  /** The backlog's head left it (queued by the real socket, or failed). */
   private handed(s: NodeSock, it: Item): void {
-    s.backlogBytes -= it.data.length;
-    if (s.closed) return; // its client has closed it: nobody counts this budget any more
-    s.sentMsgs++;
+    if (!s.take(it)) return; // its client has closed it: nobody counts this budget any more
     this.done(s);
-    if (s.backlog.length === 0 && !s.running) drained(s);
+    if (s.backlogLength === 0 && !s.running) s.drained();
+  }
+
+  /** Messages left the backlog without being handed on (aborted, cancelled). */
+  private removed(s: NodeSock, items: Item[]): void {
+    if (items.length === 0 || s.closed) return;
+    this.done(s);
+    if (s.backlogLength === 0 && !s.running) s.drained();
   }
 
   /**
@@ -221,29 +217,29 @@ export class SendSide {
       const n = this.unreportedBytes(s);
       if (n > 0 && !s.closed && !this.host.isGone()) {
         writeCount(this.host.writer, N_SENT, s.id, n, s.sentMsgs);
-        s.reported += n;
+        s.reportedNow(n);
         this.outstanding -= n;
       }
-      s.sentMsgs = 0;
+      s.clearSentMsgs();
     }
     this.unreported.clear();
   };
 
   /** Resolves once every message the client sent on `s` so far has left the backlog. */
   whenDrained(s: NodeSock): Promise<void> {
-    if (s.backlog.length === 0 || s.closed) return Promise.resolve();
-    return new Promise((resolve) => s.drainWaiters.push(resolve));
+    return s.whenDrained();
   }
 
-  /** Hands the backlog to the real socket in order; waits (without blocking other sockets) for room or an uncongested port. */
+  /**
+   * Hands the backlog to the real socket in order; waits (without blocking other sockets) for
+   * room or an uncongested port. The caller has moved `s` to RUNNING (s.startRun()).
+   */
   private async run(s: NodeSock): Promise<void> {
-    s.running = true;
     try {
-      while (s.backlog.length > 0 && !s.closed) {
-        const it = s.backlog.peek()!;
+      while (s.backlogLength > 0 && !s.closed) {
+        const it = s.head()!;
         const opts = sendOpts(it);
         if (it.confirm) {
-          s.backlog.shift();
           this.handed(s, it);
           const ac = new AbortController();
           this.confirming.set(it.id, ac);
@@ -287,12 +283,10 @@ export class SendSide {
           stack.removeCongWaiter(watch);
         }
         if (congested) this.host.event(s.id, { ev: 'uncong', a: it.dest.address, p: it.dest.port });
-        if (s.backlog.peek() === it) s.backlog.shift();
         this.handed(s, it);
       }
     } finally {
-      s.running = false;
-      if (s.backlog.length === 0) drained(s);
+      s.endRun();
     }
   }
 }

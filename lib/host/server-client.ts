@@ -6,8 +6,6 @@ import { SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.j
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
 import { LocalBackend } from '../core/local-backend.js';
-import type { Receipt } from '../core/stack.js';
-import { Fifo } from '../core/fifo.js';
 import {
   C_ABORT,
   C_CREDIT,
@@ -36,11 +34,9 @@ import {
   MAX_CLIENT_WRITE_BACKLOG,
   MAX_OUTSTANDING_PER_CLIENT,
   MAX_SOCKETS_PER_CLIENT,
-  type NodeSock,
-  recvWindow,
-  closeNodeSock,
   wireError,
 } from './client-state.js';
+import { NodeSock, NodeStateError } from './node-sock.js';
 
 let nextClientId = 1;
 
@@ -142,7 +138,14 @@ export class Client {
       this.node.counters.detached++;
       this.node.log(`client ${this.id} (pid ${this.pid}) ${how}, ${this.sockets.size} socket(s) closed`);
     }
-    for (const s of this.sockets.values()) closeNodeSock(s);
+    for (const s of this.sockets.values()) {
+      try {
+        s.close();
+      } catch (e) {
+        // Counted (counters.stateRefused); the client is going anyway: close the others.
+        if (!(e instanceof NodeStateError)) throw e;
+      }
+    }
     this.sockets.clear();
     this.node.forget(this);
   }
@@ -238,14 +241,8 @@ export class Client {
         const s = this.sockets.get(f.sock);
         if (s === undefined) return; // closed meanwhile
         const { n, k } = decodeCount(f.raw, f.metaStart, f.metaEnd);
-        if (n < 0 || n > s.inflight || k < 0 || k > s.held.length)
-          throw new ProtocolError('credit for more than was delivered');
-        s.inflight -= n;
         // The application has read these: now the senders may hear so (send({ confirm })).
-        for (let i = 0; i < k; i++) {
-          const r = s.held.shift();
-          if (r) r.owner.consumed(r);
-        }
+        s.credit(n, k);
         this.pump(s);
         return;
       }
@@ -276,34 +273,8 @@ export class Client {
             throw new RdsError('ENOBUFS', `at most ${MAX_SOCKETS_PER_CLIENT} sockets per attached process`);
           const local = new LocalBackend(this.node.stack);
           const real = new RdsSocket({ stack: this.node.stack, backend: local });
-          const s: NodeSock = {
-            id: f.sock,
-            real,
-            local,
-            backlog: new Fifo(),
-            backlogBytes: 0,
-            running: false,
-            closed: false,
-            inflight: 0,
-            accepted: 0,
-            reported: 0,
-            sentMsgs: 0,
-            held: new Fifo(),
-            takeReceipt: () => null,
-            bound: '',
-            drainWaiters: [],
-          };
+          const s = new NodeSock(f.sock, real, local, this.node.counters);
           this.sockets.set(f.sock, s);
-          let last: Receipt | null = null;
-          // The sender hears a message was read once the client says so (CREDIT), not at recvmsg().
-          local.on('receipt', (r) => {
-            last = r;
-          });
-          s.takeReceipt = () => {
-            const r = last;
-            last = null;
-            return r;
-          };
           real.on('readable', () => this.pump(s));
           // The client's budget comes back as its messages leave the real socket's queue.
           local.on('send-done', () => this.sends.done(s));
@@ -321,7 +292,7 @@ export class Client {
           s.real.bind({ address, port }).then(
             () => {
               const a = s.real.address();
-              s.bound = `${a.address}:${a.port}`;
+              s.boundTo(a.address, a.port);
               this.answer(f.id, {
                 address: a.address,
                 port: a.port,
@@ -370,11 +341,11 @@ export class Client {
           const s = this.sockets.get(f.sock);
           if (s !== undefined) {
             this.sockets.delete(f.sock);
-            for (const it of s.backlog)
+            for (const it of s.backlog())
               if (it.id !== 0)
                 this.fail(it.id, new RdsError('ECANCELED', 'the socket was closed before the peer had the message'));
             this.sends.forget(s);
-            closeNodeSock(s);
+            s.close();
           }
           this.answer(f.id, null);
           return;
@@ -394,7 +365,8 @@ export class Client {
           throw new ProtocolError(`unknown op ${op}`);
       }
     } catch (e) {
-      if (e instanceof ProtocolError) throw e;
+      // A node bug (an illegal socket state move) ends this client, as a protocol error does.
+      if (e instanceof ProtocolError || e instanceof NodeStateError) throw e;
       this.fail(f.id, e);
     }
   }
@@ -402,12 +374,11 @@ export class Client {
   /** Moves received messages to the client while its window has room. */
   private pump(s: NodeSock): void {
     if (s.closed) return;
-    const window = recvWindow(s);
+    const window = s.window();
     while (s.inflight < window) {
       const m = s.real.recvmsg();
       if (m === null) return;
-      s.inflight += m.data.length;
-      s.held.push(s.takeReceipt());
+      s.handedToClient(m.data.length);
       if (!this.gone)
         writeMsg(this.writer, s.id, m.address, m.port, m.timestamp, m.zcopyCompletions, m.congestionUpdate, m.data);
     }

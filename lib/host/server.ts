@@ -18,7 +18,7 @@ export {
 
 /** The node side: serves `stack` to attached processes on a Unix socket. */
 export class HostNode implements HostNodeHandle {
-  readonly counters = { attached: 0, detached: 0, dropped: 0, malformed: 0, sendFailed: 0 };
+  readonly counters = { attached: 0, detached: 0, dropped: 0, malformed: 0, sendFailed: 0, stateRefused: 0 };
   private readonly clientSet = new Set<Client>();
   private closed = false;
   private congGen: number;
