@@ -83,6 +83,8 @@ const KERNEL = [
   'socket-actions',
   'socket-send-checks',
   'socket-waiters',
+  'socket-blocking',
+  'socket-poll',
   'local-backend',
   'local-rx',
   // info.c's getsockopt, af_rds.c's ioctl and scope rules, recv.c's receive-path trace

@@ -1,11 +1,5 @@
 import { EventEmitter } from 'eventemitter3';
 import {
-  POLLERR,
-  POLLIN,
-  POLLOUT,
-  POLLRDNORM,
-  POLLWRBAND,
-  POLLWRNORM,
   type RDS_TRANS_IB,
   type RDS_TRANS_TCP,
   type RDS_CANCEL_SENT_TO,
@@ -24,7 +18,7 @@ import {
   SOL_RDS,
   SOL_SOCKET,
 } from '../constants.js';
-import { abortError, abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
+import { abortReason, combineSignals, flowControlError, RdsError } from '../errors.js';
 import type { RdsAddress } from './address.js';
 import { defer } from './defer.js';
 import type { FreeMrOptions, GetMrOptions } from './rdma.js';
@@ -51,7 +45,9 @@ import type {
   SendOptions,
   WaitOptions,
 } from './socket-types.js';
-import { SocketWaiters, untilDoneOrAborted } from './socket-waiters.js';
+import { SocketWaiters } from './socket-waiters.js';
+import { flushSocket, sendWaiting, socketMessages } from './socket-blocking.js';
+import { PollBits } from './socket-poll.js';
 import type { RdsStack } from './stack.js';
 import type { MessageInfo, RdsMessage, SocketInfo } from './types.js';
 
@@ -64,7 +60,7 @@ import type { MessageInfo, RdsMessage, SocketInfo } from './types.js';
  */
 export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   readonly stack: RdsStack;
-  /** @internal */ private readonly backend: SocketBackend;
+  /** @internal */ readonly backend: SocketBackend;
   /** @internal */ private closed = false;
   /** @internal */ private binding = false;
   /** A message was queued (SIOCRDSSETTOS must come before: the kernel's cached rs_conn). @internal */
@@ -72,11 +68,11 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** connect()'s default destination. @internal */
   private peer: RdsAddress | null = null;
   /** @internal */ private readonly checks: SendChecks;
-  /** @internal */ private readonly waiters = new SocketWaiters((op) =>
+  /** @internal */ readonly waiters = new SocketWaiters((op) =>
     this.closed ? new RdsError('EBADF', `${op} interrupted: the socket was closed`) : this.backend.failure(),
   );
   /** @internal */ private readableQueued = false;
-  /** @internal */ private lastPollCongGen: number;
+  /** @internal */ private readonly pollBits: PollBits;
   /** How sockets get a host node's backend: registered by the package entry (lib/index.ts). @internal */
   private static nodeBackends: NodeBackendFactory | null = null;
 
@@ -105,7 +101,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     backend.open(events);
     if (transport !== undefined) backend.setTransport(transport);
     if (sendTimeout !== undefined) setValued(backend, SOL_SOCKET, SO_SNDTIMEO, sendTimeout);
-    this.lastPollCongGen = backend.congGeneration();
+    this.pollBits = new PollBits(backend.congGeneration());
     this.stack.socketOpened();
   }
 
@@ -129,7 +125,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     return this.backend.receiveQueue();
   }
 
-  /** @internal */ private checkOpen(what: string): void {
+  /** @internal */ checkOpen(what: string): void {
     if (this.closed) throw new RdsError('EBADF', `${what} on a closed socket; make a new RdsSocket`);
     const e = this.backend.failure() ?? this.backend.takeRefusal();
     if (e !== null) throw e;
@@ -195,7 +191,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     return this.enqueue(data, dest, opts, false) as number;
   }
 
-  /** @internal */ private enqueue(
+  /** @internal */ enqueue(
     data: RdsData,
     dest: { address: string; port: number } | undefined | null,
     opts: SendmsgOptions | undefined,
@@ -235,55 +231,15 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) return Promise.reject(e);
       }
     }
-    return this.sendWaiting(data, dest, opts ?? {});
-  }
-
-  /** send() that may wait: for room, an uncongested destination, or the peer's confirmation. @internal */
-  private async sendWaiting(
-    data: RdsData,
-    dest: { address: string; port: number } | null | undefined,
-    opts: SendOptions,
-  ): Promise<number> {
-    const signal = combineSignals(opts?.signal, opts?.timeout);
-    const confirm = opts?.confirm === true;
-    let r: number | Confirmation;
-    for (;;) {
-      if (signal?.aborted) throw abortError(signal, 'send()');
-      // No room: wait without going through an EAGAIN exception.
-      if (!this.closed && this.backend.bound !== null && !this.backend.hasRoom(true)) {
-        await this.waiters.wait(signal, 'send()', abortError);
-        continue;
-      }
-      try {
-        r = this.enqueue(data, dest, opts, confirm);
-        break;
-      } catch (e) {
-        if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;
-        const watch = e.code === 'ENOBUFS' ? this.backend.watchCongestion : undefined;
-        await this.waiters.wait(signal, 'send()', abortError, watch);
-      }
-    }
-    if (typeof r === 'number') return r;
-    await r.wait(signal);
-    return r.len;
+    return sendWaiting(this, data, dest, opts ?? {});
   }
 
   /**
    * Resolves once every message this socket has queued is acknowledged or cancelled (including by
    * SO_SNDTIMEO). A signal already aborted rejects at once.
    */
-  async flush(opts: WaitOptions = {}): Promise<void> {
-    const signal = combineSignals(opts?.signal, opts?.timeout);
-    for (;;) {
-      const f = this.backend.flushed();
-      if (f === true) return;
-      this.checkOpen('flush()');
-      if (f !== false) {
-        await (signal === undefined ? f : untilDoneOrAborted(f, signal, 'flush()'));
-        return;
-      }
-      await this.waiters.wait(signal, 'flush()', abortError);
-    }
+  flush(opts: WaitOptions = {}): Promise<void> {
+    return flushSocket(this, opts);
   }
 
   // ---- receive ----
@@ -322,41 +278,13 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   }
 
   /** Like the async iterator, with an AbortSignal that ends the loop by throwing ETIMEDOUT (AbortSignal.timeout) or ECANCELED, its reason as `cause`. */
-  async *messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
-    for (;;) {
-      if (this.closed) return;
-      let m: RdsMessage | null;
-      try {
-        // A message already queued is taken at once: no recv() promise per message of a burst.
-        m = opts?.signal?.aborted === true ? null : this.recvmsg();
-        if (m === null) m = await this.recv(opts);
-      } catch (e) {
-        if (e instanceof RdsError && e.code === 'EBADF' && this.closed) return;
-        throw e;
-      }
-      yield m;
-    }
+  messages(opts: { signal?: AbortSignal } = {}): AsyncGenerator<RdsMessage, void, undefined> {
+    return socketMessages(this, opts);
   }
 
   /** poll(2) bits as the kernel reports them (spec §6.6). */
   poll(): number {
-    if (this.closed) return 0x20; // POLLNVAL
-    const b = this.backend;
-    let mask = 0;
-    if (b.readable()) mask |= POLLIN | POLLRDNORM;
-    // Once after each congestion map received (rds_poll), unless RDS_CONG_MONITOR asks for the
-    // maps as messages instead.
-    if (!b.options.congMonitor) {
-      const gen = b.congGeneration();
-      if (gen !== this.lastPollCongGen) {
-        this.lastPollCongGen = gen;
-        mask |= POLLIN | POLLRDNORM | POLLWRBAND;
-      }
-    }
-    if (b.hasRoom(false)) mask |= POLLOUT | POLLWRNORM;
-    // A refusal from a host node waits for the next call (as a pending socket error: sk_err).
-    if (b.pollErr()) mask |= POLLERR;
-    return mask;
+    return this.closed ? 0x20 /* POLLNVAL */ : this.pollBits.mask(this.backend);
   }
 
   // ---- options ----
