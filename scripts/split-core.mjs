@@ -33,6 +33,7 @@ const EXTENSIONS = [
   'path-control', // the operator's per-path controls
   'path-stats',
   'peer-state',
+  'stack-events', // the stack's path and peer events
   'rx-limit',
   'send-confirm', // read confirmations
   'send-report',

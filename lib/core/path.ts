@@ -104,7 +104,7 @@ export class RdsConnPath {
     }
     this.st = to;
     this.conn.pathStateChanged(CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
-    this.conn.stack.pathStateChanged(this, CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
+    this.conn.stack.pathEvents.stateChanged(this, CONN_STATE_NAMES[from]!, CONN_STATE_NAMES[to]!);
     return true;
   }
 
@@ -227,7 +227,7 @@ export class RdsConnPath {
       // first (often it is just behind): count and report it as any other drop, or a listener
       // that acts on 'drop' (a ping to learn when traffic resumes) never hears of it.
       this.conn.stack.counters.add(RDS_CTR.conn_reset);
-      this.conn.stack.pathDropped(this, 'replaced by a new connection from the peer');
+      this.conn.stack.pathEvents.dropped(this, 'replaced by a new connection from the peer');
       this.transition(RDS_CONN_UP, RDS_CONN_RESETTING);
       this.tx.reset();
     }
@@ -277,7 +277,7 @@ export class RdsConnPath {
     if (from === RDS_CONN_DOWN || from === RDS_CONN_DISCONNECTING) return;
     const wasUp = from === RDS_CONN_UP;
     if (wasUp) this.conn.stack.counters.add(RDS_CTR.conn_reset);
-    this.conn.stack.pathDropped(this, reason);
+    this.conn.stack.pathEvents.dropped(this, reason);
     if (from !== RDS_CONN_ERROR) this.transition(from, RDS_CONN_ERROR);
     this.transition(RDS_CONN_ERROR, RDS_CONN_DISCONNECTING);
     this.heartbeat.stop();

@@ -9,13 +9,14 @@ import {
   RDS_EXTHDR_RDMA_BYTES,
   RDS_EXTHDR_RDMA_DEST,
 } from '../constants.js';
-import { decodeRdmaExtensions } from '../wire/rdma-ext.js';
+import { decodeRdmaExtensions, type RdmaExtensions } from '../wire/rdma-ext.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
 import { follow, RX_DISCARDED, RX_REFUSED, type RxEntry } from './ext/rx-ack.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
+import type { RdsMessage, Receipt } from './types.js';
 
 /**
  * rds_recv_incoming: everything a transport hands up goes through here. `header` is the 48-byte
@@ -157,8 +158,40 @@ export function recvIncoming(
       ? decodeRdmaExtensions(parseExtensions(header.subarray(OFF_EXTHDR)))
       : undefined;
   // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
-  if (!stack.deliver(conn.laddr, dport, conn.faddr, sport, payload, entry, cp, rdma) && entry !== null)
+  if (!deliver(stack, conn.laddr, dport, conn.faddr, sport, payload, entry, cp, rdma) && entry !== null)
     entry.owner.consumed(entry, RX_REFUSED);
+}
+
+/**
+ * Hands a message to the socket bound to (laddr, dport); false if there is none. `from`, the
+ * path it came on, stops being read if the message took the socket or the stack over a hard
+ * receive limit (see RxLimiter).
+ */
+export function deliver(
+  stack: RdsStack,
+  laddr: string,
+  dport: number,
+  faddr: string,
+  sport: number,
+  data: Buffer,
+  receipt: Receipt | null,
+  from?: RdsConnPath,
+  rdma?: RdmaExtensions,
+): boolean {
+  const sock = stack.binds.get(laddr, dport);
+  if (sock === undefined) {
+    stack.counters.add(RDS_CTR.recv_drop_no_sock);
+    return false;
+  }
+  stack.counters.add(RDS_CTR.recv_delivered);
+  stack.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
+  // rds_recv_incoming_exthdrs: the peer's op on our region is done; a cookie it exposes rides along.
+  if (rdma?.rkey !== undefined) sock.rdmaUsed?.(rdma.rkey);
+  const msg: RdsMessage = { data, address: faddr, port: sport };
+  if (rdma?.destCookie !== undefined) msg.rdmaDest = rdma.destCookie;
+  if (!sock.enqueueIncoming(msg, receipt)) return false;
+  if (from !== undefined) stack.rxLimit.delivered(from, sock);
+  return true;
 }
 
 /** A pong, unless the peer already holds maxOwnQueued of the path's own messages: then counted. */

@@ -12,9 +12,8 @@ import { BindTable } from './bind.js';
 import { CongTable } from './cong.js';
 import type { CongMap } from './cong-map.js';
 import type { RdsConnection } from './connection.js';
-import type { ConnState, RdsConnPath } from './path.js';
+import type { RdsConnPath } from './path.js';
 import { recvIncoming } from './recv.js';
-import { defer } from './defer.js';
 import { controlAnswer } from './ext/control-commands.js';
 import { ControlEndpoint } from './ext/control.js';
 import {
@@ -25,16 +24,16 @@ import {
   type ResolvedStackOptions,
 } from './options.js';
 import { parseCidr } from './address.js';
-import { PeerTable, type PeerEvent, type PeerInfo, type PeerState } from './ext/peer-state.js';
-import { RdsStats, RDS_CTR } from './stats.js';
+import type { PeerInfo, PeerState } from './ext/peer-state.js';
+import { PathEvents } from './ext/stack-events.js';
+import { RdsStats } from './stats.js';
 import { WireSlab } from './wire-slab.js';
 import { RxLimiter } from './ext/rx-limit.js';
 import { ConnTable } from './conn-table.js';
 import { connectionsInfo, peersInfo, stackInfo, type StackInfo } from './info.js';
 import type { RdsTransport } from './transport.js';
 import { TransportRegistry, transportHostOf } from './transport-registry.js';
-import type { ConnectionInfo, RdsMessage, RdsStackEvents, Receipt, StackReader, StackReport } from './types.js';
-import type { RdmaExtensions } from '../wire/rdma-ext.js';
+import type { ConnectionInfo, RdsStackEvents, Receipt, StackReader, StackReport } from './types.js';
 import type { RdsCounterName } from './stats.js';
 import { StackRails, type RailSpec } from './ext/rail.js';
 import { checkPathPolicy, PathPolicies, type PathPolicy } from './ext/path-policy.js';
@@ -42,10 +41,10 @@ import { resetPathFigures } from './ext/path-stats.js';
 
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),
-// rds-info's views (info.ts), peer reachability (peer-state.ts), the transports
-// (transport-registry.ts), the connection table (conn-table.ts). Its own code is the glue: the
-// congestion maps and the events. Types users see live in types.ts and are re-exported here, where they were
-// first published.
+// rds-info's views (info.ts), the path and peer events with peer reachability (stack-events.ts,
+// peer-state.ts), the transports (transport-registry.ts), the connection table (conn-table.ts),
+// delivery to sockets (recv.ts). Its own code is the glue: the congestion maps and 'error'. Types
+// users see live in types.ts and are re-exported here, where they were first published.
 export type { RdsStackOptions, ResolvedStackOptions } from './options.js';
 export type {
   RdsMessage,
@@ -98,8 +97,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
   /** @internal */ private openSockets = 0;
   /** @internal */ private isClosing = false;
   /** @internal */ private isReferenced = false;
-  /** Reachability per peer address, fed by pathStateChanged (see peer-state.ts). @internal */
-  private readonly peerTable: PeerTable;
+  /** The events of paths and peers, and the peers' reachability they feed (stack-events.ts). @internal */
+  readonly pathEvents: PathEvents;
   /** The allowlist (allowPeers); everyone by default. @internal */
   readonly peerAllowed: (address: string) => boolean = () => true;
   /** Declared rails (rail.ts). @internal */
@@ -178,10 +177,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
     );
     const rails = (opts.rails ?? []).map((r) => StackRails.check(r));
     this.rxLimit = new RxLimiter(this.options, this.counters);
-    this.peerTable = new PeerTable(this.options.peerDownMs, {
-      peerDown: (ev) => this.peerWentDown(ev),
-      peerUp: (ev) => this.peerCameUp(ev),
-    });
+    this.pathEvents = new PathEvents(this, this.options.peerDownMs, (a) => this.conns.refersTo(a));
     this.conns = new ConnTable(this, (c) => this.connForgotten(c));
     if (opts.allowPeers !== undefined) {
       const tests = opts.allowPeers.map((p) => parseCidr(String(p)));
@@ -208,22 +204,6 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
       return false;
     }
     return super.emit(event, ...args);
-  }
-
-  /**
-   * Calls listeners from inside a path's state change ('state', 'drop', 'failover',
-   * 'protocol-error', 'peer-down': they run before the change goes on, so they see it happen).
-   * A listener that throws must not leave the change half done (a path still UP on a dead
-   * carrier would never reconnect): its exception becomes the stack's 'error' event, on the
-   * next microtask (a process warning when nobody listens), and the change completes.
-   */
-  /** @internal */ private fromInside(call: () => void): void {
-    try {
-      call();
-    } catch (e) {
-      const err = e instanceof Error ? e : new Error(String(e));
-      defer(() => this.emit('error', err));
-    }
   }
 
   // ---- sockets keep the process alive, an idle stack does not ----
@@ -306,27 +286,21 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
     return connectionsInfo(this.conns.values());
   }
 
-  /** A path moved (the path has told its connection): a 'state' event, and the peer's reachability. @internal */
-  pathStateChanged(cp: RdsConnPath, from: ConnState, to: ConnState): void {
-    this.fromInside(() => this.emit('state', { ...pathOf(cp), from, to }));
-    this.peerTable.pathChanged(cp.conn.faddr, from, to);
-  }
-
-  // ---- peer reachability (peer-state.ts) ----
+  // ---- peer reachability (peer-state.ts, kept by stack-events.ts) ----
 
   /** A socket is about to send to `address`: its reachability entry (made if new). @internal */
   peerEntry(address: string): PeerState {
-    return this.peerTable.entry(address);
+    return this.pathEvents.peers.entry(address);
   }
 
   /** How long `address` has had no path UP (0 if it has one, or is unknown). @internal */
   peerUnreachableMs(address: string): number {
-    return this.peerTable.get(address)?.unreachableMs() ?? 0;
+    return this.pathEvents.peers.get(address)?.unreachableMs() ?? 0;
   }
 
   /** Every peer this node has tried to reach or heard from, with its reachability and queue. */
   peers(): PeerInfo[] {
-    return peersInfo(this.conns.values(), this.peerTable);
+    return peersInfo(this.conns.values(), this.pathEvents.peers);
   }
 
   /**
@@ -343,76 +317,11 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
     return { counters: this.counters.snapshot(), connections: this.connections(), peers: this.peers() };
   }
 
-  /** @internal */ private peerWentDown(ev: PeerEvent): void {
-    this.fromInside(() => this.emit('peer-down', ev));
-    for (const s of this.binds.all()) s.peerDown?.(ev);
-    // A peer no connection refers to any more (one reclaimed meanwhile) needs no entry.
-    if (!this.conns.refersTo(ev.address)) this.peerTable.forget(ev.address);
-  }
-
-  /** @internal */ private peerCameUp(ev: PeerEvent): void {
-    // Reported after the transition that caused it has finished (it happens inside a path's
-    // state change): listeners may send, close or reconnect without re-entering it.
-    defer(() => {
-      if (this.closing) return;
-      this.emit('peer-up', ev);
-      for (const s of this.binds.all()) s.peerUp?.(ev);
-    });
-  }
-
-  /** Why a path went down, for operators: a 'drop' event (the 'state' events follow). @internal */
-  pathDropped(cp: RdsConnPath, reason: string): void {
-    this.fromInside(() => this.emit('drop', { ...pathOf(cp), reason }));
-  }
-
-  /** A path's messages moved to a live one: a 'failover' event. @internal */
-  pathFailedOver(cp: RdsConnPath, to: RdsConnPath, moved: number): void {
-    this.fromInside(() => this.emit('failover', { ...pathOf(cp), to: to.index, moved }));
-  }
-
-  /** The peer broke the protocol on `cp`: counted, and a 'protocol-error' event. @internal */
-  reportProtocolError(cp: RdsConnPath, error: Error): void {
-    this.counters.add(RDS_CTR.recv_drop_protocol_error);
-    this.fromInside(() => this.emit('protocol-error', { ...pathOf(cp), error }));
-  }
-
   // ---- receive side ----
 
   /** rds_recv_incoming (recv.ts). @internal */
   recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer, localReceipt?: Receipt): void {
     recvIncoming(this, cp, header, payload, localReceipt);
-  }
-
-  /**
-   * Hands a message to the socket bound to (laddr, dport); false if there is none. `from`, the
-   * path it came on, stops being read if the message took the socket or the stack over a hard
-   * receive limit (see RxLimiter).
-   * @internal
-   */
-  deliver(
-    laddr: string,
-    dport: number,
-    faddr: string,
-    sport: number,
-    data: Buffer,
-    receipt: Receipt | null,
-    from?: RdsConnPath,
-    rdma?: RdmaExtensions,
-  ): boolean {
-    const sock = this.binds.get(laddr, dport);
-    if (sock === undefined) {
-      this.counters.add(RDS_CTR.recv_drop_no_sock);
-      return false;
-    }
-    this.counters.add(RDS_CTR.recv_delivered);
-    this.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
-    // rds_recv_incoming_exthdrs: the peer's op on our region is done; a cookie it exposes rides along.
-    if (rdma?.rkey !== undefined) sock.rdmaUsed?.(rdma.rkey);
-    const msg: RdsMessage = { data, address: faddr, port: sport };
-    if (rdma?.destCookie !== undefined) msg.rdmaDest = rdma.destCookie;
-    if (!sock.enqueueIncoming(msg, receipt)) return false;
-    if (from !== undefined) this.rxLimit.delivered(from, sock);
-    return true;
   }
 
   // ---- congestion (cong.ts) ----
@@ -503,7 +412,7 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
   async close(): Promise<void> {
     if (!this.beginClose()) return;
     await this.node?.close();
-    this.peerTable.close();
+    this.pathEvents.peers.close();
     await Promise.all(this.binds.all().map((s) => s.close()));
     this.rxLimit.clear();
     this.conns.close();
@@ -512,9 +421,4 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
     this.control = null;
     if (RdsStack.defaultStack === this) RdsStack.defaultStack = null;
   }
-}
-
-/** Which path an event is about, as every path event names it. */
-function pathOf(cp: RdsConnPath): { localAddress: string; peerAddress: string; transport: string; path: number } {
-  return { localAddress: cp.conn.laddr, peerAddress: cp.conn.faddr, transport: cp.conn.transport.name, path: cp.index };
 }

@@ -67,7 +67,7 @@ export function transportHostOf(stack: RdsStack): TransportHost {
     connFor: (laddr, faddr, transport) => stack.connFor(laddr, faddr, transport),
     findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
     recvIncoming: (cp, header, payload, localReceipt) => recvIncoming(stack, cp, header, payload, localReceipt),
-    reportProtocolError: (cp, error) => stack.reportProtocolError(cp, error),
+    reportProtocolError: (cp, error) => stack.pathEvents.protocolError(cp, error),
     get rails() {
       return stack.rails;
     },

@@ -144,7 +144,7 @@ export class ConnFailover {
       for (let i = 0; i < Math.min(unmade.length, Math.max(1, this.conn.npaths)); i++)
         if (unmade[i]?.behind === from) unmade[i] = { behind: target, seq };
     s.behind = null;
-    this.conn.stack.pathFailedOver(from, target, moved);
+    this.conn.stack.pathEvents.failedOver(from, target, moved);
     target.tx.schedulePump();
   }
 

@@ -49,7 +49,10 @@ export class PathControl {
     if (this.attempts < cp.conn.stack.options.maxReconnectAttempts) return false;
     cp.transition(RDS_CONN_CONNECTING, RDS_CONN_ERROR);
     cp.conn.stack.counters.add(RDS_CTR.conn_reconnect_exhausted);
-    cp.conn.stack.pathDropped(cp, `gave up after ${this.attempts} failed connection attempts (maxReconnectAttempts)`);
+    cp.conn.stack.pathEvents.dropped(
+      cp,
+      `gave up after ${this.attempts} failed connection attempts (maxReconnectAttempts)`,
+    );
     if (cp.tx.sendQueue.length > 0) cp.conn.failover.arm(cp);
     return true;
   }
