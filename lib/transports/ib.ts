@@ -14,18 +14,13 @@ import type { RdsTransportHost } from '../core/stack.js';
 import type { RdsTransport } from '../core/transport.js';
 import { RdsError } from '../errors.js';
 import { native, nativeLoadError, type IbEndpointBinding } from '../native.js';
-import {
-  decodeIbPrivateData,
-  encodeIbPrivateData,
-  negotiateIbVersion,
-  RDS_PROTOCOL_3_1,
-  type IbPrivateData,
-} from '../wire/ib-private-data.js';
+import { decodeIbPrivateData, negotiateIbVersion, RDS_PROTOCOL_3_1 } from '../wire/ib-private-data.js';
 import { RDS_CTR } from '../core/stats.js';
 
-import { IB_CARRIER, ibPath, IbPath, IbShared, SLOT_SIZE } from './ib-path.js';
+import { IB_CARRIER, ibPath, IbPath, IbShared } from './ib-path.js';
 import { IbReceiver } from './ib-recv.js';
 import { IbSender } from './ib-send.js';
+import { applyPeerCredits, ibMemory, ourPrivateData, rejectIncompatible, setupQp } from './ib-cm.js';
 
 export { RDS_IB_FRAG_SIZE } from './ib-path.js';
 
@@ -76,28 +71,10 @@ export class IbTransport implements RdsTransport {
   private closed = false;
 
   /** Memory registration for getMr(): one PD per device, shared with every connection on it. */
-  readonly rdma: RdmaTransport = {
-    regMr: (laddr, mem, readWrite) => {
-      const ep = this.endpoint();
-      if (ep.regMr === undefined)
-        throw new RdsError('EOPNOTSUPP', 'getMr(): this build of the rds-socket addon cannot register memory');
-      try {
-        const [handle, rkey, offset] = ep.regMr(laddr, mem, readWrite);
-        return { handle, rkey, offset };
-      } catch (e) {
-        const errno = (e as { errno?: number }).errno;
-        throw new RdsError(
-          errno === 95 ? 'EOPNOTSUPP' : 'ENOBUFS',
-          `getMr(): cannot register ${mem.byteLength} bytes on the RDMA device of ${laddr}: ${(e as Error).message}`,
-          { cause: e },
-        );
-      }
-    },
-    deregMr: (handle) => {
-      this.ep?.deregMr?.(handle);
-    },
-    atomics: (laddr) => native()?.ibAtomics?.(laddr) === true,
-  };
+  readonly rdma: RdmaTransport = ibMemory(
+    () => this.endpoint(),
+    () => this.ep,
+  );
 
   constructor(opts: IbTransportOptions = {}) {
     this.port = opts.port ?? RDS_PORT;
@@ -226,35 +203,6 @@ export class IbTransport implements RdsTransport {
     this.newPath(id, false, cp);
   }
 
-  /** Registers the rings, posts every receive buffer: the QP is ready for rdma_connect / rdma_accept. */
-  private setupQp(tp: IbPath): void {
-    const ep = this.ep!;
-    tp.ringReady(ep.setupQp(tp.id, this.sendSlots + 1, this.recvSlots, SLOT_SIZE), this.sendSlots);
-    const recv = new Int32Array(this.recvSlots);
-    for (let i = 0; i < this.recvSlots; i++) recv[i] = this.sendSlots + 1 + i;
-    const rc = ep.postRecv(tp.id, recv);
-    if (rc !== 0) throw new Error(`ibv_post_recv failed (${rc})`);
-    tp.ledger.posted(this.recvSlots);
-  }
-
-  /** Our private data; `offerCredits`: grant our receive buffers (proposing or accepting flow control). */
-  private privateData(cp: RdsConnPath, tp: IbPath, version: number, offerCredits: boolean): Buffer {
-    // dp_ack_seq is 0: an ack in private data cannot be tied to either side's generation, and a
-    // stale one would free messages the peer never saw. Acks flow in headers once connected.
-    const credits = offerCredits ? tp.ledger.advertise() : 0;
-    return encodeIbPrivateData({
-      saddr: cp.conn.laddr,
-      daddr: cp.conn.faddr,
-      major: version >> 8,
-      minor: version & 0xff,
-      minorMask: 0x0003,
-      tos: 0,
-      ackSeq: 0,
-      credit: credits,
-      rdsSocket: true,
-    });
-  }
-
   private onCmEvent(
     id: number,
     event: string,
@@ -273,8 +221,8 @@ export class IbTransport implements RdsTransport {
     switch (event) {
       case 'RDMA_CM_EVENT_ROUTE_RESOLVED':
         try {
-          this.setupQp(tp);
-          this.ep!.rdmaConnect(id, this.privateData(cp, tp, RDS_PROTOCOL_3_1, this.flowControl));
+          setupQp(this.ep!, tp, this.sendSlots, this.recvSlots);
+          this.ep!.rdmaConnect(id, ourPrivateData(cp, tp, RDS_PROTOCOL_3_1, this.flowControl));
         } catch (e) {
           this.host.emit('error', e as Error);
           this.lost(cp, tp, 'queue pair setup failed');
@@ -290,7 +238,7 @@ export class IbTransport implements RdsTransport {
           }
           tp.versionNegotiated(version);
           tp.peerMarked(peer!.rdsSocket === true);
-          this.applyPeerCredits(tp, peer!);
+          applyPeerCredits(tp, peer!, this.flowControl);
         }
         tp.markEstablished();
         cp.connectComplete();
@@ -310,12 +258,6 @@ export class IbTransport implements RdsTransport {
       default:
         return; // TIMEWAIT_EXIT and the like
     }
-  }
-
-  private applyPeerCredits(tp: IbPath, peer: IbPrivateData): void {
-    // As rds_ib_set_flow_control: on only if we offer it and the peer granted credits.
-    tp.flowControlNegotiated(this.flowControl && peer.credit > 0);
-    if (tp.flowControl) tp.ledger.grant(peer.credit);
   }
 
   /** Passive side (rds_ib_cm_handle_connect): find the connection by the addresses in the private data. */
@@ -369,10 +311,10 @@ export class IbTransport implements RdsTransport {
     const tp = this.newPath(id, true, cp);
     tp.versionNegotiated(version);
     tp.peerMarked(peer.rdsSocket === true);
-    this.applyPeerCredits(tp, peer);
+    applyPeerCredits(tp, peer, this.flowControl);
     try {
-      this.setupQp(tp);
-      ep.accept(id, this.privateData(cp, tp, version, tp.flowControl));
+      setupQp(ep, tp, this.sendSlots, this.recvSlots);
+      ep.accept(id, ourPrivateData(cp, tp, version, tp.flowControl));
     } catch (e) {
       this.host.emit('error', e as Error);
       this.lost(cp, tp, 'accept failed');
@@ -482,13 +424,6 @@ export class IbTransport implements RdsTransport {
   resetPathStats(cp: RdsConnPath): void {
     ibPath(cp)?.resetCompletionFigures();
   }
-}
-
-/** The kernel's RDS_RDMA_REJ_INCOMPAT: a 4-byte host-order (little-endian here) int 1. */
-function rejectIncompatible(): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeInt32LE(1, 0);
-  return b;
 }
 
 function completionFigures(f: { wakeups: number; completions: number }): Record<string, number> {
