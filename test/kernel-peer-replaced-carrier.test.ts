@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { constants, RdsSocket, RdsStack } from '../lib/index.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
 import { native } from '../lib/native.js';
-import { socketFd } from '../lib/transports/tcp-carrier.js';
+import { socketFd } from '../lib/transports/tcp-socket.js';
 import { rawConnect, type RawConn } from './raw-peer.js';
 
 // Loopback addresses 127.219.x.y belong to this file.

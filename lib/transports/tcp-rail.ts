@@ -6,7 +6,8 @@ import { RDS_CTR } from '../core/stats.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { RAIL_HELLO_MAX_PAYLOAD, railHelloPayloadLength } from '../wire/rail-hello.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
-import { refuse, tcpPath, type TcpShared } from './tcp-carrier.js';
+import { tcpPath, type TcpShared } from './tcp-carrier.js';
+import { refuse } from './tcp-socket.js';
 import type { TcpReceiver } from './tcp-recv.js';
 import { replaceCarrier, stillUsable } from './tcp-replace.js';
 

@@ -5,7 +5,8 @@ import { type FrameReader, READ_SLAB_SIZE } from '../wire/frame-reader.js';
 import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-frames.js';
 import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
-import { refuse, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+import { tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+import { refuse } from './tcp-socket.js';
 import { readQueuedBeforeResetDestroy } from './tcp-drain.js';
 import type { TcpSender } from './tcp-send.js';
 

@@ -5,7 +5,8 @@ import type { RdsConnPath } from '../core/path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { native } from '../native.js';
 import { encodeCongUpdate } from '../wire/header.js';
-import { socketFd, TCP_CARRIER, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+import { TCP_CARRIER, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
+import { socketFd } from './tcp-socket.js';
 
 /**
  * The sending side of RDS/TCP (the kernel's tcp_send.c): frames go to the carrier socket, batched

@@ -1,0 +1,81 @@
+// The TCP sockets under RDS/TCP's carriers, as node:net gives them: the local port range connects
+// bind in, a socket's fd, slab reads into a frame reader (also for accepted sockets), the reset
+// that ends a refused connection, and a socket's addresses as RDS addresses.
+import { readFileSync } from 'node:fs';
+import { Socket, type OnReadOpts, type SocketConstructorOpts } from 'node:net';
+import * as tls from 'node:tls';
+import { canonicalAddress } from '../core/address.js';
+import type { FrameReader } from '../wire/frame-reader.js';
+
+/** net.ipv4.ip_local_port_range, with the low end rounded up to a multiple of 8. */
+let portRange: [number, number] | null = null;
+export function localPortRange(): [number, number] {
+  if (portRange === null) {
+    let lo = 32768;
+    let hi = 60999;
+    try {
+      const [a, b] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+      if (a! > 0 && b! >= a!) [lo, hi] = [a!, b!];
+    } catch {
+      /* not Linux: use the default range */
+    }
+    portRange = [Math.ceil(lo / 8) * 8, hi];
+  }
+  return portRange;
+}
+
+export function socketFd(sock: Socket): number {
+  const fd = (sock as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+  return typeof fd === 'number' && fd >= 0 ? fd : -1;
+}
+
+/** net's onread options that read into `reader`'s slabs and hand each read's length to `received`. */
+export function slabOnread(reader: FrameReader, received: (n: number) => void): OnReadOpts {
+  return {
+    buffer: () => reader.readBuffer(),
+    callback: (n: number): boolean => {
+      received(n);
+      return true;
+    },
+  };
+}
+
+/**
+ * Node offers slab reads (`onread`) only to sockets it connects, never to ones a server accepts.
+ * An accepted socket (taken paused, so nothing has been read) hands its handle to a new Socket
+ * that reads into `reader`'s slabs, as initiated carriers do. The handle is net's private
+ * `_handle`; where this Node has none the accepted socket is returned and the caller reads 'data'.
+ */
+export function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) => void): Socket | null {
+  const s = sock as unknown as { _handle?: { readStart?: unknown } | null };
+  const handle = s._handle;
+  if (handle === null || handle === undefined || typeof handle.readStart !== 'function') return null;
+  s._handle = null;
+  // With no handle, destroy() only settles the old stream and the server's connection count.
+  sock.destroy();
+  return new Socket({ handle, onread: slabOnread(reader, received) } as SocketConstructorOpts);
+}
+
+/**
+ * Ends a connection we refuse or give up on, with a reset where possible (no TIME_WAIT, the peer
+ * learns at once). Never throws: it runs inside event handlers, where a throw kills the process.
+ * A TLS socket has no TCP handle of its own (resetAndDestroy throws ERR_INVALID_HANDLE_TYPE on
+ * it) and is only destroyed: resetting the TCP socket under a live TLS layer crashes Node 20
+ * (segmentation fault). Connections refused before their handshake are plain and are reset.
+ */
+export function refuse(sock: Socket): void {
+  try {
+    if (sock instanceof tls.TLSSocket || sock.destroyed) sock.destroy();
+    else sock.resetAndDestroy();
+  } catch {
+    sock.destroy();
+  }
+}
+
+export function peerOf(sock: Socket): { local: string | null; remote: string | null } {
+  const strip = (a: string | undefined): string | null => {
+    if (a === undefined) return null;
+    return canonicalAddress(a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a);
+  };
+  return { local: strip(sock.localAddress), remote: strip(sock.remoteAddress) };
+}
