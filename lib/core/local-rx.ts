@@ -83,6 +83,15 @@ export class LocalRx implements RdmaNotifyTarget {
     return msg;
   }
 
+  /** MSG_PEEK: a copy of the next message, left queued; notifications and completions are consumed (see SocketBackend.peek). */
+  peek(): RdsMessage | null {
+    const q = this.rdmaNotes.length > 0 || this.congNotify !== 0n ? undefined : this.queue.peek();
+    if (q === undefined) return this.take();
+    const msg = { ...q.msg };
+    if (this.zcookies.length > 0) msg.zcopyCompletions = this.takeZcookies();
+    return msg;
+  }
+
   /** Up to RDS_MAX_ZCOOKIES completions, oldest first. */
   private takeZcookies(): number[] {
     if (this.zcookies.length <= RDS_MAX_ZCOOKIES) {

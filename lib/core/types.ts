@@ -31,6 +31,18 @@ export interface RdsMessage {
   rdmaStatus?: { token: bigint; status: number };
   /** RDS_CMSG_RDMA_DEST: the cookie of a memory region the sender exposes with this message. */
   rdmaDest?: bigint;
+  /**
+   * msg_flags, on what recvmsg()/recv() return when called with options: MSG_TRUNC when the
+   * message did not fit the call's `buffer` (the rest was dropped). MSG_CTRUNC is never set:
+   * control data are fields of this object, never cut.
+   */
+  flags?: number;
+  /**
+   * recvmsg(2)'s return value, on what recvmsg()/recv() return when called with options: the
+   * bytes in `data`, or the message's full length when it was truncated and the call's flags had
+   * MSG_TRUNC.
+   */
+  length?: number;
 }
 
 /** Tells the path that delivered a message when the application has taken it (for acks). @internal */

@@ -9,7 +9,7 @@ import { Fifo } from '../core/fifo.js';
 import { rdmaUnsupported } from '../core/rdma.js';
 import type { MrTable, RdmaControl } from '../core/rdma-ops.js';
 import type { BackendEvents, CheckedSend, Confirmation, EnqueueResult, SocketBackend } from '../core/socket-backend.js';
-import { SocketOptionValues, storeOption } from '../core/socket-options.js';
+import { SocketOptionValues, socketSideOnly, storeOption } from '../core/socket-options.js';
 import type { MessageInfo, RdsMessage, SocketInfo } from '../core/types.js';
 import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
 import { readMsg, writeCount, writeSend } from './hot-frames.js';
@@ -213,6 +213,7 @@ export class NodeBackend implements SocketBackend {
   }
 
   optionSet(level: number, name: number, value: unknown, before: number | undefined): void {
+    if (socketSideOnly(level, name)) return;
     this.calls!.setsockopt(level, name, value, before);
   }
 
@@ -223,6 +224,18 @@ export class NodeBackend implements SocketBackend {
     if (m === undefined) return null;
     this.giveCredit(m.data.length);
     return m;
+  }
+
+  /** MSG_PEEK: the message stays here (no credit: the node hears of it once it is taken). */
+  peek(): RdsMessage | null {
+    const m = this.rx.peek();
+    if (m === undefined) return null;
+    // A notification (no sender) is consumed even by MSG_PEEK, as rds_recvmsg consumes it.
+    if (m.address === '') return this.take();
+    const copy = { ...m };
+    // Completions riding on the message are consumed by the peek (rds_recvmsg_zcookie).
+    if (m.zcopyCompletions !== undefined) m.zcopyCompletions = undefined;
+    return copy;
   }
 
   /** CREDIT: what the application read, told to the node once per turn. */
