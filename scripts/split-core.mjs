@@ -82,6 +82,7 @@ const KERNEL = [
   'socket-backend',
   'socket-actions',
   'socket-send-checks',
+  'socket-recv-flags',
   'socket-waiters',
   'local-backend',
   'local-rx',
