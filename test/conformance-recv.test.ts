@@ -7,7 +7,7 @@ import { CONFORMANCE_KINDS, makePair, type Pair, payload, timeout } from './help
 // return value, SO_RCVTIMEO. The part of the conformance suite about receiving; addresses 127.144.x.y.
 const KINDS = CONFORMANCE_KINDS;
 const NET = 144;
-const { SOL_SOCKET, MSG_PEEK, MSG_TRUNC, MSG_DONTWAIT } = constants;
+const { SOL_SOCKET, SOL_RDS, MSG_PEEK, MSG_TRUNC, MSG_DONTWAIT, SO_RDS_MSG_RXPATH_LATENCY } = constants;
 
 describe.each(KINDS)('recvmsg flags over %s', (kind) => {
   let pair: Pair | null = null;
@@ -145,5 +145,55 @@ describe.each(KINDS)('recvmsg flags over %s', (kind) => {
     // MSG_WAITALL is taken and changes nothing (a datagram comes whole).
     a.sendmsg(Buffer.from('all'), b.address());
     expect((await b.recv({ flags: constants.MSG_WAITALL, signal: timeout() })).data.toString()).toBe('all');
+  });
+
+  it('SO_RDS_MSG_RXPATH_LATENCY: each message read carries RDS_CMSG_RXPATH_LATENCY, the intervals asked for in ns', async () => {
+    const { a, b } = await open();
+    // struct rds_rx_trace_so: rx_traces 3, positions 0 (frame -> delivery), 1 (delivery -> queued), 2 (queued -> read).
+    b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, Uint8Array.of(3, 0, 1, 2));
+    a.sendmsg(Buffer.from('traced'), b.address());
+    await b.recv({ flags: MSG_PEEK, signal: timeout() }); // queued (stamp 2) before this resolves
+    const t0 = performance.now();
+    await new Promise((r) => setTimeout(r, 60)); // the interval point 2 is to measure, not a synchronisation
+    const waited = performance.now() - t0;
+    const m = b.recvmsg()!;
+    expect(m.data.toString()).toBe('traced');
+    expect(m.rxTrace?.positions).toEqual([0, 1, 2]);
+    const [v0, v1, v2] = m.rxTrace!.values;
+    for (const v of [v0!, v1!, v2!]) expect(v).toBeGreaterThanOrEqual(0n);
+    expect(Number(v2!) / 1e6).toBeGreaterThanOrEqual(waited - 1);
+    expect(Number(v2!) / 1e6).toBeLessThan(10_000);
+    // The points as an array, in the order given; a peek reports them too.
+    b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, [2, 0]);
+    a.sendmsg(Buffer.from('again'), b.address());
+    const p = await b.recv({ flags: MSG_PEEK, signal: timeout() });
+    expect(p.rxTrace?.positions).toEqual([2, 0]);
+    expect(p.rxTrace?.values.length).toBe(2);
+    expect(b.recvmsg()?.rxTrace?.positions).toEqual([2, 0]);
+    // [] turns it off.
+    b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, []);
+    a.sendmsg(Buffer.from('plain'), b.address());
+    expect((await b.recv({ signal: timeout() })).rxTrace).toBeUndefined();
+  });
+
+  it('SO_RDS_MSG_RXPATH_LATENCY is refused as the kernel refuses it: EFAULT, a bad point turns the trace off; no getsockopt', async () => {
+    const { a, b } = await open();
+    const code = (f: () => unknown): string | undefined => {
+      try {
+        f();
+      } catch (e) {
+        return (e as RdsError).code;
+      }
+      return undefined;
+    };
+    expect(code(() => b.getsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY))).toBe('ENOPROTOOPT');
+    expect(code(() => b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, Uint8Array.of(1, 0, 0)))).toBe('EFAULT');
+    expect(code(() => b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, Uint8Array.of(4, 0, 0, 0)))).toBe('EFAULT');
+    b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, [1]);
+    expect(code(() => b.setsockopt(SOL_RDS, SO_RDS_MSG_RXPATH_LATENCY, Uint8Array.of(2, 0, 3, 0)))).toBe('EFAULT');
+    a.sendmsg(Buffer.from('off'), b.address());
+    const m = await b.recv({ signal: timeout() });
+    expect(m.data.toString()).toBe('off');
+    expect(m.rxTrace).toBeUndefined();
   });
 });

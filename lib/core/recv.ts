@@ -31,6 +31,8 @@ export function recvIncoming(
   payload: Buffer,
   localReceipt?: RxEntry,
 ): void {
+  // SO_RDS_MSG_RXPATH_LATENCY's stamp 0: the frame as the transport hands it up.
+  if (stack.rxTrace.sockets > 0) stack.rxTrace.frameAt = process.hrtime.bigint();
   const flags = header[OFF_FLAGS]!;
   const conn = cp.conn;
 

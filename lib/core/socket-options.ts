@@ -13,6 +13,7 @@ import {
   SO_RCVBUF,
   SO_RCVTIMEO,
   SO_RCVTIMEO_NEW,
+  SO_RDS_MSG_RXPATH_LATENCY,
   SO_RDS_TRANSPORT,
   SO_SNDBUF,
   SO_SNDTIMEO,
@@ -23,6 +24,7 @@ import {
   WMEM_DEFAULT,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
+import { parseRxTraceOption } from './rx-trace.js';
 import type { SocketBackend } from './socket-backend.js';
 
 /** The longest delay a Node.js timer takes (SO_SNDTIMEO's bound). */
@@ -42,6 +44,8 @@ export class SocketOptionValues {
   rcvtimeo = 0;
   recvErr = false;
   congMonitor = false;
+  /** SO_RDS_MSG_RXPATH_LATENCY: the trace points each message reports (RdsMessage.rxTrace); [] = off. */
+  rxTrace: readonly number[] = [];
 }
 
 /** One valued option: how its value is checked and stored, and how it reads back. */
@@ -108,6 +112,18 @@ const RDS_RULES = new Map<number, OptionRule>([
   // af_rds.c's rds_setsockopt takes SO_TIMESTAMP_OLD / _NEW at SOL_RDS too (rds_getsockopt does not).
   [SO_TIMESTAMP, { ...flag('SO_TIMESTAMP', 'timestamps'), read: undefined }],
   [SO_TIMESTAMP_NEW, { ...flag('SO_TIMESTAMP', 'timestamps'), read: undefined }],
+  // Set only, as in the kernel (rds_getsockopt has no case for it: ENOPROTOOPT).
+  [
+    SO_RDS_MSG_RXPATH_LATENCY,
+    {
+      name: 'SO_RDS_MSG_RXPATH_LATENCY',
+      store: (v, value) => {
+        v.rxTrace = parseRxTraceOption(value, () => {
+          v.rxTrace = [];
+        });
+      },
+    },
+  ],
 ]);
 
 /** SO_SNDTIMEO, SO_RCVTIMEO: whole milliseconds a timer can take, 0 = never. */

@@ -17,6 +17,7 @@ import {
   type RDS_GET_MR_FOR_DEST,
   type RDS_RECVERR,
   type SO_RCVBUF,
+  type SO_RDS_MSG_RXPATH_LATENCY,
   type SO_RDS_TRANSPORT,
   SO_SNDBUF,
   SO_SNDTIMEO,
@@ -46,6 +47,7 @@ import { readOption, setValued } from './socket-options.js';
 import { rdsIoctl } from './tos.js';
 import { SendChecks } from './socket-send-checks.js';
 import { received, recvFlags } from './socket-recv-flags.js';
+import { rxTraceOf } from './rx-trace.js';
 import type {
   RdsData,
   RdsSocketEvents,
@@ -304,7 +306,12 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     const refused = this.backend.takeRefusal();
     if (refused !== null) throw refused;
     const m = flags & MSG_PEEK ? this.backend.peek() : this.backend.take();
-    if (m !== null) return opts === undefined ? m : received(m, flags, opts.buffer);
+    if (m !== null) {
+      // RDS_CMSG_RXPATH_LATENCY rides on data messages only (rds_cmsg_recv), stamp 3 taken now.
+      const points = this.backend.options.rxTrace;
+      if (points.length > 0 && m.address !== '') m.rxTrace = rxTraceOf(points, m.rxStamps);
+      return opts === undefined ? m : received(m, flags, opts.buffer);
+    }
     // Messages that arrived before a host node went away are still read first.
     const failed = this.backend.failure();
     if (failed !== null) throw failed;
@@ -390,6 +397,15 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     level: typeof SOL_RDS,
     optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR,
     value: number | boolean,
+  ): void;
+  /**
+   * SO_RDS_MSG_RXPATH_LATENCY: a 4-byte struct rds_rx_trace_so (u8 rx_traces, u8 rx_trace_pos[3])
+   * or the trace points (0, 1, 2; at most 3); [] turns it off. Messages then carry `rxTrace`.
+   */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof SO_RDS_MSG_RXPATH_LATENCY,
+    value: Uint8Array | readonly number[],
   ): void;
   /** SO_RDS_TRANSPORT before bind: RDS_TRANS_TCP or RDS_TRANS_IB. */
   setsockopt(
