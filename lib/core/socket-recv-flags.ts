@@ -1,7 +1,6 @@
 // recvmsg(2)'s flags and buffer (recv.c rds_recvmsg): which flags a call may carry, and what a
 // message taken or peeked becomes for the caller (copied into its buffer, cut to it, msg_flags
-// and the return value). RdsSocket.recvmsg/recv call these; a call without options never
-// reaches here, so the plain receive path stays as it was.
+// and the return value), and the receive-path trace it carries. RdsSocket.recvmsg/recv call these.
 import {
   MSG_CMSG_COMPAT,
   MSG_DONTWAIT,
@@ -12,6 +11,7 @@ import {
   MSG_WAITALL,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
+import { rxTraceOf } from './rx-trace.js';
 import type { RecvmsgOptions } from './socket-types.js';
 import type { RdsMessage } from './types.js';
 
@@ -43,15 +43,25 @@ export function recvFlags(opts: RecvmsgOptions, call: string): number {
 }
 
 /**
- * What the caller gets of message `m` (taken, or a copy when peeked): with a buffer, the bytes
- * copied into it and `data` a view of them, the rest dropped with MSG_TRUNC in `flags`; `length`
- * is what rds_recvmsg returns (the full length for a truncated message when MSG_TRUNC was asked).
+ * What the caller gets of message `m` (taken, or a copy when peeked): RDS_CMSG_RXPATH_LATENCY if
+ * the socket traces (`points`); with a buffer, the bytes copied into it and `data` a view of them,
+ * the rest dropped with MSG_TRUNC in `flags`; with options, `length` is what rds_recvmsg returns
+ * (the full length of a truncated message when MSG_TRUNC was asked).
  * @internal
  */
-export function received(m: RdsMessage, flags: number, buffer: Uint8Array | undefined): RdsMessage {
+export function received(
+  m: RdsMessage,
+  points: readonly number[],
+  opts: RecvmsgOptions | undefined,
+  flags: number,
+): RdsMessage {
+  // Data messages only (rds_cmsg_recv), stamp 3 taken now.
+  if (points.length > 0 && m.address !== '') m.rxTrace = rxTraceOf(points, m.rxStamps);
+  if (opts === undefined) return m;
   const full = m.data.length;
   let n = full;
   let out = 0;
+  const buffer = opts.buffer;
   if (buffer !== undefined) {
     n = Math.min(full, buffer.length);
     m.data.copy(buffer, 0, 0, n);

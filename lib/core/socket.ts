@@ -47,7 +47,6 @@ import { readOption, setValued } from './socket-options.js';
 import { rdsIoctl } from './tos.js';
 import { SendChecks } from './socket-send-checks.js';
 import { received, recvFlags } from './socket-recv-flags.js';
-import { rxTraceOf } from './rx-trace.js';
 import type {
   RdsData,
   RdsSocketEvents,
@@ -306,12 +305,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     const refused = this.backend.takeRefusal();
     if (refused !== null) throw refused;
     const m = flags & MSG_PEEK ? this.backend.peek() : this.backend.take();
-    if (m !== null) {
-      // RDS_CMSG_RXPATH_LATENCY rides on data messages only (rds_cmsg_recv), stamp 3 taken now.
-      const points = this.backend.options.rxTrace;
-      if (points.length > 0 && m.address !== '') m.rxTrace = rxTraceOf(points, m.rxStamps);
-      return opts === undefined ? m : received(m, flags, opts.buffer);
-    }
+    if (m !== null) return received(m, this.backend.options.rxTrace, opts, flags);
     // Messages that arrived before a host node went away are still read first.
     const failed = this.backend.failure();
     if (failed !== null) throw failed;
