@@ -279,8 +279,9 @@ export function encodeMsg(
   zc: readonly number[] | undefined,
   cu: bigint | undefined,
   data: Uint8Array,
+  rt?: readonly bigint[],
 ): Buffer[] {
-  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data));
+  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data, rt));
 }
 
 /**
