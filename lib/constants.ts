@@ -33,8 +33,39 @@ export const SO_SNDTIMEO_OLD = 21;
 /** The kernel's y2038-safe number of SO_SNDTIMEO (67), accepted as SO_SNDTIMEO. */
 export const SO_SNDTIMEO_NEW = 67;
 
+/**
+ * Receive timeout (asm-generic SO_RCVTIMEO_OLD 20, SO_RCVTIMEO_NEW 66). rds-socket takes it in
+ * milliseconds, not a struct timeval: a blocking recv() waits at most that long, then rejects
+ * with ETIMEDOUT (as rds_recvmsg returns -ETIMEDOUT). 0 = wait forever (the default).
+ */
+export const SO_RCVTIMEO = 20;
+/** The kernel's old number of SO_RCVTIMEO (20). */
+export const SO_RCVTIMEO_OLD = 20;
+/** The kernel's y2038-safe number of SO_RCVTIMEO (66), accepted as SO_RCVTIMEO. */
+export const SO_RCVTIMEO_NEW = 66;
+
+// recvmsg(2) flags (recvmsg({ flags }), recv({ flags })) and msg_flags (RdsMessage.flags)
+/** recvmsg flag (out-of-band data): RDS has none; refused with EOPNOTSUPP (the kernel returns 0). */
+export const MSG_OOB = 0x1;
+/** recvmsg flag: return the next message and leave it queued; the next recvmsg returns it again. */
+export const MSG_PEEK = 0x2;
+/** msg_flags: control data did not fit (never set: control data are RdsMessage fields, never cut). */
+export const MSG_CTRUNC = 0x8;
+/**
+ * msg_flags: the message was longer than recvmsg's `buffer` and the rest was dropped. As a
+ * recvmsg flag: return the message's full length (RdsMessage.length) even when truncated.
+ */
+export const MSG_TRUNC = 0x20;
+/** recvmsg flag: wait for the whole request; accepted and ignored (a datagram comes whole). */
+export const MSG_WAITALL = 0x100;
+/** recvmsg flag: read the socket's error queue; refused with EOPNOTSUPP (RDS queues no errors there). */
+export const MSG_ERRQUEUE = 0x2000;
+
 // sendmsg(2) flags RDS accepts (anything else is EOPNOTSUPP)
-/** sendmsg flag: do not block (what `sendmsg()` always does; `send()` is the blocking form). */
+/**
+ * sendmsg/recvmsg flag: do not block (what `sendmsg()` and `recvmsg()` always do; `send()` and
+ * `recv()` are the blocking forms: `recv({ flags: MSG_DONTWAIT })` rejects with EAGAIN when nothing is queued).
+ */
 export const MSG_DONTWAIT = 0x40;
 /** The kernel's 32-bit compat flag; listed for completeness, refused by sendmsg. */
 export const MSG_CMSG_COMPAT = 0x80000000;

@@ -19,6 +19,8 @@ export type {
   RdsSocketOptions,
   RdsData,
   WaitOptions,
+  RecvmsgOptions,
+  RecvOptions,
   SendOptions,
   SendmsgOptions,
   RdsSocketEvents,

@@ -83,6 +83,7 @@ const KERNEL = [
   'socket-backend',
   'socket-actions',
   'socket-send-checks',
+  'socket-recv-flags',
   'socket-waiters',
   'socket-blocking',
   'socket-poll',

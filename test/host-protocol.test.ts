@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { decodeCount, decodeMsg, decodeSend, encodeCount, encodeMsg, encodeSend } from '../lib/host/hot-frames.js';
+import {
+  decodeCount,
+  decodeMsg,
+  decodeSend,
+  encodeCount,
+  encodeMsg,
+  encodeSend,
+  readMsg,
+} from '../lib/host/hot-frames.js';
 import {
   C_CREDIT,
   C_REQ,
@@ -168,6 +176,29 @@ describe('host node control framing', () => {
       expect(msg!.data.equals(Buffer.alloc(i * 3, i))).toBe(true);
       expect(decodeCount(credit!.raw, credit!.metaStart, credit!.metaEnd)).toEqual({ n: i * 1.5, k: i });
     });
+  });
+
+  it("MSG carries the node's receive-path stamps (SO_RDS_MSG_RXPATH_LATENCY) after every other field; a reader skips bits it does not know", () => {
+    const stamps = [1n, 2n ** 63n + 5n, 3n];
+    const meta = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, 5, [1, 2], 7n, Buffer.alloc(0), stamps)).subarray(17);
+    const m = readMsg(meta, 0, meta.length, Buffer.alloc(0));
+    expect(m).toMatchObject({
+      address: '10.0.0.1',
+      port: 9,
+      timestamp: 5,
+      zcopyCompletions: [1, 2],
+      congestionUpdate: 7n,
+    });
+    expect(m.rxStamps).toEqual(stamps);
+    for (let n = 0; n < meta.length; n++)
+      expect(() => readMsg(meta.subarray(0, n), 0, n, Buffer.alloc(0))).toThrow(ProtocolError);
+    // As a client that predates the stamps reads it: the bit unknown, the 24 bytes after the rest ignored.
+    const old = Buffer.from(meta);
+    const bits = 1 + '10.0.0.1'.length + 2;
+    old[bits] = old[bits]! & ~8;
+    expect(readMsg(old, 0, old.length, Buffer.alloc(0))).toMatchObject({ port: 9, congestionUpdate: 7n });
+    old[bits] = old[bits]! | 0x80;
+    expect(readMsg(old, 0, old.length, Buffer.alloc(0))).toMatchObject({ port: 9, congestionUpdate: 7n });
   });
 
   it('rejects truncated or overlong binary metas with a ProtocolError, never another error', () => {

@@ -87,6 +87,17 @@ describe('rds-stress wire formats', () => {
   });
 });
 
+describe('rds-stress options it does not take', () => {
+  it('-D (RDMA) and -M are refused with usage status 2, saying why', async () => {
+    const d = await stress(['-D', '1024', '-s', '127.150.9.2', '-r', '127.150.9.1']);
+    expect(d.code).toBe(2);
+    expect(d.out).toMatch(/RDMA \(-D\) is not supported: this rds-stress does not run rds-tools' RDMA exchange/);
+    const m = await stress(['-M', '-s', '127.150.9.2', '-r', '127.150.9.1']);
+    expect(m.code).toBe(2);
+    expect(m.out).toMatch(/unknown option -M/);
+  });
+});
+
 describe('rds-stress against an rds-tools peer', () => {
   it('passive: serves the 59-byte options from an active peer, both ways verified, ends when the peer closes', async () => {
     const passive = stress(['-r', '127.150.1.2', '-p', '4800']);

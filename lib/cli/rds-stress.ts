@@ -196,7 +196,9 @@ async function main(): Promise<number> {
     o.tos = num('-Q', 0, 0, 255);
     o.connectRetries = num('--connect-retries', 0, 0, 1_000_000);
     if (typeof a['-D'] === 'string')
-      throw new UsageError('RDMA (-D) is not supported: rds-socket has no RDMA operations yet');
+      throw new UsageError(
+        "RDMA (-D) is not supported: this rds-stress does not run rds-tools' RDMA exchange (rds-socket's sockets do RDMA over InfiniBand: getMr(), sendmsg's rdma)",
+      );
     o.simplex = a['-o'] === true ? 1 : 0;
     o.verify = a['-v'] === true ? 1 : 0;
     o.summaryOnly = a['-z'] === true ? 1 : 0;

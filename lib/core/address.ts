@@ -1,6 +1,7 @@
 import { createSocket } from 'node:dgram';
 import { isIP, isIPv4 } from 'node:net';
 import { RdsError } from '../errors.js';
+import { unzoned } from './scope.js';
 
 /** An RDS endpoint: an IPv4 or IPv6 address and a port. */
 export interface RdsAddress {
@@ -146,7 +147,11 @@ export function parseEndpoint(ep: unknown, what: string): RdsAddress {
   }
   const { address, port } = ep as { address?: unknown; port?: unknown };
   if (typeof address !== 'string') throw new RdsError('EINVAL', `${what}.address must be an IP address string`);
-  const { canon } = checkedAddress(address);
+  // A zone (fe80::1%eth0) and the link-local rules (scope.ts); an address without '%' as before.
+  const canon =
+    address.includes('%') || /^fe[89ab]/i.test(address)
+      ? unzoned(address, what, canonicalAddress)
+      : checkedAddress(address).canon;
   if (canon === null) throw new RdsError('EINVAL', `${what}.address "${address}" is not an IPv4 or IPv6 address`);
   return { address: canon, port: validatePort(port, what) };
 }

@@ -373,6 +373,10 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     return this.rx.take();
   }
 
+  peek(): RdsMessage | null {
+    return this.rx.peek();
+  }
+
   readable(): boolean {
     return this.rx.readable();
   }

@@ -2,7 +2,14 @@
 // the socket): the receive queue, the port's congestion bit (rds_recv_rcvbuf_delta), the hard
 // receive limits, congestion monitoring, zero-copy completions and RDMA notifications. A part
 // of LocalBackend; only it writes these fields.
-import { RDS_CONG_MONITOR, RDS_MAX_ZCOOKIES, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
+import {
+  RDS_CONG_MONITOR,
+  RDS_MAX_ZCOOKIES,
+  SO_RCVBUF,
+  SO_RDS_MSG_RXPATH_LATENCY,
+  SOL_RDS,
+  SOL_SOCKET,
+} from '../constants.js';
 import { Fifo } from './fifo.js';
 import type { LocalBackend } from './local-backend.js';
 import type { RdmaNotifyTarget } from './rdma-ops.js';
@@ -29,6 +36,8 @@ export class LocalRx implements RdmaNotifyTarget {
   private rdmaNotes: { token: bigint; status: number }[] = [];
   private congMask = 0n;
   private congNotify = 0n;
+  /** SO_RDS_MSG_RXPATH_LATENCY is on: counted in the stack's RxTraceClock, messages are stamped. */
+  private tracing = false;
 
   constructor(private readonly sock: LocalBackend) {}
 
@@ -40,6 +49,7 @@ export class LocalRx implements RdmaNotifyTarget {
       return false;
     }
     if (s.options.timestamps) msg.timestamp = performance.timeOrigin + performance.now();
+    if (this.tracing) msg.rxStamps = s.stack.rxTrace.stamps();
     this.queue.push({ msg, receipt });
     s.stack.counters.add(RDS_CTR.recv_queued);
     this.rcvDelta(msg.data.length);
@@ -80,6 +90,15 @@ export class LocalRx implements RdmaNotifyTarget {
     this.rxCharge(-(msg.data.length + RX_MSG_OVERHEAD));
     // A host node holds the receipt until its attached application has read the message.
     if (q.receipt !== null && !this.sock.emit('receipt', q.receipt)) q.receipt.owner.consumed(q.receipt);
+    return msg;
+  }
+
+  /** MSG_PEEK: a copy of the next message, left queued; notifications and completions are consumed (see SocketBackend.peek). */
+  peek(): RdsMessage | null {
+    const q = this.rdmaNotes.length > 0 || this.congNotify !== 0n ? undefined : this.queue.peek();
+    if (q === undefined) return this.take();
+    const msg = { ...q.msg };
+    if (this.zcookies.length > 0) msg.zcopyCompletions = this.takeZcookies();
     return msg;
   }
 
@@ -155,11 +174,19 @@ export class LocalRx implements RdmaNotifyTarget {
 
   /** An option the receive side follows was set. */
   optionSet(level: number, name: number): void {
-    if (level === SOL_SOCKET && name === SO_RCVBUF) this.rcvDelta(0);
+    if (level === SOL_RDS && name === SO_RDS_MSG_RXPATH_LATENCY) this.trace(this.sock.options.rxTrace.length > 0);
+    else if (level === SOL_SOCKET && name === SO_RCVBUF) this.rcvDelta(0);
     else if (level === SOL_RDS && name === RDS_CONG_MONITOR && !this.sock.options.congMonitor) {
       this.congMask = 0n;
       this.congNotify = 0n;
     }
+  }
+
+  /** Stamps messages, or stops, and tells the stack whether any of its sockets traces. */
+  private trace(on: boolean): void {
+    if (on === this.tracing) return;
+    this.tracing = on;
+    this.sock.stack.rxTrace.sockets += on ? 1 : -1;
   }
 
   /** What rds-info -r shows. */
@@ -192,5 +219,6 @@ export class LocalRx implements RdmaNotifyTarget {
     this.rxCharge(-this.rxMem);
     this.zcookies = [];
     this.rdmaNotes = [];
+    this.trace(false);
   }
 }

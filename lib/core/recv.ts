@@ -32,6 +32,8 @@ export function recvIncoming(
   payload: Buffer,
   localReceipt?: RxEntry,
 ): void {
+  // SO_RDS_MSG_RXPATH_LATENCY's stamp 0: the frame as the transport hands it up.
+  if (stack.rxTrace.sockets > 0) stack.rxTrace.frameAt = process.hrtime.bigint();
   const flags = header[OFF_FLAGS]!;
   const conn = cp.conn;
 
@@ -183,6 +185,7 @@ export function deliver(
     stack.counters.add(RDS_CTR.recv_drop_no_sock);
     return false;
   }
+  if (stack.rxTrace.sockets > 0) stack.rxTrace.deliverAt = process.hrtime.bigint();
   stack.counters.add(RDS_CTR.recv_delivered);
   stack.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
   // rds_recv_incoming_exthdrs: the peer's op on our region is done; a cookie it exposes rides along.

@@ -9,8 +9,9 @@ import { RdsError } from '../errors.js';
 // a destination without a scope takes the socket's. Scopes compare as interface indexes, as
 // sin6_scope_id does: a zone given by name is the index of that interface in this namespace.
 //
-// Not wired yet: the socket calls and the TCP transport do not take zoned addresses (see
-// docs/socket-api.md); these are the rules they are to follow, tested on their own.
+// The socket calls apply the address rules (linkLocalEndpoint: a link-local address needs its
+// zone); the transports do not carry zoned addresses yet, so a socket never holds a scope and
+// bindScope/connectScope/sendScope are tested on their own (see docs/socket-api.md).
 
 /** An address split from its zone: `fe80::1%eth0` is { address: 'fe80::1', zone: 'eth0' }. */
 export interface ScopedAddress {
@@ -112,4 +113,29 @@ export function sendScope(dest: ScopedAddress, kept: number, index: (zone: strin
   if (kept !== 0)
     throw new RdsError('EINVAL', `destination ${dest.address}%${dest.zone} is on another link than this socket's`);
   return scope;
+}
+
+/**
+ * An address the socket calls were given (bind, connect, sendmsg, RDS_CANCEL_SENT_TO), split
+ * from its zone, with the kernel's rule for a link-local one applied: EINVAL without a zone (its
+ * sin6_scope_id 0; no socket here holds a scope to lend it), ENODEV for a zone naming no interface,
+ * and then EOPNOTSUPP, since no transport carries a zoned address yet. A zone on any other IPv6
+ * address is dropped, as the kernel ignores sin6_scope_id there. `canon` gives an address's
+ * canonical text (null: not an address).
+ * @internal
+ */
+export function unzoned(
+  text: string,
+  what: string,
+  canon: (a: string) => string | null,
+  index: (zone: string) => number = zoneIndex,
+): string | null {
+  const a = text.includes('%') ? splitZone(text, what) : { address: text, zone: null };
+  const c = canon(a.address);
+  if (c === null || !isLinkLocal(c)) return c;
+  scopeOf({ address: c, zone: a.zone }, what, index);
+  throw new RdsError(
+    'EOPNOTSUPP',
+    `${what} ${c}%${a.zone}: link-local addresses are not carried yet (no transport takes a zone); use a global or unique-local address`,
+  );
 }

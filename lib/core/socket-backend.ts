@@ -119,6 +119,12 @@ export interface SocketBackend {
 
   /** The next received message or notification, or null. */
   take(): RdsMessage | null;
+  /**
+   * MSG_PEEK: a copy of the next received message, left queued (its receive accounting, receipt
+   * and credit untouched); a notification, and zero-copy completions riding on it, are consumed
+   * as take() consumes them (rds_recvmsg consumes them whatever the flags). Null when nothing.
+   */
+  peek(): RdsMessage | null;
   /** Something can be read (POLLIN). */
   readable(): boolean;
   /** Congestion maps received so far (poll() reports POLLWRBAND once after each). */

@@ -11,6 +11,9 @@ import {
   SOL_RDS,
   SOL_SOCKET,
   SO_RCVBUF,
+  SO_RCVTIMEO,
+  SO_RCVTIMEO_NEW,
+  SO_RDS_MSG_RXPATH_LATENCY,
   SO_RDS_TRANSPORT,
   SO_SNDBUF,
   SO_SNDTIMEO,
@@ -21,6 +24,7 @@ import {
   WMEM_DEFAULT,
 } from '../constants.js';
 import { RdsError } from '../errors.js';
+import { parseRxTraceOption } from './rx-trace.js';
 import type { SocketBackend } from './socket-backend.js';
 
 /** The longest delay a Node.js timer takes (SO_SNDTIMEO's bound). */
@@ -36,8 +40,12 @@ export class SocketOptionValues {
   zerocopy = false;
   /** SO_SNDTIMEO in ms, 0 = never. */
   sndtimeo = 0;
+  /** SO_RCVTIMEO in ms, 0 = a blocking recv() waits forever. */
+  rcvtimeo = 0;
   recvErr = false;
   congMonitor = false;
+  /** SO_RDS_MSG_RXPATH_LATENCY: the trace points each message reports (RdsMessage.rxTrace); [] = off. */
+  rxTrace: readonly number[] = [];
 }
 
 /** One valued option: how its value is checked and stored, and how it reads back. */
@@ -92,8 +100,10 @@ const SOCKET_RULES = new Map<number, OptionRule>([
       read: (v) => (v.zerocopy ? 1 : 0),
     },
   ],
-  [SO_SNDTIMEO, { name: 'SO_SNDTIMEO', store: storeSndtimeo, read: (v) => v.sndtimeo }],
-  [SO_SNDTIMEO_NEW, { name: 'SO_SNDTIMEO', store: storeSndtimeo, read: (v) => v.sndtimeo }],
+  [SO_SNDTIMEO, timeo('SO_SNDTIMEO', 'sndtimeo')],
+  [SO_SNDTIMEO_NEW, timeo('SO_SNDTIMEO', 'sndtimeo')],
+  [SO_RCVTIMEO, timeo('SO_RCVTIMEO', 'rcvtimeo')],
+  [SO_RCVTIMEO_NEW, timeo('SO_RCVTIMEO', 'rcvtimeo')],
 ]);
 
 const RDS_RULES = new Map<number, OptionRule>([
@@ -102,13 +112,32 @@ const RDS_RULES = new Map<number, OptionRule>([
   // af_rds.c's rds_setsockopt takes SO_TIMESTAMP_OLD / _NEW at SOL_RDS too (rds_getsockopt does not).
   [SO_TIMESTAMP, { ...flag('SO_TIMESTAMP', 'timestamps'), read: undefined }],
   [SO_TIMESTAMP_NEW, { ...flag('SO_TIMESTAMP', 'timestamps'), read: undefined }],
+  // Set only, as in the kernel (rds_getsockopt has no case for it: ENOPROTOOPT).
+  [
+    SO_RDS_MSG_RXPATH_LATENCY,
+    {
+      name: 'SO_RDS_MSG_RXPATH_LATENCY',
+      store: (v, value) => {
+        v.rxTrace = parseRxTraceOption(value, () => {
+          v.rxTrace = [];
+        });
+      },
+    },
+  ],
 ]);
 
-function storeSndtimeo(v: SocketOptionValues, value: unknown): void {
-  const ms = intValue(value, 'SO_SNDTIMEO');
-  if (ms < 0 || ms > MAX_TIMER_MS)
-    throw new RdsError('EINVAL', `SO_SNDTIMEO takes whole milliseconds from 0 (never) to ${MAX_TIMER_MS}, got ${ms}`);
-  v.sndtimeo = ms;
+/** SO_SNDTIMEO, SO_RCVTIMEO: whole milliseconds a timer can take, 0 = never. */
+function timeo(name: string, key: 'sndtimeo' | 'rcvtimeo'): OptionRule {
+  return {
+    name,
+    store: (v, value) => {
+      const ms = intValue(value, name);
+      if (ms < 0 || ms > MAX_TIMER_MS)
+        throw new RdsError('EINVAL', `${name} takes whole milliseconds from 0 (never) to ${MAX_TIMER_MS}, got ${ms}`);
+      v[key] = ms;
+    },
+    read: (v) => v[key],
+  };
 }
 
 /** Checks and stores a valued option (level SOL_RDS: the ones not handled by RdsSocket itself). @internal */
@@ -118,7 +147,7 @@ export function storeOption(v: SocketOptionValues, level: number, optname: numbe
     if (rule === undefined)
       throw new RdsError(
         'ENOPROTOOPT',
-        `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY, SO_SNDTIMEO)`,
+        `unknown SOL_SOCKET option ${optname} (supported: SO_SNDBUF, SO_RCVBUF, SO_TIMESTAMP, SO_ZEROCOPY, SO_SNDTIMEO, SO_RCVTIMEO)`,
       );
     rule.store(v, value);
     return;
@@ -142,6 +171,11 @@ export function readOption(v: SocketOptionValues, level: number, optname: number
   const rule = RDS_RULES.get(optname);
   if (rule?.read === undefined) throw new RdsError('ENOPROTOOPT', `SOL_RDS option ${optname} cannot be read`);
   return rule.read(v);
+}
+
+/** An option only the socket's own side reads (a blocking recv()'s bound): a host node need not hear of it. @internal */
+export function socketSideOnly(level: number, optname: number): boolean {
+  return level === SOL_SOCKET && (optname === SO_RCVTIMEO || optname === SO_RCVTIMEO_NEW);
 }
 
 /** setsockopt() of a valued option: checked and stored, then the backend hears of it. @internal */

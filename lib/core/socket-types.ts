@@ -37,6 +37,27 @@ export interface WaitOptions {
   timeout?: number;
 }
 
+/** What recvmsg(2) takes besides the socket: its flags and the caller's buffer (`msg_iov`). */
+export interface RecvmsgOptions {
+  /**
+   * MSG_PEEK (leave the message queued: the next call returns it again; notifications and
+   * zero-copy completions are still consumed, as by the kernel), MSG_TRUNC (`length` is the
+   * message's full length even when `buffer` cut it), MSG_DONTWAIT (recv() rejects with EAGAIN
+   * instead of waiting; recvmsg() never waits), MSG_WAITALL and MSG_CMSG_COMPAT (accepted,
+   * ignored). MSG_OOB, MSG_ERRQUEUE and any other flag are EOPNOTSUPP.
+   */
+  flags?: number;
+  /**
+   * Copy the message into this buffer, as recvmsg(2) copies into `msg_iov`: `data` is then a view
+   * of its first bytes. A longer message is truncated and the rest dropped (MSG_TRUNC in the
+   * returned `flags`). Without it, `data` is the whole message.
+   */
+  buffer?: Uint8Array;
+}
+
+/** recv(): recvmsg(2)'s flags and buffer, and how long it may wait. */
+export interface RecvOptions extends WaitOptions, RecvmsgOptions {}
+
 /** What sendmsg(2) takes besides data and destination: its flags and control messages. */
 export interface SendmsgOptions {
   /**

@@ -1,5 +1,7 @@
 import { EventEmitter } from 'eventemitter3';
 import {
+  MSG_DONTWAIT,
+  MSG_PEEK,
   type RDS_TRANS_IB,
   type RDS_TRANS_TCP,
   type RDS_CANCEL_SENT_TO,
@@ -9,6 +11,7 @@ import {
   type RDS_GET_MR_FOR_DEST,
   type RDS_RECVERR,
   type SO_RCVBUF,
+  type SO_RDS_MSG_RXPATH_LATENCY,
   type SO_RDS_TRANSPORT,
   SO_SNDBUF,
   SO_SNDTIMEO,
@@ -37,10 +40,13 @@ import { infoGetsockopt, infoNeedsAwait, isInfoOption } from './info-sockopt.js'
 import { readOption, setValued } from './socket-options.js';
 import { rdsIoctl } from './tos.js';
 import { SendChecks } from './socket-send-checks.js';
+import { received, recvFlags } from './socket-recv-flags.js';
 import type {
   RdsData,
   RdsSocketEvents,
   RdsSocketOptions,
+  RecvmsgOptions,
+  RecvOptions,
   SendmsgOptions,
   SendOptions,
   WaitOptions,
@@ -244,13 +250,18 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
 
   // ---- receive ----
 
-  /** recvmsg(2), non-blocking: the next message, or null when none is queued. */
-  recvmsg(): RdsMessage | null {
+  /**
+   * recvmsg(2), non-blocking: the next message, or null when none is queued. `opts`: flags
+   * (MSG_PEEK, MSG_TRUNC, ...) and a buffer to copy into; the message then carries `flags`
+   * (msg_flags) and `length` (the return value). See RecvmsgOptions.
+   */
+  recvmsg(opts?: RecvmsgOptions): RdsMessage | null {
     if (this.closed) throw new RdsError('EBADF', 'recvmsg() on a closed socket; make a new RdsSocket');
+    const flags = opts === undefined ? 0 : recvFlags(opts, 'recvmsg()');
     const refused = this.backend.takeRefusal();
     if (refused !== null) throw refused;
-    const m = this.backend.take();
-    if (m !== null) return m;
+    const m = flags & MSG_PEEK ? this.backend.peek() : this.backend.take();
+    if (m !== null) return received(m, this.backend.options.rxTrace, opts, flags);
     // Messages that arrived before a host node went away are still read first.
     const failed = this.backend.failure();
     if (failed !== null) throw failed;
@@ -259,15 +270,21 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
 
   /**
    * recvmsg(2), blocking: the next message; rejects with EBADF if the socket closes first, with
-   * the signal's reason if it is aborted, with ETIMEDOUT after `timeout`.
+   * the signal's reason if it is aborted, with ETIMEDOUT after `timeout` (without one: after
+   * SO_RCVTIMEO, if set), with EAGAIN at once when nothing is queued and `flags` has MSG_DONTWAIT.
    */
-  async recv(opts: WaitOptions = {}): Promise<RdsMessage> {
-    const signal = combineSignals(opts?.signal, opts?.timeout);
+  async recv(opts: RecvOptions = {}): Promise<RdsMessage> {
+    const rcvtimeo = opts?.timeout === undefined ? this.backend.options.rcvtimeo : 0;
+    const signal = combineSignals(opts?.signal, rcvtimeo > 0 ? rcvtimeo : opts?.timeout);
+    const what = rcvtimeo > 0 ? 'recv() with SO_RCVTIMEO' : 'recv()';
+    const call = opts?.flags !== undefined || opts?.buffer !== undefined ? opts : undefined;
+    const dontwait = call !== undefined && (recvFlags(call, 'recv()') & MSG_DONTWAIT) !== 0;
     for (;;) {
-      if (signal?.aborted) throw abortReason(signal, 'recv()');
-      const m = this.recvmsg();
+      if (signal?.aborted) throw abortReason(signal, what);
+      const m = this.recvmsg(call);
       if (m !== null) return m;
-      await this.waiters.wait(signal, 'recv()', abortReason);
+      if (dontwait) throw flowControlError('EAGAIN', 'recv() with MSG_DONTWAIT: no message is queued');
+      await this.waiters.wait(signal, what, abortReason);
     }
   }
 
@@ -302,6 +319,15 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     level: typeof SOL_RDS,
     optname: typeof RDS_RECVERR | typeof RDS_CONG_MONITOR,
     value: number | boolean,
+  ): void;
+  /**
+   * SO_RDS_MSG_RXPATH_LATENCY: a 4-byte struct rds_rx_trace_so (u8 rx_traces, u8 rx_trace_pos[3])
+   * or the trace points (0, 1, 2; at most 3); [] turns it off. Messages then carry `rxTrace`.
+   */
+  setsockopt(
+    level: typeof SOL_RDS,
+    optname: typeof SO_RDS_MSG_RXPATH_LATENCY,
+    value: Uint8Array | readonly number[],
   ): void;
   /** SO_RDS_TRANSPORT before bind: RDS_TRANS_TCP or RDS_TRANS_IB. */
   setsockopt(

@@ -38,6 +38,7 @@ import type { RdsCounterName } from './stats.js';
 import { StackRails, type RailSpec } from './ext/rail.js';
 import { checkPathPolicy, PathPolicies, type PathPolicy } from './ext/path-policy.js';
 import { resetPathFigures } from './ext/path-stats.js';
+import { RxTraceClock } from './rx-trace.js';
 
 // The stack composes the parts that do the kernel's jobs: the bind table (bind.ts), the
 // connections (connection.ts, each with its negotiator, handshake.ts), the options (options.ts),
@@ -82,6 +83,8 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
   /** @internal */ readonly loopTransportType = RDS_TRANS_LOOP;
   /** Hard limits on unread received messages (recvHardLimitFactor, maxRecvQueueBytes). @internal */
   readonly rxLimit: RxLimiter;
+  /** SO_RDS_MSG_RXPATH_LATENCY's stamps of the frame being delivered (taken while a socket traces). @internal */
+  readonly rxTrace = new RxTraceClock();
 
   /** The transports, each attached with what it may see of the stack (transport-registry.ts). @internal */
   readonly transports = new TransportRegistry(transportHostOf(this));

@@ -4,6 +4,7 @@ import type { RdsCounterName } from './stats.js';
 import type { RxEntry } from './ext/rx-ack.js';
 import type { RdsConnection } from './connection.js';
 import type { RxSocketLimit } from './ext/rx-limit.js';
+import type { RxTrace } from './rx-trace.js';
 
 // The types a stack's users and its sockets see: messages, rds-info's listings, events.
 
@@ -32,6 +33,25 @@ export interface RdsMessage {
   rdmaStatus?: { token: bigint; status: number };
   /** RDS_CMSG_RDMA_DEST: the cookie of a memory region the sender exposes with this message. */
   rdmaDest?: bigint;
+  /**
+   * msg_flags, on what recvmsg()/recv() return when called with options: MSG_TRUNC when the
+   * message did not fit the call's `buffer` (the rest was dropped). MSG_CTRUNC is never set:
+   * control data are fields of this object, never cut.
+   */
+  flags?: number;
+  /**
+   * RDS_CMSG_RXPATH_LATENCY, with SO_RDS_MSG_RXPATH_LATENCY: the receive-path intervals asked for
+   * (positions) and their lengths in nanoseconds (values), as struct rds_cmsg_rx_trace.
+   */
+  rxTrace?: RxTrace;
+  /** The receive-path stamps 0-2 (process.hrtime.bigint()), on a socket tracing them. @internal */
+  rxStamps?: readonly bigint[];
+  /**
+   * recvmsg(2)'s return value, on what recvmsg()/recv() return when called with options: the
+   * bytes in `data`, or the message's full length when it was truncated and the call's flags had
+   * MSG_TRUNC.
+   */
+  length?: number;
 }
 
 /** Tells the path that delivered a message when the application has taken it (for acks). @internal */

@@ -23,6 +23,8 @@ const F_COOKIE = 2;
 const M_TS = 1;
 const M_ZC = 2;
 const M_CU = 4;
+/** MSG carries the node's receive-path stamps 0-2 (SO_RDS_MSG_RXPATH_LATENCY): 3 x u64 ns. */
+const M_RT = 8;
 
 /** The most zero-copy completions one MSG carries (the core reports them in batches far smaller). */
 const MAX_ZC = 4096;
@@ -221,7 +223,11 @@ export interface MsgMeta {
   congestionUpdate: bigint | undefined;
 }
 
-/** MSG: u8 alen, address, u16 port, u8 bits, [f64 timestamp], [u16 n, n x u32 cookies], [u64 congestion bits]. */
+/**
+ * MSG: u8 alen, address, u16 port, u8 bits, [f64 timestamp], [u16 n, n x u32 cookies], [u64
+ * congestion bits], [3 x u64 receive-path stamps]. A reader ignores bits it does not know (each
+ * field follows the ones before it).
+ */
 export function writeMsg(
   w: FrameOut,
   sock: number,
@@ -231,6 +237,7 @@ export function writeMsg(
   zc: readonly number[] | undefined,
   cu: bigint | undefined,
   data: Uint8Array,
+  rt?: readonly bigint[],
 ): void {
   checkShort(address, 'address');
   if (zc !== undefined && zc.length > MAX_ZC) throw new ProtocolError(`more than ${MAX_ZC} completions in one message`);
@@ -241,19 +248,25 @@ export function writeMsg(
     1 +
     (timestamp !== undefined ? 8 : 0) +
     (zc !== undefined ? 2 + 4 * zc.length : 0) +
-    (cu !== undefined ? 8 : 0);
+    (cu !== undefined ? 8 : 0) +
+    (rt !== undefined ? 24 : 0);
   const len = data.length;
   let o = header(w, N_MSG, sock, 0, mlen, len, len < JOIN_BELOW ? len : 0);
   const h = w.slab;
   o = writeShort(h, o, address);
   o = h.writeUInt16BE(port, o);
-  h[o++] = (timestamp !== undefined ? M_TS : 0) | (zc !== undefined ? M_ZC : 0) | (cu !== undefined ? M_CU : 0);
+  h[o++] =
+    (timestamp !== undefined ? M_TS : 0) |
+    (zc !== undefined ? M_ZC : 0) |
+    (cu !== undefined ? M_CU : 0) |
+    (rt !== undefined ? M_RT : 0);
   if (timestamp !== undefined) o = h.writeDoubleBE(timestamp, o);
   if (zc !== undefined) {
     o = h.writeUInt16BE(zc.length, o);
     for (const c of zc) o = h.writeUInt32BE(c >>> 0, o);
   }
   if (cu !== undefined) o = h.writeBigUInt64BE(BigInt.asUintN(64, cu), o);
+  if (rt !== undefined) for (let i = 0; i < 3; i++) o = h.writeBigUInt64BE(BigInt.asUintN(64, rt[i] ?? 0n), o);
   finish(w, o, data, len, false);
 }
 
@@ -266,8 +279,9 @@ export function encodeMsg(
   zc: readonly number[] | undefined,
   cu: bigint | undefined,
   data: Uint8Array,
+  rt?: readonly bigint[],
 ): Buffer[] {
-  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data));
+  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data, rt));
 }
 
 /**
@@ -299,6 +313,11 @@ export function readMsg(b: Buffer, off: number, end: number, data: Buffer): RdsM
   if ((bits & M_CU) !== 0) {
     if (o + 8 > end) throw new ProtocolError('MSG meta too short');
     m.congestionUpdate = b.readBigUInt64BE(o);
+    o += 8;
+  }
+  if ((bits & M_RT) !== 0) {
+    if (o + 24 > end) throw new ProtocolError('MSG meta too short');
+    m.rxStamps = [b.readBigUInt64BE(o), b.readBigUInt64BE(o + 8), b.readBigUInt64BE(o + 16)];
   }
   return m;
 }

@@ -2,14 +2,22 @@
 // answer from (the send budget, received messages, congested destinations, option values) and
 // exchanges frames with the node: SEND and CREDIT out, MSG, SENT and events in. RdsSocket checks
 // the arguments before anything reaches it, as for a socket of this process's stack.
-import { RDS_CANCEL_SENT_TO, RDS_TRANS_IB, RDS_TRANS_NONE, RDS_TRANS_TCP, SOL_RDS } from '../constants.js';
+import {
+  RDS_CANCEL_SENT_TO,
+  RDS_TRANS_IB,
+  RDS_TRANS_NONE,
+  RDS_TRANS_TCP,
+  SO_RDS_MSG_RXPATH_LATENCY,
+  SOL_RDS,
+} from '../constants.js';
 import { abortError, flowControlError, RdsError } from '../errors.js';
 import type { RdsAddress } from '../core/address.js';
 import { Fifo } from '../core/fifo.js';
 import { rdmaUnsupported } from '../core/rdma.js';
 import type { MrTable, RdmaControl } from '../core/rdma-ops.js';
 import type { BackendEvents, CheckedSend, Confirmation, EnqueueResult, SocketBackend } from '../core/socket-backend.js';
-import { SocketOptionValues, storeOption } from '../core/socket-options.js';
+import { SocketOptionValues, socketSideOnly, storeOption } from '../core/socket-options.js';
+import { packRxTrace } from '../core/rx-trace.js';
 import type { MessageInfo, RdsMessage, SocketInfo } from '../core/types.js';
 import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
 import { readMsg, writeCount, writeSend } from './hot-frames.js';
@@ -214,6 +222,10 @@ export class NodeBackend implements SocketBackend {
   }
 
   optionSet(level: number, name: number, value: unknown, before: number | undefined): void {
+    if (socketSideOnly(level, name)) return;
+    // The points as checked here, as the 4 bytes of a struct rds_rx_trace_so packed into a number
+    // (the node takes numbers; server-client.ts unpacks it).
+    if (level === SOL_RDS && name === SO_RDS_MSG_RXPATH_LATENCY) value = packRxTrace(this.options.rxTrace);
     this.calls!.setsockopt(level, name, value, before);
   }
 
@@ -224,6 +236,18 @@ export class NodeBackend implements SocketBackend {
     if (m === undefined) return null;
     this.giveCredit(m.data.length);
     return m;
+  }
+
+  /** MSG_PEEK: the message stays here (no credit: the node hears of it once it is taken). */
+  peek(): RdsMessage | null {
+    const m = this.rx.peek();
+    if (m === undefined) return null;
+    // A notification (no sender) is consumed even by MSG_PEEK, as rds_recvmsg consumes it.
+    if (m.address === '') return this.take();
+    const copy = { ...m };
+    // Completions riding on the message are consumed by the peek (rds_recvmsg_zcookie).
+    if (m.zcopyCompletions !== undefined) m.zcopyCompletions = undefined;
+    return copy;
   }
 
   /** CREDIT: what the application read, told to the node once per turn. */

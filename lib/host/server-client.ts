@@ -2,7 +2,8 @@
 // sockets, and the pump that hands received messages to it within its window.
 import type { Socket } from 'node:net';
 import { nodeInfoAnswer, nodeReportAnswer } from './attached-info.js';
-import { SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
+import { SO_RDS_MSG_RXPATH_LATENCY, SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
+import { unpackRxTrace } from '../core/rx-trace.js';
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
 import { LocalBackend } from '../core/local-backend.js';
@@ -318,7 +319,10 @@ export class Client {
           } else {
             if (typeof value !== 'number' && typeof value !== 'boolean')
               throw new ProtocolError('option value must be a number, boolean or address');
-            s.real.setsockopt(level, name, value);
+            // SO_RDS_MSG_RXPATH_LATENCY comes as its struct packed into a number (node-backend.ts).
+            if (level === SOL_RDS && name === SO_RDS_MSG_RXPATH_LATENCY && typeof value === 'number')
+              s.real.setsockopt(level, name, unpackRxTrace(value));
+            else s.real.setsockopt(level, name, value);
             if (level === SOL_SOCKET && name === SO_RCVBUF) this.pump(s);
           }
           this.answer(f.id, null);
@@ -380,7 +384,17 @@ export class Client {
       if (m === null) return;
       s.handedToClient(m.data.length);
       if (!this.gone)
-        writeMsg(this.writer, s.id, m.address, m.port, m.timestamp, m.zcopyCompletions, m.congestionUpdate, m.data);
+        writeMsg(
+          this.writer,
+          s.id,
+          m.address,
+          m.port,
+          m.timestamp,
+          m.zcopyCompletions,
+          m.congestionUpdate,
+          m.data,
+          m.rxStamps,
+        );
     }
   }
 }
