@@ -161,6 +161,29 @@ export class PathSend {
   }
 
   /**
+   * Failover moved `msgs` here from a path this one still waits behind: the messages queued here
+   * meanwhile were held for them (a socket that came back to this path queued its next ones here
+   * while its earlier ones waited there), so `msgs` go ahead of them. Those never left (the hold
+   * kept them) and are renumbered after `msgs`, so sequence order stays send order; any message
+   * already sent before keeps its place and number at the front.
+   */
+  adoptAhead(msgs: readonly RdsOutgoing[]): void {
+    const sentBefore: RdsOutgoing[] = [];
+    const held: RdsOutgoing[] = [];
+    for (const m of this.sendQueue.drain()) {
+      if (m.done) continue;
+      if (held.length === 0 && m.sentAt !== 0) sentBefore.push(m);
+      else held.push(m);
+    }
+    this.sendQueue.unshiftAll(sentBefore);
+    for (const m of msgs) this.adopt(m);
+    for (const m of held) {
+      m.renumber(this.nextSeq++);
+      this.sendQueue.push(m);
+    }
+  }
+
+  /**
    * A control message (ping, pong, probe) from port `sport` to `dport`, sequenced like data and
    * charged to the path's own account. Null (nothing queued) when that account is full: the peer
    * has not acknowledged, or not read, maxOwnQueued of them.
