@@ -5,6 +5,7 @@ import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { OwnAccount } from './ext/own-budget.js';
+import { renumbered } from './ext/path-policy.js';
 import type { RdsConnPath } from './path.js';
 import { findBySeq, ReadConfirmations } from './ext/send-confirm.js';
 import { RDS_CTR } from './stats.js';
@@ -178,7 +179,9 @@ export class PathSend {
     this.sendQueue.unshiftAll(sentBefore);
     for (const m of msgs) this.adopt(m);
     for (const m of held) {
+      const was = m.seq;
       m.renumber(this.nextSeq++);
+      renumbered(m, was);
       this.sendQueue.push(m);
     }
   }
