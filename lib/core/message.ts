@@ -124,6 +124,15 @@ export class RdsOutgoing {
     this.path = path;
   }
 
+  /**
+   * A message never sent gets a later sequence on its own path: failover put messages it must not
+   * overtake ahead of it (PathSend.adoptAhead). Only for messages no carrier has seen.
+   */
+  renumber(seq: number): void {
+    writeU64(this.wire, OFF_SEQUENCE, seq);
+    this.seq = seq;
+  }
+
   /** A socket's message, not one the node sent on its own account (probe, pong, ping). */
   get fromSocket(): boolean {
     return this.owner !== null && this.owner.ownAccount !== true;

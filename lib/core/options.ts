@@ -64,8 +64,10 @@ export interface RdsStackOptions {
   maxUnidentifiedConnections?: number;
   /**
    * A peer that starts a frame header must finish it within this many ms, or is dropped. Also
-   * bounds each step of a new TCP connection: the TLS handshake, then its first complete frame.
-   * Default 10000. TCP-only: also a TcpTransport option, which wins; the stack spelling is still
+   * bounds each step of a new TCP connection: the TLS handshake, then its first complete frame;
+   * and our own connects and pokes wait at most this, and never more than 3 s, for the peer's
+   * answer before they are made again (a SYN lost to a partition is resent by TCP only seconds
+   * later). Default 10000. TCP-only: also a TcpTransport option, which wins; the stack spelling is still
    * accepted.
    */
   headerTimeoutMs?: number;

@@ -5,6 +5,7 @@ import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { OwnAccount } from './ext/own-budget.js';
+import { renumbered } from './ext/path-policy.js';
 import type { RdsConnPath } from './path.js';
 import { findBySeq, ReadConfirmations } from './ext/send-confirm.js';
 import { RDS_CTR } from './stats.js';
@@ -158,6 +159,31 @@ export class PathSend {
   adopt(msg: RdsOutgoing): void {
     msg.moveTo(this.path, this.nextSeq++);
     this.sendQueue.push(msg);
+  }
+
+  /**
+   * Failover moved `msgs` here from a path this one still waits behind: the messages queued here
+   * meanwhile were held for them (a socket that came back to this path queued its next ones here
+   * while its earlier ones waited there), so `msgs` go ahead of them. Those never left (the hold
+   * kept them) and are renumbered after `msgs`, so sequence order stays send order; any message
+   * already sent before keeps its place and number at the front.
+   */
+  adoptAhead(msgs: readonly RdsOutgoing[]): void {
+    const sentBefore: RdsOutgoing[] = [];
+    const held: RdsOutgoing[] = [];
+    for (const m of this.sendQueue.drain()) {
+      if (m.done) continue;
+      if (held.length === 0 && m.sentAt !== 0) sentBefore.push(m);
+      else held.push(m);
+    }
+    this.sendQueue.unshiftAll(sentBefore);
+    for (const m of msgs) this.adopt(m);
+    for (const m of held) {
+      const was = m.seq;
+      m.renumber(this.nextSeq++);
+      renumbered(m, was);
+      this.sendQueue.push(m);
+    }
   }
 
   /**

@@ -99,6 +99,9 @@ export const RDS_COUNTER_NAMES = [
   // a frame in progress that made no progress while another waited for room in
   // maxPartialFrameBytes: its connection was dropped to make that room (transports/partial-frames.ts)
   'recv_drop_frame_stalled',
+  // a TCP connect (or poke) with no answer within its bound was abandoned for a fresh attempt
+  // (transports/tcp-connect.ts): a SYN lost to a partition is otherwise retried only after seconds
+  'tcp_connect_timeout',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

@@ -10,6 +10,34 @@ import type { TcpRails } from './tcp-rail.js';
 import { railOf } from '../core/ext/rail.js';
 
 /**
+ * How long one TCP connect (or poke) may wait for the peer's SYN-ACK: this, or headerTimeoutMs if
+ * smaller. TCP itself resends a SYN lost to a partition or a downed link only 1, 3, 7, 15 and 31 s
+ * after the first, so a connect begun during the fault reached the healed peer up to half a minute
+ * late while the path stayed CONNECTING (the nemesis's stuck pairs, issue #35). Abandoned, the
+ * path is dialled again within its reconnect backoff, with a fresh SYN.
+ */
+export const CONNECT_ANSWER_MS = 3000;
+
+/**
+ * Abandons `sock` (its close then fails the attempt as a refused connect would) if TCP has not
+ * connected within CONNECT_ANSWER_MS; `still` says whether the attempt is still the path's.
+ */
+function boundConnect(ctx: TcpShared, sock: Socket, still: () => boolean): void {
+  const t = setTimeout(
+    () => {
+      if (!still()) return;
+      ctx.host.counters.add(RDS_CTR.tcp_connect_timeout);
+      sock.destroy();
+    },
+    Math.min(CONNECT_ANSWER_MS, ctx.host.options.headerTimeoutMs),
+  );
+  t.unref();
+  // 'connect' is TCP's (a TLS socket emits it before its handshake, which headerTimeoutMs bounds).
+  sock.once('connect', () => clearTimeout(t));
+  sock.once('close', () => clearTimeout(t));
+}
+
+/**
  * Opening carriers (the kernel's tcp_connect.c): the smaller address connects from a source port
  * that names the path; the larger one only pokes the smaller side, which answers by connecting.
  */
@@ -88,6 +116,7 @@ export class TcpConnector {
       this.ctx.track(poke);
       tp.pokeSent(poke);
       let delivered = false;
+      boundConnect(this.ctx, poke, () => !delivered);
       poke.once(ready, () => {
         host.counters.add(RDS_CTR.conn_poke_sent);
         delivered = true;
@@ -159,6 +188,7 @@ export class TcpConnector {
       }
     });
     received = this.receiver.attachCarrier(cp, sock, reader, slab);
+    boundConnect(this.ctx, sock, () => !connected && tp.slot.is(sock));
     sock.once(ready, () => {
       connected = true;
       if (tp.slot.is(sock)) cp.connectComplete();

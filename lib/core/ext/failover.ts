@@ -111,18 +111,23 @@ export class ConnFailover {
     const s = this.of(from);
     s.due = false;
     s.forced = false;
+    // A target that waits behind `from` holds messages that must not overtake these (a socket that
+    // returned to it while its earlier messages were still here): these go ahead of them (found by
+    // the nemesis; appended behind them, a socket's moved message arrived after its later one).
+    // Asked before the queue is emptied, which would end the hold.
+    const ahead = this.currentHold(target) === from;
     const stay: RdsOutgoing[] = [];
-    let moved = 0;
+    const move: RdsOutgoing[] = [];
     for (const m of from.tx.sendQueue.drain()) {
       if (m.done) continue;
-      if (!m.movable) {
+      if (!m.movable)
         stay.push(m); // pings and probes belong to this path
-        continue;
-      }
-      target.tx.adopt(m);
-      moved++;
+      else move.push(m);
     }
     from.tx.sendQueue.unshiftAll(stay);
+    if (ahead) target.tx.adoptAhead(move);
+    else for (const m of move) target.tx.adopt(m);
+    const moved = move.length;
     s.moved += moved;
     this.conn.stack.counters.add(RDS_CTR.failover_moved, moved);
     s.to = target;

@@ -144,6 +144,17 @@ function place(st: ConnPolicyState, sport: number, home: RdsConnPath, p: RdsConn
   }
 }
 
+/**
+ * A message still waiting on its path got a later number there (PathSend.adoptAhead, when failover
+ * put messages ahead of it): its socket's placement, if it names that message by number and has
+ * not found it yet, follows it.
+ */
+export function renumbered(m: RdsOutgoing, oldSeq: number): void {
+  const was = states.get(m.path.conn)?.placed.get(m.sport);
+  if (was === undefined || was.path !== m.path || was.msg !== undefined) return;
+  if (was.seq === oldSeq || was.seq + 1 === oldSeq) was.seq = m.seq - (oldSeq - was.seq);
+}
+
 /** Path 0 with one path, else the lane the port hashes to (or where that lane failed over). */
 function legacyPath(conn: RdsConnection, sport: number): RdsConnPath {
   if (conn.npaths <= 1) return conn.path(0)!;
