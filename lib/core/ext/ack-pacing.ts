@@ -89,6 +89,7 @@ export class AckPacer {
       this.rx.advance(now);
       writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
       this.rx.markSent();
+      this.cutTurns = 0; // the peer has the ack: a held one starts its count again
     } else {
       writeU64(msg.wire, OFF_ACK, 0);
     }
