@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench:attached [-- --seconds S --runs N --pings N --warmup-ms MS --only 1k,64k,rtt,fan,bigbuf,floor --json FILE]
+// npm run bench:attached [-- --seconds S --runs N --pings N --warmup-ms MS --only 1k,64k,rtt,fan,bigbuf,floor --json FILE] [NODE_PROF=DIR: host nodes' CPU profiles]
 // (also a section of npm run bench)
 // Attached sockets (issue 21) against in-process ones, in the same run: sender and receiver each
 // in its own process; "attached": each attached to its own host node (rds-socketd) on
@@ -150,7 +150,9 @@ async function once(mode, test, size, ms, bufMiB = 8) {
       [cfgB, 'b'],
     ]) {
       cfg.node = join(dir, `${addr}.sock`);
-      const d = run([DAEMON, '--path', cfg.node, '--tcp-port', String(TCP_PORT), '--quiet']);
+      // NODE_PROF=DIR: each host node writes its CPU profile there when the run stops it (SIGTERM).
+      const prof = process.env.NODE_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.NODE_PROF] : [];
+      const d = run([...prof, DAEMON, '--path', cfg.node, '--tcp-port', String(TCP_PORT), '--quiet']);
       procs.push(d);
     }
     for (let i = 0; i < 200; i++) {
@@ -184,7 +186,11 @@ async function once(mode, test, size, ms, bufMiB = 8) {
     r.cpuPerGiBEach = each.map((c) => Number(c.toFixed(2)));
     r.cpuPerGiB = each.reduce((a, c) => a + c, 0);
   }
-  for (const p of procs) p.kill();
+  // A profiled host node must stop on SIGTERM to write its profile; otherwise SIGKILL.
+  for (const p of procs) process.env.NODE_PROF ? p.p.kill('SIGTERM') : p.kill();
+  // A profiled host node writes its profile on exit: wait for that before the next run (or exit).
+  if (process.env.NODE_PROF)
+    await Promise.all(procs.map(({ p }) => (p.exitCode !== null ? null : new Promise((res) => p.once('exit', res)))));
   if (dir !== null) rmSync(dir, { recursive: true, force: true });
   return r;
 }

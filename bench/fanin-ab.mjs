@@ -47,6 +47,15 @@ const ticks = (pid) => {
   const r = f.slice(f.lastIndexOf(')') + 2).split(' ');
   return Number(r[11]) + Number(r[12]);
 };
+// Syscalls (read-class, write-class) and context switches of the whole process: counts that load
+// moves far less than time does.
+const io = (pid) => {
+  const f = readFileSync(`/proc/${pid}/io`, 'utf8');
+  const st = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const g = (t, k) => Number(new RegExp(`^${k}:\\s*(\\d+)`, 'm').exec(t)[1]);
+  return [g(f, 'syscr'), g(f, 'syscw'), g(st, 'voluntary_ctxt_switches') + g(st, 'nonvoluntary_ctxt_switches')];
+};
+const add3 = (a, b) => a.map((x, i) => x + b[i]);
 let blk = 0;
 function proc(dist, role, o) {
   const p = spawn(
@@ -95,7 +104,9 @@ async function run(dist, stackOpts) {
     const { n, t, c } = await sink.next();
     const sk = ticks(sink.p.pid);
     const sr = srcs.reduce((a, s) => a + ticks(s.p.pid), 0);
-    return { t, sk, sr, n, c };
+    const skio = io(sink.p.pid);
+    const srio = srcs.reduce((a, s) => add3(a, io(s.p.pid)), [0, 0, 0]);
+    return { t, sk, sr, n, c, skio, srio };
   };
   const a = await sample();
   const b = await sample();
@@ -115,6 +126,10 @@ async function run(dist, stackOpts) {
   const per = (k) => ((b.c[k] ?? NaN) - (a.c[k] ?? NaN)) / msgs;
   console.log(
     `  sink per 1000 msgs: ack frames ${(1000 * per('send_ack_frames')).toFixed(1)}, reads ${(1000 * per('tcp_data_ready_calls')).toFixed(1)}, ack_required seen ${(1000 * per('recv_ack_required')).toFixed(1)}`,
+  );
+  const k = (x, y) => x.map((v, i) => ((1000 * (v - y[i])) / msgs).toFixed(1)).join('/');
+  console.log(
+    `  per 1000 msgs, read-syscalls/write-syscalls/context-switches: sink ${k(b.skio, a.skio)}, senders ${k(b.srio, a.srio)}`,
   );
   return {
     mps: msgs / ((b.t - a.t) / 1000),

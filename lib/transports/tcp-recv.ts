@@ -264,7 +264,10 @@ export class TcpReceiver {
     };
     // A bounded read per turn (read-turn.ts); the receive limits' own pause (cp.readPaused) wins.
     const turn = new ReadTurn(
-      () => sock.pause(),
+      () => {
+        sock.pause();
+        cp.acks.readCut(); // more to read at once: the ack waits for the burst's end (ack-pacing.ts)
+      },
       () => {
         if (carrier.is(sock)) sock.resume();
       },

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { RDS_FLAG_ACK_REQUIRED, RDSSOCK_CAP_ACK, RDSSOCK_CAP_NO_HELLO } from '../../lib/constants.js';
+import { ACK_CUT_TURNS } from '../../lib/core/ext/ack-pacing.js';
 import type { RdsStack } from '../../lib/core/stack.js';
 import { fakeConn, turn, until } from './fake-transport.js';
 
@@ -59,6 +60,38 @@ describe('AckPacer: acknowledgements between rds-socket peers', () => {
     expect(t.controls.length).toBe(1);
     expect(t.controls[0]!.header.readBigUInt64BE(8)).toBe(1n);
     expect(cp.acks.acksSent).toBe(1);
+  });
+
+  it('a carrier cut short by its read-turn budget: the ack waits for the end of the burst, at most ACK_CUT_TURNS turns', async () => {
+    const { t, cp } = await ackPath();
+    cp.acks.helloReceived();
+    await turn();
+    t.controls.length = 0;
+    let seq = 0;
+    // One turn of the receive path: messages asking for an ack, the carrier stopped for its budget or not.
+    const readTurn = async (cut: boolean) => {
+      cp.acks.recordReceived(++seq, true, true);
+      if (cut) cp.acks.readCut();
+      await turn();
+    };
+    for (let i = 0; i < ACK_CUT_TURNS - 1; i++) await readTurn(true);
+    expect(t.controls.length).toBe(0);
+    await readTurn(true); // the ACK_CUT_TURNS-th in a row is answered
+    await until(() => t.controls.length === 1, 'the ack after ACK_CUT_TURNS cut turns');
+    expect(t.controls[0]!.header.readBigUInt64BE(8)).toBe(BigInt(seq));
+    // The burst ends: a cut turn, then nothing more to read: the held ack goes out one turn later.
+    await readTurn(true);
+    expect(t.controls.length).toBe(1);
+    await until(() => t.controls.length === 2, 'the held ack once the burst ended');
+    expect(t.controls[1]!.header.readBigUInt64BE(8)).toBe(BigInt(seq));
+    // A turn that was not cut is answered at once, as before.
+    await readTurn(false);
+    await until(() => t.controls.length === 3, 'the ack of a turn not cut');
+    // A heartbeat's request is never held.
+    cp.acks.forceAck();
+    cp.acks.readCut();
+    await turn();
+    await until(() => t.controls.length === 4, "the heartbeat's answer");
   });
 
   it('a kernel peer is never tracked for acknowledgement', async () => {

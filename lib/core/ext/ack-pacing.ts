@@ -7,6 +7,13 @@ import { RX_PENDING, RX_READ, RxAckTracker, type RxEntry, type RxOutcome } from 
 import { RDS_CTR } from '../stats.js';
 
 /**
+ * Turns in a row an ack-only frame may wait because its carrier stopped for its read-turn budget:
+ * 8 turns of READ_TURN_BYTES (256 KiB) is the 2 MiB libuv read from a streaming socket per
+ * wake-up before that budget existed, so acks come at least as often as they did then.
+ */
+export const ACK_CUT_TURNS = 8;
+
+/**
  * Acknowledgements between rds-socket peers (and to kernels on transports whose wire needs them):
  * what we received and may acknowledge (RxAckTracker), when an ack-only frame goes out, and how
  * often our own messages ask the peer for one (ACK_REQUIRED).
@@ -26,6 +33,10 @@ export class AckPacer {
   private inFlight = false;
   private timer: NodeJS.Timeout | null = null;
   private sent = 0;
+  /** The carrier stopped for its read-turn budget since the last flush (readCut). */
+  private cut = false;
+  /** Flushes in a row that held the ack for a cut turn. */
+  private cutTurns = 0;
 
   constructor(private readonly path: RdsConnPath) {
     this.rx = new RxAckTracker(path.conn.stack.options.ackDelayMaxMs);
@@ -78,6 +89,7 @@ export class AckPacer {
       this.rx.advance(now);
       writeU64(msg.wire, OFF_ACK, this.rx.ackSeq);
       this.rx.markSent();
+      this.cutTurns = 0; // the peer has the ack: a held one starts its count again
     } else {
       writeU64(msg.wire, OFF_ACK, 0);
     }
@@ -130,7 +142,19 @@ export class AckPacer {
     });
   }
 
+  /**
+   * The transport stopped this path's carrier for the rest of the turn (its read budget): more is
+   * waiting to be read, and it is read in the next turn. An ack now would be followed by another
+   * one turn later; under a stream every turn ends that way, and an ack-only frame per turn costs
+   * the sender a wake-up, a read and a smaller next write each time (issue 36's fan-in).
+   */
+  readCut(): void {
+    this.cut = true;
+  }
+
   private flush(): void {
+    const cut = this.cut;
+    this.cut = false;
     if (this.path.state !== RDS_CONN_UP) return;
     if (!this.conn.handshake.ackMode) {
       // No RDS-level acks with this peer (rdsAcks: false), but we advertise heartbeats: answer
@@ -150,6 +174,15 @@ export class AckPacer {
       if (!this.conn.stack.referenced) this.timer.unref();
     }
     if (!this.wanted() || this.inFlight) return;
+    // The ack the peer asked for waits for the end of the burst (the next flush is queued: a turn
+    // with nothing more to read still sends it), but never more than ACK_CUT_TURNS turns in a row,
+    // nor a heartbeat's answer or a refusal to report.
+    if (cut && this.cutTurns < ACK_CUT_TURNS - 1 && !this.rx.isForced && this.rx.toReport.length === 0) {
+      this.cutTurns++;
+      this.requestAck();
+      return;
+    }
+    this.cutTurns = 0;
     this.sendFrame(0);
   }
 

@@ -150,6 +150,11 @@ export class RxAckTracker {
     this.forced = true;
   }
 
+  /** A heartbeat asked for an answer that has not been sent. */
+  get isForced(): boolean {
+    return this.forced;
+  }
+
   /** Moves both cursors. Returns ms until an unread message lets the flow cursor move on, or -1. */
   advance(now: number): number {
     for (;;) {
