@@ -17,6 +17,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { jsonLines } from './json-lines.mjs';
 
 const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
 const DISPATCHER = '127.151.0.1';
@@ -163,30 +164,7 @@ async function dispatch(cfg) {
 
 function proc(args) {
   const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines = [];
-  const waiters = [];
-  let buf = '';
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-      lines.push(JSON.parse(buf.slice(0, nl)));
-      buf = buf.slice(nl + 1);
-      waiters.splice(0).forEach((w) => w());
-    }
-  });
-  const next = (pred) =>
-    new Promise((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`${args.join(' ')}: no answer`)), 120000);
-      const check = () => {
-        const l = lines.find(pred);
-        if (l) {
-          clearTimeout(t);
-          resolve(l);
-        } else waiters.push(check);
-      };
-      check();
-    });
+  const next = jsonLines(p.stdout, args.join(' '), 120000);
   return { p, next };
 }
 

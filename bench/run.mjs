@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack } from '../dist/index.js';
+import { jsonLines } from './json-lines.mjs';
 
 const smoke = process.argv.includes('--smoke');
 const arg = (n, d) => {
@@ -56,31 +57,8 @@ function proc(contender, role, opts, nodeFlags = []) {
   const p = spawn(process.execPath, ['--expose-gc', ...nodeFlags, PEER, contender, role, JSON.stringify(opts)], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
-  const lines = [];
-  const waiters = [];
-  let buf = '';
   p.stdin.on('error', () => {}); // a peer that already exited
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-      lines.push(JSON.parse(buf.slice(0, nl)));
-      buf = buf.slice(nl + 1);
-      waiters.splice(0).forEach((w) => w());
-    }
-  });
-  const next = (pred, ms = 60000) =>
-    new Promise((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`${contender} ${role}: no answer`)), ms);
-      const check = () => {
-        const l = lines.find(pred);
-        if (l) {
-          clearTimeout(t);
-          resolve(l);
-        } else waiters.push(check);
-      };
-      check();
-    });
+  const next = jsonLines(p.stdout, `${contender} ${role}`);
   return { p, next, kill: () => p.kill('SIGKILL'), go: () => p.stdin.write('go\n') };
 }
 

@@ -28,6 +28,17 @@ async function attachedToNode(): Promise<{ node: RdsStack; attached: RdsStack; p
   return { node, attached, path };
 }
 
+/** A socket of a stack of this process at 127.157.`net`.2 and one of `attached` at 127.157.`net`.1, port 4000. */
+async function peerAndAttached(attached: RdsStack, net: number): Promise<{ peer: RdsSocket; a: RdsSocket }> {
+  const peerStack = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  cleanup.push(() => peerStack.close());
+  const peer = new RdsSocket({ stack: peerStack });
+  await peer.bind({ address: `127.157.${net}.2`, port: 4000 });
+  const a = new RdsSocket({ stack: attached });
+  await a.bind({ address: `127.157.${net}.1`, port: 4000 });
+  return { peer, a };
+}
+
 function expectNotHere(call: () => unknown, hint: RegExp): void {
   let err: unknown;
   try {
@@ -44,12 +55,7 @@ describe('an attached stack', () => {
   it("reports the node's counters, connections and peers, and they move when its sockets send", async () => {
     const { node, attached } = await attachedToNode();
     expect(attached).toBeInstanceOf(RdsStack);
-    const peerStack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-    cleanup.push(() => peerStack.close());
-    const peer = new RdsSocket({ stack: peerStack });
-    await peer.bind({ address: '127.157.1.2', port: 4000 });
-    const a = new RdsSocket({ stack: attached });
-    await a.bind({ address: '127.157.1.1', port: 4000 });
+    const { peer, a } = await peerAndAttached(attached, 1);
 
     const before = await attached.report();
     expect(before.counters.recv_delivered).toBe(0);
@@ -75,12 +81,7 @@ describe('an attached stack', () => {
 
   it("exports the node's figures to Prometheus (registerMetrics reads report())", async () => {
     const { node, attached } = await attachedToNode();
-    const peerStack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-    cleanup.push(() => peerStack.close());
-    const peer = new RdsSocket({ stack: peerStack });
-    await peer.bind({ address: '127.157.3.2', port: 4000 });
-    const a = new RdsSocket({ stack: attached });
-    await a.bind({ address: '127.157.3.1', port: 4000 });
+    const { peer, a } = await peerAndAttached(attached, 3);
     const registry = new Registry();
     const stop = registerMetrics(attached, registry, { labels: { node: 'attached' } });
     cleanup.push(stop);

@@ -6,7 +6,7 @@ import { tcpPath } from '../lib/transports/tcp-carrier.js';
 import { socketFd } from '../lib/transports/tcp-socket.js';
 import { native } from '../lib/native.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
-import { RawListener, rawConnect, type RawConn } from './raw-peer.js';
+import { RawListener, rawConnect, type RawConn, kernelMap } from './raw-peer.js';
 
 // Loopback addresses 127.217.x.y belong to this file.
 const P = TEST_TCP_PORT;
@@ -21,11 +21,6 @@ async function node(address: string, port = 4000): Promise<{ stack: RdsStack; so
   const sock = new RdsSocket({ stack });
   await sock.bind({ address, port });
   return { stack, sock };
-}
-
-/** A 6.1 kernel's first frame on every connection it takes as a path: its congestion map. */
-function kernelMap(c: RawConn): void {
-  c.send({ sequence: 0, flags: 1, sport: 0, dport: 0 }, Buffer.alloc(8192));
 }
 
 /** User messages (not maps, probes, pongs or hellos) numbered by their first byte, until `want` are in. */

@@ -3,7 +3,7 @@ import { constants, RdsSocket, RdsStack } from '../lib/index.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
 import { native } from '../lib/native.js';
 import { socketFd } from '../lib/transports/tcp-socket.js';
-import { rawConnect, type RawConn } from './raw-peer.js';
+import { rawConnect, type RawConn, kernelMap } from './raw-peer.js';
 
 // Loopback addresses 127.219.x.y belong to this file.
 const P = TEST_TCP_PORT;
@@ -11,11 +11,6 @@ const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-/** A 6.1 kernel's first frame on every connection it takes as a path: its congestion map. */
-function kernelMap(c: RawConn): void {
-  c.send({ sequence: 0, flags: 1, sport: 0, dport: 0 }, Buffer.alloc(8192));
-}
 
 /** Message `i` of the test: 200 bytes, its index first. */
 function body(i: number): Buffer {

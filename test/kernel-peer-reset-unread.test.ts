@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, wire } from '../lib/index.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
-import { RawListener, rawConnect, type RawConn } from './raw-peer.js';
+import { RawListener, rawConnect, kernelMap } from './raw-peer.js';
 
 // Loopback addresses 127.218.x.y belong to this file.
 const P = TEST_TCP_PORT;
@@ -9,11 +9,6 @@ const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-/** A 6.1 kernel's first frame on every connection it takes as a path: its congestion map. */
-function kernelMap(c: RawConn): void {
-  c.send({ sequence: 0, flags: 1, sport: 0, dport: 0 }, Buffer.alloc(8192));
-}
 
 /**
  * A kernel sender releases a message once our TCP has acknowledged it (spec §2.4). When the

@@ -168,6 +168,11 @@ export class RawListener {
 }
 
 /** `kernelLike`: see RawConn; false for a peer that plays rds-socket and never answers probes. */
+/** A 6.1 kernel's first frame on every connection it takes as a path: its congestion map. */
+export function kernelMap(c: RawConn): void {
+  c.send({ sequence: 0, flags: 1, sport: 0, dport: 0 }, Buffer.alloc(8192));
+}
+
 export async function rawConnect(from: string, to: string, port: number, kernelLike = true): Promise<RawConn> {
   const s = connect({ host: to, port, localAddress: from });
   await new Promise<void>((res, rej) => {

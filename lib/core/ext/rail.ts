@@ -133,8 +133,11 @@ export interface RailHost {
     remote: string,
     header: Buffer,
     payload: Buffer,
-  ): { cp: RdsConnPath; answer: Buffer } | { cp: null; answer: Buffer | null };
+  ): RailHelloAnswer;
 }
+
+/** A hello's outcome on the accepting side: the path it carries and the answer, or the refusal to send (null: none) before closing. */
+export type RailHelloAnswer = { cp: RdsConnPath; answer: Buffer } | { cp: null; answer: Buffer | null };
 
 /**
  * The stack's rails (the RTRS add_path / remove_path of issue #25): which are declared, the rail
@@ -319,13 +322,8 @@ export class StackRails implements RailHost {
     return why;
   }
 
-  helloReceived(
-    transport: RdsTransport,
-    local: string,
-    remote: string,
-    header: Buffer,
-    payload: Buffer,
-  ): { cp: RdsConnPath; answer: Buffer } | { cp: null; answer: Buffer | null } {
+  // Typed by RailHost (its parameters are written once, there).
+  readonly helloReceived: RailHost['helloReceived'] = (transport, local, remote, header, payload) => {
     const h = decodeRailHello(header, payload);
     if (h === null) {
       this.refused('', '', local, remote, -1, 'malformed rail hello', 'local');
@@ -374,7 +372,7 @@ export class StackRails implements RailHost {
       genNum: this.stack.genNum,
     });
     return { cp, answer };
-  }
+  };
 
   private refused(
     localAddress: string,
