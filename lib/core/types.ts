@@ -167,6 +167,7 @@ export interface StackReport {
  * cannot cross a process, so on an attached stack they throw EOPNOTSUPP and point here.
  */
 export interface StackReader {
+  /** The node's counters, connections and peers, read at one moment (asked of the node if attached). */
   report(): Promise<StackReport>;
 }
 
