@@ -6,6 +6,7 @@ import { RdsError, RdsSocket, RdsStack } from '../lib/index.js';
 import type { PeerEvent } from '../lib/core/ext/peer-state.js';
 import type { PathStateEvent } from '../lib/core/types.js';
 import { AttachedStack } from '../lib/host/attached-stack.js';
+import { StackWatch } from '../lib/host/stack-watch.js';
 import { TEST_TCP_PORT, timeout, until } from './helpers.js';
 
 // What an attached stack answers without a round trip: its node's options (sent in the node's
@@ -128,5 +129,31 @@ describe("an attached stack's path and peer events", () => {
     expect(node.listenerCount('drop')).toBe(1);
     await attached.close();
     await until(() => node.listenerCount('drop') === 0, "the node forgets a closed stack's watch");
+  });
+
+  it("refuses to watch what it does not forward (the node's 'error', or more names than there are events)", () => {
+    const stack = new RdsStack({ transports: [] });
+    cleanup.push(() => stack.close());
+    const sent: unknown[] = [];
+    const w = new StackWatch(stack, (m) => sent.push(m));
+    expect(() => w.set(['error'])).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    expect(() => w.set(new Array(8).fill('state'))).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    expect(() => w.set('state')).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    expect(stack.listenerCount('error')).toBe(0);
+    w.set(['protocol-error']);
+    stack.emit('protocol-error', {
+      localAddress: '127.158.9.1',
+      peerAddress: '127.158.9.2',
+      transport: 'tcp',
+      path: 0,
+      error: new RdsError('EPROTO', 'x'.repeat(5000)),
+    });
+    expect(sent).toHaveLength(1);
+    const m = sent[0] as { name: string; error: { code: string; message: string } };
+    expect(m.name).toBe('protocol-error');
+    expect(m.error.code).toBe('EPROTO');
+    expect(m.error.message.length).toBe(1024);
+    w.close();
+    expect(stack.listenerCount('protocol-error')).toBe(0);
   });
 });
