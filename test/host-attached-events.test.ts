@@ -7,6 +7,8 @@ import type { PeerEvent } from '../lib/core/ext/peer-state.js';
 import type { PathStateEvent } from '../lib/core/types.js';
 import { AttachedStack } from '../lib/host/attached-stack.js';
 import { StackWatch } from '../lib/host/stack-watch.js';
+import { optionsFromWire, optionsToWire } from '../lib/host/node-options.js';
+import { ProtocolError } from '../lib/host/protocol-error.js';
 import { TEST_TCP_PORT, timeout, until } from './helpers.js';
 
 // What an attached stack answers without a round trip: its node's options (sent in the node's
@@ -44,6 +46,15 @@ describe("an attached stack's options", () => {
     expect(attached.options.failoverGraceMs).toBe(Infinity);
     expect(attached.options.maxReconnectAttempts).toBe(Infinity);
     expect(Object.isFrozen(attached.options)).toBe(true);
+  });
+
+  it('are checked as the RdsStack constructor checks them: a welcome with options no stack could have is a protocol error', () => {
+    const node = new RdsStack({ transports: [], maxReconnectAttempts: 7, failoverGraceMs: Infinity });
+    cleanup.push(() => node.close());
+    expect(optionsFromWire(JSON.parse(JSON.stringify(optionsToWire(node.options))))).toEqual(node.options);
+    expect(() => optionsFromWire({ ...optionsToWire(node.options), peerDownMs: -1 })).toThrow(ProtocolError);
+    expect(() => optionsFromWire({ ...optionsToWire(node.options), noSuchOption: 1 })).toThrow(ProtocolError);
+    expect(() => optionsFromWire([1])).toThrow(ProtocolError);
   });
 
   it('before the node has answered, reading them is ENOTCONN saying to await attached()', async () => {
@@ -103,6 +114,29 @@ describe("an attached stack's path and peer events", () => {
     await peer2.recv({ signal: timeout() });
     await until(() => up.length === 1, "'peer-up' on the attached stack");
     expect(up[0]!.address).toBe('127.158.1.2');
+  });
+
+  it("rebuilds a 'protocol-error' event's error as an RdsError, and a once() listener stops the forwarding after its event", async () => {
+    const { node, path } = await served({});
+    const attached = await attachTo(path);
+    const errors: { peerAddress: string; error: Error }[] = [];
+    const failovers: { to: number; moved: number }[] = [];
+    attached.on('protocol-error', (e) => errors.push(e));
+    attached.once('failover', (e) => failovers.push(e));
+    await attached.report();
+    const where = { localAddress: '127.158.3.1', peerAddress: '127.158.3.2', transport: 'tcp', path: 2 };
+    // The node's stack emits them as its paths would (stack-events.ts).
+    node.emit('protocol-error', { ...where, error: new RdsError('EPROTO', 'bad frame header') });
+    node.emit('failover', { ...where, to: 3, moved: 5 });
+    await until(() => errors.length === 1 && failovers.length === 1, 'the forwarded events');
+    expect(errors[0]!.peerAddress).toBe('127.158.3.2');
+    expect(errors[0]!.error).toBeInstanceOf(RdsError);
+    expect((errors[0]!.error as RdsError).code).toBe('EPROTO');
+    expect(errors[0]!.error.message).toMatch(/bad frame header/);
+    expect(failovers[0]).toEqual({ ...where, to: 3, moved: 5 });
+    await attached.report();
+    expect(node.listenerCount('failover')).toBe(0);
+    expect(node.listenerCount('protocol-error')).toBe(1);
   });
 
   it('asks the node only for events with listeners, and stops when the last one goes or the stack closes', async () => {
