@@ -7,15 +7,18 @@
 // inherits (which read as "no traffic", the quiet lie this replaces). Why not a snapshot the node
 // pushes: a sync read would then answer with data of unknown age, and the caller could not tell
 // a stale figure from a current one; an await costs one round trip on a local Unix socket.
+import type { EventEmitter } from 'eventemitter3';
 import type { HostNodeHandle, ServeOptions } from '../core/ext/host-hooks.js';
 import type { PathPolicy } from '../core/ext/path-policy.js';
 import type { PeerInfo } from '../core/ext/peer-state.js';
 import type { RailSpec } from '../core/ext/rail.js';
 import type { StackInfo } from '../core/info.js';
+import type { ResolvedStackOptions } from '../core/options.js';
 import { RdsStack } from '../core/stack.js';
 import { type RdsCounterName, RdsStats } from '../core/stats.js';
-import type { ConnectionInfo, StackReport } from '../core/types.js';
+import type { ConnectionInfo, RdsStackEvents, StackReport } from '../core/types.js';
 import { RdsError } from '../errors.js';
+import { NodeEventWatch, type WatchedStack } from './attached-events.js';
 import { attachedReport } from './attached-info.js';
 import { NodeLink } from './client.js';
 import { defaultNodePath, findNode } from './paths.js';
@@ -54,15 +57,109 @@ export class AttachedStack extends RdsStack {
   /** The node's counters: read them with await report(); get() and snapshot() throw EOPNOTSUPP. */
   override readonly counters: RdsStats;
 
+  /** The node's path and peer events this stack's listeners wait for. */
+  private readonly watch = new NodeEventWatch(this as unknown as WatchedStack);
+  /** The node's options, from the latest welcome. */
+  private knownOptions: ResolvedStackOptions | null = null;
+
   constructor(readonly nodePath: string) {
     super({ transports: [] });
     this.counters = new NodeCounters(nodePath);
+    // `options` is a field of RdsStack (its own options, fixed at construction); here it is the
+    // node's, which arrive with the welcome: a getter, since they are not known yet.
+    Object.defineProperty(this, 'options', { get: () => this.nodeOptions(), enumerable: true });
+  }
+
+  /** The node's stack options as its welcome gave them (they are fixed for the node's life). */
+  private nodeOptions(): ResolvedStackOptions {
+    const l = this.link;
+    if (l?.nodeOptions != null) this.knownOptions = l.nodeOptions;
+    if (this.knownOptions !== null) return this.knownOptions;
+    if (l?.up)
+      throw new RdsError(
+        'EOPNOTSUPP',
+        `the node at ${this.nodePath} does not send its options (an rds-socketd older than this package)`,
+      );
+    throw new RdsError(
+      'ENOTCONN',
+      `an attached stack's options are its node's, known once it is attached: await stack.attached() first (${this.nodePath})`,
+    );
   }
 
   /** The live link, or a new one once the old is down (re-attaching to a node that came back). @internal */
   currentLink(): NodeLink {
-    if (this.link === null || this.link.downError !== null) this.link = new NodeLink(this.nodePath);
+    if (this.link === null || this.link.downError !== null) {
+      this.link = new NodeLink(this.nodePath);
+      this.watch.linked(this.link);
+    }
     return this.link;
+  }
+
+  // Listeners for the node's events: the first one for an event asks the node to forward it, the
+  // last one removed stops it (eventemitter3 has no 'newListener' event to hook instead).
+  override on<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    fn: EventEmitter.EventListener<RdsStackEvents, T>,
+    context?: unknown,
+  ): this {
+    super.on(event, fn, context);
+    this.listenersChanged(true);
+    return this;
+  }
+
+  override addListener<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    fn: EventEmitter.EventListener<RdsStackEvents, T>,
+    context?: unknown,
+  ): this {
+    return this.on(event, fn, context);
+  }
+
+  override once<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    fn: EventEmitter.EventListener<RdsStackEvents, T>,
+    context?: unknown,
+  ): this {
+    super.once(event, fn, context);
+    this.listenersChanged(true);
+    return this;
+  }
+
+  override removeListener<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    fn?: EventEmitter.EventListener<RdsStackEvents, T>,
+    context?: unknown,
+    once?: boolean,
+  ): this {
+    super.removeListener(event, fn, context, once);
+    this.listenersChanged(false);
+    return this;
+  }
+
+  override off<T extends EventEmitter.EventNames<RdsStackEvents>>(
+    event: T,
+    fn?: EventEmitter.EventListener<RdsStackEvents, T>,
+    context?: unknown,
+    once?: boolean,
+  ): this {
+    return this.removeListener(event, fn, context, once);
+  }
+
+  override removeAllListeners(event?: EventEmitter.EventNames<RdsStackEvents>): this {
+    super.removeAllListeners(event);
+    this.listenersChanged(false);
+    return this;
+  }
+
+  /**
+   * The set of listened-for events may have changed. A listener added while no link is up
+   * attaches (again, after the node went away): it is a call on the stack, like report().
+   */
+  private listenersChanged(added: boolean): void {
+    // undefined while RdsStack's constructor runs (the field is set after it); a closed stack no longer asks.
+    if (this.watch === undefined || this.closing) return;
+    if (added) this.currentLink();
+    this.watch.changed();
   }
 
   /** Resolves once attached; rejects with ENETDOWN when no node answers. */

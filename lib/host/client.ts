@@ -19,6 +19,8 @@ import {
 import { decodeCount } from './hot-frames.js';
 import { widenSendBuffer } from './unix-peer.js';
 import type { NodeBackend } from './node-backend.js';
+import type { ResolvedStackOptions } from '../core/options.js';
+import { optionsFromWire } from './node-options.js';
 
 function errorFrom(meta: unknown): RdsError {
   const e = (meta ?? {}) as { code?: unknown; message?: unknown };
@@ -36,6 +38,7 @@ export class NodeLink {
   private nextSock = 1;
   readonly sockets = new Map<number, NodeBackend>();
   downError: RdsError | null = null;
+  /** The node has welcomed this link. */
   private welcomed = false;
   readonly ready: Promise<void>;
   /** The node's pid, from its welcome. */
@@ -46,6 +49,12 @@ export class NodeLink {
    */
   sendBudget = Number.POSITIVE_INFINITY;
   sndBytes = 0;
+  /** The options of the node's stack, from its welcome (null until then, or from a node that does not send them). */
+  nodeOptions: ResolvedStackOptions | null = null;
+  /** The node forwards its stack's events on request (its welcome says so). */
+  nodeEvents = false;
+  /** Where the node's stack events go (the attached stack's watch, attached-events.ts). */
+  onStackEvent: ((meta: Record<string, unknown>) => void) | null = null;
   /** Sockets that found the process's budget used up: told when there is room again. */
   private readonly budgetWaiters = new Set<NodeBackend>();
 
@@ -92,6 +101,8 @@ export class NodeLink {
         this.welcomed = true;
         this.nodePid = typeof f.meta.pid === 'number' ? f.meta.pid : 0;
         if (typeof f.meta.budget === 'number' && f.meta.budget > 0) this.sendBudget = f.meta.budget;
+        if (f.meta.options !== undefined) this.nodeOptions = optionsFromWire(f.meta.options);
+        this.nodeEvents = f.meta.events === true;
         if (this.sockets.size === 0) this.conn.unref();
         ok();
         return;
@@ -116,6 +127,8 @@ export class NodeLink {
       case N_EVENT:
         // Socket 0: an event for every socket of this process (the node received a congestion map).
         if (f.sock === 0 && f.meta.ev === 'congmap') for (const s of this.sockets.values()) s.congMapReceived();
+        // Socket 0, 'stack': one of the node's stack events this process watches (stack-watch.ts).
+        else if (f.sock === 0 && f.meta.ev === 'stack') this.onStackEvent?.(f.meta);
         else this.sockets.get(f.sock)?.event(f.meta);
         return;
       default:
@@ -130,6 +143,11 @@ export class NodeLink {
     for (const r of this.reqs.values()) r.reject(err);
     this.reqs.clear();
     for (const s of [...this.sockets.values()]) s.nodeGone(err);
+  }
+
+  /** The node has welcomed this link and it is not down: a request written now reaches it. */
+  get up(): boolean {
+    return this.welcomed && this.downError === null;
   }
 
   /** This process's sockets together hold the whole budget: none may send. */

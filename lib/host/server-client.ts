@@ -38,6 +38,8 @@ import {
   wireError,
 } from './client-state.js';
 import { NodeSock, NodeStateError } from './node-sock.js';
+import { optionsToWire } from './node-options.js';
+import { StackWatch } from './stack-watch.js';
 
 let nextClientId = 1;
 
@@ -61,6 +63,8 @@ export class Client {
   private outstanding = 0;
   private gone = false;
   private infoAsked = false;
+  /** The stack events this client asked for (an attached stack with listeners), or null. */
+  private watch: StackWatch | null = null;
 
   constructor(
     readonly node: HostNode,
@@ -148,6 +152,7 @@ export class Client {
       }
     }
     this.sockets.clear();
+    this.watch?.close();
     this.node.forget(this);
   }
 
@@ -227,7 +232,14 @@ export class Client {
           ? `client ${this.id} attached (pid ${this.pid}, uid ${this.uid}, gid ${this.gid})`
           : `client ${this.id} attached (pid ${this.pid} as claimed: no SO_PEERCRED without the native addon)`,
       );
-      this.send(N_WELCOME, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid, budget: this.node.maxClientSendBytes });
+      // `options` and `events`: what an attached stack answers for its node (attached-stack.ts).
+      this.send(N_WELCOME, 0, 0, {
+        v: PROTOCOL_VERSION,
+        pid: process.pid,
+        budget: this.node.maxClientSendBytes,
+        options: optionsToWire(this.node.stack.options),
+        events: true,
+      });
       return;
     }
     switch (f.type) {
@@ -365,6 +377,12 @@ export class Client {
           this.send(N_RESP, 0, f.id, { ok: true, v: a.meta, data: true }, a.data);
           return;
         }
+        case 'watch':
+          // An attached stack's listeners for the node's path and peer events (stack-watch.ts).
+          this.watch ??= new StackWatch(this.node.stack, (meta) => this.send(N_EVENT, 0, 0, meta));
+          this.watch.set(f.meta.events);
+          this.answer(f.id, null);
+          return;
         default:
           throw new ProtocolError(`unknown op ${op}`);
       }
