@@ -5,6 +5,7 @@ import { isIPv4 } from 'node:net';
 import { RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort, type RdsAddress } from './address.js';
+import { checkSendLink, socketZone } from './scope.js';
 import { checkAtomicArgs, refuseMaskedAtomic, refuseRdmaControl } from './rdma.js';
 import { zeroCopyRequested } from './send-flags.js';
 import type { CheckedSend, SocketBackend } from './socket-backend.js';
@@ -59,7 +60,7 @@ export class SendChecks {
     let address: string | null = null;
     let port = 0;
     if (dest !== undefined && dest !== null) {
-      address = this.destinationAddress(dest);
+      address = this.destinationAddress(dest, socketZone(b.bound?.address, peer?.address));
       port = validatePort((dest as { port?: unknown }).port, 'destination');
     }
     const bound = b.bound;
@@ -96,8 +97,10 @@ export class SendChecks {
         throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
       ({ address, port } = peer);
     }
-    if (address !== this.sameFamilyAs && isIPv4(address) !== isIPv4(bound.address)) {
-      throw new RdsError('EOPNOTSUPP', `cannot send from ${bound.address} to ${address}: address families differ`);
+    if (address !== this.sameFamilyAs) {
+      if (isIPv4(address) !== isIPv4(bound.address))
+        throw new RdsError('EOPNOTSUPP', `cannot send from ${bound.address} to ${address}: address families differ`);
+      checkSendLink(address, socketZone(bound.address, peer?.address));
     }
     this.sameFamilyAs = address;
     const len = out.len;
@@ -123,12 +126,14 @@ export class SendChecks {
    * the same destination: the last one given is remembered exactly as given, so the common case
    * is one string comparison.
    */
-  private destinationAddress(dest: unknown): string {
+  private destinationAddress(dest: unknown, zone: string | null): string {
     const given = typeof dest === 'object' ? (dest as { address?: unknown }).address : undefined;
     if (given === this.lastDestGiven && this.lastDestGiven !== null) return this.lastDestCanon;
-    const to = parseEndpoint(dest, 'destination');
+    const to = parseEndpoint(dest, 'destination', zone);
     const why = checkedAddress(to.address).nonUnicast;
     if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
+    // A zone lent by the socket is not remembered with the address given: connect() can change it.
+    if (to.address.includes('%') && !(given as string).includes('%')) return to.address;
     this.lastDestGiven = given as string;
     this.lastDestCanon = to.address;
     return to.address;
