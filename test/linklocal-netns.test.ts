@@ -82,7 +82,11 @@ describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between tw
     const index = execFileSync('ip', ['netns', 'exec', NS_A, 'cat', `/sys/class/net/${IF_A}/ifindex`], {
       encoding: 'latin1',
     }).trim();
-    const ping = run(NS_A, ['--role', 'ping', '--bind', `fe80::1%${index}`, '--peer', 'fe80::2', '--other-link', 'lo'], 30_000);
+    const ping = run(
+      NS_A,
+      ['--role', 'ping', '--bind', `fe80::1%${index}`, '--peer', 'fe80::2', '--other-link', 'lo'],
+      30_000,
+    );
     const [a, b] = await Promise.all([ping.done, echo.done]);
     expect(a.find((e) => e.ev === 'ready')).toEqual({ ev: 'ready', bound: { address: `fe80::1%${IF_A}`, port: 4000 } });
     expect(a.find((e) => e.ev === 'rules')).toEqual({
@@ -91,7 +95,12 @@ describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between tw
       connectOtherLink: 'EINVAL',
       bindOtherLink: 'EINVAL',
     });
-    expect(b.find((e) => e.ev === 'recv')).toEqual({ ev: 'recv', address: `fe80::1%${IF_B}`, port: 4000, data: 'hello' });
+    expect(b.find((e) => e.ev === 'recv')).toEqual({
+      ev: 'recv',
+      address: `fe80::1%${IF_B}`,
+      port: 4000,
+      data: 'hello',
+    });
     expect(a.find((e) => e.ev === 'reply')).toEqual({
       ev: 'reply',
       address: `fe80::2%${IF_A}`,
