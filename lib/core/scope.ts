@@ -10,8 +10,9 @@ import { RdsError } from '../errors.js';
 // sin6_scope_id does: a zone given by name is the index of that interface in this namespace.
 //
 // The socket calls keep a link-local address with its zone by name (`zoned`: fe80::1%eth0), which
-// the TCP transport listens and connects with as Node's net does; the sockets apply the matching
-// rules below to the zones of their bound address, their peer and each destination.
+// the TCP transport listens and connects with as Node's net does (and reports for a connection),
+// so the connection table tells links apart; the sockets apply bindScope/connectScope/sendScope
+// (checkBindLink, checkConnectLink, checkSendLink) to their bound address, peer and destinations.
 
 /** An address split from its zone: `fe80::1%eth0` is { address: 'fe80::1', zone: 'eth0' }. */
 export interface ScopedAddress {

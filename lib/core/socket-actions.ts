@@ -92,7 +92,8 @@ export function rdsAction(sock: MrCalls, b: SocketBackend, binding: boolean, opt
   switch (optname) {
     case RDS_CANCEL_SENT_TO:
       if (b.bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
-      b.cancelSentTo(parseEndpoint(value, 'RDS_CANCEL_SENT_TO value'));
+      // A link-local address without a zone names the socket's link, as for sendmsg().
+      b.cancelSentTo(parseEndpoint(value, 'RDS_CANCEL_SENT_TO value', socketZone(b.bound.address, null)));
       return true;
     case RDS_GET_MR:
     case RDS_GET_MR_FOR_DEST: {
