@@ -94,6 +94,8 @@ describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between tw
       sendOtherLink: 'EINVAL',
       connectOtherLink: 'EINVAL',
       bindOtherLink: 'EINVAL',
+      connectNoZone: 'EINVAL',
+      cancelNoZone: 'ok',
     });
     expect(b.find((e) => e.ev === 'recv')).toEqual({
       ev: 'recv',
