@@ -75,40 +75,50 @@ describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between tw
     }
   });
 
-  it('bind fe80::1%if, send to fe80::2 (the zone lent by the socket), the reply goes to m.address with its zone', async () => {
-    const echo = run(NS_B, ['--role', 'echo', '--bind', `fe80::2%${IF_B}`], 30_000);
-    await ready(echo.p, () => echo.done);
-    // The zone by interface index (sin6_scope_id), as a C program gives it; lo is another link.
-    const index = execFileSync('ip', ['netns', 'exec', NS_A, 'cat', `/sys/class/net/${IF_A}/ifindex`], {
-      encoding: 'latin1',
-    }).trim();
-    const ping = run(
-      NS_A,
-      ['--role', 'ping', '--bind', `fe80::1%${index}`, '--peer', 'fe80::2', '--other-link', 'lo'],
-      30_000,
-    );
-    const [a, b] = await Promise.all([ping.done, echo.done]);
-    expect(a.find((e) => e.ev === 'ready')).toEqual({ ev: 'ready', bound: { address: `fe80::1%${IF_A}`, port: 4000 } });
-    expect(a.find((e) => e.ev === 'rules')).toEqual({
-      ev: 'rules',
-      sendOtherLink: 'EINVAL',
-      connectOtherLink: 'EINVAL',
-      bindOtherLink: 'EINVAL',
-      connectNoZone: 'EINVAL',
-      cancelNoZone: 'ok',
-    });
-    expect(b.find((e) => e.ev === 'recv')).toEqual({
-      ev: 'recv',
-      address: `fe80::1%${IF_B}`,
-      port: 4000,
-      data: 'hello',
-    });
-    expect(a.find((e) => e.ev === 'reply')).toEqual({
-      ev: 'reply',
-      address: `fe80::2%${IF_A}`,
-      port: 4000,
-      data: 'pong:hello',
-    });
-    expect(a.concat(b).filter((e) => e.ev === 'error')).toEqual([]);
-  }, 60_000);
+  it.each([
+    ['embedded', []],
+    ['attached', ['--attached', '1']],
+  ])(
+    '%s: bind fe80::1%%if, send to fe80::2 (the zone lent by the socket), the reply goes to m.address with its zone',
+    async (_, extra) => {
+      const echo = run(NS_B, ['--role', 'echo', '--bind', `fe80::2%${IF_B}`, ...extra], 30_000);
+      await ready(echo.p, () => echo.done);
+      // The zone by interface index (sin6_scope_id), as a C program gives it; lo is another link.
+      const index = execFileSync('ip', ['netns', 'exec', NS_A, 'cat', `/sys/class/net/${IF_A}/ifindex`], {
+        encoding: 'latin1',
+      }).trim();
+      const ping = run(
+        NS_A,
+        ['--role', 'ping', '--bind', `fe80::1%${index}`, '--peer', 'fe80::2', '--other-link', 'lo', ...extra],
+        30_000,
+      );
+      const [a, b] = await Promise.all([ping.done, echo.done]);
+      expect(a.find((e) => e.ev === 'ready')).toEqual({
+        ev: 'ready',
+        bound: { address: `fe80::1%${IF_A}`, port: 4000 },
+      });
+      expect(a.find((e) => e.ev === 'rules')).toEqual({
+        ev: 'rules',
+        sendOtherLink: 'EINVAL',
+        connectOtherLink: 'EINVAL',
+        bindOtherLink: 'EINVAL',
+        connectNoZone: 'EINVAL',
+        cancelNoZone: 'ok',
+      });
+      expect(b.find((e) => e.ev === 'recv')).toEqual({
+        ev: 'recv',
+        address: `fe80::1%${IF_B}`,
+        port: 4000,
+        data: 'hello',
+      });
+      expect(a.find((e) => e.ev === 'reply')).toEqual({
+        ev: 'reply',
+        address: `fe80::2%${IF_A}`,
+        port: 4000,
+        data: 'pong:hello',
+      });
+      expect(a.concat(b).filter((e) => e.ev === 'error')).toEqual([]);
+    },
+    60_000,
+  );
 });
