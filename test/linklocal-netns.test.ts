@@ -79,7 +79,7 @@ describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between tw
     ['embedded', []],
     ['attached', ['--attached', '1']],
   ])(
-    '%s: bind fe80::1%%if, send to fe80::2 (the zone lent by the socket), the reply goes to m.address with its zone',
+    '%s: bind fe80::1 with its zone, send to fe80::2 (the zone lent by the socket), the reply goes to m.address with its zone',
     async (_, extra) => {
       const echo = run(NS_B, ['--role', 'echo', '--bind', `fe80::2%${IF_B}`, ...extra], 30_000);
       await ready(echo.p, () => echo.done);
