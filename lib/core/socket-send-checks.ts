@@ -16,6 +16,7 @@ export class SendChecks {
   /** The last destination address exactly as the caller gave it, and its canonical form. */
   private lastDestGiven: string | null = null;
   private lastDestCanon = '';
+  private lastDestZone: string | null = null;
   /** An address already known to be of the bound address's family. */
   private sameFamilyAs = '';
   /** Reused for every send (see CheckedSend). */
@@ -128,13 +129,14 @@ export class SendChecks {
    */
   private destinationAddress(dest: unknown, zone: string | null): string {
     const given = typeof dest === 'object' ? (dest as { address?: unknown }).address : undefined;
-    if (given === this.lastDestGiven && this.lastDestGiven !== null) return this.lastDestCanon;
+    if (given === this.lastDestGiven && this.lastDestGiven !== null && zone === this.lastDestZone)
+      return this.lastDestCanon;
     const to = parseEndpoint(dest, 'destination', zone);
     const why = checkedAddress(to.address).nonUnicast;
     if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
-    // A zone lent by the socket is not remembered with the address given: connect() can change it.
-    if (to.address.includes('%') && !(given as string).includes('%')) return to.address;
     this.lastDestGiven = given as string;
+    // With the zone the socket lent (or not): a link-local address without one takes it.
+    this.lastDestZone = zone;
     this.lastDestCanon = to.address;
     return to.address;
   }
