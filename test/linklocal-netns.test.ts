@@ -102,6 +102,7 @@ describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between tw
         sendOtherLink: 'EINVAL',
         connectOtherLink: 'EINVAL',
         bindOtherLink: 'EINVAL',
+        bindAddressElsewhere: 'EADDRNOTAVAIL',
         connectNoZone: 'EINVAL',
         cancelNoZone: 'ok',
       });

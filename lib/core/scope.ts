@@ -147,8 +147,8 @@ export function zoneOf(address: string): string | null {
 /**
  * An address the socket calls were given (bind, connect, sendmsg, RDS_CANCEL_SENT_TO) in canonical
  * form, with the kernel's rule for a link-local one applied: EINVAL without a zone (its
- * sin6_scope_id 0) unless `lend` is given (the zone of the socket's link-local bound address, which
- * rds_sendmsg gives a destination without one), ENODEV for a zone naming no interface. A link-local
+ * sin6_scope_id 0) unless `lend` is given (the zone the socket holds, socketZone, which rds_sendmsg
+ * gives a destination without one), ENODEV for a zone naming no interface. A link-local
  * address keeps its zone, by interface name (`fe80::1%eth0`): the transports listen and connect
  * with it and the connection table tells links apart by it. A zone on any other IPv6 address is
  * dropped, as the kernel ignores sin6_scope_id there. `canon` gives an address's canonical text
