@@ -1,8 +1,22 @@
 import { describe, expect, it } from 'vitest';
-import { bindScope, connectScope, isLinkLocal, sendScope, splitZone, zoneIndex } from '../lib/core/scope.js';
+import { addressKey, canonicalAddress, compareAddresses, parseEndpoint } from '../lib/core/address.js';
+import {
+  bindScope,
+  checkBindLink,
+  checkConnectLink,
+  checkSendLink,
+  connectScope,
+  isLinkLocal,
+  sendScope,
+  socketZone,
+  splitZone,
+  zoneIndex,
+  zoneName,
+} from '../lib/core/scope.js';
 
 // The kernel's rules for IPv6 link-local scopes (issue 38; af_rds.c rds_bind / rds_connect,
-// send.c rds_sendmsg), on their own: the socket calls do not take zoned addresses yet.
+// send.c rds_sendmsg), on their own and as the socket calls apply them to zoned addresses
+// (`fe80::1%lo`: lo is the one interface every namespace has, index 1).
 const idx = (z: string): number => ({ eth0: 2, eth1: 3 })[z] ?? Number(z);
 const ll = (a: string) => splitZone(a, 't');
 
@@ -46,5 +60,44 @@ describe('link-local scopes', () => {
     expect(() => sendScope(ll('fe80::2%eth1'), 2, idx)).toThrow(expect.objectContaining({ code: 'EINVAL' }));
     expect(sendScope(ll('fd00::2'), 2, idx)).toBe(2);
     expect(sendScope(ll('fe80::2%eth1'), 0, idx)).toBe(3);
+  });
+
+  it('a zone given by index is spelled by its interface name; a link-local address keeps it', () => {
+    expect(zoneName('1')).toBe('lo');
+    expect(zoneName('lo')).toBe('lo');
+    expect(() => zoneName('4000000')).toThrow(expect.objectContaining({ code: 'ENODEV' }));
+    expect(parseEndpoint({ address: 'FE80:0::1%1', port: 5 }, 'x')).toEqual({ address: 'fe80::1%lo', port: 5 });
+    expect(parseEndpoint({ address: 'fd00::0:1%1', port: 5 }, 'x')).toEqual({ address: 'fd00::1', port: 5 });
+    // A destination without a zone takes the one the socket lends (its link's).
+    expect(parseEndpoint({ address: 'fe80::2', port: 5 }, 'x', 'lo').address).toBe('fe80::2%lo');
+    expect(() => parseEndpoint({ address: 'fe80::2', port: 5 }, 'x')).toThrow(
+      expect.objectContaining({ code: 'EINVAL' }),
+    );
+    // What Node's net reports for a connection (fe80::2%eth0) keeps its zone; others drop one.
+    expect(canonicalAddress('fe80:0::2%eth0')).toBe('fe80::2%eth0');
+    expect(canonicalAddress('2001:db8::0:1%eth0')).toBe('2001:db8::1');
+    expect(canonicalAddress('10.0.0.1%eth0')).toBeNull();
+  });
+
+  it('a zone is not part of an address key: order and CIDR tests see the address alone', () => {
+    expect(addressKey('fe80::1%lo')).toBe(addressKey('fe80::1'));
+    expect(compareAddresses('fe80::1%lo', 'fe80::2%eth0')).toBe(-1);
+  });
+
+  it('the socket checks: one link per socket, from its bound address or else its connect()ed peer', () => {
+    expect(socketZone('fe80::1%lo', 'fe80::2%eth0')).toBe('lo');
+    expect(socketZone('fd00::1', 'fe80::2%eth0')).toBe('eth0');
+    expect(socketZone(null, 'fd00::2')).toBeNull();
+    const einval = expect.objectContaining({ code: 'EINVAL' });
+    expect(() => checkSendLink('fe80::2%nosuchif0', 'lo')).toThrow(expect.objectContaining({ code: 'ENODEV' }));
+    expect(() => checkSendLink('fe80::2%1', 'lo')).not.toThrow();
+    expect(() => checkSendLink('fd00::2', 'lo')).not.toThrow(); // link-local to global is allowed
+    expect(() => checkConnectLink('fe80::2%lo', 'lo', true)).not.toThrow();
+    expect(() => checkBindLink('fe80::1%lo', 'fe80::2%lo')).not.toThrow();
+    expect(() => checkBindLink('fe80::1%lo', 'fd00::2')).not.toThrow();
+    // Two links need two interfaces: 1 (lo) and an index no interface has compare as numbers.
+    expect(() => checkSendLink('fe80::2%9999', 'lo')).toThrow(einval);
+    expect(() => checkConnectLink('fe80::2%9999', 'lo', true)).toThrow(einval);
+    expect(() => checkBindLink('fe80::1%lo', 'fe80::2%9999')).toThrow(einval);
   });
 });

@@ -1,7 +1,7 @@
 import { createSocket } from 'node:dgram';
-import { isIP, isIPv4 } from 'node:net';
+import { isIP, isIPv4, isIPv6 } from 'node:net';
 import { RdsError } from '../errors.js';
-import { unzoned } from './scope.js';
+import { zoned } from './scope.js';
 
 /** An RDS endpoint: an IPv4 or IPv6 address and a port. */
 export interface RdsAddress {
@@ -9,8 +9,17 @@ export interface RdsAddress {
   port: number;
 }
 
-/** Canonical text of an IP address, or null if it is not one. */
+/**
+ * Canonical text of an IP address, or null if it is not one. A link-local IPv6 address keeps its
+ * zone (`fe80::1%eth0`, as Node's net reports a connection's addresses); any other drops it.
+ */
 export function canonicalAddress(a: string): string | null {
+  const at = a.indexOf('%');
+  if (at >= 0) {
+    const c = canonicalAddress(a.slice(0, at));
+    if (c === null || !isIPv6(c)) return null;
+    return /^fe[89ab][0-9a-f]:/.test(c) ? `${c}${a.slice(at)}` : c;
+  }
   const fam = isIP(a);
   if (fam === 4)
     return a
@@ -63,9 +72,12 @@ function v6Groups(a: string): number[] {
 
 /**
  * A 32-hex-digit key equal to the address as a 128-bit big-endian integer, IPv4 in its
- * v4-mapped form, so string comparison orders addresses exactly as the kernel's rds_addr_cmp.
+ * v4-mapped form, so string comparison orders addresses exactly as the kernel's rds_addr_cmp
+ * (which compares addresses only: a link-local address's zone is not part of the key).
  */
-export function addressKey(a: string): string {
+export function addressKey(text: string): string {
+  const at = text.indexOf('%');
+  const a = at < 0 ? text : text.slice(0, at);
   if (isIPv4(a)) return `00000000000000000000ffff${v4ToU32(a).toString(16).padStart(8, '0')}`;
   return v6Groups(a)
     .map((g) => g.toString(16).padStart(4, '0'))
@@ -140,8 +152,11 @@ export function checkedAddress(address: string): { canon: string | null; nonUnic
   return c;
 }
 
-/** Parses a user-supplied { address, port }; throws RdsError EINVAL with the reason. */
-export function parseEndpoint(ep: unknown, what: string): RdsAddress {
+/**
+ * Parses a user-supplied { address, port }; throws RdsError EINVAL with the reason. `lend`: the
+ * zone a link-local address without one takes (the socket's, for a destination; scope.ts).
+ */
+export function parseEndpoint(ep: unknown, what: string, lend: string | null = null): RdsAddress {
   if (ep === null || typeof ep !== 'object') {
     throw new RdsError('EINVAL', `${what} must be an object { address, port }`);
   }
@@ -150,7 +165,7 @@ export function parseEndpoint(ep: unknown, what: string): RdsAddress {
   // A zone (fe80::1%eth0) and the link-local rules (scope.ts); an address without '%' as before.
   const canon =
     address.includes('%') || /^fe[89ab]/i.test(address)
-      ? unzoned(address, what, canonicalAddress)
+      ? zoned(address, what, canonicalAddress, lend)
       : checkedAddress(address).canon;
   if (canon === null) throw new RdsError('EINVAL', `${what}.address "${address}" is not an IPv4 or IPv6 address`);
   return { address: canon, port: validatePort(port, what) };

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { isIPv6 } from 'node:net';
 import { RdsError } from '../errors.js';
 
@@ -9,9 +9,10 @@ import { RdsError } from '../errors.js';
 // a destination without a scope takes the socket's. Scopes compare as interface indexes, as
 // sin6_scope_id does: a zone given by name is the index of that interface in this namespace.
 //
-// The socket calls apply the address rules (linkLocalEndpoint: a link-local address needs its
-// zone); the transports do not carry zoned addresses yet, so a socket never holds a scope and
-// bindScope/connectScope/sendScope are tested on their own (see docs/socket-api.md).
+// The socket calls keep a link-local address with its zone by name (`zoned`: fe80::1%eth0), which
+// the TCP transport listens and connects with as Node's net does (and reports for a connection),
+// so the connection table tells links apart; the sockets apply bindScope/connectScope/sendScope
+// (checkBindLink, checkConnectLink, checkSendLink) to their bound address, peer and destinations.
 
 /** An address split from its zone: `fe80::1%eth0` is { address: 'fe80::1', zone: 'eth0' }. */
 export interface ScopedAddress {
@@ -116,26 +117,90 @@ export function sendScope(dest: ScopedAddress, kept: number, index: (zone: strin
 }
 
 /**
- * An address the socket calls were given (bind, connect, sendmsg, RDS_CANCEL_SENT_TO), split
- * from its zone, with the kernel's rule for a link-local one applied: EINVAL without a zone (its
- * sin6_scope_id 0; no socket here holds a scope to lend it), ENODEV for a zone naming no interface,
- * and then EOPNOTSUPP, since no transport carries a zoned address yet. A zone on any other IPv6
- * address is dropped, as the kernel ignores sin6_scope_id there. `canon` gives an address's
- * canonical text (null: not an address).
+ * The interface name a zone stands for, so that one link has one spelling (`%2` and `%eth0` are
+ * the same zone if eth0 is interface 2): the canonical zone of an address. ENODEV for none.
+ */
+export function zoneName(zone: string, readIndex = sysIfindex, names = sysIfnames): string {
+  if (!/^\d+$/.test(zone)) {
+    zoneIndex(zone, readIndex);
+    return zone;
+  }
+  const want = Number(zone);
+  for (const n of names()) if (readIndex(n) === want) return n;
+  throw new RdsError('ENODEV', `no network interface with index ${zone} here (from the zone of a link-local address)`);
+}
+
+function sysIfnames(): string[] {
+  try {
+    return readdirSync('/sys/class/net');
+  } catch {
+    return [];
+  }
+}
+
+/** The zone of an address in canonical form (`fe80::1%eth0` gives `eth0`), or null. */
+export function zoneOf(address: string): string | null {
+  const at = address.indexOf('%');
+  return at < 0 ? null : address.slice(at + 1);
+}
+
+/**
+ * An address the socket calls were given (bind, connect, sendmsg, RDS_CANCEL_SENT_TO) in canonical
+ * form, with the kernel's rule for a link-local one applied: EINVAL without a zone (its
+ * sin6_scope_id 0) unless `lend` is given (the zone the socket holds, socketZone, which rds_sendmsg
+ * gives a destination without one), ENODEV for a zone naming no interface. A link-local
+ * address keeps its zone, by interface name (`fe80::1%eth0`): the transports listen and connect
+ * with it and the connection table tells links apart by it. A zone on any other IPv6 address is
+ * dropped, as the kernel ignores sin6_scope_id there. `canon` gives an address's canonical text
+ * (null: not an address).
  * @internal
  */
-export function unzoned(
+export function zoned(
   text: string,
   what: string,
   canon: (a: string) => string | null,
+  lend: string | null = null,
   index: (zone: string) => number = zoneIndex,
 ): string | null {
   const a = text.includes('%') ? splitZone(text, what) : { address: text, zone: null };
   const c = canon(a.address);
   if (c === null || !isLinkLocal(c)) return c;
-  scopeOf({ address: c, zone: a.zone }, what, index);
-  throw new RdsError(
-    'EOPNOTSUPP',
-    `${what} ${c}%${a.zone}: link-local addresses are not carried yet (no transport takes a zone); use a global or unique-local address`,
-  );
+  const zone = a.zone ?? lend;
+  scopeOf({ address: c, zone }, what, index);
+  return `${c}%${/^\d+$/.test(zone!) ? zoneName(zone!) : zone}`;
+}
+
+/** The interface index of a canonical address's zone (`fe80::1%eth0`), 0 without one. */
+function scopeIdOf(address: string | null | undefined): number {
+  const z = address == null ? null : zoneOf(address);
+  return z === null ? 0 : zoneIndex(z);
+}
+
+/** An address in canonical form as a ScopedAddress. */
+function scoped(address: string): ScopedAddress {
+  const zone = zoneOf(address);
+  return { address: zone === null ? address : address.slice(0, -zone.length - 1), zone };
+}
+
+/**
+ * The zone a socket holds, the kernel's rs_bound_scope_id: its bound address's, else that of the
+ * peer it connect()ed to; null for none. A destination without a zone takes it.
+ */
+export function socketZone(bound: string | null | undefined, peer: string | null | undefined): string | null {
+  return (bound == null ? null : zoneOf(bound)) ?? (peer == null ? null : zoneOf(peer));
+}
+
+/** bind(`local`) on a socket connect()ed to `peer` (or not): EINVAL when they are on two links. @internal */
+export function checkBindLink(local: string, peer: string | null | undefined): void {
+  if (zoneOf(local) !== null) bindScope(scoped(local), scopeIdOf(peer), peer != null);
+}
+
+/** connect(`peer`) on a socket holding `zone` (socketZone): EINVAL when it is on another link. @internal */
+export function checkConnectLink(peer: string, zone: string | null, bound: boolean): void {
+  if (zoneOf(peer) !== null) connectScope(scoped(peer), zone === null ? 0 : zoneIndex(zone), bound);
+}
+
+/** sendmsg() to `dest` from a socket holding `zone`: EINVAL when it is on another link. @internal */
+export function checkSendLink(dest: string, zone: string | null): void {
+  if (zoneOf(dest) !== null && zone !== null) sendScope(scoped(dest), zoneIndex(zone));
 }

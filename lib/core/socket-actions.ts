@@ -15,6 +15,7 @@ import {
 import { RdsError } from '../errors.js';
 import { isIPv4 } from 'node:net';
 import { nonUnicastReason, parseEndpoint, type RdsAddress } from './address.js';
+import { checkBindLink, checkConnectLink, socketZone } from './scope.js';
 import { checkCookie, checkGetMr, type FreeMrOptions, type GetMrOptions } from './rdma.js';
 import { LocalBackend } from './local-backend.js';
 import type { NodeBackendFactory, SocketBackend } from './socket-backend.js';
@@ -67,12 +68,18 @@ export function bindEndpoint(addr: { address: string; port?: number }, peer: Rds
   if (peer !== null && isIPv4(peer.address) !== isIPv4(ep.address)) {
     throw new RdsError('EINVAL', 'the default destination set with connect() is of the other address family');
   }
+  checkBindLink(ep.address, peer?.address);
   return ep;
 }
 
-/** connect()'s destination, checked. @internal */
-export function connectEndpoint(addr: { address: string; port: number }): RdsAddress {
+/** connect()'s destination, checked against the link of the socket (`bound`, `peer`: what it has). @internal */
+export function connectEndpoint(
+  addr: { address: string; port: number },
+  bound: RdsAddress | null = null,
+  peer: RdsAddress | null = null,
+): RdsAddress {
   const ep = parseEndpoint(addr, 'destination');
+  checkConnectLink(ep.address, socketZone(bound?.address, peer?.address), bound !== null);
   if (/^(0\.0\.0\.0|::)$/.test(ep.address))
     throw new RdsError('EDESTADDRREQ', 'destination address is unspecified; give a peer address');
   const why = nonUnicastReason(ep.address);
@@ -85,7 +92,8 @@ export function rdsAction(sock: MrCalls, b: SocketBackend, binding: boolean, opt
   switch (optname) {
     case RDS_CANCEL_SENT_TO:
       if (b.bound === null) throw new RdsError('ENOTCONN', 'RDS_CANCEL_SENT_TO needs a bound socket');
-      b.cancelSentTo(parseEndpoint(value, 'RDS_CANCEL_SENT_TO value'));
+      // A link-local address without a zone names the socket's link, as for sendmsg().
+      b.cancelSentTo(parseEndpoint(value, 'RDS_CANCEL_SENT_TO value', socketZone(b.bound.address, null)));
       return true;
     case RDS_GET_MR:
     case RDS_GET_MR_FOR_DEST: {

@@ -5,6 +5,7 @@ import { isIPv4 } from 'node:net';
 import { RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { checkedAddress, parseEndpoint, validatePort, type RdsAddress } from './address.js';
+import { checkSendLink, socketZone } from './scope.js';
 import { checkAtomicArgs, refuseMaskedAtomic, refuseRdmaControl } from './rdma.js';
 import { zeroCopyRequested } from './send-flags.js';
 import type { CheckedSend, SocketBackend } from './socket-backend.js';
@@ -15,6 +16,7 @@ export class SendChecks {
   /** The last destination address exactly as the caller gave it, and its canonical form. */
   private lastDestGiven: string | null = null;
   private lastDestCanon = '';
+  private lastDestZone: string | null = null;
   /** An address already known to be of the bound address's family. */
   private sameFamilyAs = '';
   /** Reused for every send (see CheckedSend). */
@@ -59,7 +61,7 @@ export class SendChecks {
     let address: string | null = null;
     let port = 0;
     if (dest !== undefined && dest !== null) {
-      address = this.destinationAddress(dest);
+      address = this.destinationAddress(dest, socketZone(b.bound?.address, peer?.address));
       port = validatePort((dest as { port?: unknown }).port, 'destination');
     }
     const bound = b.bound;
@@ -96,8 +98,10 @@ export class SendChecks {
         throw new RdsError('ENOTCONN', 'no destination; pass { address, port } or call connect() first');
       ({ address, port } = peer);
     }
-    if (address !== this.sameFamilyAs && isIPv4(address) !== isIPv4(bound.address)) {
-      throw new RdsError('EOPNOTSUPP', `cannot send from ${bound.address} to ${address}: address families differ`);
+    if (address !== this.sameFamilyAs) {
+      if (isIPv4(address) !== isIPv4(bound.address))
+        throw new RdsError('EOPNOTSUPP', `cannot send from ${bound.address} to ${address}: address families differ`);
+      checkSendLink(address, socketZone(bound.address, peer?.address));
     }
     this.sameFamilyAs = address;
     const len = out.len;
@@ -123,13 +127,16 @@ export class SendChecks {
    * the same destination: the last one given is remembered exactly as given, so the common case
    * is one string comparison.
    */
-  private destinationAddress(dest: unknown): string {
+  private destinationAddress(dest: unknown, zone: string | null): string {
     const given = typeof dest === 'object' ? (dest as { address?: unknown }).address : undefined;
-    if (given === this.lastDestGiven && this.lastDestGiven !== null) return this.lastDestCanon;
-    const to = parseEndpoint(dest, 'destination');
+    if (given === this.lastDestGiven && this.lastDestGiven !== null && zone === this.lastDestZone)
+      return this.lastDestCanon;
+    const to = parseEndpoint(dest, 'destination', zone);
     const why = checkedAddress(to.address).nonUnicast;
     if (why !== null) throw new RdsError('EINVAL', `cannot send to ${to.address}: it ${why}`);
     this.lastDestGiven = given as string;
+    // With the zone the socket lent (or not): a link-local address without one takes it.
+    this.lastDestZone = zone;
     this.lastDestCanon = to.address;
     return to.address;
   }

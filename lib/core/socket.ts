@@ -167,7 +167,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** connect(2): sets the default destination; no network activity. */
   connect(addr: { address: string; port: number }): void {
     this.checkOpen('connect()');
-    const ep = connectEndpoint(addr);
+    const ep = connectEndpoint(addr, this.backend.bound, this.peer);
     this.peer = ep;
     this.backend.connected(ep);
   }

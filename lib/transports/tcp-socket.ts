@@ -72,6 +72,11 @@ export function refuse(sock: Socket): void {
   }
 }
 
+/**
+ * A connection's two addresses in canonical form. Node's net reports a link-local one with its
+ * zone by interface name (`fe80::2%eth0`, for accepted and dialled connections alike), which is
+ * the form the sockets bind and send with, so both name the same connection.
+ */
 export function peerOf(sock: Socket): { local: string | null; remote: string | null } {
   const strip = (a: string | undefined): string | null => {
     if (a === undefined) return null;
