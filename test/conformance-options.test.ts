@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, constants } from '../lib/index.js';
-import { CONFORMANCE_KINDS, makePair, type Pair, payload, timeout, until } from './helpers.js';
+import { CONFORMANCE_KINDS, pairPerTest, type Pair, payload, timeout, until } from './helpers.js';
 
 // Every socket option, constructor options included, over every kind of socket the conformance
 // suite runs (issue 33: an option an attached socket forwarded under the wrong number was accepted
@@ -11,15 +11,9 @@ const NET = 26;
 const { SOL_SOCKET, SOL_RDS } = constants;
 
 describe.each(KINDS)('socket options over %s', (kind) => {
-  let pair: Pair | null = null;
-  let host = kind === 'tcp' ? 0 : kind === 'attached' ? 64 : kind === 'attached-process' ? 96 : 128;
-  const open = async (): Promise<Pair> => (pair = await makePair(kind, NET, ++host));
-  afterEach(async () => {
-    await pair?.close();
-    pair = null;
-  });
+  const { open, host } = pairPerTest(kind, NET);
   /** A destination no node answers (so nothing sent there is ever acknowledged). */
-  const nowhere = (): { address: string; port: number } => ({ address: `127.${NET}.${host}.9`, port: 4000 });
+  const nowhere = (): { address: string; port: number } => ({ address: `127.${NET}.${host()}.9`, port: 4000 });
 
   /** A socket of A's stack on A's address, made with `opts`, bound to an ephemeral port. */
   async function socketOfA(p: Pair, opts: ConstructorParameters<typeof RdsSocket>[0] = {}): Promise<RdsSocket> {
@@ -151,7 +145,7 @@ describe.each(KINDS)('socket options over %s', (kind) => {
   });
 
   it('refuses unknown options and bad values at the call, the same way everywhere', async () => {
-    const { a } = await open();
+    const { a, b } = await open();
     for (const [level, name] of [
       [SOL_SOCKET, 62],
       [SOL_RDS, 999],
@@ -169,7 +163,6 @@ describe.each(KINDS)('socket options over %s', (kind) => {
       expect.objectContaining({ code: 'EINVAL' }),
     );
     // Nothing above changed anything, and nothing was refused later.
-    const b = (pair as Pair).b;
     await a.send(Buffer.from('ok'), b.address(), { signal: timeout() });
     expect((await b.recv({ signal: timeout() })).data.toString()).toBe('ok');
     expect(a.poll() & constants.POLLERR).toBe(0);

@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type RdsError, constants } from '../lib/index.js';
-import { CONFORMANCE_KINDS, makePair, type Pair, payload, timeout } from './helpers.js';
+import { CONFORMANCE_KINDS, pairPerTest, payload, timeout } from './helpers.js';
 
 // recvmsg(2)'s flags and options over every kind of socket (issue 38; recv.c rds_recvmsg):
 // MSG_PEEK, MSG_TRUNC with a caller's buffer, MSG_DONTWAIT on the blocking call, msg_flags and the
@@ -10,13 +10,7 @@ const NET = 144;
 const { SOL_SOCKET, SOL_RDS, MSG_PEEK, MSG_TRUNC, MSG_DONTWAIT, SO_RDS_MSG_RXPATH_LATENCY } = constants;
 
 describe.each(KINDS)('recvmsg flags over %s', (kind) => {
-  let pair: Pair | null = null;
-  let host = kind === 'tcp' ? 0 : kind === 'attached' ? 64 : kind === 'attached-process' ? 96 : 128;
-  const open = async (): Promise<Pair> => (pair = await makePair(kind, NET, ++host));
-  afterEach(async () => {
-    await pair?.close();
-    pair = null;
-  });
+  const { open } = pairPerTest(kind, NET);
 
   it('MSG_PEEK returns the next message and leaves it queued; the next recvmsg returns it again', async () => {
     const { a, b } = await open();

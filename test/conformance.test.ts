@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, constants } from '../lib/index.js';
-import { CONFORMANCE_KINDS, counter, makePair, payload, raiseSndbuf, timeout, type Pair, until } from './helpers.js';
+import { CONFORMANCE_KINDS, counter, pairPerTest, payload, raiseSndbuf, timeout, until } from './helpers.js';
 
 // One suite, run unchanged over every transport (tests/helpers decides how the pair is made;
 // npm run test:ib runs it over InfiniBand inside a Soft-RoCE guest).
@@ -8,13 +8,7 @@ const KINDS = CONFORMANCE_KINDS;
 const NET = 21;
 
 describe.each(KINDS)('conformance over %s', (kind) => {
-  let pair: Pair | null = null;
-  let host = kind === 'tcp' ? 0 : kind === 'attached' ? 64 : kind === 'attached-process' ? 96 : 128;
-  const open = async (): Promise<Pair> => (pair = await makePair(kind, NET, ++host));
-  afterEach(async () => {
-    await pair?.close();
-    pair = null;
-  });
+  const { open } = pairPerTest(kind, NET);
 
   it('delivers a message with the sender address and bound port', async () => {
     const { a, b } = await open();

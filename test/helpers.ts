@@ -1,3 +1,4 @@
+import { afterEach } from 'vitest';
 import { execFileSync, spawn } from 'node:child_process';
 import {
   LoopTransport,
@@ -68,6 +69,21 @@ export const CONFORMANCE_KINDS = (process.env.RDS_CONFORMANCE_KINDS ?? 'tcp,loop
  * stack (its own node) on its own address; for loopback both live in one stack.
  * `net` is a per-test-file octet so files running in parallel never share an address.
  */
+/**
+ * A fresh pair for each test of a suite over `kind`, closed after each test. Tests take the next
+ * host number of the kind's block (tcp 1-63, attached 65-95, attached-process 97-127, the rest
+ * from 129), so no two tests of a file share addresses; `host()` is the current test's.
+ */
+export function pairPerTest(kind: TransportKind, net: number): { open: () => Promise<Pair>; host: () => number } {
+  let pair: Pair | null = null;
+  let host = kind === 'tcp' ? 0 : kind === 'attached' ? 64 : kind === 'attached-process' ? 96 : 128;
+  afterEach(async () => {
+    await pair?.close();
+    pair = null;
+  });
+  return { open: async () => (pair = await makePair(kind, net, ++host)), host: () => host };
+}
+
 export async function makePair(kind: TransportKind, net: number, host: number): Promise<Pair> {
   if (kind === 'attached') return makeAttachedPair(net, host);
   if (kind === 'attached-process') return makeDaemonPair(net, host);
