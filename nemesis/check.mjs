@@ -8,7 +8,10 @@
 //   reorder         a receiving incarnation read a pair's messages out of sequence order
 //   altered         a message read with another body hash than was sent, at another socket
 //                   than it was sent to, or that no socket sent
-//   confirm-unread  send({ confirm }) resolved, and no application read the message
+//   confirm-unread  send({ confirm }) resolved, and no application read the message (not to
+//                   the kernel peer: to a kernel, confirm means its TCP acknowledged the message,
+//                   README's "What it guarantees"; a message it took and its application never
+//                   read is held to `vanished` instead)
 //   settle-late     a send() with a timeout settled more than SLACK (plus the event-loop delays
 //                   its process reported meanwhile) after it (the sender's process and host
 //                   node not paused meanwhile)
@@ -78,6 +81,7 @@ export function check(dir) {
  * livenessMs, topo? }.
  */
 export function analyse({ hist, faults = [], samples = [], meta }) {
+  const kernelAddrs = new Set((meta.topo?.procs ?? []).filter((p) => p.mode === 'kernel').map((p) => p.addr));
   const incs = new Map(); // s -> { sock, open, close, ended, proc }
   const sends = new Map(); // s|d|q -> send record (+ out, delivered)
   const cancels = new Map(); // s|d -> [t]
@@ -196,7 +200,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       emptySent.set(`${from}->${m.d}`, (emptySent.get(`${from}->${m.d}`) ?? 0) + 1);
       continue;
     }
-    const lied = m.out?.ev === 'ok' && m.c && m.delivered === 0;
+    const lied = m.out?.ev === 'ok' && m.c && m.delivered === 0 && !kernelAddrs.has(m.d.split(':')[0]);
     if (lied)
       flag(
         'confirm-unread',

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, openSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { controlRequest } from '../dist/cli/control-client.js';
+import { KernelChild } from './kernel-node.mjs';
 
 const APP = fileURLToPath(new URL('./app.mjs', import.meta.url));
 const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.url));
@@ -18,12 +19,25 @@ export const TLS_PORT = 16386;
  * TLS pair is a second embedded stack on node 0 and on the first host node's namespace, on the
  * nodes' second addresses (10.77.1.x), sending only to each other.
  */
-export function topology(net, { tls = true, rails = true } = {}) {
+export function topology(net, { tls = true, rails = true, kernel = null } = {}) {
   const n = net.n;
   const nodes = [];
   const procs = [];
   const main = [];
   for (let i = 0; i < n; i++) {
+    if (i === kernel) {
+      // The kernel peer (--kernel): one application in a qemu guest, the kernel's own sockets.
+      nodes.push({ i, kind: 'kernel' });
+      procs.push({
+        proc: `k${i}`,
+        node: i,
+        mode: 'kernel',
+        addr: net.addr(i),
+        ports: [7000, 7001, 7002],
+        slow: [7000],
+      });
+      continue;
+    }
     const kind = i < 2 || (i >= 4 && i % 2 === 0) ? 'embedded' : 'host';
     nodes.push({ i, kind });
     if (kind === 'embedded') {
@@ -99,6 +113,7 @@ export function topology(net, { tls = true, rails = true } = {}) {
     embedded,
     rails: railPair,
     tlsNodes,
+    kernel,
     apps: procs.filter((p) => p.mode === 'attached').map((p) => p.proc),
     pausable: [
       ...procs.filter((p) => p.mode === 'embedded').map((p) => ({ proc: p.proc, node: p.node })),
@@ -162,8 +177,8 @@ export class Child {
 
 /** Starts and restarts every process of the cluster; all of them are ended by stopAll(). */
 export class Cluster {
-  constructor(net, topo, dir, { seed, env }) {
-    Object.assign(this, { net, topo, dir, seed });
+  constructor(net, topo, dir, { seed, env, kernelNode = null }) {
+    Object.assign(this, { net, topo, dir, seed, kernelNode });
     this.children = new Map();
     const logFd = openSync(`${dir}/processes.log`, 'a');
     for (const i of topo.hosts) {
@@ -184,7 +199,10 @@ export class Cluster {
         cfg.path = `${dir}/n${p.node}.sock`;
         if (cfg.worker) cfg.worker = { ...cfg.worker, path: cfg.path };
       }
-      const c = new Child(p.proc, net.ns(p.node), [APP], logFd, env);
+      const c =
+        p.mode === 'kernel'
+          ? new KernelChild(p.proc, kernelNode, cfg)
+          : new Child(p.proc, net.ns(p.node), [APP], logFd, env);
       c.cfg = cfg;
       this.children.set(c.name, c);
     }
@@ -198,6 +216,7 @@ export class Cluster {
   /** Starts (or restarts) a process and waits until it serves (daemon) or is ready (app). */
   async start(name) {
     const c = this.children.get(name);
+    if (c instanceof KernelChild) return c.start().ready;
     if (c.cfg) {
       c.start((epoch) => [JSON.stringify({ ...c.cfg, epoch })]);
       if (c.cfg.mode === 'embedded') return c.ready;
@@ -232,7 +251,7 @@ export class Cluster {
   rss() {
     const out = [];
     for (const c of this.children.values()) {
-      if (!c.alive) continue;
+      if (!c.alive || !c.p) continue; // the kernel peer's application records its own RSS
       try {
         const pages = Number(readFileSync(`/proc/${c.p.pid}/statm`, 'utf8').split(' ')[1]);
         out.push({ proc: c.name, epoch: c.epoch, rss: pages * 4096 });

@@ -9,7 +9,7 @@ import { TCP_PORT, TLS_PORT } from './cluster.mjs';
  * load a heal runs late, and the next one's start must not meet it.
  */
 function procOf(f) {
-  if (f.kind === 'kill-app' || f.kind === 'pause') return f.proc;
+  if (f.kind === 'kill-app' || f.kind === 'pause' || f.kind === 'kernel-reload') return f.proc;
   if (f.kind === 'kill-host') return `d${f.node}`;
   if (f.kind.startsWith('kill-embedded')) return `e${f.node}`;
   if (f.kind === 'slow' || f.kind === 'reorder') return `qdisc${f.node}`;
@@ -101,8 +101,14 @@ export class Nemesis {
       case 'loss':
         return net.loss(f.id, f.node, f.pct);
       case 'reset':
-        f.killed = net.resetTcp(f.node, [TCP_PORT, TLS_PORT]);
+        f.killed =
+          f.node === net.kernel
+            ? cluster.kernelNode.resetTcp(TCP_PORT).catch((e) => e.message)
+            : net.resetTcp(f.node, [TCP_PORT, TLS_PORT]);
         return;
+      case 'kernel-reload':
+        await cluster.get(f.proc).kill();
+        return cluster.kernelNode.reloadRdsTcp();
       case 'slow':
         return net.slow(f.node, true);
       case 'dup':
@@ -144,6 +150,8 @@ export class Nemesis {
         return net.reorder(f.id, f.node, 0);
       case 'rail-cut':
         return net.railLink(f.node, true);
+      case 'kernel-reload':
+        return cluster.start(f.proc);
     }
   }
 

@@ -2,6 +2,9 @@
 // npm run nemesis -- [--nodes 5] [--seconds 150] [--seed N] [--out DIR] [--prefix nm]
 //                    [--no-tls] [--no-rails] [--break-retransmit] [--liveness-ms 10000]
 //                    [--kinds reset,loss,...] [--schedule-only] [--ci-json FILE]
+//                    [--kernel 6.1|6.12|7]
+// --kernel adds one more node: a Linux kernel under qemu (kernel-node.mjs) on the cluster's bridge,
+// with an application using the kernel's own RDS sockets, and the fault kind kernel-reload.
 // --ci-json writes the outcome as one test in the JSON form .ci/run sums up (vitest's).
 // Builds a cluster of network namespaces (net.mjs), starts its processes (cluster.mjs), runs
 // a seeded random fault schedule (schedule.mjs, faults.mjs) while every application records what
@@ -16,6 +19,7 @@ import { tlsMaterial } from '../bench/attacks/tls-material.mjs';
 import { check, printCheck } from './check.mjs';
 import { Cluster, topology } from './cluster.mjs';
 import { Nemesis } from './faults.mjs';
+import { KernelNode } from './kernel-node.mjs';
 import { Net, netUnavailable } from './net.mjs';
 import { writeReport } from './report.mjs';
 import { schedule } from './schedule.mjs';
@@ -34,6 +38,7 @@ const { values: a } = parseArgs({
     'schedule-only': { type: 'boolean' },
     kinds: { type: 'string' },
     'ci-json': { type: 'string' },
+    kernel: { type: 'string' },
   },
 });
 const nodes = Number(a.nodes);
@@ -45,8 +50,10 @@ if (!(nodes >= 3 && nodes <= 16) || !(seconds >= 20) || !Number.isInteger(seed))
 }
 const PROBE_MS = 12000;
 const DRAIN_MS = 3000;
-const net = new Net(a.prefix, nodes, {});
-const topo = topology(net, { tls: !a['no-tls'], rails: !a['no-rails'] });
+// The kernel peer is one node more, the last (the largest address).
+const kernelAt = a.kernel ? nodes : null;
+const net = new Net(a.prefix, nodes + (a.kernel ? 1 : 0), { kernel: kernelAt });
+const topo = topology(net, { tls: !a['no-tls'], rails: !a['no-rails'], kernel: kernelAt });
 net.rails = topo.rails;
 const sched = schedule({ seed, seconds, topo, only: a.kinds ? a.kinds.split(',') : null });
 if (a['schedule-only']) {
@@ -66,13 +73,18 @@ console.log(
 
 const env = { ...process.env, RDS_SOCKET_NODE: 'none' };
 if (a['break-retransmit']) env.RDS_SOCKET_TEST_BREAK_RETRANSMIT = '1';
-const cluster = new Cluster(net, topo, dir, { seed, env });
+const kernelNode = a.kernel ? new KernelNode(net, kernelAt, a.kernel) : null;
+const cluster = new Cluster(net, topo, dir, { seed, env, kernelNode });
 let tls = null;
 let cleaned = false;
 async function cleanup() {
   if (cleaned) return;
   cleaned = true;
   await cluster.stopAll().catch(() => {});
+  if (kernelNode) {
+    kernelNode.collect(dir);
+    await kernelNode.stop();
+  }
   net.cleanup();
   tls?.remove();
 }
@@ -88,6 +100,7 @@ const phases = {};
 const nemesis = new Nemesis(net, cluster, dir);
 try {
   net.up();
+  if (kernelNode) console.log(`nemesis: kernel peer ${net.addr(kernelAt)} booted: Linux ${await kernelNode.boot()}`);
   if (topo.tlsNodes) {
     tls = tlsMaterial(['node']);
     const b = tls.buffers('node');
@@ -112,7 +125,7 @@ try {
   await nemesis.run(sched.faults.map((f) => ({ ...f, at: f.at - 3000 })));
   // Belt and braces: every rule gone, every link up, every process running.
   await net.healAll();
-  for (let i = 0; i < nodes; i++) await net.link(i, true);
+  for (let i = 0; i < net.n; i++) await net.link(i, true);
   for (const c of cluster.children.values()) c.signal('SIGCONT');
   phases.healed = Date.now();
   cluster.tell('probe');

@@ -39,7 +39,10 @@ export const KINDS = {
   dup: { dur: [2000, 8000] }, // nft dup of 10-50% of the node's outgoing packets
   reorder: { dur: [2000, 8000] }, // 10-50% of the node's outgoing packets held back in a 4 Mbit/s htb class
   'rail-cut': { dur: [2000, 8000] },
+  'kernel-reload': { dur: [2000, 5000] }, // the kernel peer's application killed, rds_tcp unloaded and loaded again
 };
+/** Kinds made by a node's own inet rules, which the kernel peer's bridged traffic bypasses. */
+const NOT_ON_KERNEL = new Set(['loss', 'reorder']);
 
 /**
  * only: the kinds to draw from (default all).
@@ -52,6 +55,7 @@ export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000, on
   const kinds = Object.keys(KINDS).filter((k) => {
     if (only && !only.includes(k)) return false;
     if (k === 'rail-cut') return topo.rails !== null;
+    if (k === 'kernel-reload') return topo.kernel != null;
     if (k === 'kill-host') return topo.hosts.length > 0;
     if (k === 'kill-app') return topo.apps.length > 0;
     if (k.startsWith('kill-embedded')) return topo.embedded.length > 0;
@@ -63,6 +67,7 @@ export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000, on
     for (const k of keys) busy.set(k, [...(busy.get(k) ?? []), [s, e]]);
   };
   const nodes = Array.from({ length: topo.n }, (_, i) => i);
+  const ruled = topo.kernel == null ? nodes : nodes.filter((i) => i !== topo.kernel);
   /** Draws the target and parameters of one fault of `kind`, and the keys it occupies. */
   const draw = (kind) => {
     const f = { kind };
@@ -112,14 +117,19 @@ export function schedule({ seed, seconds, topo, gapMs = 4000, startMs = 4000, on
         keys = ['k:halves'];
         break;
       }
+      case 'kernel-reload':
+        f.node = topo.kernel;
+        f.proc = `k${topo.kernel}`;
+        keys = [`p:${f.proc}`];
+        break;
       case 'loss':
       case 'dup':
-        f.node = r.pick(nodes);
+        f.node = r.pick(NOT_ON_KERNEL.has(kind) ? ruled : nodes);
         f.pct = r.int(10, 50);
         keys = [`k:${kind}:${f.node}`];
         break;
       case 'reorder': // the node's root qdisc, as slow's
-        f.node = r.pick(nodes);
+        f.node = r.pick(ruled);
         f.pct = r.int(10, 50);
         keys = [`k:qdisc:${f.node}`];
         break;

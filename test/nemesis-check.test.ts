@@ -111,6 +111,18 @@ describe('nemesis checker', () => {
     expect(res.first.anomaly.detail).toContain('e0.0.1 #5 confirmed, never read');
   });
 
+  it('to a kernel peer, confirm means its TCP took the message: unread is vanished, not confirm-unread', () => {
+    // README "What it guarantees": a kernel reports no reads, so a confirmed message its
+    // application never read is held to the silent-loss rule instead.
+    const h = healthy();
+    h.a.push(send(T0 + 5000, 5, { m: 'send', c: 1 }), { t: T0 + 5100, ev: 'ok', s: 'e0.0.1', d: B, q: 5 });
+    const kernelMeta = { ...meta, topo: { procs: [{ proc: 'k1', node: 1, mode: 'kernel', addr: B.split(':')[0] }] } };
+    const res = analyse({ hist: ends(h), faults: [], samples: [], meta: kernelMeta });
+    expect(nonZero(res.counts)).toEqual({ vanished: 1 });
+    // The same history without a kernel peer is a lie.
+    expect(nonZero(run(ends(h)).counts)).toEqual({ 'confirm-unread': 1 });
+  });
+
   it('finds a silent loss, and only where the sender could have been told', () => {
     const lossy = () => {
       const h = healthy();

@@ -52,7 +52,9 @@ describe('nemesis schedule', () => {
     expect(a).toEqual(b);
     expect(a.faults).not.toEqual(c.faults);
     expect(a.missing).toEqual([]);
-    expect(new Set(a.faults.map((f: { kind: string }) => f.kind))).toEqual(new Set(Object.keys(KINDS)));
+    // kernel-reload needs the kernel peer (--kernel), which this cluster has not.
+    const kinds = Object.keys(KINDS).filter((k) => k !== 'kernel-reload');
+    expect(new Set(a.faults.map((f: { kind: string }) => f.kind))).toEqual(new Set(kinds));
     for (const f of a.faults) expect(f.at + f.dur).toBeLessThanOrEqual(60_000);
   });
 
@@ -82,6 +84,60 @@ describe('nemesis schedule', () => {
           if (f !== g && f.node === g.node) expect(f.at >= g.at + g.dur || f.at + f.dur <= g.at).toBe(true);
     }
     expect(both).toBe(20);
+  });
+});
+
+describe('nemesis schedule with a kernel peer (--kernel)', () => {
+  // The kernel peer is the last node; its traffic is bridged in its namespace, so the faults made
+  // by a node's own inet rules (loss, reorder) must never be drawn for it.
+  const topoK = { ...topo, n: 6, kernel: 5 };
+  it('draws kernel-reload for it and every other kind, never loss or reorder on it', () => {
+    const a = schedule({ seed: 42, seconds: 60, topo: topoK });
+    expect(a.missing).toEqual([]);
+    expect(new Set(a.faults.map((f: { kind: string }) => f.kind))).toEqual(new Set(Object.keys(KINDS)));
+    let onKernel = 0;
+    for (let seed = 1; seed <= 30; seed++) {
+      const { faults } = schedule({ seed, seconds: 120, topo: topoK });
+      for (const f of faults) {
+        if (f.kind === 'loss' || f.kind === 'reorder') expect(f.node).not.toBe(5);
+        if (f.kind === 'kernel-reload') expect(f).toMatchObject({ node: 5, proc: 'k5' });
+        if (f.node === 5 && f.kind !== 'kernel-reload') onKernel++;
+      }
+    }
+    // It is still a target of the faults that work on it (partitions, link-flap, slow, dup, reset).
+    expect(onKernel).toBeGreaterThan(0);
+  });
+
+  it("leaves a cluster without a kernel peer its old schedule (CI's seed 1)", () => {
+    // CI's cluster (--nodes 4 --seconds 45 --seed 1) and the faults its schedule had before the
+    // kernel peer existed (read from a run's meta.json on bc757fd): seeds must keep replaying.
+    const ci = {
+      n: 4,
+      hosts: [2, 3],
+      embedded: [0, 1],
+      apps: ['a20', 'a21', 'a22', 'a30', 'a31'],
+      pausable: ['e0', 'e1', 't0', 't2', 'd2', 'd3'].map((proc) => ({ proc, node: Number(proc.slice(1)) })),
+      rails: [0, 1],
+    };
+    const { faults } = schedule({ seed: 1, seconds: 45, topo: ci });
+    expect(faults.map((f: { kind: string; at: number }) => `${f.kind}@${f.at}`)).toEqual([
+      'pause@7964',
+      'slow@9437',
+      'isolate@11057',
+      'loss@11666',
+      'reorder@11824',
+      'dup@13855',
+      'kill-host@13865',
+      'reset@16933',
+      'rail-cut@17553',
+      'partition-sym@18362',
+      'halves@20971',
+      'partition-asym@23574',
+      'kill-app@24566',
+      'kill-embedded-low@30784',
+      'link-flap@30866',
+      'kill-embedded-high@41528',
+    ]);
   });
 });
 
