@@ -58,7 +58,7 @@ def log(rec):
 
 
 def say(ev):
-    kout.write(json.dumps({'ev': ev, 'proc': cfg['proc']}) + '\n')
+    kout.write(json.dumps({'ev': ev, 'proc': cfg['proc']}, separators=(',', ':')) + '\n')
 
 
 h = 2166136261
