@@ -181,7 +181,7 @@ export class PathSend {
     this.sendQueue.unshiftAll(sentBefore);
     for (const m of msgs) this.adopt(m);
     const firstNew = this.nextSeq;
-    const oldSeqs: number[] = []; // ascending: the queue is in sequence order
+    const oldSeqs: number[] = [];
     for (const m of held) {
       const was = m.seq;
       m.renumber(this.nextSeq++);
@@ -190,9 +190,10 @@ export class PathSend {
       this.sendQueue.push(m);
     }
     return (seq) => {
-      let n = 0;
-      while (n < oldSeqs.length && oldSeqs[n]! <= seq) n++;
-      return n === 0 ? seq : firstNew + n - 1;
+      // The new numbers follow the queue's order: the last message covered has the highest.
+      let last = -1;
+      for (let i = 0; i < oldSeqs.length; i++) if (oldSeqs[i]! <= seq) last = i;
+      return last < 0 ? seq : firstNew + last;
     };
   }
 
