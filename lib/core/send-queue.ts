@@ -166,9 +166,11 @@ export class PathSend {
    * meanwhile were held for them (a socket that came back to this path queued its next ones here
    * while its earlier ones waited there), so `msgs` go ahead of them. Those never left (the hold
    * kept them) and are renumbered after `msgs`, so sequence order stays send order; any message
-   * already sent before keeps its place and number at the front.
+   * already sent before keeps its place and number at the front. Returns how a sequence number of
+   * this path given out before (a hold up to it, see ConnFailover.holdBehind) maps now: to the new
+   * number of the last held message it covered, itself if it covered none.
    */
-  adoptAhead(msgs: readonly RdsOutgoing[]): void {
+  adoptAhead(msgs: readonly RdsOutgoing[]): (seq: number) => number {
     const sentBefore: RdsOutgoing[] = [];
     const held: RdsOutgoing[] = [];
     for (const m of this.sendQueue.drain()) {
@@ -178,12 +180,21 @@ export class PathSend {
     }
     this.sendQueue.unshiftAll(sentBefore);
     for (const m of msgs) this.adopt(m);
+    const firstNew = this.nextSeq;
+    const oldSeqs: number[] = [];
     for (const m of held) {
       const was = m.seq;
       m.renumber(this.nextSeq++);
       renumbered(m, was);
+      oldSeqs.push(was);
       this.sendQueue.push(m);
     }
+    return (seq) => {
+      // The new numbers follow the queue's order: the last message covered has the highest.
+      let last = -1;
+      for (let i = 0; i < oldSeqs.length; i++) if (oldSeqs[i]! <= seq) last = i;
+      return last < 0 ? seq : firstNew + last;
+    };
   }
 
   /**

@@ -125,7 +125,7 @@ export class ConnFailover {
       else move.push(m);
     }
     from.tx.sendQueue.unshiftAll(stay);
-    if (ahead) target.tx.adoptAhead(move);
+    if (ahead) this.renumberedHolds(target, target.tx.adoptAhead(move));
     else for (const m of move) target.tx.adopt(m);
     const moved = move.length;
     s.moved += moved;
@@ -151,6 +151,23 @@ export class ConnFailover {
     s.behind = null;
     this.conn.stack.pathEvents.failedOver(from, target, moved);
     target.tx.schedulePump();
+  }
+
+  /**
+   * `target`'s held messages got later numbers (PathSend.adoptAhead): a path waiting behind it up
+   * to a number that covered some of them waits up to their new numbers. Left at the old number,
+   * its hold ended at once (nothing that low was left unacknowledged), and a socket that came
+   * back to it from `target` sent its next message ahead of its earlier one there (found by the
+   * nemesis: reorders towards a peer on the rail pair, issue #35).
+   */
+  private renumberedHolds(target: RdsConnPath, remap: (seq: number) => number): void {
+    for (const [p, s] of this.st) if (p !== target && s.behind === target) s.seq = remap(s.seq);
+    const unmade = this.unmade;
+    if (unmade !== null)
+      for (let i = 0; i < unmade.length; i++) {
+        const h = unmade[i];
+        if (h?.behind === target) unmade[i] = { behind: target, seq: remap(h.seq) };
+      }
   }
 
   /**
