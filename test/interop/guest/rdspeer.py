@@ -30,7 +30,8 @@
 With RDSPEER_TOS=N in the environment every socket sets TOS N (SIOCRDSSETTOS) after bind and
 prints {"tos_set": N, "tos_kept": what SIOCRDSGETTOS reads back}.
 Addresses may be IPv6 (recv, send, ping): python's socket module only takes IPv4 addresses for
-AF_RDS, so those calls go to libc with a sockaddr_in6.
+AF_RDS, so those calls go to libc with a sockaddr_in6; a link-local one takes its zone after '%'
+(an interface name or index: sin6_scope_id).
 """
 import ctypes, hashlib, json, os, select, socket, struct, sys, threading, time
 
@@ -143,8 +144,11 @@ class Rds6:
 
     @staticmethod
     def sa(addr, port):
+        # A link-local address may carry its zone (fe80::2%eth0): sin6_scope_id, as the kernel needs.
+        addr, _, zone = addr.partition('%')
+        scope = (int(zone) if zone.isdigit() else socket.if_nametoindex(zone)) if zone else 0
         return ctypes.create_string_buffer(struct.pack('=HHI16sI', socket.AF_INET6, socket.htons(port), 0,
-                                                       socket.inet_pton(socket.AF_INET6, addr), 0), 28)
+                                                       socket.inet_pton(socket.AF_INET6, addr), scope), 28)
 
     def check(self, r, what):
         if r < 0:
