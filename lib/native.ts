@@ -5,8 +5,11 @@ import { fileURLToPath } from 'node:url';
 export interface IbEndpointBinding {
   /** rdma_listen on address:port; returns the listener's id. */
   listen(address: string, port: number): number;
-  /** rdma_resolve_addr then _route; returns the new id; ROUTE_RESOLVED (or an error event) follows. */
-  connect(src: string, dst: string, port: number, timeoutMs: number): number;
+  /**
+   * rdma_resolve_addr then _route; returns the new id; ROUTE_RESOLVED (or an error event) follows.
+   * `tos`: the id's type of service (rdma_set_option RDMA_OPTION_ID_TOS), set before either.
+   */
+  connect(src: string, dst: string, port: number, timeoutMs: number, tos?: number): number;
   /** PD, completion channel, CQ, RC QP, and one registered buffer of (sendSlots + recvSlots) slots. */
   setupQp(id: number, sendSlots: number, recvSlots: number, slotSize: number): Buffer;
   rdmaConnect(id: number, privateData: Buffer): void;

@@ -53,6 +53,7 @@ bool LoadApi() {
       Sym(verbs, "ibv_ack_cq_events", api.ack_cq_events) && Sym(verbs, "ibv_get_device_name", api.get_device_name);
   ok = ok && Sym(verbs, "ibv_query_device", api.query_device);
   api.reg_mr_iova = reinterpret_cast<decltype(api.reg_mr_iova)>(dlsym(verbs, "ibv_reg_mr_iova"));
+  api.set_option = reinterpret_cast<decltype(api.set_option)>(dlsym(cm, "rdma_set_option"));
   apiLoaded = ok;
   return ok;
 }

@@ -42,6 +42,9 @@ struct Api {
   // rdma-core 25+ (libibverbs 1.8): registration at a chosen I/O virtual address. Optional: without
   // it the transport still moves messages, only RDMA memory registration is refused.
   ibv_mr* (*reg_mr_iova)(ibv_pd*, void*, size_t, uint64_t, int);
+  // rdma_set_option (RDMA_OPTION_ID_TOS: a connection's type of service, before route resolution).
+  // Optional: without it only TOS 0 (the default service type) can be connected.
+  int (*set_option)(rdma_cm_id*, int, int, void*, size_t);
 };
 
 extern Api api;

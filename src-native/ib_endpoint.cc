@@ -197,14 +197,22 @@ Napi::Value Endpoint::Listen(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, c->id);
 }
 
-// connect(srcAddress, dstAddress, port, timeoutMs) -> id; events follow (ROUTE_RESOLVED or errors)
+// connect(srcAddress, dstAddress, port, timeoutMs[, tos]) -> id; events follow (ROUTE_RESOLVED or
+// errors). With tos the id's type of service is set first, so route resolution uses it (the
+// kernel's rds_rdma sets rdma_set_service_type(cm_id, c_tos) before resolving the route).
 Napi::Value Endpoint::Connect(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   sockaddr_in src, dst;
+  bool hasTos = info.Length() >= 5 && !info[4].IsUndefined();
   if (info.Length() < 4 || !info[0].IsString() || !info[1].IsString() || !info[2].IsNumber() || !info[3].IsNumber() ||
-      !ParseIpv4(info[0].As<Napi::String>(), 0, &src) ||
+      (hasTos && !info[4].IsNumber()) || !ParseIpv4(info[0].As<Napi::String>(), 0, &src) ||
       !ParseIpv4(info[1].As<Napi::String>(), info[2].As<Napi::Number>().Uint32Value(), &dst)) {
-    Napi::TypeError::New(env, "connect(srcIpv4, dstIpv4, port, timeoutMs)").ThrowAsJavaScriptException();
+    Napi::TypeError::New(env, "connect(srcIpv4, dstIpv4, port, timeoutMs[, tos])").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  uint8_t tos = hasTos ? static_cast<uint8_t>(info[4].As<Napi::Number>().Uint32Value()) : 0;
+  if (tos != 0 && api.set_option == nullptr) {
+    ThrowErrno(env, "rdma_set_option (this librdmacm has none, so no TOS can be set)", EOPNOTSUPP);
     return env.Undefined();
   }
   rdma_cm_id* raw;
@@ -213,6 +221,13 @@ Napi::Value Endpoint::Connect(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   Conn* c = NewConn(CmId(raw));
+  if (hasTos && api.set_option != nullptr &&
+      api.set_option(raw, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos) != 0) {
+    int err = errno;
+    Drop(c);
+    ThrowErrno(env, "rdma_set_option(RDMA_OPTION_ID_TOS)", err);
+    return env.Undefined();
+  }
   if (api.resolve_addr(raw, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                        info[3].As<Napi::Number>().Int32Value()) != 0) {
     int err = errno;

@@ -179,7 +179,9 @@ describe('getsockopt(SOL_RDS, RDS_INFO_*)', () => {
         {
           localAddress: '10.0.0.1',
           peerAddress: '10.0.0.2',
-          transport: 'ib',
+          // The IB transport's name, as connections() reports it (the kernel's t_name).
+          transport: 'infiniband',
+          tos: 0x25,
           npaths: 1,
           initiator: true,
           paths: [
@@ -202,11 +204,15 @@ describe('getsockopt(SOL_RDS, RDS_INFO_*)', () => {
     expect(b.readUInt32LE(40)).toBe(256);
     expect(b.readUInt32LE(44)).toBe(1024);
     expect(b.readUInt32LE(48)).toBe(2);
+    // tos, and sl as rds_rdma derives it from the TOS (its low 4 bits).
+    expect([b[60], b[61]]).toEqual([0x25, 0x05]);
     const r6 = infoRecords(info, constants.RDS6_INFO_IB_CONNECTIONS)!;
     expect(r6.records[0]!.length).toBe(92);
     expect(r6.records[0]!.readUInt32LE(64)).toBe(256);
+    expect([r6.records[0]![84], r6.records[0]![85]]).toEqual([0x25, 0x05]);
     const c = infoRecords(info, constants.RDS_INFO_CONNECTIONS)!;
     expect(cstr(c.records[0]!, 24, 16)).toBe('infiniband');
+    expect(c.records[0]![41]).toBe(0x25); // c_tos
   });
 
   it('a buffer too small is ENOSPC with the length needed and stays untouched; unknown numbers are ENOPROTOOPT', async () => {

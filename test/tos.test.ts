@@ -1,6 +1,14 @@
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack, constants } from '../lib/index.js';
+import {
+  IbTransport,
+  LoopTransport,
+  RdsSocket,
+  RdsStack,
+  TcpTransport,
+  constants,
+  type RdsTransport,
+} from '../lib/index.js';
 import { rdsIoctl } from '../lib/core/tos.js';
 import { makePair, type Pair, runNode, TEST_TCP_PORT, timeout } from './helpers.js';
 
@@ -47,17 +55,25 @@ describe.each(['tcp', 'attached', 'attached-process'] as const)('SIOCRDSSETTOS o
 });
 
 describe('the TOS maps of the transports', () => {
-  it('IB keeps TOS 0 and refuses another (no connection per TOS yet); a transport without a map is ENOTTY', () => {
-    expect(rdsIoctl(SIOCRDSSETTOS, 0, constants.RDS_TRANS_IB, false)).toBe(0);
-    expect(() => rdsIoctl(SIOCRDSSETTOS, 3, constants.RDS_TRANS_IB, false)).toThrow(
-      expect.objectContaining({ code: 'EOPNOTSUPP', message: expect.stringMatching(/connection per TOS/) }),
+  it('IB keeps the TOS (a connection per TOS), TCP maps every TOS to 0, loopback has no map (ENOTTY)', () => {
+    const ib = new IbTransport();
+    const tcp = new TcpTransport();
+    for (const tos of [0, 3, 255]) {
+      expect(ib.tosMap(tos)).toBe(tos);
+      expect(tcp.tosMap(tos)).toBe(0);
+    }
+    expect((new LoopTransport() as RdsTransport).tosMap).toBeUndefined();
+    const none = { map: () => null, kept: 0, sent: false };
+    expect(() => rdsIoctl(SIOCRDSSETTOS, 3, none)).toThrow(expect.objectContaining({ code: 'ENOTTY' }));
+    // What the kernel's rds_ioctl checks after the map: rs_tos already set, or a cached rs_conn.
+    expect(rdsIoctl(SIOCRDSSETTOS, 3, { map: (t) => t, kept: 0, sent: false })).toBe(3);
+    expect(() => rdsIoctl(SIOCRDSSETTOS, 3, { map: (t) => t, kept: 2, sent: false })).toThrow(
+      expect.objectContaining({ code: 'EINVAL', message: expect.stringMatching(/already has TOS 2/) }),
     );
-    expect(() => rdsIoctl(SIOCRDSSETTOS, 3, constants.RDS_TRANS_LOOP, false)).toThrow(
-      expect.objectContaining({ code: 'ENOTTY' }),
+    expect(() => rdsIoctl(SIOCRDSSETTOS, 3, { map: (t) => t, kept: 0, sent: true })).toThrow(
+      expect.objectContaining({ code: 'EINVAL' }),
     );
-    expect(() => rdsIoctl(SIOCRDSSETTOS, 3, constants.RDS_TRANS_NONE, false)).toThrow(
-      expect.objectContaining({ code: 'ENOTTY' }),
-    );
+    expect(rdsIoctl(SIOCRDSGETTOS, undefined, { map: (t) => t, kept: 2, sent: true })).toBe(2);
   });
 });
 

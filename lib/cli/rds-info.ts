@@ -34,6 +34,7 @@ interface Info {
     localAddress: string;
     peerAddress: string;
     transport: string;
+    tos?: number;
     npaths: number;
     paths: {
       index: number;
@@ -113,7 +114,7 @@ function print(info: Info, want: Set<string>, verbose: boolean): void {
       for (const p of c.paths) {
         const flags = `${p.sendQueue > 0 ? 's' : '-'}${FLAGS[p.state] ?? '?'}`;
         out.push(
-          `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(flags, 4)} ${l(p.index, 4)} ${l(p.state, 13)} ${r(p.sendQueue, 6)} ${r(p.retransQueue, 6)}`,
+          `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(c.tos ?? 0, 4)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(flags, 4)} ${l(p.index, 4)} ${l(p.state, 13)} ${r(p.sendQueue, 6)} ${r(p.retransQueue, 6)}`,
         );
       }
     }
@@ -165,18 +166,18 @@ function print(info: Info, want: Set<string>, verbose: boolean): void {
     }
   }
   if (all || want.has('-I')) {
-    // InfiniBand connections (transport 'ib'), one line per connection: as rds-info -I, without
+    // InfiniBand connections (transport 'infiniband'), one line per connection: as rds-info -I, without
     // the device GIDs and the QP details the kernel shows.
     out.push(
       '\nRDMA Connections:',
       `${r('LocalAddr', 15)} ${r('RemoteAddr', 15)} ${r('Tos', 4)} ${l('State', 13)} ${r('NextTX', 16)} ${r('NextRX', 16)} ${r('Wc/Wake', 8)}`,
     );
     for (const c of info.connections) {
-      if (c.transport !== 'ib') continue;
+      if (c.transport !== 'infiniband' && c.transport !== 'ib') continue;
       const p = c.paths[0];
       if (p === undefined) continue;
       out.push(
-        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(p.transport?.completionsPerWakeup ?? '-', 8)}${verbose ? ibVerbose(p.transport) : ''}`,
+        `${r(c.localAddress, 15)} ${r(c.peerAddress, 15)} ${r(c.tos ?? 0, 4)} ${l(p.state, 13)} ${r(p.nextTxSeq, 16)} ${r(p.nextRxSeq, 16)} ${r(p.transport?.completionsPerWakeup ?? '-', 8)}${verbose ? ibVerbose(p.transport) : ''}`,
       );
     }
   }

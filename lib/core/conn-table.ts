@@ -8,8 +8,9 @@ import type { RdsTransport } from './transport.js';
 
 /**
  * The connection table of a stack (the kernel's rds_conn_hash, connection.c): one RdsConnection
- * per (local address, peer address, transport), made on first use and shared by every socket,
- * forgotten once idle (reclaim.ts).
+ * per (local address, peer address, transport, TOS), made on first use and shared by every
+ * socket, forgotten once idle (reclaim.ts). The TOS is the transport's map of a socket's
+ * (RdsTransport.tosMap): 0 for every TCP socket, so TCP has one connection per address pair.
  */
 export class ConnTable {
   private readonly conns = new Map<string, RdsConnection>();
@@ -23,12 +24,13 @@ export class ConnTable {
     this.reclaimer = new ConnReclaimer(stack.options.peerIdleTimeoutMs, this.conns, (c) => this.forget(c));
   }
 
-  /** The connection (laddr, faddr, transport), made on first use. */
-  get(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
-    const key = RdsConnection.key(laddr, faddr, transport.name);
+  /** The connection (laddr, faddr, transport, tos), made on first use. */
+  get(laddr: string, faddr: string, transport: RdsTransport, tos = 0): RdsConnection {
+    const key = RdsConnection.key(laddr, faddr, transport.name, tos);
     let c = this.conns.get(key);
     if (c === undefined) {
-      c = new RdsConnection(this.stack, laddr, faddr, transport, transport.mpathCapable ? this.stack.maxPaths : 1);
+      const paths = transport.mpathCapable ? this.stack.maxPaths : 1;
+      c = new RdsConnection(this.stack, laddr, faddr, transport, paths, tos);
       this.conns.set(key, c);
       this.reclaimer.connCreated(c);
     }
@@ -36,8 +38,8 @@ export class ConnTable {
   }
 
   /** The connection if there is one; never makes one. */
-  find(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
-    return this.conns.get(RdsConnection.key(laddr, faddr, transport.name));
+  find(laddr: string, faddr: string, transport: RdsTransport, tos = 0): RdsConnection | undefined {
+    return this.conns.get(RdsConnection.key(laddr, faddr, transport.name, tos));
   }
 
   values(): IterableIterator<RdsConnection> {

@@ -45,6 +45,8 @@ export class RdsConnection {
     readonly faddr: string,
     readonly transport: RdsTransport,
     maxPaths: number,
+    /** c_tos: the TOS the connection carries (the transport's map of its sockets'); part of its key. */
+    readonly tos = 0,
   ) {
     this.peerCong = stack.congMap(faddr);
     this.isInitiator = compareAddresses(laddr, faddr) < 0;
@@ -161,11 +163,11 @@ export class RdsConnection {
   }
 
   get key(): string {
-    return RdsConnection.key(this.laddr, this.faddr, this.transport.name);
+    return RdsConnection.key(this.laddr, this.faddr, this.transport.name, this.tos);
   }
 
-  static key(laddr: string, faddr: string, transport: string): string {
-    return `${laddr}|${faddr}|${transport}`;
+  static key(laddr: string, faddr: string, transport: string, tos = 0): string {
+    return `${laddr}|${faddr}|${transport}|${tos}`;
   }
 
   /**

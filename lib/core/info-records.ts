@@ -93,7 +93,8 @@ export function connectionRecords(info: StackInfo, v6: boolean): InfoRecords {
     const t = addrs(b, 16, c.localAddress, c.peerAddress, v6);
     name(b, t, 16, KERNEL_TRANSPORT_NAME[c.transport] ?? c.transport);
     b[t + 16] = connFlags(p);
-    // v4 only: c_tos at t + 17, left 0: connections carry TOS 0 (TCP maps every TOS to 0, tos.ts).
+    // v4 only: c_tos (rds6_info_connection has none). TCP connections carry 0 (every TOS maps to 0).
+    if (!v6) b[t + 17] = c.tos ?? 0;
     records.push(b);
   }
   return { each, records };
@@ -186,7 +187,8 @@ export function ibConnectionRecords(info: StackInfo, v6: boolean): InfoRecords {
   const each = v6 ? 92 : 68;
   const records: Buffer[] = [];
   for (const c of info.connections) {
-    if (c.transport !== 'ib' || (!v6 && !isIPv4(c.localAddress))) continue;
+    // The IB transport's name is the kernel's, 'infiniband' ('ib': what SO_RDS_TRANSPORT calls it).
+    if ((c.transport !== 'infiniband' && c.transport !== 'ib') || (!v6 && !isIPv4(c.localAddress))) continue;
     const p = firstPath(c);
     const b = Buffer.alloc(each);
     const o = addrs(b, 0, c.localAddress, c.peerAddress, v6) + 32; // past src_gid[16], dst_gid[16]
@@ -194,7 +196,10 @@ export function ibConnectionRecords(info: StackInfo, v6: boolean): InfoRecords {
     u32(b, o, num(t, 'maxSendWr'));
     u32(b, o + 4, num(t, 'maxRecvWr'));
     u32(b, o + 8, num(t, 'maxSendSge'));
-    // rdma_mr_max, rdma_mr_size (o + 12, o + 16), tos, sl (o + 20, o + 21), cache_allocs (o + 24): 0.
+    // rdma_mr_max, rdma_mr_size (o + 12, o + 16) and cache_allocs (o + 24): 0. tos, and sl as
+    // rds_rdma derives the path's service level from it (TOS_TO_SL: the low 4 bits).
+    b[o + 20] = c.tos ?? 0;
+    b[o + 21] = (c.tos ?? 0) & 0x0f;
     records.push(b);
   }
   return { each, records };

@@ -62,6 +62,7 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     localAddress: c.laddr,
     peerAddress: c.faddr,
     transport: c.transport.name,
+    tos: c.tos,
     npaths: c.npaths,
     initiator: c.isInitiator,
     // The lanes in use, then the rail slots (index 8 and up). A path not made yet is shown as the

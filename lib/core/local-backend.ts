@@ -14,7 +14,7 @@ import {
   SO_SNDTIMEO_NEW,
   SOL_SOCKET,
 } from '../constants.js';
-import { flowControlError, RdsError } from '../errors.js';
+import { RdsError } from '../errors.js';
 import { isHostLocalAddress, type RdsAddress } from './address.js';
 import type { RdsConnection } from './connection.js';
 import { defer } from './defer.js';
@@ -27,7 +27,7 @@ import type { PeerEvent, PeerState } from './ext/peer-state.js';
 import { rdmaUnsupported } from './rdma.js';
 import { MrTable, mapRegion, prepareRdmaControl, type RdmaControl } from './rdma-ops.js';
 import type { RxSocketLimit } from './ext/rx-limit.js';
-import { budgetReport } from './ext/send-report.js';
+import { sendBufferFull } from './ext/send-report.js';
 import { SendTimeout } from './send-timeout.js';
 import type { BackendEvents, CheckedSend, EnqueueResult, SocketBackend } from './socket-backend.js';
 import { SocketOptionValues } from './socket-options.js';
@@ -134,6 +134,10 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     this.transportType = type;
   }
 
+  tosMap(tos: number): number | null {
+    return this.transport?.tosMap?.(tos) ?? null;
+  }
+
   async bind(ep: RdsAddress): Promise<void> {
     let port = 0;
     if (!(await isHostLocalAddress(ep.address))) {
@@ -211,7 +215,7 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     // Senders talk to the same few peers: keep the last connection rather than rebuild its key.
     let conn = this.lastConn;
     if (conn === null || conn.faddr !== address || conn.reclaimed) {
-      conn = this.stack.connForSend(bound.address, address, this.transport!);
+      conn = this.stack.connForSend(bound.address, address, this.transport!, m.tos);
       this.lastConn = conn;
       this.lastPeer = this.stack.peerEntry(address);
     }
@@ -243,24 +247,9 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     return m.confirm ? confirmationOf(msg, this.confirming, this.stack.counters) : m.len;
   }
 
-  /**
-   * EAGAIN, saying who holds the budget. Non-blocking senders get it at message rates and mostly
-   * test only `code`: the report walks the send list, so it is made when the message is first
-   * read, not when the error is thrown.
-   */
+  /** EAGAIN, saying who holds the budget (send-report.ts). */
   fullError(): RdsError {
-    const head = `EAGAIN: send buffer full (${this.sndBytes} of ${this.options.sndbuf} bytes unacknowledged)`;
-    const err = flowControlError('EAGAIN', '');
-    let text: string | null = null;
-    Object.defineProperty(err, 'message', {
-      configurable: true,
-      enumerable: false,
-      get: () => (text ??= `${head}: ${budgetReport(this.pending, (a) => this.stack.peerUnreachableMs(a))}`),
-      set: (v: string) => {
-        text = v;
-      },
-    });
-    return err;
+    return sendBufferFull(this.sndBytes, this.options.sndbuf, this.pending, (a) => this.stack.peerUnreachableMs(a));
   }
 
   hasRoom(_waiting: boolean): boolean {

@@ -35,6 +35,8 @@ export interface CheckedSend {
   rdma: RdmaControl | null;
   /** send({ confirm }): enqueue() answers with a Confirmation. */
   confirm: boolean;
+  /** The socket's TOS (SIOCRDSSETTOS, as its transport mapped it): the connection is the one keyed by it. */
+  tos: number;
 }
 
 /** A confirmed send's wait for the peer (send({ confirm })). @internal */
@@ -93,6 +95,10 @@ export interface SocketBackend {
   connected(peer: RdsAddress): void;
   /** SO_RDS_TRANSPORT (checked by the socket: before bind, in range). */
   setTransport(type: number): void;
+  /** The socket's transport's get_tos_map of `tos` (RdsTransport.tosMap); null without one (ENOTTY). */
+  tosMap(tos: number): number | null;
+  /** SIOCRDSSETTOS kept `tos` (a host node's socket tells the node; a local one reads CheckedSend.tos). */
+  tosSet?(tos: number): void;
   /** Binds to the checked endpoint (port 0: ephemeral); resolves once peers can reach it. */
   bind(ep: RdsAddress): Promise<void>;
 

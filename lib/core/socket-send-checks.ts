@@ -30,6 +30,7 @@ export class SendChecks {
     zcopyCookie: undefined,
     rdma: null,
     confirm: false,
+    tos: 0,
   };
 
   constructor(private readonly backend: SocketBackend) {}

@@ -15,6 +15,7 @@ import {
   type SO_RDS_TRANSPORT,
   SO_SNDBUF,
   SO_SNDTIMEO,
+  SIOCRDSSETTOS,
   type SO_TIMESTAMP,
   type SO_TIMESTAMP_NEW,
   type SO_ZEROCOPY,
@@ -71,6 +72,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** @internal */ private binding = false;
   /** A message was queued (SIOCRDSSETTOS must come before: the kernel's cached rs_conn). @internal */
   private sent = false;
+  /** rs_tos: what SIOCRDSSETTOS kept (the transport's map of it); the socket's connections are keyed by it. @internal */
+  private tos = 0;
   /** connect()'s default destination. @internal */
   private peer: RdsAddress | null = null;
   /** @internal */ private readonly checks: SendChecks;
@@ -205,6 +208,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   ): number | Confirmation {
     this.checkOpen('sendmsg()');
     const m = this.checks.check(data, dest, opts, this.peer, this.binding, confirm);
+    m.tos = this.tos;
     const r = this.backend.enqueue(m);
     if (r === 'EAGAIN') throw this.backend.fullError();
     if (r === 'ENOBUFS')
@@ -384,10 +388,15 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     return this.backend.rdsInfo(optname, buffer);
   }
 
-  /** ioctl(2): SIOCRDSSETTOS (arg: the TOS; once, before the first send), SIOCRDSGETTOS; see tos.ts. */
+  /** ioctl(2): SIOCRDSSETTOS (arg: the TOS; once, before the first send), SIOCRDSGETTOS (the TOS kept); see tos.ts. */
   ioctl(request: number, arg?: number): number {
     this.checkOpen('ioctl()');
-    return rdsIoctl(request, arg, this.backend.transportType, this.sent);
+    const b = this.backend;
+    const r = rdsIoctl(request, arg, { map: (t) => b.tosMap(t), kept: this.tos, sent: this.sent });
+    if (request !== SIOCRDSSETTOS) return r;
+    this.tos = r;
+    b.tosSet?.(r);
+    return 0;
   }
 
   /**

@@ -227,14 +227,14 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
 
   // ---- connections (connection.c) ----
 
-  /** The connection (laddr, faddr, transport), made on first use. @internal */
-  connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
-    return this.conns.get(laddr, faddr, transport);
+  /** The connection (laddr, faddr, transport, tos), made on first use. @internal */
+  connFor(laddr: string, faddr: string, transport: RdsTransport, tos = 0): RdsConnection {
+    return this.conns.get(laddr, faddr, transport, tos);
   }
 
-  /** The connection (laddr, faddr, transport) if there is one; never makes one (admission checks; see TransportHost). @internal */
-  findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined {
-    return this.conns.find(laddr, faddr, transport);
+  /** The connection (laddr, faddr, transport, tos) if there is one; never makes one (admission checks; see TransportHost). @internal */
+  findConn(laddr: string, faddr: string, transport: RdsTransport, tos = 0): RdsConnection | undefined {
+    return this.conns.find(laddr, faddr, transport, tos);
   }
 
   /**
@@ -250,13 +250,16 @@ export class RdsStack extends EventEmitter<RdsStackEvents> implements StackReade
     if (!this.binds.hasAddress(c.faddr) && !this.conns.refersTo(c.faddr, true)) this.cong.forget(c.faddr);
   }
 
-  /** The connection a socket bound with `transport` uses to reach faddr: loopback if faddr is ours. @internal */
-  connForSend(laddr: string, faddr: string, transport: RdsTransport): RdsConnection {
+  /**
+   * The connection a socket bound with `transport` and keeping `tos` uses to reach faddr:
+   * loopback if faddr is ours (keyed by the TOS too, as the kernel's rds_conn_create_outgoing). @internal
+   */
+  connForSend(laddr: string, faddr: string, transport: RdsTransport, tos = 0): RdsConnection {
     if (this.binds.hasAddress(faddr)) {
       const loop = this.transports.byType(RDS_TRANS_LOOP);
-      if (loop) return this.connFor(laddr, faddr, loop);
+      if (loop) return this.connFor(laddr, faddr, loop, tos);
     }
-    return this.connFor(laddr, faddr, transport);
+    return this.connFor(laddr, faddr, transport, tos);
   }
 
   /** @internal */ private control: ControlEndpoint | null = null;

@@ -1,4 +1,4 @@
-import { RDS_TRANS_IB, RDS_TRANS_TCP, SIOCRDSGETTOS, SIOCRDSSETTOS } from '../constants.js';
+import { SIOCRDSGETTOS, SIOCRDSSETTOS } from '../constants.js';
 import { RdsError } from '../errors.js';
 
 // A socket's type of service (af_rds.c rds_ioctl, SIOCRDSSETTOS / SIOCRDSGETTOS). The kernel
@@ -6,18 +6,10 @@ import { RdsError } from '../errors.js';
 // TOS to 0 (all TOS share one connection, which therefore carries 0), RDS/IB keeps it (a
 // connection per TOS, its service level from the TOS); a socket with no transport yet (unbound,
 // no SO_RDS_TRANSPORT) or on a transport without a map (the kernel's loopback) answers ENOTTY.
+// The map is the transport's (RdsTransport.tosMap); the core only keeps what it answered and
+// keys the socket's connections by it (connection.c: a connection per laddr, faddr, transport, tos).
 // A socket sets its TOS once, before its first send: the kernel refuses (EINVAL) when the TOS
 // kept is already non-zero or the socket has a connection cached by a send.
-
-// What rds-socket keeps is always 0: TCP maps every TOS to 0, and a non-zero TOS on IB (which
-// needs a connection per TOS) is refused, so the kernel's "TOS already set" case cannot arise.
-
-/** The transport's get_tos_map for `tos`, or null where the transport has none (ENOTTY). */
-export function tosMap(transType: number, tos: number): number | null {
-  if (transType === RDS_TRANS_TCP) return 0;
-  if (transType === RDS_TRANS_IB) return tos;
-  return null;
-}
 
 function noMap(what: string): RdsError {
   return new RdsError(
@@ -26,35 +18,38 @@ function noMap(what: string): RdsError {
   );
 }
 
+/** What an ioctl() needs of the socket: its transport's map (null: none), the TOS kept, whether it sent. */
+export interface TosState {
+  /** The transport's get_tos_map for `tos`, or null where the socket has no transport with one. */
+  map(tos: number): number | null;
+  /** rs_tos: the TOS kept (0 until set). */
+  readonly kept: number;
+  /** The socket has sent (the kernel's cached rs_conn). */
+  readonly sent: boolean;
+}
+
 /**
- * ioctl(2) on an RDS socket: SIOCRDSSETTOS (arg: the TOS, 0..255; returns 0) and SIOCRDSGETTOS
- * (returns the TOS kept). `transType` is the socket's RDS_TRANS_* (RDS_TRANS_NONE before one is
- * chosen); `sent` says whether the socket has sent (the kernel's cached rs_conn).
+ * ioctl(2) on an RDS socket: SIOCRDSSETTOS (arg: the TOS, 0..255) answers the TOS to keep (the
+ * transport's map of it); SIOCRDSGETTOS answers the TOS kept. The caller keeps what SET answers.
  */
-export function rdsIoctl(request: number, arg: unknown, transType: number, sent: boolean): number {
+export function rdsIoctl(request: number, arg: unknown, s: TosState): number {
   switch (request) {
     case SIOCRDSSETTOS: {
       if (typeof arg !== 'number' || !Number.isInteger(arg) || arg < 0 || arg > 255)
         throw new RdsError('EINVAL', `SIOCRDSSETTOS takes a TOS from 0 to 255 (rds_tos_t is a u8), got ${String(arg)}`);
-      const tos = tosMap(transType, arg);
+      const tos = s.map(arg);
       if (tos === null) throw noMap('SIOCRDSSETTOS');
-      if (sent)
+      if (s.sent)
         throw new RdsError(
           'EINVAL',
           'SIOCRDSSETTOS must come before the socket first sends (its connection is chosen then)',
         );
-      if (tos !== 0)
-        // rds_rdma opens a connection per TOS and puts the TOS in its connect private data; the
-        // userspace IB transport has one connection per peer, so it cannot honour another TOS.
-        throw new RdsError(
-          'EOPNOTSUPP',
-          `SIOCRDSSETTOS ${tos}: the IB transport has one connection per peer (TOS 0); a connection per TOS is not implemented`,
-        );
-      return 0;
+      if (s.kept !== 0)
+        throw new RdsError('EINVAL', `SIOCRDSSETTOS: the socket already has TOS ${s.kept}; a TOS is set once`);
+      return tos;
     }
     case SIOCRDSGETTOS:
-      // The TOS kept (rs_tos): 0, see above.
-      return 0;
+      return s.kept;
     default:
       throw new RdsError(
         'ENOTTY',

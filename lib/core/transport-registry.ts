@@ -64,8 +64,8 @@ export function transportHostOf(stack: RdsStack): TransportHost {
     peerAllowed: (address) => stack.peerAllowed(address),
     isLocalAddress: (address) => stack.binds.hasAddress(address),
     isBound: (address, port) => stack.binds.isBound(address, port),
-    connFor: (laddr, faddr, transport) => stack.connFor(laddr, faddr, transport),
-    findConn: (laddr, faddr, transport) => stack.findConn(laddr, faddr, transport),
+    connFor: (laddr, faddr, transport, tos) => stack.connFor(laddr, faddr, transport, tos),
+    findConn: (laddr, faddr, transport, tos) => stack.findConn(laddr, faddr, transport, tos),
     recvIncoming: (cp, header, payload, localReceipt) => recvIncoming(stack, cp, header, payload, localReceipt),
     reportProtocolError: (cp, error) => stack.pathEvents.protocolError(cp, error),
     get rails() {

@@ -28,10 +28,10 @@ export interface TransportHost {
   isLocalAddress(address: string): boolean;
   /** Whether (address, port) is bound in the stack. */
   isBound(address: string, port: number): boolean;
-  /** The connection (laddr, faddr, transport), made on first use. */
-  connFor(laddr: string, faddr: string, transport: RdsTransport): RdsConnection;
+  /** The connection (laddr, faddr, transport, tos: default 0), made on first use. */
+  connFor(laddr: string, faddr: string, transport: RdsTransport, tos?: number): RdsConnection;
   /** The connection if there is one; never makes one (admission checks). */
-  findConn(laddr: string, faddr: string, transport: RdsTransport): RdsConnection | undefined;
+  findConn(laddr: string, faddr: string, transport: RdsTransport, tos?: number): RdsConnection | undefined;
   /**
    * rds_recv_incoming: one complete frame from a path's carrier. `localReceipt` (loopback only):
    * settled by the receiving socket when its application takes the message (see localReceipt).
@@ -72,6 +72,13 @@ export interface RdsTransport {
   readonly alwaysAcks?: boolean;
   /** Whether sockets may choose it (the loopback transport is only ever picked by the core). */
   readonly userSelectable: boolean;
+  /**
+   * The kernel's get_tos_map: the TOS a socket asking for `tos` (0..255) keeps, and whose
+   * connection it then uses (connections are keyed by it). TCP maps every TOS to 0 (one
+   * connection carries them all); IB keeps it (a connection per TOS). Without it SIOCRDSSETTOS is
+   * ENOTTY, as on the kernel's loopback transport.
+   */
+  tosMap?(tos: number): number;
   /**
    * Messages never leave this host (the loopback transport, the kernel's rds_loop_transport): no
    * handshake, acknowledgements, heartbeats or congestion updates on a wire. The core asks this,

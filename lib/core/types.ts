@@ -146,6 +146,11 @@ export interface ConnectionInfo {
   localAddress: string;
   peerAddress: string;
   transport: string;
+  /**
+   * The TOS the connection carries (c_tos; rds-info's Tos column): a connection per TOS on IB,
+   * 0 on TCP (every TOS maps to 0). Absent from a host node older than this field.
+   */
+  tos?: number;
   npaths: number;
   initiator: boolean;
   paths: PathInfo[];

@@ -61,6 +61,13 @@ export class UnansweredCalls {
     );
   }
 
+  /** Tells the node of ioctl(request, arg) (SIOCRDSSETTOS); a refusal is kept as setsockopt()'s. */
+  ioctl(request: number, arg: number): void {
+    this.link.request('ioctl', this.sid, { request, arg }).catch((e: unknown) => {
+      if (e !== this.link.downError) this.#refusal ??= refusal(e, `ioctl(0x${request.toString(16)}, ${arg})`);
+    });
+  }
+
   /** A refusal is waiting to be thrown (poll() reports POLLERR). */
   get pending(): boolean {
     return this.#refusal !== null;

@@ -7,6 +7,7 @@ import {
   RDS_TRANS_IB,
   RDS_TRANS_NONE,
   RDS_TRANS_TCP,
+  SIOCRDSSETTOS,
   SO_RDS_MSG_RXPATH_LATENCY,
   SOL_RDS,
 } from '../constants.js';
@@ -58,6 +59,9 @@ export class NodeBackend implements SocketBackend {
   private readonly confirms = new Map<number, (e: Error) => void>();
   /** Congestion maps the node received since this socket opened. */
   private congMaps = 0;
+  /** SIOCRDSSETTOS's TOS, and whether bind() was asked of the node (after which the node is told at once). */
+  private tos = 0;
+  private bindAsked = false;
 
   constructor(readonly stack: AttachedStack) {
     this.link = stack.currentLink();
@@ -103,11 +107,25 @@ export class NodeBackend implements SocketBackend {
     this.transportType = type;
   }
 
+  /** The maps of the node's transports (TcpTransport, IbTransport): TCP keeps 0, IB the TOS. */
+  tosMap(tos: number): number | null {
+    if (this.transportType === RDS_TRANS_TCP) return 0;
+    return this.transportType === RDS_TRANS_IB ? tos : null;
+  }
+
+  /** The node's socket takes the TOS with bind(), or at once once bind() was asked (its transport is chosen). */
+  tosSet(tos: number): void {
+    this.tos = tos;
+    if (this.bindAsked) this.calls!.ioctl(SIOCRDSSETTOS, tos);
+  }
+
   async bind(ep: RdsAddress): Promise<void> {
+    this.bindAsked = true;
     const r = (await this.link.request('bind', this.sid, {
       address: ep.address,
       port: ep.port,
       ...(this.transportType !== RDS_TRANS_NONE ? { transport: this.transportType } : {}),
+      ...(this.tos !== 0 ? { tos: this.tos } : {}),
     })) as { address: string; port: number; transport: number };
     if (this.closed) return;
     this.bound = { address: r.address, port: r.port };

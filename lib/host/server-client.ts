@@ -2,7 +2,14 @@
 // sockets, and the pump that hands received messages to it within its window.
 import type { Socket } from 'node:net';
 import { nodeInfoAnswer, nodeReportAnswer } from './attached-info.js';
-import { SO_RDS_MSG_RXPATH_LATENCY, SO_RDS_TRANSPORT, SO_RCVBUF, SOL_RDS, SOL_SOCKET } from '../constants.js';
+import {
+  SIOCRDSSETTOS,
+  SO_RDS_MSG_RXPATH_LATENCY,
+  SO_RDS_TRANSPORT,
+  SO_RCVBUF,
+  SOL_RDS,
+  SOL_SOCKET,
+} from '../constants.js';
 import { unpackRxTrace } from '../core/rx-trace.js';
 import { RdsError } from '../errors.js';
 import { RdsSocket } from '../core/socket.js';
@@ -302,6 +309,8 @@ export class Client {
           const port = num(f.meta.port, 'port');
           if (f.meta.transport !== undefined)
             s.real.setsockopt(SOL_RDS, SO_RDS_TRANSPORT, num(f.meta.transport, 'transport'));
+          // A TOS set before bind (with SO_RDS_TRANSPORT: the socket had a map) comes with it.
+          if (f.meta.tos !== undefined) s.real.ioctl(SIOCRDSSETTOS, num(f.meta.tos, 'tos'));
           s.real.bind({ address, port }).then(
             () => {
               const a = s.real.address();
@@ -337,6 +346,12 @@ export class Client {
             else s.real.setsockopt(level, name, value);
             if (level === SOL_SOCKET && name === SO_RCVBUF) this.pump(s);
           }
+          this.answer(f.id, null);
+          return;
+        }
+        case 'ioctl': {
+          // SIOCRDSSETTOS once bind() was asked (before, the TOS comes with 'bind').
+          this.sockOf(f).real.ioctl(num(f.meta.request, 'request'), num(f.meta.arg, 'arg'));
           this.answer(f.id, null);
           return;
         }

@@ -30,7 +30,8 @@ export function ourPrivateData(cp: RdsConnPath, tp: IbPath, version: number, off
     major: version >> 8,
     minor: version & 0xff,
     minorMask: 0x0003,
-    tos: 0,
+    // dp_tos: the connection's TOS; the accepting side keys its connection by it.
+    tos: cp.conn.tos,
     ackSeq: 0,
     credit: credits,
     rdsSocket: true,

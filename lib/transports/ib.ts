@@ -172,6 +172,11 @@ export class IbTransport implements RdsTransport {
     }
   }
 
+  /** rds_ib_get_tos_map: the TOS is kept; each TOS has its own connection, its service type from it. */
+  tosMap(tos: number): number {
+    return tos;
+  }
+
   /** IB has no address-ordering rule: either side connects when it has something to send (spec §7.1). */
   initiates(_cp: RdsConnPath): boolean {
     return true;
@@ -194,7 +199,9 @@ export class IbTransport implements RdsTransport {
   connPathConnect(cp: RdsConnPath): void {
     let id: number;
     try {
-      id = this.endpoint().connect(cp.conn.laddr, cp.conn.faddr, this.port, this.resolveTimeoutMs);
+      // The connection's TOS is the id's service type, set before route resolution (rds_rdma's
+      // rdma_set_service_type); the private data carries it to the peer (ourPrivateData).
+      id = this.endpoint().connect(cp.conn.laddr, cp.conn.faddr, this.port, this.resolveTimeoutMs, cp.conn.tos);
     } catch (e) {
       this.host.emit('error', e as Error);
       cp.connectFailed();
@@ -260,7 +267,10 @@ export class IbTransport implements RdsTransport {
     }
   }
 
-  /** Passive side (rds_ib_cm_handle_connect): find the connection by the addresses in the private data. */
+  /**
+   * Passive side (rds_ib_cm_handle_connect): find the connection by the addresses and the TOS in
+   * the private data (a connection per TOS, as the kernel's rds_conn_create with dp_tos).
+   */
   private onConnectRequest(id: number, pdata: Buffer | undefined, info: Record<string, unknown>): void {
     const ep = this.ep!;
     const reject = (incompatible = false): void => {
@@ -280,7 +290,7 @@ export class IbTransport implements RdsTransport {
       ep.reject(id);
       return;
     }
-    const conn = this.host.connFor(laddr, faddr, this);
+    const conn = this.host.connFor(laddr, faddr, this, peer.tos);
     const cp = conn.paths[0]!;
     const old = ibPath(cp);
     if (cp.state === RDS_CONN_UP) {

@@ -40,7 +40,7 @@ export class LoopTransport implements RdsTransport {
   connPathShutdown(): void {}
 
   xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
-    const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this);
+    const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this, cp.conn.tos);
     const rcp = rev.path(0)!;
     // The receiver owns the payload from here: the sender never touches an acknowledged message.
     // A zero-copy payload is the sender's to reuse once acknowledged, so the receiver gets a copy.
@@ -80,7 +80,7 @@ export class LoopTransport implements RdsTransport {
    * up and whenever the map of the connection's local address changes, as over any transport.
    */
   xmitCong(cp: RdsConnPath, map: Buffer): boolean {
-    const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this);
+    const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this, cp.conn.tos);
     if (this.congHeader === null) {
       this.congHeader = Buffer.alloc(RDS_HEADER_SIZE);
       encodeHeader(this.congHeader, 0, { len: RDS_CONG_MAP_BYTES, flags: RDS_FLAG_CONG_BITMAP });

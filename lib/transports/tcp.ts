@@ -29,6 +29,12 @@ export class TcpTransport implements RdsTransport {
   readonly transType = RDS_TRANS_TCP;
   readonly mpathCapable = true;
   readonly userSelectable = true;
+
+  /** rds_tcp_get_tos_map: every TOS is carried by the one connection, which therefore carries 0. */
+  tosMap(_tos: number): number {
+    return 0;
+  }
+
   /** Carries rails (tcp-rail.ts), over plain TCP only. */
   get rails(): boolean {
     return !this.ctx.topts.tls;

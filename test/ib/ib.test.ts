@@ -130,6 +130,43 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
     expect(rcQps()).toBe(before);
   });
 
+  it('SIOCRDSSETTOS 5: the socket gets its own connection and queue pair, keyed by TOS 5 on both sides', async () => {
+    const before = rcQps();
+    const x = await ibSocket(A, 4400);
+    const y = await ibSocket(B, 4400);
+    const x5 = new RdsSocket({ stack: x.stack, transport: 'ib' });
+    await x5.bind({ address: A, port: 4401 });
+    expect(x5.ioctl(constants.SIOCRDSSETTOS, 5)).toBe(0);
+    expect(x5.ioctl(constants.SIOCRDSGETTOS)).toBe(5); // IB keeps the TOS (rds_ib_get_tos_map)
+    x.sock.sendmsg(Buffer.from('tos 0'), y.sock.address());
+    x5.sendmsg(Buffer.from('tos 5'), y.sock.address());
+    const got = [await y.sock.recv({ timeout: 30000 }), await y.sock.recv({ timeout: 30000 })];
+    expect(got.map((m) => `${m.port}:${m.data}`).sort()).toEqual(['4400:tos 0', '4401:tos 5']);
+    // The answer comes from y's socket of TOS 0, so over the TOS-0 connection.
+    y.sock.sendmsg(Buffer.from('back'), x5.address());
+    expect((await x5.recv({ timeout: 30000 })).data.toString()).toBe('back');
+    // The accepting side made the connection of the TOS in the private data (dp_tos).
+    const tosOf = (s: RdsStack, peer: string): [number | undefined, string][] =>
+      s
+        .connections()
+        .filter((c) => c.peerAddress === peer)
+        .map((c): [number | undefined, string] => [c.tos, c.paths[0]!.state])
+        .sort((p, q) => (p[0] ?? 0) - (q[0] ?? 0));
+    expect(tosOf(x.stack, B)).toEqual([
+      [0, 'UP'],
+      [5, 'UP'],
+    ]);
+    expect(tosOf(y.stack, A)).toEqual([
+      [0, 'UP'],
+      [5, 'UP'],
+    ]);
+    expect(rcQps()).toBe(before + 4);
+    // RDS_INFO_IB_CONNECTIONS (rds-info -I): a record per connection, its tos at byte 60.
+    const buf = Buffer.alloc(68 * 8);
+    const r = y.sock.getsockopt(constants.SOL_RDS, constants.RDS_INFO_IB_CONNECTIONS, buf);
+    expect(Array.from({ length: r.length / 68 }, (_, i) => buf[i * 68 + 60]).sort()).toEqual([0, 5]);
+  });
+
   it('a peer killed mid-stream and restarted gets what it had not acknowledged (retransmit after reconnect)', async () => {
     const first = await startPeer(B, 4300, 0);
     const { sock } = await ibSocket(A, 4300);

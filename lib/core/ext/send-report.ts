@@ -1,4 +1,30 @@
+import { flowControlError, type RdsError } from '../../errors.js';
 import type { RdsSendList } from '../message.js';
+
+/**
+ * EAGAIN, saying who holds the budget. Non-blocking senders get it at message rates and mostly
+ * test only `code`: the report walks the send list, so it is made when the message is first
+ * read, not when the error is thrown.
+ */
+export function sendBufferFull(
+  bytes: number,
+  sndbuf: number,
+  pending: RdsSendList,
+  unreachableMs: (address: string) => number,
+): RdsError {
+  const head = `EAGAIN: send buffer full (${bytes} of ${sndbuf} bytes unacknowledged)`;
+  const err = flowControlError('EAGAIN', '');
+  let text: string | null = null;
+  Object.defineProperty(err, 'message', {
+    configurable: true,
+    enumerable: false,
+    get: () => (text ??= `${head}: ${budgetReport(pending, unreachableMs)}`),
+    set: (v: string) => {
+      text = v;
+    },
+  });
+  return err;
+}
 
 /**
  * For the EAGAIN message: the destination (address and port) holding most of a socket's send

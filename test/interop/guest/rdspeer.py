@@ -18,6 +18,8 @@
         send 2000-byte messages with MSG_DONTWAIT until ENOBUFS, tell DEST:CTRLPORT "enobufs",
         retry until a send succeeds again, tell DEST:CTRLPORT "resumed"
   rdspeer.py counters                    RDS_INFO_COUNTERS as JSON
+  rdspeer.py conns                       one JSON line per RDS_INFO_CONNECTIONS record (laddr, faddr,
+        transport, flags, tos), then per RDS_INFO_IB_CONNECTIONS record (ib, laddr, faddr, tos, sl)
   rdspeer.py mesh ADDR N MAXSIZE SEED PAIR...
         many sockets each way at once, each verifying exact once-only in-order delivery. A PAIR is
         rPORT@PEER:PPORT (kernel PORT receives N messages from PEER:PPORT) or sPORT@PEER:PPORT
@@ -28,13 +30,15 @@
 With RDSPEER_TOS=N in the environment every socket sets TOS N (SIOCRDSSETTOS) after bind and
 prints {"tos_set": N, "tos_kept": what SIOCRDSGETTOS reads back}.
 Addresses may be IPv6 (recv, send, ping): python's socket module only takes IPv4 addresses for
-AF_RDS, so those calls go to libc with a sockaddr_in6.
+AF_RDS, so those calls go to libc with a sockaddr_in6; a link-local one takes its zone after '%'
+(an interface name or index: sin6_scope_id).
 """
 import ctypes, hashlib, json, os, select, socket, struct, sys, threading, time
 
 AF_RDS, SOL_RDS, RDS_INFO_COUNTERS = 21, 276, 10000
 RDS_INFO_SEND_MESSAGES, RDS_INFO_RETRANS_MESSAGES = 10003, 10004
 RDS6_INFO_SEND_MESSAGES, RDS6_INFO_RETRANS_MESSAGES = 10012, 10013
+RDS_INFO_CONNECTIONS, RDS_INFO_IB_CONNECTIONS = 10001, 10008
 
 
 def pattern(i, size, seed=0):
@@ -140,8 +144,11 @@ class Rds6:
 
     @staticmethod
     def sa(addr, port):
+        # A link-local address may carry its zone (fe80::2%eth0): sin6_scope_id, as the kernel needs.
+        addr, _, zone = addr.partition('%')
+        scope = (int(zone) if zone.isdigit() else socket.if_nametoindex(zone)) if zone else 0
         return ctypes.create_string_buffer(struct.pack('=HHI16sI', socket.AF_INET6, socket.htons(port), 0,
-                                                       socket.inet_pton(socket.AF_INET6, addr), 0), 28)
+                                                       socket.inet_pton(socket.AF_INET6, addr), scope), 28)
 
     def check(self, r, what):
         if r < 0:
@@ -342,6 +349,21 @@ def main(argv):
             name, value = struct.unpack_from('32sQ', buf.raw, off)
             out[name.rstrip(b'\0').decode()] = value
         print(json.dumps(out), flush=True)
+    elif cmd == 'conns':
+        s = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
+        item, raw = info(s, RDS_INFO_CONNECTIONS)
+        # struct rds_info_connection: next_tx_seq, next_rx_seq, laddr, faddr, transport[16], flags, tos
+        for off in range(0, len(raw) - item + 1 if item else 0, item or 1):
+            _, _, la, fa, tr, flags, tos = struct.unpack_from('<QQ4s4s16sBB', raw, off)
+            print(json.dumps({'laddr': socket.inet_ntoa(la), 'faddr': socket.inet_ntoa(fa),
+                              'transport': tr.rstrip(b'\0').decode(), 'flags': flags, 'tos': tos}), flush=True)
+        item, raw = info(s, RDS_INFO_IB_CONNECTIONS)
+        # struct rds_info_rdma_connection: src, dst, two GIDs, five u32, then tos and sl
+        for off in range(0, len(raw) - item + 1 if item else 0, item or 1):
+            la, fa = struct.unpack_from('4s4s', raw, off)
+            tos, sl = struct.unpack_from('BB', raw, off + 60)
+            print(json.dumps({'ib': True, 'laddr': socket.inet_ntoa(la), 'faddr': socket.inet_ntoa(fa),
+                              'tos': tos, 'sl': sl}), flush=True)
     else:
         print(__doc__, file=sys.stderr)
         return 2
