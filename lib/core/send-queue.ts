@@ -1,5 +1,5 @@
 import { RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
-import { encodeDataHeader, OFF_EXTHDR } from '../wire/header.js';
+import { encodeDataHeader, OFF_EXTHDR, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
@@ -119,6 +119,30 @@ export class PathSend {
     }
     const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
     if (slab.recyclable(wire.length)) msg.recycleInto(slab);
+    return this.enlist(msg);
+  }
+
+  /**
+   * Queues a message that arrives already encoded (the host node's cut-through send: its client
+   * wrote the data header, checked by the node): only the sequence is stamped, and `wire` itself
+   * becomes the frame, kept by reference until acknowledged. A view into a buffer more than twice
+   * its size (small messages read in one batch of the client's frames) is copied into the wire
+   * slab instead: kept, it would hold the rest of that buffer for as long as it waits, memory no
+   * budget counts, and slab frames lie back to back for the transport's batched write.
+   */
+  queueWire(wire: Buffer, totalLen: number, sport: number, dport: number, owner: SendOwner): RdsOutgoing {
+    this.probeFirst();
+    let frame = wire;
+    const slab = this.stack.wireSlab;
+    const copied = wire.buffer.byteLength > 2 * wire.length;
+    if (copied) {
+      frame = slab.alloc(wire.length);
+      frame.set(wire);
+    }
+    const seq = this.nextSeq++;
+    writeU64(frame, OFF_SEQUENCE, seq);
+    const msg = new RdsOutgoing(frame, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
+    if (copied && slab.recyclable(frame.length)) msg.recycleInto(slab);
     return this.enlist(msg);
   }
 

@@ -35,6 +35,12 @@ export interface CheckedSend {
   rdma: RdmaControl | null;
   /** send({ confirm }): enqueue() answers with a Confirmation. */
   confirm: boolean;
+  /**
+   * The message already in the RDS wire format (the host node's cut-through send): a data header
+   * with ports and length set and everything else zero, then the payload (`payload` is a view of
+   * it). A backend may queue these bytes as the frame, stamping the sequence; null otherwise.
+   */
+  wire: Buffer | null;
 }
 
 /** A confirmed send's wait for the peer (send({ confirm })). @internal */

@@ -30,6 +30,7 @@ export class SendChecks {
     zcopyCookie: undefined,
     rdma: null,
     confirm: false,
+    wire: null,
   };
 
   constructor(private readonly backend: SocketBackend) {}

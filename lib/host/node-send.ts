@@ -8,6 +8,7 @@
 import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { decodeSend, writeCount } from './hot-frames.js';
+import { checkWireHeader } from './send-wire.js';
 import { type Frame, type FrameWriter, N_SENT, ProtocolError } from './protocol.js';
 import type { Item } from './client-state.js';
 import type { NodeSock } from './node-sock.js';
@@ -102,6 +103,8 @@ export class SendSide {
   /** A SEND frame for socket `s` (undefined: closed by a call already in flight). */
   accept(f: Frame, s: NodeSock | undefined): void {
     const sm = decodeSend(f.raw, f.metaStart, f.metaEnd);
+    // A header the client wrote is checked before anything else: a bad one drops the client.
+    const data = sm.wire ? checkWireHeader(f.data, sm.port, s?.local.bound?.port ?? null) : f.data;
     const confirm = sm.confirm;
     if (confirm) this.host.countCall();
     if (s === undefined) {
@@ -110,7 +113,8 @@ export class SendSide {
       return;
     }
     const it: Item = {
-      data: f.data,
+      data,
+      wire: sm.wire ? f.data : null,
       dest: sm, // its address and port
       flags: sm.flags,
       cookie: sm.cookie,
@@ -155,7 +159,10 @@ export class SendSide {
    */
   private tryHand(s: NodeSock, it: Item): 'done' | 'EAGAIN' | 'ENOBUFS' {
     try {
-      s.real.sendmsg(it.data, it.dest, sendOpts(it));
+      // The client's encoded message is queued as it is (cut-through): sendmsg()'s checks, then
+      // only the sequence stamped. Zero-copy keeps the old way: its payload is referenced anyway.
+      if (it.wire !== null && it.cookie === undefined) s.real.enqueue(it.data, it.dest, sendOpts(it), false, it.wire);
+      else s.real.sendmsg(it.data, it.dest, sendOpts(it));
     } catch (e) {
       const code = e instanceof RdsError ? e.code : '';
       if (code === 'EAGAIN' || code === 'ENOBUFS') return code;
