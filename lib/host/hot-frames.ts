@@ -161,8 +161,8 @@ export interface SendMeta {
   flags: number;
   confirm: boolean;
   cookie: number | undefined;
-  /** The data is an RDS data header and the payload (F_WIRE), not the payload alone. */
-  wire: boolean;
+  /** True: the data is an RDS data header and the payload (F_WIRE), not the payload alone; absent otherwise. */
+  wire?: true;
 }
 
 /**
@@ -282,7 +282,7 @@ export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
     if (o + 11 > end) throw new ProtocolError('SEND meta too short for its cookie');
     cookie = b.readUInt32BE(o + 7);
   }
-  return { address, port, flags, confirm: (bits & F_CONFIRM) !== 0, cookie, wire: (bits & F_WIRE) !== 0 };
+  return { address, port, flags, confirm: (bits & F_CONFIRM) !== 0, cookie, wire: (bits & F_WIRE) !== 0 ? true : undefined };
 }
 
 export interface MsgMeta {

@@ -104,7 +104,7 @@ export class SendSide {
   accept(f: Frame, s: NodeSock | undefined): void {
     const sm = decodeSend(f.raw, f.metaStart, f.metaEnd);
     // A header the client wrote is checked before anything else: a bad one drops the client.
-    const data = sm.wire ? checkWireHeader(f.data, sm.port, s?.local.bound?.port ?? null) : f.data;
+    const data = sm.wire === true ? checkWireHeader(f.data, sm.port, s?.local.bound?.port ?? null) : f.data;
     const confirm = sm.confirm;
     if (confirm) this.host.countCall();
     if (s === undefined) {
@@ -114,7 +114,7 @@ export class SendSide {
     }
     const it: Item = {
       data,
-      wire: sm.wire ? f.data : null,
+      wire: sm.wire === true ? f.data : null,
       dest: sm, // its address and port
       flags: sm.flags,
       cookie: sm.cookie,
