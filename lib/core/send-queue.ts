@@ -93,7 +93,10 @@ export class PathSend {
     return this.probe;
   }
 
-  /** Encodes and queues a message; the caller has done every check. */
+  /**
+   * Encodes and queues a message; the caller has done every check. `encoded`: the message already
+   * encoded (CheckedSend.wire), queued as it is when it carries no extensions (queueWire).
+   */
   queue(
     payload: Uint8Array | readonly Uint8Array[],
     totalLen: number,
@@ -101,7 +104,10 @@ export class PathSend {
     dport: number,
     owner: SendOwner | null,
     exts?: readonly RdsExtension[],
+    encoded: Buffer | null = null,
   ): RdsOutgoing {
+    if (encoded !== null && (exts === undefined || exts.length === 0))
+      return this.queueWire(encoded, totalLen, sport, dport, owner);
     this.probeFirst();
     const slab = this.stack.wireSlab;
     const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
@@ -130,7 +136,7 @@ export class PathSend {
    * slab instead: kept, it would hold the rest of that buffer for as long as it waits, memory no
    * budget counts, and slab frames lie back to back for the transport's batched write.
    */
-  queueWire(wire: Buffer, totalLen: number, sport: number, dport: number, owner: SendOwner): RdsOutgoing {
+  queueWire(wire: Buffer, totalLen: number, sport: number, dport: number, owner: SendOwner | null): RdsOutgoing {
     this.probeFirst();
     let frame = wire;
     const slab = this.stack.wireSlab;

@@ -282,7 +282,14 @@ export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
     if (o + 11 > end) throw new ProtocolError('SEND meta too short for its cookie');
     cookie = b.readUInt32BE(o + 7);
   }
-  return { address, port, flags, confirm: (bits & F_CONFIRM) !== 0, cookie, wire: (bits & F_WIRE) !== 0 ? true : undefined };
+  return {
+    address,
+    port,
+    flags,
+    confirm: (bits & F_CONFIRM) !== 0,
+    cookie,
+    wire: (bits & F_WIRE) !== 0 ? true : undefined,
+  };
 }
 
 export interface MsgMeta {
