@@ -181,7 +181,7 @@ describe('host node cut-through send (protocol 4)', () => {
 });
 
 describe('PathSend.queueWire', () => {
-  it('keeps a frame that is its buffer by reference, copies a view into a larger buffer; stamps only the sequence', async () => {
+  it('keeps a large frame that is its buffer by reference, copies small ones and views into a larger buffer into the slab; stamps only the sequence', async () => {
     const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
     cleanup.push(() => stack.close());
     const s = new RdsSocket({ stack });
@@ -200,15 +200,22 @@ describe('PathSend.queueWire', () => {
     const view = batch.subarray(1000, 1000 + 148);
     small.copy(view, 0, small.length - 148);
     const before = Buffer.from(view);
+    // A small frame of its own is copied too: small frames lie back to back in the wire slab.
+    const ownSmall = Buffer.from(before);
     s.enqueue(whole.subarray(constants.RDS_HEADER_SIZE), to, undefined, false, whole);
     s.enqueue(view.subarray(constants.RDS_HEADER_SIZE), to, undefined, false, view);
+    s.enqueue(ownSmall.subarray(constants.RDS_HEADER_SIZE), to, undefined, false, ownSmall);
     const conn = stack.connFor('127.153.5.1', to.address, stack.transports.get('tcp')!);
     const msgs = conn.paths.flatMap((p) => (p === undefined ? [] : [...p.tx.sendQueue, ...p.tx.retrans]));
-    const [m1, m2] = msgs.filter((m) => m.sport === 5000);
+    const [m1, m2, m3] = msgs.filter((m) => m.sport === 5000);
     expect(m1!.wire).toBe(whole);
     expect(m2!.wire.buffer).not.toBe(batch.buffer);
+    expect(m3!.wire.buffer).not.toBe(ownSmall.buffer);
+    // The two small ones lie back to back in the slab.
+    expect(m3!.wire.buffer).toBe(m2!.wire.buffer);
+    expect(m3!.wire.byteOffset).toBe(m2!.wire.byteOffset + m2!.wire.length);
     expect(view.equals(before)).toBe(true);
-    for (const m of [m1!, m2!]) {
+    for (const m of [m1!, m2!, m3!]) {
       expect(readU64(m.wire, OFF_SEQUENCE)).toBe(m.seq);
       expect(m.seq).toBeGreaterThan(0);
     }

@@ -130,17 +130,19 @@ export class PathSend {
 
   /**
    * Queues a message that arrives already encoded (the host node's cut-through send: its client
-   * wrote the data header, checked by the node): only the sequence is stamped, and `wire` itself
-   * becomes the frame, kept by reference until acknowledged. A view into a buffer more than twice
-   * its size (small messages read in one batch of the client's frames) is copied into the wire
-   * slab instead: kept, it would hold the rest of that buffer for as long as it waits, memory no
-   * budget counts, and slab frames lie back to back for the transport's batched write.
+   * wrote the data header, checked by the node): only the sequence is stamped. A large frame
+   * (past the wire slab's small-frame size) that is a buffer of its own becomes the message's
+   * frame as it is, kept by reference until acknowledged. Any other is copied once into the wire
+   * slab, as queue() copies a payload: small frames lie back to back there, which the transport
+   * writes as one buffer (frames read from the client are not contiguous), and a view into a
+   * buffer more than twice its size (a frame read in one batch with others) would keep the rest
+   * of that buffer alive while it waits, memory no budget counts.
    */
   queueWire(wire: Buffer, totalLen: number, sport: number, dport: number, owner: SendOwner | null): RdsOutgoing {
     this.probeFirst();
     let frame = wire;
     const slab = this.stack.wireSlab;
-    const copied = wire.buffer.byteLength > 2 * wire.length;
+    const copied = !slab.recyclable(wire.length) || wire.buffer.byteLength > 2 * wire.length;
     if (copied) {
       frame = slab.alloc(wire.length);
       frame.set(wire);
