@@ -89,7 +89,7 @@ function spoiled(to: { address: string; port: number }, payload: Buffer, spoil: 
 }
 
 describe('host node cut-through send (protocol 4)', () => {
-  it('an attached socket sends through the node in the wire format: every size arrives intact, in order, from its port', async () => {
+  it('an attached socket sends through the node (large messages in the wire format, small ones as payload): every size arrives intact, in order, from its port', async () => {
     const { path, node } = await serve();
     const stack = await RdsStack.attach(path);
     cleanup.push(() => stack.close());
@@ -98,9 +98,9 @@ describe('host node cut-through send (protocol 4)', () => {
     a.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 4 << 20);
     const peer = await peerSocket('127.153.1.2');
     peer.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 8 << 20);
-    // Sizes inline in the client's batch (small) and written as parts of their own (large); the
-    // node keeps the latter by reference, copies the former out of the batch.
-    const sizes = [0, 1, 100, 1024, 3000, 20000, 65536, 1 << 20];
+    // Small sizes go as payload (the node copies them into its slab either way), large ones in the
+    // wire format, kept by the node by reference; 16336 and 16337 bytes straddle the boundary.
+    const sizes = [0, 1, 100, 1024, 3000, 16336, 16337, 20000, 65536, 1 << 20];
     const msgs = sizes.map((n, i) => Buffer.alloc(n, i + 1));
     for (const m of msgs) await a.send(m, peer.address(), { timeout: 10000 });
     for (const m of msgs) {
@@ -110,6 +110,29 @@ describe('host node cut-through send (protocol 4)', () => {
       expect(Buffer.compare(got.data, m)).toBe(0);
     }
     expect(node.counters).toMatchObject({ malformed: 0, dropped: 0, sendFailed: 0 });
+  });
+
+  it("the node queues an attached process's large message as the bytes it read (by reference), a small one in its slab", async () => {
+    const { path, stack: nodeStack } = await serve();
+    const stack = await RdsStack.attach(path);
+    cleanup.push(() => stack.close());
+    const a = new RdsSocket({ stack });
+    await a.bind({ address: '127.153.6.1', port: 5000 });
+    // Nobody at 127.153.6.9: both stay queued in the node, where the test reads them.
+    const to = { address: '127.153.6.9', port: 9000 };
+    await a.send(Buffer.alloc(65536, 5), to);
+    await a.send(Buffer.alloc(1024, 6), to);
+    const conn = nodeStack.connFor('127.153.6.1', to.address, nodeStack.transports.get('tcp')!);
+    const queued = () => conn.paths.flatMap((p) => (p === undefined ? [] : [...p.tx.sendQueue, ...p.tx.retrans]));
+    await until(() => queued().filter((m) => m.sport === 5000).length === 2, 'both messages queued in the node');
+    const [big, small] = queued().filter((m) => m.sport === 5000);
+    // A frame the node made itself for a large message is its own recycled memory; the process's
+    // bytes are not (they go with the message).
+    expect([big!.len, big!.recycles]).toEqual([65536, false]);
+    expect(big!.wire.readUInt32BE(OFF_LEN)).toBe(65536);
+    expect(big!.wire[constants.RDS_HEADER_SIZE]).toBe(5);
+    expect(small!.len).toBe(1024);
+    expect(small!.wire.buffer.byteLength).toBe(128 * 1024); // a slab
   });
 
   const bad: [string, (h: Buffer) => void][] = [

@@ -28,6 +28,12 @@ const F_COOKIE = 2;
  * queues those bytes (send-wire.ts checks them).
  */
 const F_WIRE = 4;
+/**
+ * A client writes F_WIRE for frames (header and payload) larger than this: the node's wire slab's
+ * small-frame size, past which the node keeps the client's bytes by reference. Smaller ones it
+ * copies into its slab either way (PathSend.queueWire), so they go without the header.
+ */
+export const WIRE_SEND_ABOVE = 16 * 1024;
 const M_TS = 1;
 const M_ZC = 2;
 const M_CU = 4;
