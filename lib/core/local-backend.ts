@@ -238,7 +238,7 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     if (rdmaCtl?.map) exts = [mapRegion(this.regions(true)!, bound.address, rdmaCtl.map)];
     const msg = m.zcopy
       ? path.tx.queueZeroCopy(m.payload, m.len, bound.port, port, this, m.zcopyCookie!)
-      : path.tx.queue(m.payload, m.len, bound.port, port, this, exts);
+      : path.tx.queue(m.payload, m.len, bound.port, port, this, exts, m.wire);
     if (rdmaCtl?.op) msg.rdma = rdmaCtl.op;
     this.sndBytes += m.len;
     this.pending.add(msg);

@@ -1,5 +1,5 @@
 import { RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
-import { encodeDataHeader, OFF_EXTHDR } from '../wire/header.js';
+import { encodeDataHeader, OFF_EXTHDR, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { defer } from './defer.js';
 import { Fifo } from './fifo.js';
@@ -93,7 +93,10 @@ export class PathSend {
     return this.probe;
   }
 
-  /** Encodes and queues a message; the caller has done every check. */
+  /**
+   * Encodes and queues a message; the caller has done every check. `encoded`: the message already
+   * encoded (CheckedSend.wire), queued as it is when it carries no extensions (queueWire).
+   */
   queue(
     payload: Uint8Array | readonly Uint8Array[],
     totalLen: number,
@@ -101,7 +104,10 @@ export class PathSend {
     dport: number,
     owner: SendOwner | null,
     exts?: readonly RdsExtension[],
+    encoded: Buffer | null = null,
   ): RdsOutgoing {
+    if (encoded !== null && (exts === undefined || exts.length === 0))
+      return this.queueWire(encoded, totalLen, sport, dport, owner);
     this.probeFirst();
     const slab = this.stack.wireSlab;
     const wire = slab.alloc(RDS_HEADER_SIZE + totalLen);
@@ -119,6 +125,32 @@ export class PathSend {
     }
     const msg = new RdsOutgoing(wire, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
     if (slab.recyclable(wire.length)) msg.recycleInto(slab);
+    return this.enlist(msg);
+  }
+
+  /**
+   * Queues a message that arrives already encoded (the host node's cut-through send: its client
+   * wrote the data header, checked by the node): only the sequence is stamped. A large frame
+   * (past the wire slab's small-frame size) that is a buffer of its own becomes the message's
+   * frame as it is, kept by reference until acknowledged. Any other is copied once into the wire
+   * slab, as queue() copies a payload: small frames lie back to back there, which the transport
+   * writes as one buffer (frames read from the client are not contiguous), and a view into a
+   * buffer more than twice its size (a frame read in one batch with others) would keep the rest
+   * of that buffer alive while it waits, memory no budget counts.
+   */
+  queueWire(wire: Buffer, totalLen: number, sport: number, dport: number, owner: SendOwner | null): RdsOutgoing {
+    this.probeFirst();
+    let frame = wire;
+    const slab = this.stack.wireSlab;
+    const copied = !slab.recyclable(wire.length) || wire.buffer.byteLength > 2 * wire.length;
+    if (copied) {
+      frame = slab.alloc(wire.length);
+      frame.set(wire);
+    }
+    const seq = this.nextSeq++;
+    writeU64(frame, OFF_SEQUENCE, seq);
+    const msg = new RdsOutgoing(frame, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
+    if (copied && slab.recyclable(frame.length)) msg.recycleInto(slab);
     return this.enlist(msg);
   }
 

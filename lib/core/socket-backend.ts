@@ -37,6 +37,12 @@ export interface CheckedSend {
   confirm: boolean;
   /** The socket's TOS (SIOCRDSSETTOS, as its transport mapped it): the connection is the one keyed by it. */
   tos: number;
+  /**
+   * The message already in the RDS wire format (the host node's cut-through send): a data header
+   * with ports and length set and everything else zero, then the payload (`payload` is a view of
+   * it). A backend may queue these bytes as the frame, stamping the sequence; null otherwise.
+   */
+  wire: Buffer | null;
 }
 
 /** A confirmed send's wait for the peer (send({ confirm })). @internal */

@@ -9,12 +9,16 @@ import type { RdsData, SendOptions, WaitOptions } from './socket-types.js';
 import { untilDoneOrAborted } from './socket-waiters.js';
 import type { RdsMessage } from './types.js';
 
-/** send() that may wait: for room, an uncongested destination, or the peer's confirmation. @internal */
+/**
+ * send() that may wait: for room, an uncongested destination, or the peer's confirmation.
+ * `wire`: the host node's cut-through send (see RdsSocket.enqueue). @internal
+ */
 export async function sendWaiting(
   s: RdsSocket,
   data: RdsData,
   dest: { address: string; port: number } | null | undefined,
   opts: SendOptions,
+  wire: Buffer | null = null,
 ): Promise<number> {
   const signal = combineSignals(opts?.signal, opts?.timeout);
   const confirm = opts?.confirm === true;
@@ -27,7 +31,7 @@ export async function sendWaiting(
       continue;
     }
     try {
-      r = s.enqueue(data, dest, opts, confirm);
+      r = s.enqueue(data, dest, opts, confirm, wire);
       break;
     } catch (e) {
       if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) throw e;

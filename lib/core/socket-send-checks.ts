@@ -31,6 +31,7 @@ export class SendChecks {
     rdma: null,
     confirm: false,
     tos: 0,
+    wire: null,
   };
 
   constructor(private readonly backend: SocketBackend) {}

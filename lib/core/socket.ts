@@ -200,15 +200,21 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     return this.enqueue(data, dest, opts, false) as number;
   }
 
-  /** @internal */ enqueue(
+  /**
+   * @internal `wire`: the host node's cut-through send, `data` being a view of `wire` after a
+   * checked RDS data header (lib/host/send-wire.ts); the backend may queue `wire` as the frame.
+   */
+  enqueue(
     data: RdsData,
     dest: { address: string; port: number } | undefined | null,
     opts: SendmsgOptions | undefined,
     confirm: boolean,
+    wire: Buffer | null = null,
   ): number | Confirmation {
     this.checkOpen('sendmsg()');
     const m = this.checks.check(data, dest, opts, this.peer, this.binding, confirm);
     m.tos = this.tos;
+    m.wire = wire;
     const r = this.backend.enqueue(m);
     if (r === 'EAGAIN') throw this.backend.fullError();
     if (r === 'ENOBUFS')

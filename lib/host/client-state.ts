@@ -16,7 +16,10 @@ export const MAX_CLIENT_WRITE_BACKLOG = 256 << 20;
 
 /** @internal */
 export interface Item {
+  /** The payload. */
   data: Buffer;
+  /** Protocol 4 (F_WIRE): the RDS data header and payload the client wrote, `data` a view of it; else null. */
+  wire: Buffer | null;
   dest: { address: string; port: number };
   flags: number;
   cookie: number | undefined;

@@ -53,6 +53,8 @@ export class NodeLink {
   nodeOptions: ResolvedStackOptions | null = null;
   /** The node forwards its stack's events on request (its welcome says so). */
   nodeEvents = false;
+  /** The node takes SEND frames in the RDS wire format (protocol 4, F_WIRE in hot-frames.ts). */
+  wireSends = false;
   /** Where the node's stack events go (the attached stack's watch, attached-events.ts). */
   onStackEvent: ((meta: Record<string, unknown>) => void) | null = null;
   /** Sockets that found the process's budget used up: told when there is room again. */
@@ -103,6 +105,7 @@ export class NodeLink {
         if (typeof f.meta.budget === 'number' && f.meta.budget > 0) this.sendBudget = f.meta.budget;
         if (f.meta.options !== undefined) this.nodeOptions = optionsFromWire(f.meta.options);
         this.nodeEvents = f.meta.events === true;
+        this.wireSends = typeof f.meta.v === 'number' && f.meta.v >= 4;
         if (this.sockets.size === 0) this.conn.unref();
         ok();
         return;

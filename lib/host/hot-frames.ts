@@ -15,11 +15,25 @@ import {
   ProtocolError,
 } from './protocol.js';
 import type { RdsMessage } from '../core/types.js';
+import { RDS_HEADER_SIZE } from '../constants.js';
+import { encodeDataHeader } from '../wire/header.js';
 
 const NO_DATA = Buffer.alloc(0);
 
 const F_CONFIRM = 1;
 const F_COOKIE = 2;
+/**
+ * Protocol 4: the data is the message in the RDS wire format, the 48-byte data header (ports and
+ * length set, every other field zero) followed by the payload; the node stamps the sequence and
+ * queues those bytes (send-wire.ts checks them).
+ */
+const F_WIRE = 4;
+/**
+ * A client writes F_WIRE for frames (header and payload) larger than this: the node's wire slab's
+ * small-frame size, past which the node keeps the client's bytes by reference. Smaller ones it
+ * copies into its slab either way (PathSend.queueWire), so they go without the header.
+ */
+export const WIRE_SEND_ABOVE = 16 * 1024;
 const M_TS = 1;
 const M_ZC = 2;
 const M_CU = 4;
@@ -153,6 +167,8 @@ export interface SendMeta {
   flags: number;
   confirm: boolean;
   cookie: number | undefined;
+  /** True: the data is an RDS data header and the payload (F_WIRE), not the payload alone; absent otherwise. */
+  wire?: true;
 }
 
 /**
@@ -172,17 +188,62 @@ export function writeSend(
   data: Uint8Array | readonly Uint8Array[],
   copy: boolean,
 ): void {
+  const len = lengthOf(data);
+  const o = sendMeta(w, sock, id, address, port, flags, confirm, cookie, false, len, len < JOIN_BELOW ? len : 0);
+  finish(w, o, data, len, copy);
+}
+
+/**
+ * SEND with F_WIRE (protocol 4): the meta as writeSend's, then the message as the node will put
+ * it on the wire, a 48-byte RDS data header from `sport` to `port` (sequence, ack, flags,
+ * checksum and extensions zero: the node's to set) and the payload after it, written as
+ * writeSend writes a payload (`copy` likewise).
+ */
+export function writeSendWire(
+  w: FrameOut,
+  sock: number,
+  id: number,
+  address: string,
+  port: number,
+  sport: number,
+  flags: number,
+  confirm: boolean,
+  cookie: number | undefined,
+  data: Uint8Array | readonly Uint8Array[],
+  copy: boolean,
+): void {
+  const len = lengthOf(data);
+  const inline = RDS_HEADER_SIZE + (len < JOIN_BELOW ? len : 0);
+  let o = sendMeta(w, sock, id, address, port, flags, confirm, cookie, true, RDS_HEADER_SIZE + len, inline);
+  encodeDataHeader(w.slab, o, 0, len, sport, port);
+  o += RDS_HEADER_SIZE;
+  finish(w, o, data, len, copy);
+}
+
+/** The header and meta of a SEND frame carrying `dataLen` bytes, `inline` of them in the slab; returns where the data starts. */
+function sendMeta(
+  w: FrameOut,
+  sock: number,
+  id: number,
+  address: string,
+  port: number,
+  flags: number,
+  confirm: boolean,
+  cookie: number | undefined,
+  wire: boolean,
+  dataLen: number,
+  inline: number,
+): number {
   checkShort(address, 'address');
   const mlen = 1 + address.length + 2 + 4 + 1 + (cookie !== undefined ? 4 : 0);
-  const len = lengthOf(data);
-  let o = header(w, C_SEND, sock, id, mlen, len, len < JOIN_BELOW ? len : 0);
+  let o = header(w, C_SEND, sock, id, mlen, dataLen, inline);
   const h = w.slab;
   o = writeShort(h, o, address);
   o = h.writeUInt16BE(port, o);
   o = h.writeUInt32BE(flags >>> 0, o);
-  h[o++] = (confirm ? F_CONFIRM : 0) | (cookie !== undefined ? F_COOKIE : 0);
+  h[o++] = (confirm ? F_CONFIRM : 0) | (cookie !== undefined ? F_COOKIE : 0) | (wire ? F_WIRE : 0);
   if (cookie !== undefined) o = h.writeUInt32BE(cookie >>> 0, o);
-  finish(w, o, data, len, copy);
+  return o;
 }
 
 /** A SEND frame as its buffers (the payload not copied). */
@@ -199,6 +260,21 @@ export function encodeSend(
   return asParts((f) => writeSend(f, sock, id, address, port, flags, confirm, cookie, data, false));
 }
 
+/** A SEND frame with F_WIRE as its buffers (the payload not copied). */
+export function encodeSendWire(
+  sock: number,
+  id: number,
+  address: string,
+  port: number,
+  sport: number,
+  flags: number,
+  confirm: boolean,
+  cookie: number | undefined,
+  data: Uint8Array | readonly Uint8Array[],
+): Buffer[] {
+  return asParts((f) => writeSendWire(f, sock, id, address, port, sport, flags, confirm, cookie, data, false));
+}
+
 /** The meta of a SEND frame: `b` from `off` to `end` (a whole buffer by default). */
 export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
   const address = readAddress(b, off, end);
@@ -212,7 +288,14 @@ export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
     if (o + 11 > end) throw new ProtocolError('SEND meta too short for its cookie');
     cookie = b.readUInt32BE(o + 7);
   }
-  return { address, port, flags, confirm: (bits & F_CONFIRM) !== 0, cookie };
+  return {
+    address,
+    port,
+    flags,
+    confirm: (bits & F_CONFIRM) !== 0,
+    cookie,
+    wire: (bits & F_WIRE) !== 0 ? true : undefined,
+  };
 }
 
 export interface MsgMeta {

@@ -8,6 +8,8 @@
 import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { decodeSend, writeCount } from './hot-frames.js';
+import { checkWireHeader } from './send-wire.js';
+import { sendWaiting } from '../core/socket-blocking.js';
 import { type Frame, type FrameWriter, N_SENT, ProtocolError } from './protocol.js';
 import type { Item } from './client-state.js';
 import type { NodeSock } from './node-sock.js';
@@ -102,6 +104,8 @@ export class SendSide {
   /** A SEND frame for socket `s` (undefined: closed by a call already in flight). */
   accept(f: Frame, s: NodeSock | undefined): void {
     const sm = decodeSend(f.raw, f.metaStart, f.metaEnd);
+    // A header the client wrote is checked before anything else: a bad one drops the client.
+    const data = sm.wire === true ? checkWireHeader(f.data, sm.port, s?.local.bound?.port ?? null) : f.data;
     const confirm = sm.confirm;
     if (confirm) this.host.countCall();
     if (s === undefined) {
@@ -110,7 +114,8 @@ export class SendSide {
       return;
     }
     const it: Item = {
-      data: f.data,
+      data,
+      wire: sm.wire === true ? f.data : null,
       dest: sm, // its address and port
       flags: sm.flags,
       cookie: sm.cookie,
@@ -155,7 +160,9 @@ export class SendSide {
    */
   private tryHand(s: NodeSock, it: Item): 'done' | 'EAGAIN' | 'ENOBUFS' {
     try {
-      s.real.sendmsg(it.data, it.dest, sendOpts(it));
+      // The client's encoded message is queued as it is (cut-through): sendmsg()'s checks, then
+      // only the sequence stamped. Zero-copy keeps the old way: its payload is referenced anyway.
+      s.real.enqueue(it.data, it.dest, sendOpts(it), false, wireOf(it));
     } catch (e) {
       const code = e instanceof RdsError ? e.code : '';
       if (code === 'EAGAIN' || code === 'ENOBUFS') return code;
@@ -243,7 +250,7 @@ export class SendSide {
           this.handed(s, it);
           const ac = new AbortController();
           this.confirming.set(it.id, ac);
-          s.real.send(it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }).then(
+          sendWaiting(s.real, it.data, it.dest, { ...opts, confirm: true, signal: ac.signal }, wireOf(it)).then(
             () => {
               this.confirming.delete(it.id);
               this.host.answer(it.id, null);
@@ -275,7 +282,7 @@ export class SendSide {
         };
         watch();
         try {
-          await s.real.send(it.data, it.dest, { ...opts, signal: it.ac.signal });
+          await sendWaiting(s.real, it.data, it.dest, { ...opts, signal: it.ac.signal }, wireOf(it));
         } catch {
           this.host.node.counters.sendFailed++;
         } finally {
@@ -289,6 +296,14 @@ export class SendSide {
       s.endRun();
     }
   }
+}
+
+/**
+ * The client's encoded message (header and payload), to be queued as it is; null for a version 3
+ * client's payload, and for zero-copy, which keeps referencing the payload its own way.
+ */
+function wireOf(it: Item): Buffer | null {
+  return it.cookie === undefined ? it.wire : null;
 }
 
 /** The sendmsg() options a backlog item carries (none for a plain message). */

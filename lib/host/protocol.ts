@@ -14,7 +14,13 @@ import { RDS_MAX_MSG_SIZE } from '../constants.js';
  * any rule here is a protocol error: the node drops that client (and counts it), the client
  * treats its node as gone.
  */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
+/**
+ * The oldest client version a node serves. 4 added SEND's F_WIRE (the client encodes the RDS data
+ * header, hot-frames.ts); a version 3 client never sets it and is served as before. A client
+ * writes F_WIRE only to a node whose welcome says 4 or later.
+ */
+export const MIN_CLIENT_VERSION = 3;
 
 /** Client to node. */
 export const C_HELLO = 1;

@@ -29,6 +29,7 @@ import {
   N_WELCOME,
   writeBatch,
   num,
+  MIN_CLIENT_VERSION,
   PROTOCOL_VERSION,
   ProtocolError,
   str,
@@ -224,10 +225,13 @@ export class Client {
       const v = num(f.meta.v, 'v');
       this.claimedPid = typeof f.meta.pid === 'number' && Number.isInteger(f.meta.pid) ? f.meta.pid : 0;
       if (!this.verified) this.pid = this.claimedPid;
-      if (v !== PROTOCOL_VERSION) {
+      if (v < MIN_CLIENT_VERSION || v > PROTOCOL_VERSION) {
         this.send(N_WELCOME, 0, 0, {
           v: PROTOCOL_VERSION,
-          err: { code: 'EPROTO', message: `protocol version ${v} is not ${PROTOCOL_VERSION}` },
+          err: {
+            code: 'EPROTO',
+            message: `protocol version ${v} is not one this node serves (${MIN_CLIENT_VERSION} to ${PROTOCOL_VERSION}); run rds-socket of the same version as the node`,
+          },
         });
         this.writer.flush();
         throw new ProtocolError(`unsupported protocol version ${v}`);
