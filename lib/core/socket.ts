@@ -15,7 +15,6 @@ import {
   type SO_RDS_TRANSPORT,
   SO_SNDBUF,
   SO_SNDTIMEO,
-  SIOCRDSSETTOS,
   type SO_TIMESTAMP,
   type SO_TIMESTAMP_NEW,
   type SO_ZEROCOPY,
@@ -39,7 +38,7 @@ import type { BackendEvents, Confirmation, NodeBackendFactory, SocketBackend } f
 import type { RdsInfoResult } from './info-result.js';
 import { infoGetsockopt, infoNeedsAwait, isInfoOption } from './info-sockopt.js';
 import { readOption, setValued } from './socket-options.js';
-import { rdsIoctl } from './tos.js';
+import { SocketTos } from './tos.js';
 import { SendChecks } from './socket-send-checks.js';
 import { received, recvFlags } from './socket-recv-flags.js';
 import type {
@@ -70,10 +69,8 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   /** @internal */ readonly backend: SocketBackend;
   /** @internal */ private closed = false;
   /** @internal */ private binding = false;
-  /** A message was queued (SIOCRDSSETTOS must come before: the kernel's cached rs_conn). @internal */
-  private sent = false;
-  /** rs_tos: what SIOCRDSSETTOS kept (the transport's map of it); the socket's connections are keyed by it. @internal */
-  private tos = 0;
+  /** rs_tos (the socket's connections are keyed by it) and whether it has sent. @internal */
+  private readonly tos = new SocketTos();
   /** connect()'s default destination. @internal */
   private peer: RdsAddress | null = null;
   /** @internal */ private readonly checks: SendChecks;
@@ -213,7 +210,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   ): number | Confirmation {
     this.checkOpen('sendmsg()');
     const m = this.checks.check(data, dest, opts, this.peer, this.binding, confirm);
-    m.tos = this.tos;
+    m.tos = this.tos.tos;
     m.wire = wire;
     const r = this.backend.enqueue(m);
     if (r === 'EAGAIN') throw this.backend.fullError();
@@ -222,7 +219,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
         'ENOBUFS',
         `destination ${m.address}:${m.port} is congested; retry after it clears (send() waits, RDS_CONG_MONITOR notifies)`,
       );
-    this.sent = true;
+    this.tos.sent = true;
     return r;
   }
 
@@ -398,11 +395,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
   ioctl(request: number, arg?: number): number {
     this.checkOpen('ioctl()');
     const b = this.backend;
-    const r = rdsIoctl(request, arg, { map: (t) => b.tosMap(t), kept: this.tos, sent: this.sent });
-    if (request !== SIOCRDSSETTOS) return r;
-    this.tos = r;
-    b.tosSet?.(r);
-    return 0;
+    return this.tos.ioctl(request, arg, (t) => b.tosMap(t), b.tosSet && ((t) => b.tosSet!(t)));
   }
 
   /**

@@ -57,3 +57,21 @@ export function rdsIoctl(request: number, arg: unknown, s: TosState): number {
       );
   }
 }
+
+/**
+ * A socket's rs_tos and whether it has queued a message (SIOCRDSSETTOS must come before the
+ * first send: the kernel caches the connection then). Only the socket writes it. @internal
+ */
+export class SocketTos {
+  sent = false;
+  tos = 0;
+
+  /** ioctl(2) for a socket whose backend maps a TOS as `map` does and hears of a kept one by `kept`. */
+  ioctl(request: number, arg: unknown, map: TosState['map'], kept?: (tos: number) => void): number {
+    const r = rdsIoctl(request, arg, { map, kept: this.tos, sent: this.sent });
+    if (request !== SIOCRDSSETTOS) return r;
+    this.tos = r;
+    kept?.(r);
+    return 0;
+  }
+}
