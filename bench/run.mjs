@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench [-- --runs N --seconds S --sustain S --out FILE --only TEXT] | -- --smoke
+// npm run bench [-- --runs N --seconds S --sustain S --out FILE --only TEXT --contenders LIST] | -- --smoke
 // Side by side on 127.0.x.y loopback, sender and receiver in separate processes, contenders
 // alternating run by run: node:net with 4-byte length framing written one message at a time
 // ("net", what most code does), node:net written for bulk ("netb": frames batched into 256 KiB
@@ -42,6 +42,12 @@ const ONLY = (() => {
   return i >= 0 ? process.argv[i + 1] : null;
 })();
 const wanted = (name) => ONLY === null || name.includes(ONLY);
+// --contenders LIST (comma-separated, e.g. "rds"): only those contenders run (a before/after
+// comparison of rds-socket itself needs no other library's figures).
+const ONLY_CONTENDERS = (() => {
+  const i = process.argv.indexOf('--contenders');
+  return i >= 0 ? process.argv[i + 1].split(',') : null;
+})();
 const MESH = smoke ? 4 : 32;
 const CONTENDERS = ['net', 'netb', 'zmq', 'rds'];
 // Round trips: batching has nothing to batch in a ping-pong, so netb would be net again.
@@ -429,7 +435,7 @@ async function jobQueue() {
 for (const sc of scenarios.filter((s) => wanted(s.name))) {
   for (let r = 0; r < RUNS; r++) {
     // Alternate the order run by run so no contender always runs first (or on a warmer machine).
-    const cs = sc.contenders ?? CONTENDERS;
+    const cs = (sc.contenders ?? CONTENDERS).filter((c) => ONLY_CONTENDERS === null || ONLY_CONTENDERS.includes(c));
     const order = cs.map((_, i) => cs[(i + r) % cs.length]);
     for (const c of order) record(sc.name, c, await sc.run(c));
   }

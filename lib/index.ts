@@ -37,6 +37,14 @@ export type {
   StackReader,
 } from './core/stack.js';
 export type { RdsTransport, TransportHost } from './core/transport.js';
+export type {
+  TransportConn,
+  TransportHandshake,
+  TransportPath,
+  TransportPathAcks,
+  TransportPathHeartbeat,
+  TransportPathSend,
+} from './core/transport-path.js';
 export type { RxTrace } from './core/rx-trace.js';
 export type { RdsAddress } from './core/address.js';
 export type {

@@ -77,6 +77,7 @@ const KERNEL = [
   'stats',
   'transport',
   'transport-registry',
+  'transport-path',
   'types',
   'wire-slab',
   // af_rds.c's socket calls over a backend (the in-process one mirrors rds_sock's queues)

@@ -185,6 +185,16 @@ export async function counter(stack: RdsStack, name: RdsCounterName): Promise<nu
   return (await stack.report()).counters[name];
 }
 
+/** The errno-style code `f` throws (an RdsError's), or undefined when it returns. */
+export function thrownCode(f: () => unknown): string | undefined {
+  try {
+    f();
+  } catch (e) {
+    return (e as { code?: string }).code;
+  }
+  return undefined;
+}
+
 export function timeout(ms = 10000): AbortSignal {
   return AbortSignal.timeout(ms);
 }

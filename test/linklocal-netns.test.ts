@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { netnsUnavailable } from './helpers.js';
+import { deleteNamespaces, twoHosts } from './netns-kit.js';
 
 // IPv6 link-local addresses with their zone, end to end: two network namespaces this test
 // creates, joined by a veth pair carrying fe80::1 and fe80::2 only (nodad: usable at once), one
@@ -16,10 +17,6 @@ const IF_B = 'llapi2-b';
 
 const why = netnsUnavailable();
 if (why) console.log(`link-local netns test skipped: ${why}`);
-
-const ip = (...a: string[]): void => {
-  execFileSync('ip', a, { stdio: 'ignore' });
-};
 
 /** Runs the fixture in `ns`; resolves with its JSON lines once it exits (killed after `ms`). */
 function run(ns: string, args: string[], ms: number): { done: Promise<Record<string, unknown>[]>; p: ChildProcess } {
@@ -50,30 +47,9 @@ function ready(p: ChildProcess, events: () => Promise<Record<string, unknown>[]>
 
 describe.skipIf(why !== null)('IPv6 link-local addresses with a zone, between two namespaces', () => {
   beforeAll(() => {
-    for (const ns of [NS_A, NS_B]) {
-      try {
-        ip('netns', 'del', ns);
-      } catch {
-        /* not there */
-      }
-      ip('netns', 'add', ns);
-      ip('-n', ns, 'link', 'set', 'lo', 'up');
-    }
-    ip('link', 'add', IF_A, 'netns', NS_A, 'type', 'veth', 'peer', 'name', IF_B, 'netns', NS_B);
-    ip('-n', NS_A, 'addr', 'add', 'fe80::1/64', 'dev', IF_A, 'nodad');
-    ip('-n', NS_B, 'addr', 'add', 'fe80::2/64', 'dev', IF_B, 'nodad');
-    ip('-n', NS_A, 'link', 'set', IF_A, 'up');
-    ip('-n', NS_B, 'link', 'set', IF_B, 'up');
+    twoHosts({ ns: NS_A, dev: IF_A, addr: 'fe80::1/64' }, { ns: NS_B, dev: IF_B, addr: 'fe80::2/64' }, { nodad: true });
   });
-  afterAll(() => {
-    for (const ns of [NS_A, NS_B]) {
-      try {
-        ip('netns', 'del', ns);
-      } catch {
-        /* already gone */
-      }
-    }
-  });
+  afterAll(() => deleteNamespaces(NS_A, NS_B));
 
   it.each([
     ['embedded', []],

@@ -1,6 +1,7 @@
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { netnsUnavailable } from './helpers.js';
+import { deleteNamespaces, ip, twoHosts } from './netns-kit.js';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -11,10 +12,6 @@ const NS_B = 'rdssock-b';
 
 const why = netnsUnavailable();
 if (why) console.log(`netns tests skipped: ${why}`);
-
-const ip = (...a: string[]): void => {
-  execFileSync('ip', a, { stdio: 'ignore' });
-};
 
 interface Proc {
   p: ChildProcess;
@@ -56,30 +53,12 @@ function run(ns: string, args: string[]): Proc {
 
 describe.skipIf(why !== null)('two hosts in network namespaces', () => {
   beforeAll(() => {
-    for (const ns of [NS_A, NS_B]) {
-      try {
-        ip('netns', 'del', ns);
-      } catch {
-        /* not there */
-      }
-      ip('netns', 'add', ns);
-      ip('-n', ns, 'link', 'set', 'lo', 'up');
-    }
-    ip('link', 'add', 'rdsveth-a', 'netns', NS_A, 'type', 'veth', 'peer', 'name', 'rdsveth-b', 'netns', NS_B);
-    ip('-n', NS_A, 'addr', 'add', '10.78.0.1/24', 'dev', 'rdsveth-a');
-    ip('-n', NS_B, 'addr', 'add', '10.78.0.2/24', 'dev', 'rdsveth-b');
-    ip('-n', NS_A, 'link', 'set', 'rdsveth-a', 'up');
-    ip('-n', NS_B, 'link', 'set', 'rdsveth-b', 'up');
+    twoHosts(
+      { ns: NS_A, dev: 'rdsveth-a', addr: '10.78.0.1/24' },
+      { ns: NS_B, dev: 'rdsveth-b', addr: '10.78.0.2/24' },
+    );
   });
-  afterAll(() => {
-    for (const ns of [NS_A, NS_B]) {
-      try {
-        ip('netns', 'del', ns);
-      } catch {
-        /* already gone */
-      }
-    }
-  });
+  afterAll(() => deleteNamespaces(NS_A, NS_B));
 
   it('a link that goes down with no FIN is detected by the heartbeat; after it returns every message arrives once, in order', async () => {
     const N = 3000;

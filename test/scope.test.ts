@@ -13,6 +13,9 @@ import {
   zoneIndex,
   zoneName,
 } from '../lib/core/scope.js';
+import type { RdsAddress } from '../lib/core/address.js';
+import type { SocketBackend } from '../lib/core/socket-backend.js';
+import { SendChecks } from '../lib/core/socket-send-checks.js';
 
 // The kernel's rules for IPv6 link-local scopes (issue 38; af_rds.c rds_bind / rds_connect,
 // send.c rds_sendmsg), on their own and as the socket calls apply them to zoned addresses
@@ -99,5 +102,29 @@ describe('link-local scopes', () => {
     expect(() => checkSendLink('fe80::2%9999', 'lo')).toThrow(einval);
     expect(() => checkConnectLink('fe80::2%9999', 'lo', true)).toThrow(einval);
     expect(() => checkBindLink('fe80::1%lo', 'fe80::2%9999')).toThrow(einval);
+  });
+
+  it("sendmsg keeps the socket's zone: derived when bind() or connect() changes the addresses, not per send", () => {
+    const backend = { bound: { address: 'fd00::1', port: 5 } as RdsAddress | null, options: { sndbuf: 1 << 20 } };
+    const checks = new SendChecks(backend as unknown as SocketBackend);
+    let peerReads = 0;
+    const peer = {
+      port: 7,
+      get address() {
+        peerReads++;
+        return 'fe80::2%lo';
+      },
+    };
+    const data = Buffer.alloc(8);
+    const send = (p: RdsAddress | null) =>
+      checks.check(data, { address: 'fe80::9', port: 7 }, undefined, p, false, false);
+    // A global bound address holds no zone: the connect()ed link-local peer's is the socket's.
+    for (let i = 0; i < 100; i++) expect(send(peer).address).toBe('fe80::9%lo');
+    expect(peerReads).toBe(1);
+    // connect() to a global peer (a new object): the socket holds no zone, so a bare link-local is EINVAL.
+    expect(() => send({ address: 'fd00::2', port: 7 })).toThrow(expect.objectContaining({ code: 'EINVAL' }));
+    // A bound address with a zone (bind() finished): that zone, whatever the peer.
+    backend.bound = { address: 'fe80::1%lo', port: 5 };
+    expect(send({ address: 'fd00::2', port: 7 }).address).toBe('fe80::9%lo');
   });
 });

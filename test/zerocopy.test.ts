@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { RdsOutgoing, type SendOwner } from '../lib/core/message.js';
 import type { RdsConnPath } from '../lib/core/path.js';
-import { TEST_TCP_PORT, makePair, payload, timeout, until, type Pair } from './helpers.js';
+import { TEST_TCP_PORT, makePair, payload, thrownCode, timeout, until, type Pair } from './helpers.js';
 
 // MSG_ZEROCOPY (spec §6.4, §6.6): the caller's buffers are referenced, not copied, until the
 // socket reports their cookie through recvmsg (RDS_CMSG_ZCOPY_COMPLETION).
@@ -49,21 +49,13 @@ describe('MSG_ZEROCOPY send', () => {
     const { a, b } = await zcPair();
     const to = b.address();
     const x = Buffer.from('x');
-    const code = (fn: () => unknown): string | undefined => {
-      try {
-        fn();
-        return undefined;
-      } catch (e) {
-        return (e as { code?: string }).code;
-      }
-    };
-    expect(code(() => a.sendmsg(x, to, { flags: 0x1 /* MSG_OOB */ }))).toBe('EOPNOTSUPP');
-    expect(code(() => a.sendmsg(x, to, { flags: 1.5 }))).toBe('EINVAL');
-    expect(code(() => a.sendmsg(x, to, ZC))).toBe('EINVAL'); // no cookie
-    expect(code(() => a.sendmsg(x, to, { ...ZC, zcopyCookie: -1 }))).toBe('EINVAL');
-    expect(code(() => a.sendmsg(x, to, { ...ZC, zcopyCookie: 2 ** 32 }))).toBe('EINVAL');
-    expect(code(() => a.sendmsg(x, to, { zcopyCookie: 5 }))).toBe('EINVAL'); // cookie without the flag
-    expect(code(() => b.sendmsg(x, a.address(), { ...ZC, zcopyCookie: 5 }))).toBe('EINVAL'); // b lacks SO_ZEROCOPY
+    expect(thrownCode(() => a.sendmsg(x, to, { flags: 0x1 /* MSG_OOB */ }))).toBe('EOPNOTSUPP');
+    expect(thrownCode(() => a.sendmsg(x, to, { flags: 1.5 }))).toBe('EINVAL');
+    expect(thrownCode(() => a.sendmsg(x, to, ZC))).toBe('EINVAL'); // no cookie
+    expect(thrownCode(() => a.sendmsg(x, to, { ...ZC, zcopyCookie: -1 }))).toBe('EINVAL');
+    expect(thrownCode(() => a.sendmsg(x, to, { ...ZC, zcopyCookie: 2 ** 32 }))).toBe('EINVAL');
+    expect(thrownCode(() => a.sendmsg(x, to, { zcopyCookie: 5 }))).toBe('EINVAL'); // cookie without the flag
+    expect(thrownCode(() => b.sendmsg(x, a.address(), { ...ZC, zcopyCookie: 5 }))).toBe('EINVAL'); // b lacks SO_ZEROCOPY
     // Without SO_ZEROCOPY the flag alone is ignored, as in the kernel: the data is copied.
     const copied = Buffer.from('copied');
     expect(b.sendmsg(copied, a.address(), { flags: MSG_ZEROCOPY | MSG_DONTWAIT })).toBe(6);

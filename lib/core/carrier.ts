@@ -1,5 +1,5 @@
 import { RDS_CONN_CONNECTING, RDS_CONN_DOWN } from '../constants.js';
-import type { RdsConnPath } from './path.js';
+import type { TransportPath } from './transport-path.js';
 
 /**
  * The type of a transport's per-path state (its carrier object): a transport makes one kind and
@@ -9,7 +9,7 @@ import type { RdsConnPath } from './path.js';
 export class CarrierKind<C> {
   constructor(
     readonly name: string,
-    readonly make: (cp: RdsConnPath) => C,
+    readonly make: (cp: TransportPath) => C,
   ) {}
 }
 
@@ -22,7 +22,7 @@ export class CarrierKind<C> {
 export class CarrierSlot<H> {
   private cur: H | null = null;
 
-  constructor(private readonly cp: RdsConnPath) {}
+  constructor(private readonly cp: TransportPath) {}
 
   /** The current carrier's handle, or null. */
   get current(): H | null {

@@ -19,6 +19,14 @@ export class SendChecks {
   private lastDestZone: string | null = null;
   /** An address already known to be of the bound address's family. */
   private sameFamilyAs = '';
+  /**
+   * The zone the socket holds (socketZone: the kernel's rs_bound_scope_id), derived when bind()
+   * set the bound address or connect() the peer (each a new object) and kept: a send compares two
+   * references instead of scanning both addresses for a zone.
+   */
+  private zone: string | null = null;
+  private zoneBound: RdsAddress | null = null;
+  private zonePeer: RdsAddress | null = null;
   /** Reused for every send (see CheckedSend). */
   private readonly out: CheckedSend = {
     payload: EMPTY,
@@ -63,7 +71,7 @@ export class SendChecks {
     let address: string | null = null;
     let port = 0;
     if (dest !== undefined && dest !== null) {
-      address = this.destinationAddress(dest, socketZone(b.bound?.address, peer?.address));
+      address = this.destinationAddress(dest, this.heldZone(b.bound, peer));
       port = validatePort((dest as { port?: unknown }).port, 'destination');
     }
     const bound = b.bound;
@@ -103,7 +111,7 @@ export class SendChecks {
     if (address !== this.sameFamilyAs) {
       if (isIPv4(address) !== isIPv4(bound.address))
         throw new RdsError('EOPNOTSUPP', `cannot send from ${bound.address} to ${address}: address families differ`);
-      checkSendLink(address, socketZone(bound.address, peer?.address));
+      checkSendLink(address, this.heldZone(bound, peer));
     }
     this.sameFamilyAs = address;
     const len = out.len;
@@ -122,6 +130,16 @@ export class SendChecks {
     out.zcopyCookie = zcopy ? opts!.zcopyCookie : undefined;
     out.confirm = confirm;
     return out;
+  }
+
+  /** The socket's zone for this bound address and peer (see `zone`). */
+  private heldZone(bound: RdsAddress | null, peer: RdsAddress | null): string | null {
+    if (bound !== this.zoneBound || peer !== this.zonePeer) {
+      this.zone = socketZone(bound?.address, peer?.address);
+      this.zoneBound = bound;
+      this.zonePeer = peer;
+    }
+    return this.zone;
   }
 
   /**

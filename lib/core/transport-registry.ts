@@ -1,5 +1,6 @@
 import { RdsError } from '../errors.js';
 import { recvIncoming } from './recv.js';
+import { corePath } from './transport-path.js';
 import type { RdsStack } from './stack.js';
 import type { RdsTransport, TransportHost } from './transport.js';
 
@@ -66,8 +67,9 @@ export function transportHostOf(stack: RdsStack): TransportHost {
     isBound: (address, port) => stack.binds.isBound(address, port),
     connFor: (laddr, faddr, transport, tos) => stack.connFor(laddr, faddr, transport, tos),
     findConn: (laddr, faddr, transport, tos) => stack.findConn(laddr, faddr, transport, tos),
-    recvIncoming: (cp, header, payload, localReceipt) => recvIncoming(stack, cp, header, payload, localReceipt),
-    reportProtocolError: (cp, error) => stack.pathEvents.protocolError(cp, error),
+    recvIncoming: (cp, header, payload, localReceipt) =>
+      recvIncoming(stack, corePath(cp), header, payload, localReceipt),
+    reportProtocolError: (cp, error) => stack.pathEvents.protocolError(corePath(cp), error),
     get rails() {
       return stack.rails;
     },

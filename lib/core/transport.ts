@@ -1,7 +1,6 @@
 import type { RdmaTransport } from './rdma-ops.js';
-import type { RdsConnPath } from './path.js';
+import type { TransportConn, TransportPath } from './transport-path.js';
 import type { RdsOutgoing } from './message.js';
-import type { RdsConnection } from './connection.js';
 import type { EventEmitter } from 'eventemitter3';
 import type { ResolvedStackOptions } from './options.js';
 import type { RdsStackEvents } from './types.js';
@@ -29,16 +28,16 @@ export interface TransportHost {
   /** Whether (address, port) is bound in the stack. */
   isBound(address: string, port: number): boolean;
   /** The connection (laddr, faddr, transport, tos: default 0), made on first use. */
-  connFor(laddr: string, faddr: string, transport: RdsTransport, tos?: number): RdsConnection;
+  connFor(laddr: string, faddr: string, transport: RdsTransport, tos?: number): TransportConn;
   /** The connection if there is one; never makes one (admission checks). */
-  findConn(laddr: string, faddr: string, transport: RdsTransport, tos?: number): RdsConnection | undefined;
+  findConn(laddr: string, faddr: string, transport: RdsTransport, tos?: number): TransportConn | undefined;
   /**
    * rds_recv_incoming: one complete frame from a path's carrier. `localReceipt` (loopback only):
    * settled by the receiving socket when its application takes the message (see localReceipt).
    */
-  recvIncoming(cp: RdsConnPath, header: Buffer, payload: Buffer, localReceipt?: RxEntry): void;
+  recvIncoming(cp: TransportPath, header: Buffer, payload: Buffer, localReceipt?: RxEntry): void;
   /** The peer broke the protocol on `cp`: counted and reported ('protocol-error'). */
-  reportProtocolError(cp: RdsConnPath, error: Error): void;
+  reportProtocolError(cp: TransportPath, error: Error): void;
   /** The stack's rails (transports that carry them open and accept their carriers). */
   readonly rails: RailHost;
   /** Emits a stack event; transports emit 'error' for an asynchronous failure no call waits for (a listener died). */
@@ -106,7 +105,7 @@ export interface RdsTransport {
    * settles the peer as a kernel at once: a kernel's RDS/IB never probes, and 6.1 answers a probe
    * received over IB with a WARN_ON (rds_conn_peer_gen_update expects TCP).
    */
-  peerKindHint?(cp: RdsConnPath): 'kernel' | 'unknown';
+  peerKindHint?(cp: TransportPath): 'kernel' | 'unknown';
   /**
    * RDS's RDMA operations (IB): memory registration for getMr(); the transport posts a message's
    * RdmaOp (msg.rdma) before its SEND. Transports without it refuse RDMA with EOPNOTSUPP.
@@ -123,36 +122,36 @@ export interface RdsTransport {
   laddrCheck(laddr: string): Promise<void>;
 
   /** Whether this side opens (and re-opens) the given path; the other side waits to be connected. */
-  initiates(cp: RdsConnPath): boolean;
+  initiates(cp: TransportPath): boolean;
 
   /** Start connecting a path that the core has moved to CONNECTING. */
-  connPathConnect(cp: RdsConnPath): void;
+  connPathConnect(cp: TransportPath): void;
 
   /** Tear down whatever carries the path; after this no callback for the old carrier may reach the core. */
-  connPathShutdown(cp: RdsConnPath): void;
+  connPathShutdown(cp: TransportPath): void;
 
   /** Optional batching hooks around a burst of xmit calls (the TCP transport corks). */
-  xmitBegin?(cp: RdsConnPath): void;
+  xmitBegin?(cp: TransportPath): void;
   /** The end of a burst of xmit calls begun by xmitBegin (the TCP transport uncorks). */
-  xmitEnd?(cp: RdsConnPath): void;
+  xmitEnd?(cp: TransportPath): void;
 
   /**
    * Send one encoded message. Return false when the carrier will not take more now; the transport
    * then calls cp.tx.kick() when it can. The transport calls cp.tx.ackThrough() once the peer has it.
    */
-  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean;
+  xmit(cp: TransportPath, msg: RdsOutgoing): boolean;
 
   /** Send the full congestion map of the path's local address (h_flags 0x01, seq 0). */
-  xmitCong(cp: RdsConnPath, map: Buffer): boolean;
+  xmitCong(cp: TransportPath, map: Buffer): boolean;
 
   /**
    * Send an unsequenced header-only frame (ack-only frame, heartbeat, hello), bypassing the send
    * queue. `done` runs once it has left. Transports without it never carry rds-socket extras.
    */
-  xmitControl?(cp: RdsConnPath, header: Buffer, done: () => void): void;
+  xmitControl?(cp: TransportPath, header: Buffer, done: () => void): void;
 
   /** The peer's handshake said what it is (kernel or rds-socket); see Handshake.releaseOnTransportAck. */
-  capabilitiesChanged?(conn: RdsConnection): void;
+  capabilitiesChanged?(conn: TransportConn): void;
 
   /**
    * Stop taking frames from the path's carrier (a receive queue it feeds is over its hard limit),
@@ -161,9 +160,9 @@ export interface RdsTransport {
    * cp.readPaused. Transports without it are never paused (loopback: its senders are local
    * sockets, bounded by SO_SNDBUF; InfiniBand: not yet, see docs/security.md).
    */
-  rxPause?(cp: RdsConnPath): void;
+  rxPause?(cp: TransportPath): void;
   /** Take frames from the path's carrier again after rxPause. */
-  rxResume?(cp: RdsConnPath): void;
+  rxResume?(cp: TransportPath): void;
 
   /** Keep (true) or stop keeping (false) the Node event loop alive. */
   setRef(ref: boolean): void;
@@ -172,7 +171,7 @@ export interface RdsTransport {
   close(): Promise<void>;
 
   /** Per-path details for diagnostics (rds-info -T). */
-  pathInfo?(cp: RdsConnPath): Record<string, unknown> | null;
+  pathInfo?(cp: TransportPath): Record<string, unknown> | null;
   /** resetStats(): the transport's own per-path figures (those pathInfo shows) start over. */
-  resetPathStats?(cp: RdsConnPath): void;
+  resetPathStats?(cp: TransportPath): void;
 }

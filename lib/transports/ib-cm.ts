@@ -3,7 +3,7 @@
 // incompatible peer; and memory registration for getMr() (ib_rdma.c). ib.ts drives them from
 // rdma_cm's events.
 import type { RdmaTransport } from '../core/rdma-ops.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RdsError } from '../errors.js';
 import { native, type IbEndpointBinding } from '../native.js';
 import { encodeIbPrivateData, type IbPrivateData } from '../wire/ib-private-data.js';
@@ -20,7 +20,7 @@ export function setupQp(ep: IbEndpointBinding, tp: IbPath, sendSlots: number, re
 }
 
 /** Our private data; `offerCredits`: grant our receive buffers (proposing or accepting flow control). */
-export function ourPrivateData(cp: RdsConnPath, tp: IbPath, version: number, offerCredits: boolean): Buffer {
+export function ourPrivateData(cp: TransportPath, tp: IbPath, version: number, offerCredits: boolean): Buffer {
   // dp_ack_seq is 0: an ack in private data cannot be tied to either side's generation, and a
   // stale one would free messages the peer never saw. Acks flow in headers once connected.
   const credits = offerCredits ? tp.ledger.advertise() : 0;

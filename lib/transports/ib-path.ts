@@ -2,8 +2,8 @@ import { RDS_HEADER_SIZE, RDS_MAX_MSG_SIZE } from '../constants.js';
 import { CarrierKind, CarrierSlot } from '../core/carrier.js';
 import type { CreditLedger } from '../core/credits.js';
 import type { RdsOutgoing } from '../core/message.js';
-import type { RdsConnPath } from '../core/path.js';
-import type { RdsTransportHost } from '../core/stack.js';
+import type { TransportPath } from '../core/transport-path.js';
+import type { TransportHost } from '../core/transport.js';
 import type { IbEndpointBinding } from '../native.js';
 import type { RdmaOp } from '../core/rdma-ops.js';
 
@@ -15,13 +15,13 @@ export const MAX_H_LEN = RDS_MAX_MSG_SIZE;
 
 /** What the parts of the IB transport share: the host, the endpoint once opened, the ring sizes. */
 export class IbShared {
-  private h: RdsTransportHost | null = null;
+  private h: TransportHost | null = null;
   private endpoint: IbEndpointBinding | null = null;
 
   /** `sendSlots`: send ring slots per connection (slot sendSlots is the ack slot, then the receive slots). */
   constructor(readonly sendSlots: number) {}
 
-  get host(): RdsTransportHost {
+  get host(): TransportHost {
     return this.h!;
   }
 
@@ -29,7 +29,7 @@ export class IbShared {
     return this.endpoint;
   }
 
-  attach(host: RdsTransportHost): void {
+  attach(host: TransportHost): void {
     this.h = host;
   }
 
@@ -330,6 +330,6 @@ export class IbPath {
 /** The IB transport's carrier object of a path: the slot of its current cm id's state. */
 export const IB_CARRIER = new CarrierKind<CarrierSlot<IbPath>>('infiniband', (cp) => new CarrierSlot<IbPath>(cp));
 
-export function ibPath(cp: RdsConnPath): IbPath | null {
+export function ibPath(cp: TransportPath): IbPath | null {
   return cp.carrier(IB_CARRIER).current;
 }

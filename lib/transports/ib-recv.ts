@@ -1,5 +1,5 @@
 import { RDS_HEADER_SIZE } from '../constants.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { RdsProtocolError } from '../wire/frame-reader.js';
 import { OFF_ACK, OFF_CREDIT, OFF_DPORT, OFF_LEN, OFF_SPORT, readU64, verifyHeaderChecksum } from '../wire/header.js';
@@ -30,7 +30,7 @@ export class IbReceiver {
   ) {}
 
   /** A batch of work completions of cm id `id`, which carries `cp`: [slot, status, byte_len]... */
-  onCompletions(cp: RdsConnPath, id: number, batch: Int32Array): void {
+  onCompletions(cp: TransportPath, id: number, batch: Int32Array): void {
     const tp = ibPath(cp);
     if (tp === null || tp.id !== id || tp.ring === null) return;
     cp.heartbeat.noteRx();
@@ -89,7 +89,7 @@ export class IbReceiver {
   }
 
   /** One received fragment (rds_ib_process_recv). */
-  private receive(cp: RdsConnPath, tp: IbPath, slot: number, byteLen: number): void {
+  private receive(cp: TransportPath, tp: IbPath, slot: number, byteLen: number): void {
     const ring = tp.ring!;
     const base = slot * SLOT_SIZE;
     if (byteLen < RDS_HEADER_SIZE || byteLen > SLOT_SIZE) throw new RdsProtocolError(`IB fragment of ${byteLen} bytes`);

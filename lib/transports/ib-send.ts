@@ -1,7 +1,7 @@
 import { RDS_HEADER_SIZE } from '../constants.js';
 import { defer } from '../core/defer.js';
 import type { RdsOutgoing } from '../core/message.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import {
   headerChecksum,
   OFF_ACK,
@@ -29,7 +29,7 @@ import { ibPath, RDS_IB_FRAG_SIZE, SLOT_SIZE, type IbPath, type IbShared } from 
 export class IbSender {
   constructor(private readonly ib: IbShared) {}
 
-  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+  xmit(cp: TransportPath, msg: RdsOutgoing): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
     if (!tp.peerRdsSocket && isHandshakeFrame(msg.sport, msg.dport)) {
@@ -104,7 +104,7 @@ export class IbSender {
     return 'posted';
   }
 
-  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+  xmitCong(cp: TransportPath, map: Buffer): boolean {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) return false;
     tp.startFrame({ wire: encodeCongUpdate(map), len: map.length, off: 0, msg: null });
@@ -112,14 +112,14 @@ export class IbSender {
   }
 
   /** Starts the frame just made current; false (and a kick later) if the ring cannot take more now. */
-  private take(cp: RdsConnPath, tp: IbPath): boolean {
+  private take(cp: TransportPath, tp: IbPath): boolean {
     this.push(cp, tp);
     const more = tp.current === null && !tp.blocked;
     if (!more) tp.coreWaits();
     return more;
   }
 
-  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
+  xmitControl(cp: TransportPath, header: Buffer, done: () => void): void {
     const tp = ibPath(cp);
     if (tp === null || !tp.established) {
       done();
@@ -136,7 +136,7 @@ export class IbSender {
   }
 
   /** A header-only credit update when 16 buffers are owed and nothing else is going out. */
-  creditUpdate(cp: RdsConnPath): void {
+  creditUpdate(cp: TransportPath): void {
     const tp = ibPath(cp);
     if (tp === null || !tp.established || tp.controls.length > 0 || tp.ackSlotBusy) return;
     const h = Buffer.alloc(RDS_HEADER_SIZE);
@@ -145,7 +145,7 @@ export class IbSender {
     defer(() => this.push(cp, tp));
   }
 
-  resume(cp: RdsConnPath): void {
+  resume(cp: TransportPath): void {
     const tp = ibPath(cp);
     if (tp !== null) this.push(cp, tp);
   }
@@ -167,7 +167,7 @@ export class IbSender {
    * Moves work to the send ring while slots and credits last: control frames first (the ack slot),
    * then fragments of the current message. Posts the batch with one call.
    */
-  push(cp: RdsConnPath, tp: IbPath): void {
+  push(cp: TransportPath, tp: IbPath): void {
     if (!tp.established || tp.ring === null) return;
     const waiting = tp.rdmaWaiting;
     if (waiting !== null && tp.current === null) {

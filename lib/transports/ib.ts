@@ -9,8 +9,8 @@ import {
 import { rdmaStatusOf, type RdmaTransport } from '../core/rdma-ops.js';
 import { CreditLedger } from '../core/credits.js';
 import type { RdsOutgoing } from '../core/message.js';
-import type { RdsConnPath } from '../core/path.js';
-import type { RdsTransportHost } from '../core/stack.js';
+import type { TransportPath } from '../core/transport-path.js';
+import type { TransportHost } from '../core/transport.js';
 import type { RdsTransport } from '../core/transport.js';
 import { RdsError } from '../errors.js';
 import { native, nativeLoadError, type IbEndpointBinding } from '../native.js';
@@ -54,14 +54,14 @@ export class IbTransport implements RdsTransport {
   readonly alwaysAcks = true;
   /** Monitors learn exactly which ports a map update cleared. */
   readonly exactCongMask = true;
-  private host!: RdsTransportHost;
+  private host!: TransportHost;
   private ep: IbEndpointBinding | null = null;
   private readonly shared: IbShared;
   private readonly sender: IbSender;
   private readonly receiver: IbReceiver;
   private readonly listeners = new Map<string, number>();
   /** cm id -> the path it carries (or, for listeners, nothing). */
-  private readonly byId = new Map<number, RdsConnPath>();
+  private readonly byId = new Map<number, TransportPath>();
   private readonly port: number;
   private readonly flowControl: boolean;
   private readonly sendSlots: number;
@@ -92,7 +92,7 @@ export class IbTransport implements RdsTransport {
     this.receiver = new IbReceiver(this.shared, this.sender);
   }
 
-  attach(host: RdsTransportHost): void {
+  attach(host: TransportHost): void {
     this.host = host;
     this.shared.attach(host);
   }
@@ -178,11 +178,11 @@ export class IbTransport implements RdsTransport {
   }
 
   /** IB has no address-ordering rule: either side connects when it has something to send (spec §7.1). */
-  initiates(_cp: RdsConnPath): boolean {
+  initiates(_cp: TransportPath): boolean {
     return true;
   }
 
-  private newPath(id: number, passive: boolean, cp: RdsConnPath): IbPath {
+  private newPath(id: number, passive: boolean, cp: TransportPath): IbPath {
     const tp = new IbPath(
       id,
       passive,
@@ -196,7 +196,7 @@ export class IbTransport implements RdsTransport {
     return tp;
   }
 
-  connPathConnect(cp: RdsConnPath): void {
+  connPathConnect(cp: TransportPath): void {
     let id: number;
     try {
       // The connection's TOS is the id's service type, set before route resolution (rds_rdma's
@@ -335,12 +335,12 @@ export class IbTransport implements RdsTransport {
    * The carrier `tp` failed (CarrierSlot.lost): one that never came up is released here and its
    * connect failed; a live one is dropped, and connPathShutdown releases it.
    */
-  private lost(cp: RdsConnPath, tp: IbPath, reason: string): void {
+  private lost(cp: TransportPath, tp: IbPath, reason: string): void {
     cp.carrier(IB_CARRIER).lost(tp, reason, (t) => this.release(cp, t));
   }
 
   /** Forget the path's carrier: destroy the QP and id; nothing from it reaches the core again. */
-  private release(cp: RdsConnPath, tp: IbPath): void {
+  private release(cp: TransportPath, tp: IbPath): void {
     this.byId.delete(tp.id);
     const slot = cp.carrier(IB_CARRIER);
     if (slot.is(tp)) slot.clear();
@@ -366,28 +366,28 @@ export class IbTransport implements RdsTransport {
     done?.();
   }
 
-  connPathShutdown(cp: RdsConnPath): void {
+  connPathShutdown(cp: TransportPath): void {
     const tp = ibPath(cp);
     if (tp !== null) this.release(cp, tp);
   }
 
   /** A peer whose private data lacks rds-socket's mark is a kernel: no multipath probe for it. */
-  peerKindHint(cp: RdsConnPath): 'kernel' | 'unknown' {
+  peerKindHint(cp: TransportPath): 'kernel' | 'unknown' {
     const tp = ibPath(cp);
     return tp?.established === true && !tp.peerRdsSocket ? 'kernel' : 'unknown';
   }
 
   // ---- sending ----
 
-  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+  xmit(cp: TransportPath, msg: RdsOutgoing): boolean {
     return this.sender.xmit(cp, msg);
   }
 
-  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+  xmitCong(cp: TransportPath, map: Buffer): boolean {
     return this.sender.xmitCong(cp, map);
   }
 
-  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
+  xmitControl(cp: TransportPath, header: Buffer, done: () => void): void {
     this.sender.xmitControl(cp, header, done);
   }
 
@@ -409,7 +409,7 @@ export class IbTransport implements RdsTransport {
     this.shared.setEndpoint(null);
   }
 
-  pathInfo(cp: RdsConnPath): Record<string, unknown> | null {
+  pathInfo(cp: TransportPath): Record<string, unknown> | null {
     const tp = ibPath(cp);
     if (tp === null) return null;
     return {
@@ -431,7 +431,7 @@ export class IbTransport implements RdsTransport {
     };
   }
 
-  resetPathStats(cp: RdsConnPath): void {
+  resetPathStats(cp: TransportPath): void {
     ibPath(cp)?.resetCompletionFigures();
   }
 }

@@ -2,9 +2,9 @@ import { RDS_CONG_MAP_BYTES, RDS_FLAG_CONG_BITMAP, RDS_HEADER_SIZE, RDS_TRANS_LO
 import { encodeHeader } from '../wire/header.js';
 import { RdsError } from '../errors.js';
 import { RDS_CTR } from '../core/stats.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import type { RdsOutgoing } from '../core/message.js';
-import type { RdsTransportHost } from '../core/stack.js';
+import type { TransportHost } from '../core/transport.js';
 import type { RdsTransport } from '../core/transport.js';
 import { localReceipt } from '../core/ext/send-confirm.js';
 
@@ -19,9 +19,9 @@ export class LoopTransport implements RdsTransport {
   readonly mpathCapable = false;
   readonly userSelectable = false;
   readonly local = true;
-  private host!: RdsTransportHost;
+  private host!: TransportHost;
 
-  attach(host: RdsTransportHost): void {
+  attach(host: TransportHost): void {
     this.host = host;
   }
 
@@ -33,13 +33,13 @@ export class LoopTransport implements RdsTransport {
     return true;
   }
 
-  connPathConnect(cp: RdsConnPath): void {
+  connPathConnect(cp: TransportPath): void {
     queueMicrotask(() => cp.connectComplete());
   }
 
   connPathShutdown(): void {}
 
-  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+  xmit(cp: TransportPath, msg: RdsOutgoing): boolean {
     const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this, cp.conn.tos);
     const rcp = rev.path(0)!;
     // The receiver owns the payload from here: the sender never touches an acknowledged message.
@@ -79,7 +79,7 @@ export class LoopTransport implements RdsTransport {
    * sockets of the receiving address hear of every port. The core sends one whenever a path comes
    * up and whenever the map of the connection's local address changes, as over any transport.
    */
-  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+  xmitCong(cp: TransportPath, map: Buffer): boolean {
     const rev = this.host.connFor(cp.conn.faddr, cp.conn.laddr, this, cp.conn.tos);
     if (this.congHeader === null) {
       this.congHeader = Buffer.alloc(RDS_HEADER_SIZE);

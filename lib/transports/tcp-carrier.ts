@@ -2,8 +2,8 @@ import type { Socket } from 'node:net';
 import type * as tls from 'node:tls';
 import { CarrierKind, CarrierSlot } from '../core/carrier.js';
 import { Fifo } from '../core/fifo.js';
-import type { RdsConnPath } from '../core/path.js';
-import type { RdsTransportHost } from '../core/stack.js';
+import type { TransportPath } from '../core/transport-path.js';
+import type { TransportHost } from '../core/transport.js';
 import type { RdsTransport } from '../core/transport.js';
 import { native } from '../native.js';
 import { checkOption } from '../core/options.js';
@@ -80,7 +80,7 @@ export class TcpPath {
   private isWaiting = false;
   private onResume: (() => void) | null = null;
 
-  constructor(cp: RdsConnPath) {
+  constructor(cp: TransportPath) {
     this.slot = new CarrierSlot<Socket>(cp);
   }
 
@@ -299,7 +299,7 @@ export class TcpPath {
 
 export const TCP_CARRIER = new CarrierKind<TcpPath>('tcp', (cp) => new TcpPath(cp));
 
-export function tcpPath(cp: RdsConnPath): TcpPath {
+export function tcpPath(cp: TransportPath): TcpPath {
   return cp.carrier(TCP_CARRIER);
 }
 
@@ -307,7 +307,7 @@ const KEEPALIVE_MS = 5000;
 
 /** What the parts of the TCP transport share: the host, the options, every socket it holds. */
 export class TcpShared {
-  host!: RdsTransportHost;
+  host!: TransportHost;
   private referenced = false;
   private isClosed = false;
   readonly sockets = new Set<Socket>();
@@ -319,12 +319,12 @@ export class TcpShared {
     for (const k of TCP_KNOBS) checkOption(k, topts[k], 'TcpTransport');
   }
 
-  attach(host: RdsTransportHost): void {
+  attach(host: TransportHost): void {
     // The transport's own knobs over the stack's: the host it reads options from says so.
     const own = Object.fromEntries(TCP_KNOBS.filter((k) => this.topts[k] !== undefined).map((k) => [k, this.topts[k]]));
     this.host = Object.create(host, {
       options: { value: Object.freeze({ ...host.options, ...own }) },
-    }) as RdsTransportHost;
+    }) as TransportHost;
   }
 
   get ref(): boolean {

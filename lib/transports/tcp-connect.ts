@@ -1,6 +1,6 @@
 import { connect, type Socket } from 'node:net';
 import * as tls from 'node:tls';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { tcpPath, type TcpShared } from './tcp-carrier.js';
@@ -91,7 +91,7 @@ export class TcpConnector {
   }
 
   /** connPathConnect: the path is CONNECTING. */
-  connect(cp: RdsConnPath): void {
+  connect(cp: TransportPath): void {
     const conn = cp.conn;
     // A rail path dials over its own address pair, with the rail hello first (tcp-rail.ts).
     const rail = railOf(cp);
@@ -159,7 +159,7 @@ export class TcpConnector {
    * The initiator picks a TCP source port with port % 8 == path index (and says so with
    * SPORT_IDX), so the acceptor pairs each connection with the same path after any reconnect.
    */
-  private connectFrom(cp: RdsConnPath, attempt: number): void {
+  private connectFrom(cp: TransportPath, attempt: number): void {
     const conn = cp.conn;
     const tp = tcpPath(cp);
     const [lo, hi] = localPortRange();

@@ -1,8 +1,8 @@
 import { createServer, Socket, type Server } from 'node:net';
 import * as tls from 'node:tls';
 import { compareAddresses } from '../core/address.js';
-import type { RdsConnection } from '../core/connection.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportConn } from '../core/transport-path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { RdsError } from '../errors.js';
 import { FrameReader } from '../wire/frame-reader.js';
@@ -104,7 +104,7 @@ export class TcpListener {
   /**
    * A TCP connection reached a listener (paused, nothing read yet). Everything that costs nothing
    * is checked here, before any per-peer state or TLS: the allowlist on the source address, a
-   * local source, pokes (plain TCP), and the limits. Known peers (see RdsConnection.isKnownPeer)
+   * local source, pokes (plain TCP), and the limits. Known peers (see TransportConn.isKnownPeer)
    * bypass the shared pool of unidentified slots, so a flood of strangers cannot lock them out.
    */
   private accept(raw: Socket): void {
@@ -243,7 +243,7 @@ export class TcpListener {
   }
 
   /** `sock` (accepted, paused) becomes the carrier of `cp`. */
-  private takeCarrier(cp: RdsConnPath, sock: Socket, slot: AdmissionSlot): void {
+  private takeCarrier(cp: TransportPath, sock: Socket, slot: AdmissionSlot): void {
     const host = this.ctx.host;
     const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
     let received = (_n: number): void => {};
@@ -289,7 +289,7 @@ export class TcpListener {
  * count is known is never mistaken for path 0. With several paths and no free one, the
  * connection is reset and the initiator retries.
  */
-function pathForAccepted(conn: RdsConnection, srcPort: number): RdsConnPath | null {
+function pathForAccepted(conn: TransportConn, srcPort: number): TransportPath | null {
   const n = conn.npaths;
   if (n > 1 && conn.handshake.sportIdx) return conn.path(srcPort % n)!;
   for (let i = 0; i < Math.max(1, n); i++) {

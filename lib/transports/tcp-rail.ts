@@ -1,6 +1,6 @@
 import { connect, type Socket } from 'node:net';
 import { RDS_HEADER_SIZE } from '../constants.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import type { RailSpec } from '../core/ext/rail.js';
 import { RDS_CTR } from '../core/stats.js';
 import { FrameReader } from '../wire/frame-reader.js';
@@ -29,7 +29,7 @@ export class TcpRails {
   ) {}
 
   /** connPathConnect for a rail path: dial, send the hello, come UP on an accepting answer. */
-  connect(cp: RdsConnPath, rail: RailSpec): void {
+  connect(cp: TransportPath, rail: RailSpec): void {
     const host = this.ctx.host;
     if (this.ctx.topts.tls) {
       host.counters.add(RDS_CTR.rail_refused);

@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { type FrameReader, READ_SLAB_SIZE } from '../wire/frame-reader.js';
 import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-frames.js';
@@ -34,13 +34,13 @@ export class TcpReceiver {
     return this.partial.held;
   }
 
-  rxPause(cp: RdsConnPath): void {
+  rxPause(cp: TransportPath): void {
     const tp = tcpPath(cp);
     tp.setHeld(true);
     this.syncPause(cp, tp);
   }
 
-  rxResume(cp: RdsConnPath): void {
+  rxResume(cp: TransportPath): void {
     const tp = tcpPath(cp);
     tp.setHeld(false);
     this.syncPause(cp, tp);
@@ -50,7 +50,7 @@ export class TcpReceiver {
    * Reads the carrier or not, as the receive limits say. A paused socket stops reading (readStop),
    * so the kernel's receive buffer fills and TCP's window closes on the sender.
    */
-  private syncPause(cp: RdsConnPath, tp: TcpPath): void {
+  private syncPause(cp: TransportPath, tp: TcpPath): void {
     const want = tp.held || tp.waiting;
     if (want === cp.readPaused) return;
     cp.setReadPaused(want);
@@ -70,7 +70,7 @@ export class TcpReceiver {
    * read into `reader`'s memory, which the returned function takes.
    */
   attachCarrier(
-    cp: RdsConnPath,
+    cp: TransportPath,
     sock: Socket,
     reader: FrameReader,
     slab: boolean,

@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
 import { afterReadEnds } from './tcp-drain.js';
@@ -28,7 +28,7 @@ const handovers = new WeakMap<TcpPath, (() => void)[]>();
  * waiting connection holds the admission slot it was accepted with (the connection limits bound
  * how many can wait), and the old carrier nothing beyond what it held as the carrier.
  */
-export function replaceCarrier(ctx: TcpShared, cp: RdsConnPath, take: () => void): void {
+export function replaceCarrier(ctx: TcpShared, cp: TransportPath, take: () => void): void {
   const tp = tcpPath(cp);
   const waiting = handovers.get(tp);
   if (waiting !== undefined) {

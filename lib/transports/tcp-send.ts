@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
-import type { RdsConnection } from '../core/connection.js';
+import type { TransportConn } from '../core/transport-path.js';
 import type { RdsOutgoing } from '../core/message.js';
-import type { RdsConnPath } from '../core/path.js';
+import type { TransportPath } from '../core/transport-path.js';
 import { RDS_CTR } from '../core/stats.js';
 import { native } from '../native.js';
 import { encodeCongUpdate } from '../wire/header.js';
@@ -16,7 +16,7 @@ import { socketFd } from './tcp-socket.js';
 export class TcpSender {
   constructor(private readonly ctx: TcpShared) {}
 
-  xmitBegin(cp: RdsConnPath): void {
+  xmitBegin(cp: TransportPath): void {
     const tp = tcpPath(cp);
     tp.beginBatch();
     // Between rds-socket peers a batch is usually one write (the run of frames), which needs no
@@ -24,13 +24,13 @@ export class TcpSender {
     if (!cp.conn.handshake.ackMode) tp.corkBatch();
   }
 
-  xmitEnd(cp: RdsConnPath): void {
+  xmitEnd(cp: TransportPath): void {
     const tp = tcpPath(cp);
     this.writeRun(tp);
     tp.endBatch();
   }
 
-  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+  xmit(cp: TransportPath, msg: RdsOutgoing): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const w = msg.wire;
@@ -71,7 +71,7 @@ export class TcpSender {
   }
 
   /** The kernel has taken a kernel peer's stream up to `end`: what TCP has acknowledged is done. */
-  private flushedTo(cp: RdsConnPath, tp: TcpPath, sock: Socket, end: number): void {
+  private flushedTo(cp: TransportPath, tp: TcpPath, sock: Socket, end: number): void {
     if (!tp.slot.is(sock)) return;
     tp.flushedTo(end);
     this.releaseAcked(cp);
@@ -82,7 +82,7 @@ export class TcpSender {
    * until the last write completes, so a cancelled or acknowledged message is released only once
    * no queued write can still read buffers the caller is about to reuse.
    */
-  private xmitZeroCopy(cp: RdsConnPath, tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
+  private xmitZeroCopy(cp: TransportPath, tp: TcpPath, sock: Socket, msg: RdsOutgoing): boolean {
     const payload = msg.zcPayload!;
     const writes: Uint8Array[] = [msg.wire];
     for (const part of payload instanceof Uint8Array ? [payload] : payload) if (part.length > 0) writes.push(part);
@@ -111,7 +111,7 @@ export class TcpSender {
     return tp.sock.write(run);
   }
 
-  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+  xmitCong(cp: TransportPath, map: Buffer): boolean {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const frame = encodeCongUpdate(map);
@@ -130,7 +130,7 @@ export class TcpSender {
     return true;
   }
 
-  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
+  xmitControl(cp: TransportPath, header: Buffer, done: () => void): void {
     const tp = tcpPath(cp);
     const sock = tp.sock;
     if (sock === null) {
@@ -142,7 +142,7 @@ export class TcpSender {
     sock.write(header, () => done());
   }
 
-  capabilitiesChanged(conn: RdsConnection): void {
+  capabilitiesChanged(conn: TransportConn): void {
     for (const cp of conn.madePaths()) {
       const tp = cp.carrierIf(TCP_CARRIER);
       if (tp === null) continue;
@@ -156,7 +156,7 @@ export class TcpSender {
    * it as a path. Messages already written wait until TCP acknowledges a byte written from now on
    * (releaseAcked), so unless more is on its way a congestion map update follows.
    */
-  carrierProven(cp: RdsConnPath, tp: TcpPath): void {
+  carrierProven(cp: TransportPath, tp: TcpPath): void {
     tp.markProven();
     if (tp.track.length === 0 || cp.conn.handshake.ackMode) return;
     if (cp.tx.sendQueue.length === 0) cp.tx.queueCongUpdate();
@@ -176,7 +176,7 @@ export class TcpSender {
    * segment that arrives after that is read at once, with everything queued before it. Until
    * then, acknowledged messages stay in the retransmit queue and are resent if the carrier dies.
    */
-  private releaseAcked(cp: RdsConnPath): void {
+  private releaseAcked(cp: TransportPath): void {
     const tp = tcpPath(cp);
     const sock = tp.sock;
     if (sock === null || tp.track.length === 0) return;

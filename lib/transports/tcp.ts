@@ -1,8 +1,8 @@
 import { RDS_TRANS_TCP } from '../constants.js';
-import type { RdsConnection } from '../core/connection.js';
+import type { TransportConn } from '../core/transport-path.js';
 import type { RdsOutgoing } from '../core/message.js';
-import type { RdsConnPath } from '../core/path.js';
-import type { RdsTransportHost } from '../core/stack.js';
+import type { TransportPath } from '../core/transport-path.js';
+import type { TransportHost } from '../core/transport.js';
 import type { RdsTransport } from '../core/transport.js';
 import { TcpAdmission } from './tcp-admission.js';
 import { TCP_CARRIER, tcpPath, TcpShared, type TcpTransportOptions } from './tcp-carrier.js';
@@ -65,7 +65,7 @@ export class TcpTransport implements RdsTransport {
     this.listener = new TcpListener(this.ctx, this.admission, this.receiver, rails);
   }
 
-  attach(host: RdsTransportHost): void {
+  attach(host: TransportHost): void {
     this.ctx.attach(host);
     this.receiver.attach();
   }
@@ -75,11 +75,11 @@ export class TcpTransport implements RdsTransport {
     return this.receiver.partialFrameBytes;
   }
 
-  rxPause(cp: RdsConnPath): void {
+  rxPause(cp: TransportPath): void {
     this.receiver.rxPause(cp);
   }
 
-  rxResume(cp: RdsConnPath): void {
+  rxResume(cp: TransportPath): void {
     this.receiver.rxResume(cp);
   }
 
@@ -87,43 +87,43 @@ export class TcpTransport implements RdsTransport {
     return this.listener.laddrCheck(laddr);
   }
 
-  initiates(cp: RdsConnPath): boolean {
+  initiates(cp: TransportPath): boolean {
     return cp.conn.isInitiator;
   }
 
-  connPathConnect(cp: RdsConnPath): void {
+  connPathConnect(cp: TransportPath): void {
     this.connector.connect(cp);
   }
 
-  connPathShutdown(cp: RdsConnPath): void {
+  connPathShutdown(cp: TransportPath): void {
     tcpPath(cp).shutdown()?.destroy();
   }
 
-  xmitBegin(cp: RdsConnPath): void {
+  xmitBegin(cp: TransportPath): void {
     this.sender.xmitBegin(cp);
   }
 
-  xmitEnd(cp: RdsConnPath): void {
+  xmitEnd(cp: TransportPath): void {
     this.sender.xmitEnd(cp);
   }
 
-  xmit(cp: RdsConnPath, msg: RdsOutgoing): boolean {
+  xmit(cp: TransportPath, msg: RdsOutgoing): boolean {
     return this.sender.xmit(cp, msg);
   }
 
-  xmitCong(cp: RdsConnPath, map: Buffer): boolean {
+  xmitCong(cp: TransportPath, map: Buffer): boolean {
     return this.sender.xmitCong(cp, map);
   }
 
-  xmitControl(cp: RdsConnPath, header: Buffer, done: () => void): void {
+  xmitControl(cp: TransportPath, header: Buffer, done: () => void): void {
     this.sender.xmitControl(cp, header, done);
   }
 
-  capabilitiesChanged(conn: RdsConnection): void {
+  capabilitiesChanged(conn: TransportConn): void {
     this.sender.capabilitiesChanged(conn);
   }
 
-  pathInfo(cp: RdsConnPath): Record<string, unknown> | null {
+  pathInfo(cp: TransportPath): Record<string, unknown> | null {
     const tp = cp.carrierIf(TCP_CARRIER);
     const sock = tp?.sock;
     if (!sock) return null;

@@ -18,6 +18,7 @@ import {
 import { canonicalAddress } from '../address.js';
 import type { RdsConnection } from '../connection.js';
 import type { RdsConnPath } from '../path.js';
+import { corePath, type TransportPath } from '../transport-path.js';
 import type { RdsStack } from '../stack.js';
 import { RDS_CTR } from '../stats.js';
 import type { RdsTransport } from '../transport.js';
@@ -46,8 +47,8 @@ interface RailBinding {
 const bindings = new WeakMap<RdsConnPath, RailBinding>();
 
 /** The rail a path serves, if it is a live rail path. */
-export function railOf(cp: RdsConnPath): RailSpec | null {
-  const b = bindings.get(cp);
+export function railOf(cp: TransportPath): RailSpec | null {
+  const b = bindings.get(corePath(cp));
   return b?.live ? b.spec : null;
 }
 
@@ -117,12 +118,12 @@ export interface RailHost {
   /** Some rail is declared from our `local` to the peer's `remote`: an incoming connection there is a rail. */
   declared(local: string, remote: string): boolean;
   /** The hello the dialling side sends first on rail path `cp`'s new carrier. */
-  helloFor(cp: RdsConnPath): Buffer;
+  helloFor(cp: TransportPath): Buffer;
   /**
    * The dialling side got the answer: null if the rail is accepted and both ends agree who they
    * are; otherwise why not (already counted and reported).
    */
-  answerReceived(cp: RdsConnPath, header: Buffer, payload: Buffer): string | null;
+  answerReceived(cp: TransportPath, header: Buffer, payload: Buffer): string | null;
   /**
    * The accepting side got a hello on a connection from `remote` to our `local`: the path it
    * becomes the carrier of and the answer to send, or the refusal to send before closing.
@@ -137,7 +138,7 @@ export interface RailHost {
 }
 
 /** A hello's outcome on the accepting side: the path it carries and the answer, or the refusal to send (null: none) before closing. */
-export type RailHelloAnswer = { cp: RdsConnPath; answer: Buffer } | { cp: null; answer: Buffer | null };
+export type RailHelloAnswer = { cp: TransportPath; answer: Buffer } | { cp: null; answer: Buffer | null };
 
 /**
  * The stack's rails (the RTRS add_path / remove_path of issue #25): which are declared, the rail
@@ -291,7 +292,7 @@ export class StackRails implements RailHost {
     return this.removedPairs.has(`${local}|${remote}`);
   }
 
-  helloFor(cp: RdsConnPath): Buffer {
+  helloFor(cp: TransportPath): Buffer {
     return encodeRailHello({
       kind: RAIL_HELLO,
       index: cp.index,
@@ -302,7 +303,8 @@ export class StackRails implements RailHost {
     });
   }
 
-  answerReceived(cp: RdsConnPath, header: Buffer, payload: Buffer): string | null {
+  answerReceived(view: TransportPath, header: Buffer, payload: Buffer): string | null {
+    const cp = corePath(view);
     const conn = cp.conn;
     const a = decodeRailHello(header, payload);
     const spec = railOf(cp);
