@@ -48,6 +48,8 @@ export class Handshake {
   private peerSportIdx = false;
   private genNum = 0;
   private pathsPongPending = false;
+  /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
+  private spokeRdsSocket = false;
 
   constructor(private readonly conn: RdsConnection) {}
 
@@ -164,13 +166,29 @@ export class Handshake {
     if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
     if (!this.capsKnown) {
       const t = setTimeout(() => {
-        if (!this.capsKnown) {
-          conn.stack.counters.add(RDS_CTR.handshake_timeout);
-          this.settle(0);
+        if (this.capsKnown) return;
+        // A peer that already sent what no kernel sends is rds-socket, however late its answer
+        // (sequenced, it may wait behind a backlog the peer resends to us): taken for a kernel,
+        // its acknowledgements of messages it has not read would confirm them. Its answer comes
+        // (every rds-socket node sends its own probe when its path 0 comes up).
+        if (this.spokeRdsSocket) {
+          conn.stack.counters.add(RDS_CTR.handshake_wait_rds_socket);
+          return;
         }
+        conn.stack.counters.add(RDS_CTR.handshake_timeout);
+        this.settle(0);
       }, conn.stack.options.handshakeTimeoutMs);
       t.unref();
     }
+  }
+
+  /**
+   * The peer sent a frame no kernel sends (an RDS ack over a transport where kernels acknowledge
+   * nothing, a read report): while its handshake is unknown, the wait for it no longer ends in
+   * taking it for a kernel.
+   */
+  spokeAsRdsSocket(): void {
+    this.spokeRdsSocket = true;
   }
 
   /**
