@@ -313,9 +313,10 @@ export class Handshake {
       if (!conn.isLoopback && conn.path(0)!.state === RDS_CONN_UP) this.queueProbe(conn.path(0)!);
     }
     conn.setPathCount(n);
-    // A kernel is never acknowledged: drop what was tracked while we did not know.
-    // (Paths not made yet start empty and idle: nothing to drop or start there.)
-    if (!this.tracksReceipts) for (const p of conn.madePaths()) p.acks.rx.reset();
+    // A kernel is never acknowledged: drop what was tracked while we did not know, but keep what a
+    // peer taken for a kernel by mistake (its answer late) must still hear: its refusals, and that
+    // messages went untracked (RxAckTracker.pause). (Paths not made yet start empty and idle.)
+    if (!this.tracksReceipts) for (const p of conn.madePaths()) p.acks.rx.pause();
     if (changed) for (const p of conn.madePaths()) p.capabilitiesChanged();
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
     if (changed && this.wantsLegacyHello && conn.path(0)!.state === RDS_CONN_UP) conn.path(0)!.sendLegacyHello();
