@@ -169,10 +169,15 @@ export class Handshake {
         if (this.capsKnown) return;
         // A peer that already sent what no kernel sends is rds-socket, however late its answer
         // (sequenced, it may wait behind a backlog the peer resends to us): taken for a kernel,
-        // its acknowledgements of messages it has not read would confirm them. Its answer comes
-        // (every rds-socket node sends its own probe when its path 0 comes up).
+        // its acknowledgements of messages it has not read would confirm them.
         if (this.spokeRdsSocket) {
+          // Not waited for without end: its own probe may be refused by its budget for frames of
+          // its own that we leave unacknowledged while we do not know it. Taken for what it showed
+          // itself to be (it acknowledges; it may report reads, so confirmations wait for its
+          // reports, never resolve on an h_ack), on one path; its answer, when it comes, settles
+          // the rest.
           conn.stack.counters.add(RDS_CTR.handshake_wait_rds_socket);
+          this.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO);
           return;
         }
         conn.stack.counters.add(RDS_CTR.handshake_timeout);
