@@ -48,6 +48,8 @@ export class Handshake {
   private peerSportIdx = false;
   private genNum = 0;
   private pathsPongPending = false;
+  /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
+  private spokeRdsSocket = false;
 
   constructor(private readonly conn: RdsConnection) {}
 
@@ -164,13 +166,34 @@ export class Handshake {
     if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
     if (!this.capsKnown) {
       const t = setTimeout(() => {
-        if (!this.capsKnown) {
-          conn.stack.counters.add(RDS_CTR.handshake_timeout);
-          this.settle(0);
+        if (this.capsKnown) return;
+        // A peer that already sent what no kernel sends is rds-socket, however late its answer
+        // (sequenced, it may wait behind a backlog the peer resends to us): taken for a kernel,
+        // its acknowledgements of messages it has not read would confirm them.
+        if (this.spokeRdsSocket) {
+          // Not waited for without end: its own probe may be refused by its budget for frames of
+          // its own that we leave unacknowledged while we do not know it. Taken for what it showed
+          // itself to be (it acknowledges; it may report reads, so confirmations wait for its
+          // reports, never resolve on an h_ack), on one path; its answer, when it comes, settles
+          // the rest.
+          conn.stack.counters.add(RDS_CTR.handshake_wait_rds_socket);
+          this.settle(RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO);
+          return;
         }
+        conn.stack.counters.add(RDS_CTR.handshake_timeout);
+        this.settle(0);
       }, conn.stack.options.handshakeTimeoutMs);
       t.unref();
     }
+  }
+
+  /**
+   * The peer sent a frame no kernel sends (an RDS ack over a transport where kernels acknowledge
+   * nothing, a read report): while its handshake is unknown, the wait for it no longer ends in
+   * taking it for a kernel.
+   */
+  spokeAsRdsSocket(): void {
+    this.spokeRdsSocket = true;
   }
 
   /**
@@ -295,9 +318,10 @@ export class Handshake {
       if (!conn.isLoopback && conn.path(0)!.state === RDS_CONN_UP) this.queueProbe(conn.path(0)!);
     }
     conn.setPathCount(n);
-    // A kernel is never acknowledged: drop what was tracked while we did not know.
-    // (Paths not made yet start empty and idle: nothing to drop or start there.)
-    if (!this.tracksReceipts) for (const p of conn.madePaths()) p.acks.rx.reset();
+    // A kernel is never acknowledged: drop what was tracked while we did not know, but keep what a
+    // peer taken for a kernel by mistake (its answer late) must still hear: its refusals, and that
+    // messages went untracked (RxAckTracker.pause). (Paths not made yet start empty and idle.)
+    if (!this.tracksReceipts) for (const p of conn.madePaths()) p.acks.rx.pause();
     if (changed) for (const p of conn.madePaths()) p.capabilitiesChanged();
     // An older rds-socket peer acknowledges nothing on a carrier before our hello.
     if (changed && this.wantsLegacyHello && conn.path(0)!.state === RDS_CONN_UP) conn.path(0)!.sendLegacyHello();

@@ -41,7 +41,11 @@ export interface RdsStackOptions {
   heartbeatIntervalMs?: number;
   /** Silent periods after which the path is dropped and reconnected. Default 4 (detection < 10 s). */
   heartbeatMissedLimit?: number;
-  /** How long to wait for the peer's handshake before treating it as a kernel. Default 3000. */
+  /**
+   * How long to wait for the peer's handshake before treating it as a kernel (a peer that has
+   * already sent what no kernel sends, an RDS ack over TCP or a read report, is then taken for an
+   * rds-socket node that acknowledges and reports reads, until its handshake comes). Default 3000.
+   */
   handshakeTimeoutMs?: number;
   /**
    * Peers allowed to connect: addresses or CIDR blocks ("10.1.0.0/16"). Connections from

@@ -5,6 +5,8 @@ import {
   RDS_FLAG_PROBE_PORT,
   RDS_FLAG_RETRANSMITTED,
   RDSSOCK_EXTHDR_MOVED,
+  RDSSOCK_EXTHDR_READ,
+  RDSSOCK_EXTHDR_REFUSED,
   RDS_EXTHDR_RDMA,
   RDS_EXTHDR_RDMA_BYTES,
   RDS_EXTHDR_RDMA_DEST,
@@ -63,8 +65,20 @@ export function recvIncoming(
   // except for congestion maps, so this cannot swallow a kernel's message.
   if (seq === 0 && sport === 0 && dport === 0 && payload.length === 0) {
     stack.counters.add(RDS_CTR.recv_ack_frames);
-    // What the peer's applications read, or refused: only a peer we told we understand it sends it.
-    if (header[OFF_EXTHDR] !== 0 && conn.handshake.confirmsReads) {
+    // No kernel sends an ack-only frame over TCP (IB's do: alwaysAcks), nor a read report: this
+    // peer is rds-socket, whatever its handshake's delay (it must never be taken for a kernel).
+    const ext0 = header[OFF_EXTHDR]!;
+    if (
+      conn.handshake.peer === 'unknown' &&
+      (conn.transport.alwaysAcks !== true || ext0 === RDSSOCK_EXTHDR_READ || ext0 === RDSSOCK_EXTHDR_REFUSED)
+    )
+      conn.handshake.spokeAsRdsSocket();
+    // What the peer's applications read, or refused: only a peer we told we understand it sends it
+    // (so one whose handshake answer is still on its way reports reads: taken now, not lost).
+    if (
+      header[OFF_EXTHDR] !== 0 &&
+      (conn.handshake.confirmsReads || (conn.handshake.peer === 'unknown' && stack.options.rdsAcks))
+    ) {
       const r = decodeReadReport(parseExtensions(header.subarray(OFF_EXTHDR)));
       if (r.refused !== undefined) cp.tx.refusedByPeer(r.refused.seq, r.refused.reason);
       if (r.read !== undefined) cp.tx.readThrough(r.read.seq, r.read.refused);

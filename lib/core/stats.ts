@@ -102,6 +102,9 @@ export const RDS_COUNTER_NAMES = [
   // a TCP connect (or poke) with no answer within its bound was abandoned for a fresh attempt
   // (transports/tcp-connect.ts): a SYN lost to a partition is otherwise retried only after seconds
   'tcp_connect_timeout',
+  // the handshake wait ran out on a peer that had already sent what no kernel sends (an RDS ack
+  // over TCP, a read report): not taken for a kernel, its answer awaited (handshake.ts)
+  'handshake_wait_rds_socket',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

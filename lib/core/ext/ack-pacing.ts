@@ -113,7 +113,10 @@ export class AckPacer {
 
   /** A sequenced message was accepted on this path; null when nothing will be acknowledged. */
   recordReceived(seq: number, consumed: boolean, ackRequired: boolean): RxEntry | null {
-    if (!this.conn.handshake.tracksReceipts) return null;
+    if (!this.conn.handshake.tracksReceipts) {
+      this.rx.untracked();
+      return null;
+    }
     // recvIncoming's transport has just stamped lastRxAt: no second clock reading per message.
     const e = this.rx.record(seq, consumed ? RX_READ : RX_PENDING, ackRequired, this.path.heartbeat.lastRxAt, this);
     if (this.conn.handshake.ackMode && (consumed || ackRequired)) this.requestAck();

@@ -1,22 +1,31 @@
 // send({ confirm }) on a socket of this process's stack: the wait for the peer to have one
 // message (its confirmation, send-confirm.ts), given up on abort as RDS_CANCEL_SENT_TO would.
-import { abortError, RdsError } from '../../errors.js';
+import { abortError } from '../../errors.js';
 import type { RdsOutgoing } from '../message.js';
 import type { Confirmation } from '../socket-backend.js';
 import { RDS_CTR, type RdsStats } from '../stats.js';
 
 /**
  * The confirmation of `msg`, queued by a socket that keeps its waiting messages in `confirming`
- * (close() and RDS_CANCEL_SENT_TO end those waits).
+ * (close() and RDS_CANCEL_SENT_TO end those waits). It is registered on the message at once, not
+ * when wait() is called: from the moment it is queued, the message is one whose read must be
+ * reported (an acknowledgement as queued, the loopback's hand-over, must hold it for the read), and
+ * an outcome that comes before wait() is kept for it, never taken for "confirmed".
  * @internal
  */
 export function confirmationOf(msg: RdsOutgoing, confirming: Set<RdsOutgoing>, counters: RdsStats): Confirmation {
+  let outcome: { err: Error | undefined } | null = null;
+  let waiter: ((err?: Error) => void) | null = null;
+  msg.onConfirm((err) => {
+    confirming.delete(msg);
+    if (waiter !== null) waiter(err);
+    else outcome = { err };
+  });
+  confirming.add(msg);
   return {
     len: msg.len,
     wait: (signal) => {
-      if (msg.done && !msg.cancelled) return Promise.resolve();
-      if (msg.done)
-        return Promise.reject(new RdsError('ECANCELED', 'the message was cancelled before the peer had it'));
+      if (outcome !== null) return outcome.err === undefined ? Promise.resolve() : Promise.reject(outcome.err);
       return new Promise<void>((resolve, reject) => {
         const onAbort = (): void => {
           if (msg.done) {
@@ -28,13 +37,11 @@ export function confirmationOf(msg: RdsOutgoing, confirming: Set<RdsOutgoing>, c
           counters.add(RDS_CTR.send_cancelled);
           msg.complete(abortError(signal!, 'send()'));
         };
-        msg.onConfirm((err) => {
+        waiter = (err) => {
           signal?.removeEventListener('abort', onAbort);
-          confirming.delete(msg);
           if (err) reject(err);
           else resolve();
-        });
-        confirming.add(msg);
+        };
         signal?.addEventListener('abort', onAbort, { once: true });
       });
     },

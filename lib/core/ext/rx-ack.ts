@@ -99,10 +99,13 @@ export class RxAckTracker {
   /** Highest sequence number whose refusal fell out of refusedFates: fates at or below it are unknown. */
   private fatesForgottenThrough = 0;
   epoch = 0;
+  /** Messages went untracked since the last record() (see untracked): counted once as a refusal. */
+  private gap = false;
 
   constructor(private readonly maxDelayMs: number) {}
 
   record(seq: number, state: number, ackRequired: boolean, now: number, owner: RxOwner): RxEntry {
+    this.gap = false;
     const e: RxEntry = { seq, pos: this.nextPos++, state, at: now, owner, epoch: this.epoch, followers: null };
     this.log.push(e);
     if (ackRequired) this.requestedPos = e.pos;
@@ -226,6 +229,36 @@ export class RxAckTracker {
     this.forced = true;
   }
 
+  /**
+   * A message arrived that is not tracked (the peer was taken for a kernel: its handshake did not
+   * come in time). Should the peer turn out to report reads after all, a read cursor would pass
+   * over such messages as if read: they count as one refusal more in the read reports, so the
+   * sender, unable to place it, rejects what the report covers rather than confirm it.
+   */
+  untracked(): void {
+    if (this.gap) return;
+    this.gap = true;
+    this.refusedThroughRead++;
+  }
+
+  /**
+   * The peer is no longer tracked (taken for a kernel). What was tracked goes, but not what the
+   * sender must still learn if it turns out to report reads: the refusals stay to be reported and
+   * are counted, and messages whose fate was not known yet count as untracked (see untracked).
+   */
+  pause(): void {
+    let unsettled = false;
+    for (const e of this.log.drain()) {
+      // Refused or discarded: counted as a read cursor passing it would (its report stays queued).
+      if (e.state === RX_PENDING) unsettled = true;
+      else if (e.state !== RX_READ) this.refusedThroughRead++;
+    }
+    this.epoch++;
+    this.sentPos = this.ackPos = this.requestedPos = this.readPos = this.readSentPos = this.nextPos - 1;
+    this.forced = false;
+    if (unsettled) this.untracked();
+  }
+
   /** The peer restarted: what we tracked belongs to an incarnation that is gone. */
   reset(): void {
     this.log.drain();
@@ -238,6 +271,7 @@ export class RxAckTracker {
     this.refusedFates = null;
     this.fatesForgottenThrough = 0;
     this.forced = false;
+    this.gap = false;
   }
 
   get pending(): number {
