@@ -37,6 +37,7 @@ export type {
   StackReader,
 } from './core/stack.js';
 export type { RdsTransport, TransportHost } from './core/transport.js';
+export type { PeerKind } from './core/handshake.js';
 export type {
   TransportConn,
   TransportHandshake,

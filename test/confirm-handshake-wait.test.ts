@@ -1,7 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type RdsError, RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
 import { RawListener, kernelMap } from './raw-peer.js';
-import { TEST_TCP_PORT, payload, until } from './helpers.js';
+import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 
 // Issue #35 (nemesis --seed 11): a host node that had just restarted sent a confirmed message to a
 // port nobody had bound. Its peer's answer to the handshake waited, sequenced, behind what the
@@ -10,11 +10,7 @@ import { TEST_TCP_PORT, payload, until } from './helpers.js';
 // message. A peer that sent what no kernel sends is rds-socket: its late answer is waited for.
 // Addresses: 127.136.x.y (this file only).
 
-let cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 const caps =
   constants.RDSSOCK_CAP_ACK |

@@ -1,7 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type RdsError, RdsSocket, RdsStack } from '../lib/index.js';
 import type { Confirmation } from '../lib/core/socket-backend.js';
-import { TEST_TCP_PORT, payload } from './helpers.js';
+import { cleanupsPerTest, payload, TEST_TCP_PORT } from './helpers.js';
 
 // A confirmation is registered on its message when the message is queued, not when the caller
 // starts waiting: a wait that begins after the message was handed over (and acknowledged as
@@ -10,11 +10,7 @@ import { TEST_TCP_PORT, payload } from './helpers.js';
 // "confirmed", unread. Co-located sockets (the loopback transport hands a message over in one
 // turn). Addresses: 127.137.x.y (this file only).
 
-let cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 async function pair(n: number): Promise<{ a: RdsSocket; b: RdsSocket; dest: { address: string; port: number } }> {
   const S = new RdsStack({ tcpPort: TEST_TCP_PORT });

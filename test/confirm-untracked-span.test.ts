@@ -1,7 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
 import { rawConnect } from './raw-peer.js';
-import { TEST_TCP_PORT, payload, until } from './helpers.js';
+import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 
 // The receiver's side (issue #35): a node that takes an rds-socket sender for a kernel (the
 // sender's handshake came after handshakeTimeoutMs) stops tracking what it receives from it.
@@ -10,11 +10,7 @@ import { TEST_TCP_PORT, payload, until } from './helpers.js';
 // them with a refused count of 0: the sender confirmed a refused message and an unread one.
 // A raw peer plays the rds-socket sender. Addresses: 127.138.x.y (this file only).
 
-let cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 const caps =
   constants.RDSSOCK_CAP_ACK |

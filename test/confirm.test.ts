@@ -1,20 +1,16 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants, wire, type RdsStackOptions } from '../lib/index.js';
 import { RawListener, rawConnect } from './raw-peer.js';
-import { TEST_TCP_PORT, payload, until } from './helpers.js';
+import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 
 // send({ confirm: true }) between rds-socket nodes resolves only once the receiving application
 // has read the message; acknowledging unread messages "as queued" (ackDelayMaxMs) is flow control.
 // Addresses: 127.130.x.y .. 127.139.x.y (this file only).
 const LAZY = fileURLToPath(new URL('./fixtures/lazy-receiver.mjs', import.meta.url));
 
-let cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 function node(opts: RdsStackOptions = {}): RdsStack {
   const s = new RdsStack({ tcpPort: TEST_TCP_PORT, reconnectMaxDelayMs: 50, ...opts });

@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { constants, RdsSocket, RdsStack } from '../lib/index.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 // Issue 36's fan-in regression: 8 senders, each in a process of its own, stream 1 KiB messages
 // into one receiver. Every message asks for an ack (a sender above half its SO_SNDBUF sets
@@ -24,11 +24,7 @@ const SENDERS = 8;
 const PER_SENDER = 12500;
 const SIZE = 1024;
 
-let cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 function sender(bind: string, to: string): { p: ChildProcess; ev: (name: string) => Promise<void> } {
   const p = spawn(

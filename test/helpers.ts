@@ -322,3 +322,17 @@ export function processMrs(): number {
   const out = execFileSync('rdma', ['resource', 'show', 'mr'], { encoding: 'utf8' });
   return out.split('\n').filter((l) => new RegExp(`\\bpid ${process.pid}\\b`).test(l)).length;
 }
+
+/**
+ * Closers run after each test of the calling file, the last registered first (its afterEach):
+ * `const cleanups = cleanupsPerTest();` at the top, then `cleanups.push(() => x.close())`.
+ */
+export function cleanupsPerTest(): { push(close: () => Promise<void> | void): void } {
+  let list: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    const run = list.reverse();
+    list = [];
+    for (const c of run) await c();
+  });
+  return { push: (c) => void list.push(c) };
+}

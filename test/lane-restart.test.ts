@@ -1,8 +1,8 @@
 import { connect } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire as w } from '../lib/index.js';
 import { RawListener, type RawConn } from './raw-peer.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 // The nemesis duplicate after a host node on the larger address restarted (docs/nemesis.md): the
 // dialling side still ran path 0 to the old life (its carrier not yet known dead) and dialled a
@@ -10,11 +10,7 @@ import { TEST_TCP_PORT, until } from './helpers.js';
 // its first messages on it. Later it resent them, RETRANSMITTED, on the real path 0, whose receive
 // sequence space never saw them: each was read twice.
 
-let cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 const caps =
   constants.RDSSOCK_CAP_ACK |

@@ -27,6 +27,7 @@ export interface TransportPath {
    * silence is then ours, and is not held against it (heartbeats).
    */
   readonly readPaused: boolean;
+  /** Says the transport stopped reading this path's carrier (true) or reads it again (false). */
   setReadPaused(paused: boolean): void;
 
   // ---- state moves (the transport's reports; the path decides) ----
