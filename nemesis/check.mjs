@@ -19,7 +19,8 @@
 //   vanished        a message not read by anyone, with no error for it, sent by a socket open
 //                   to the end (whose flush() at the end of sending succeeded: otherwise its
 //                   messages may still be on their way) to a socket bound before the send and
-//                   open to the end, and not cancelled (RDS_CANCEL_SENT_TO) after it was sent
+//                   open to the end (a kernel socket: bound before the send by more than the
+//                   guest clock's error), and not cancelled (RDS_CANCEL_SENT_TO) after it was sent
 //   stuck-pair      after the last fault healed, a pair of sockets open to the end that did not
 //                   exchange a message within livenessMs (from the heal, or the later opening)
 //   app-mute        a host node's application process with no confirmed send after the heal
@@ -41,6 +42,8 @@ export const ANOMALY_KINDS = [
   'rss',
 ];
 const SLACK_MS = 2000;
+// The least error assumed for the kernel guest's clock (its reads were seen up to 0.22 s early).
+const KERNEL_CLOCK_SLACK_MS = 250;
 const RSS_BOUND = 768 << 20;
 
 const readJsonl = (file) => {
@@ -89,6 +92,10 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
   const okByProc = new Map(); // proc -> last ok time
   const lags = new Map(); // proc -> [t, lag ms] (once a second)
   const procOf = (s) => s.split('.')[0];
+  // The kernel peer's records are stamped with the host's clock as the guest last read it
+  // (kernel-app.py), which runs early by that read's delay: at least as much as any of its reads
+  // was stamped before its send (below), and never taken as less than KERNEL_CLOCK_SLACK_MS.
+  let kernelEarly = 0;
   for (const recs of hist) {
     const proc = recs[0]?.proc;
     for (const x of recs) {
@@ -184,6 +191,8 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       if (x.q < prev) flag('reorder', x.t, from, at, `${x.s} #${x.q} read by ${r} after #${prev}`, x.s, at);
       last.set(x.s, Math.max(prev, x.q));
       if (m.delivered++ === 0) pair(from, at).delivered++;
+      // A read stamped before its send shows how far the kernel guest's clock runs early.
+      if (kernelAddrs.has(at.split(':')[0])) kernelEarly = Math.max(kernelEarly, m.t - x.t);
     }
   }
 
@@ -262,7 +271,11 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     return sum;
   }
   function receiverStayed(d, t) {
-    for (const [s, i] of incs) if (i.sock === d && i.open < t && stayed(s)) return true;
+    // A kernel socket's opening is known only to within the guest clock's error: a message sent
+    // just after its stamp may have reached the kernel before the bind (the kernel drops it,
+    // recv_drop_no_sock, and tells no one, as it does for any unbound port).
+    const slack = kernelAddrs.has(d.split(':')[0]) ? Math.max(KERNEL_CLOCK_SLACK_MS, kernelEarly) : 0;
+    for (const [s, i] of incs) if (i.sock === d && i.open + slack < t && stayed(s)) return true;
     return false;
   }
   function cancelledAfter(m) {

@@ -34,7 +34,8 @@ export class KernelNode {
       RDS_KERNEL: kernel,
       RDS_NETNS: net.ns(i),
       RDS_TAP: `${net.prefix}tap`,
-      RDS_KVM_CACHE: `/var/tmp/rds-nemesis-kvm-${kernel}`,
+      // One cache per prefix: two runs with different prefixes may each have a guest.
+      RDS_KVM_CACHE: `/var/tmp/rds-nemesis-kvm-${net.prefix}-${kernel}`,
       RDS_KVM_KERNEL_FROM: SHARED_CACHE[kernel],
       RDS_KVM_GUEST_IP: `${net.addr(i)}/24`,
       RDS_KVM_EXEC_TIMEOUT: '60',

@@ -44,6 +44,15 @@ export class Net {
     this.prefix = prefix;
     /** The kernel peer's node (--kernel): its address is the guest's, behind a bridge in its namespace. */
     this.kernel = opts.kernel ?? null;
+    /**
+     * Where the kernel's address sits among the others (--kernel-order): 'high' (the default,
+     * the largest: every other node connects to it), 'low' (the smallest: it connects to every
+     * other node) or 'middle' (both orders in one run). Only the last octet moves; the kernel
+     * stays the last node index, so topologies and schedules are the same in every order.
+     */
+    this.kernelOrder = opts.kernelOrder ?? 'high';
+    if (!['high', 'low', 'middle'].includes(this.kernelOrder))
+      throw new Error(`--kernel-order takes high, low or middle, got ${this.kernelOrder}`);
     this.n = n;
     this.rails = opts.rails ?? null;
     this.bridgeNs = `${prefix}-br`;
@@ -65,7 +74,16 @@ export class Net {
   }
   /** Node i's RDS address; group 1 is the TLS pair's second address, group 2 the rail link. */
   addr(i, group = 0) {
-    return `10.77.${group}.${i + 1}`;
+    return `10.77.${group}.${this.octet(i)}`;
+  }
+
+  /** Node i's last octet: i + 1, unless a kernel peer's order puts it below some nodes (kernelOrder). */
+  octet(i) {
+    if (this.kernel === null || this.kernelOrder === 'high') return i + 1;
+    // The other nodes are 0 .. n-2 (the kernel is the last index); `below` of them stay under it.
+    const below = this.kernelOrder === 'low' ? 0 : Math.floor((this.n - 1) / 2);
+    if (i === this.kernel) return below + 1;
+    return i < below ? i + 1 : i + 2;
   }
 
   up() {

@@ -2,9 +2,11 @@
 // npm run nemesis -- [--nodes 5] [--seconds 150] [--seed N] [--out DIR] [--prefix nm]
 //                    [--no-tls] [--no-rails] [--break-retransmit] [--liveness-ms 10000]
 //                    [--kinds reset,loss,...] [--schedule-only] [--ci-json FILE]
-//                    [--kernel 6.1|6.12|7]
+//                    [--kernel 6.1|6.12|7] [--kernel-order high|low|middle]
 // --kernel adds one more node: a Linux kernel under qemu (kernel-node.mjs) on the cluster's bridge,
-// with an application using the kernel's own RDS sockets, and the fault kind kernel-reload.
+// with an application using the kernel's own RDS sockets, and the fault kind kernel-reload;
+// --kernel-order puts its address above every other node's (high, the default), below (low), or
+// between them (middle: some nodes connect to it, it connects to the others).
 // --ci-json writes the outcome as one test in the JSON form .ci/run sums up (vitest's).
 // Builds a cluster of network namespaces (net.mjs), starts its processes (cluster.mjs), runs
 // a seeded random fault schedule (schedule.mjs, faults.mjs) while every application records what
@@ -39,6 +41,7 @@ const { values: a } = parseArgs({
     kinds: { type: 'string' },
     'ci-json': { type: 'string' },
     kernel: { type: 'string' },
+    'kernel-order': { type: 'string', default: 'high' },
   },
 });
 const nodes = Number(a.nodes);
@@ -50,9 +53,9 @@ if (!(nodes >= 3 && nodes <= 16) || !(seconds >= 20) || !Number.isInteger(seed))
 }
 const PROBE_MS = 12000;
 const DRAIN_MS = 3000;
-// The kernel peer is one node more, the last (the largest address).
+// The kernel peer is one node more, the last index (its address: --kernel-order, net.mjs).
 const kernelAt = a.kernel ? nodes : null;
-const net = new Net(a.prefix, nodes + (a.kernel ? 1 : 0), { kernel: kernelAt });
+const net = new Net(a.prefix, nodes + (a.kernel ? 1 : 0), { kernel: kernelAt, kernelOrder: a['kernel-order'] });
 const topo = topology(net, { tls: !a['no-tls'], rails: !a['no-rails'], kernel: kernelAt });
 net.rails = topo.rails;
 const sched = schedule({ seed, seconds, topo, only: a.kinds ? a.kinds.split(',') : null });
@@ -161,6 +164,7 @@ const meta = {
   schedule: sched,
   errors: nemesis.errors,
   breakRetransmit: !!a['break-retransmit'],
+  kernelOrder: a.kernel ? net.kernelOrder : undefined,
 };
 writeFileSync(join(dir, 'meta.json'), JSON.stringify(meta, null, 1));
 if (nemesis.errors.length) console.error(`nemesis: faults that could not be made:\n  ${nemesis.errors.join('\n  ')}`);

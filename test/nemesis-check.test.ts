@@ -123,6 +123,25 @@ describe('nemesis checker', () => {
     expect(nonZero(run(ends(h)).counts)).toEqual({ 'confirm-unread': 1 });
   });
 
+  it("a kernel socket's opening is known to within the guest clock's error: a message sent just after it is not held to vanished", () => {
+    // The kernel peer's application stamps its records with the host clock as it last read it,
+    // early by that read's delay; a kernel drops a message for an unbound port and tells no one.
+    const kernelMeta = { ...meta, topo: { procs: [{ proc: 'k1', node: 1, mode: 'kernel', addr: B.split(':')[0] }] } };
+    const withLateOpen = (sentAfterOpen: number, earlyRead = 0) => {
+      const h = base();
+      const open = T0 + 10_000;
+      h.b = h.b.map((x) => (x.ev === 'open' ? { ...x, t: open } : x));
+      h.a.push(send(open + 5, 1), send(open + sentAfterOpen, 2), send(HEAL + 100, 3));
+      h.b.push(recv(open + 5 - earlyRead, 1), recv(HEAL + 105, 3)); // #1 stamped `earlyRead` ms before its send
+      return analyse({ hist: ends(h), faults: [], samples: [], meta: kernelMeta }).counts;
+    };
+    expect(nonZero(withLateOpen(100))).toEqual({});
+    expect(nonZero(withLateOpen(1000))).toEqual({ vanished: 1 });
+    // A run whose kernel reads were stamped up to 800 ms early widens the margin to that.
+    expect(nonZero(withLateOpen(700, 800))).toEqual({});
+    expect(nonZero(withLateOpen(900, 800))).toEqual({ vanished: 1 });
+  });
+
   it('finds a silent loss, and only where the sender could have been told', () => {
     const lossy = () => {
       const h = healthy();

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { timelineSvg, series } from '../nemesis/report.mjs';
 import { KINDS, schedule } from '../nemesis/schedule.mjs';
+import { Net } from '../nemesis/net.mjs';
 
 // The nemesis's schedule (same seed, same faults; every kind present) and its report's SVG
 // timeline (well-formed XML with one band per fault and finite coordinates).
@@ -169,5 +170,39 @@ describe('nemesis report', () => {
     for (const m of svg.matchAll(/points="([^"]*)"/g))
       for (const p of m[1].split(' ')) for (const v of p.split(',')) expect(Number.isFinite(Number(v))).toBe(true);
     expect(svg).toContain('healed');
+  });
+});
+
+describe('nemesis kernel peer address order (--kernel-order)', () => {
+  // RDS/TCP's smaller address connects, so the kernel peer must be met in both roles; only the
+  // last octet moves, the kernel stays the last node index (the same topology and schedule).
+  const octets = (order?: string) => {
+    const net = new Net('zz', 5, { kernel: 4, kernelOrder: order });
+    return Array.from({ length: 5 }, (_, i) => Number(net.addr(i).split('.')[3]));
+  };
+  it('high (the default) puts it above every node, low below, middle between them; addresses stay distinct', () => {
+    expect(octets()).toEqual([1, 2, 3, 4, 5]);
+    expect(octets('high')).toEqual([1, 2, 3, 4, 5]);
+    expect(octets('low')).toEqual([2, 3, 4, 5, 1]);
+    const mid = octets('middle');
+    expect(mid).toEqual([1, 2, 4, 5, 3]);
+    const k = mid[4]!;
+    expect(mid.slice(0, 4).some((o) => o < k) && mid.slice(0, 4).some((o) => o > k)).toBe(true);
+    for (const group of [1, 2]) {
+      const net = new Net('zz', 5, { kernel: 4, kernelOrder: 'middle' });
+      expect(new Set(Array.from({ length: 5 }, (_, i) => net.addr(i, group))).size).toBe(5);
+    }
+  });
+  it('refuses an order it does not know', () => {
+    expect(() => new Net('zz', 5, { kernel: 4, kernelOrder: 'sideways' })).toThrow(/high, low or middle/);
+  });
+  it('a cluster without a kernel peer keeps i + 1', () => {
+    const net = new Net('zz', 4, {});
+    expect(Array.from({ length: 4 }, (_, i) => net.addr(i))).toEqual([
+      '10.77.0.1',
+      '10.77.0.2',
+      '10.77.0.3',
+      '10.77.0.4',
+    ]);
   });
 });

@@ -1,15 +1,10 @@
-import {
-  RDS_CONN_CONNECTING,
-  RDS_CONN_DOWN,
-  RDS_CONN_UP,
-  RDS_PORT,
-  RDS_RDMA_DROPPED,
-  RDS_TRANS_IB,
-} from '../constants.js';
+import { RDS_CONN_CONNECTING, RDS_CONN_DOWN, RDS_CONN_UP, RDS_RDMA_DROPPED, RDS_TRANS_IB } from '../constants.js';
 import { rdmaStatusOf, type RdmaTransport } from '../core/rdma-ops.js';
 import { CreditLedger } from '../core/credits.js';
 import type { RdsOutgoing } from '../core/message.js';
 import type { TransportPath } from '../core/transport-path.js';
+import { type IbLimits, ibAdmissionRefusal } from './ib-admission.js';
+import { type IbTransportOptions, resolveIbOptions } from './ib-options.js';
 import type { TransportHost } from '../core/transport.js';
 import type { RdsTransport } from '../core/transport.js';
 import { RdsError } from '../errors.js';
@@ -24,19 +19,7 @@ import { applyPeerCredits, ibMemory, ourPrivateData, rejectIncompatible, setupQp
 
 export { RDS_IB_FRAG_SIZE } from './ib-path.js';
 
-/** The options of `new IbTransport()`. */
-export interface IbTransportOptions {
-  /** rdma_cm port (RDS_PORT, 18634, for the kernel's rds_rdma). */
-  port?: number;
-  /** Offer credit flow control (used when the peer offers it too, as the kernel decides). Default true. */
-  flowControl?: boolean;
-  /** Send ring slots per connection (one more is kept for ack-only frames). Default 128. */
-  sendSlots?: number;
-  /** Receive ring slots per connection (the credits we can grant). Default 256. */
-  recvSlots?: number;
-  /** Address resolution timeout in ms (the kernel's 5000); route resolution always uses 5000, as the kernel. */
-  resolveTimeoutMs?: number;
-}
+export type { IbTransportOptions } from './ib-options.js';
 
 /**
  * RDS over InfiniBand / RoCE through rdma_cm and one RC queue pair per connection, wire-compatible
@@ -67,6 +50,7 @@ export class IbTransport implements RdsTransport {
   private readonly sendSlots: number;
   private readonly recvSlots: number;
   private readonly resolveTimeoutMs: number;
+  private readonly limits: IbLimits;
   private ref = false;
   private closed = false;
 
@@ -77,16 +61,14 @@ export class IbTransport implements RdsTransport {
   );
 
   constructor(opts: IbTransportOptions = {}) {
-    this.port = opts.port ?? RDS_PORT;
-    this.flowControl = opts.flowControl ?? true;
-    this.sendSlots = opts.sendSlots ?? 128;
-    this.recvSlots = opts.recvSlots ?? 256;
-    this.resolveTimeoutMs = opts.resolveTimeoutMs ?? 5000;
-    if (!Number.isInteger(this.port) || this.port < 1 || this.port > 65535)
-      throw new RdsError('EINVAL', `IB port must be 1..65535, got ${this.port}`);
-    if (!(this.sendSlots >= 4 && this.sendSlots <= 4096) || !(this.recvSlots >= 16 && this.recvSlots <= 4096)) {
-      throw new RdsError('EINVAL', 'IB ring sizes: sendSlots 4..4096, recvSlots 16..4096');
-    }
+    ({
+      port: this.port,
+      flowControl: this.flowControl,
+      sendSlots: this.sendSlots,
+      recvSlots: this.recvSlots,
+      resolveTimeoutMs: this.resolveTimeoutMs,
+      limits: this.limits,
+    } = resolveIbOptions(opts));
     this.shared = new IbShared(this.sendSlots);
     this.sender = new IbSender(this.shared);
     this.receiver = new IbReceiver(this.shared, this.sender);
@@ -287,6 +269,13 @@ export class IbTransport implements RdsTransport {
     if (!this.listeners.has(laddr) || (local !== '' && local !== laddr)) return reject();
     if (!this.host.peerAllowed(faddr)) {
       this.host.counters.add(RDS_CTR.conn_refused_allowlist);
+      ep.reject(id);
+      return;
+    }
+    // Before connFor: a refused request must not leave a connection object behind either.
+    const over = ibAdmissionRefusal(this.byId.values(), laddr, faddr, peer.tos, this.limits);
+    if (over !== null) {
+      this.host.counters.add(RDS_CTR.conn_refused_limit);
       ep.reject(id);
       return;
     }
