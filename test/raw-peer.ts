@@ -182,6 +182,33 @@ export async function rawConnect(from: string, to: string, port: number, kernelL
   return new RawConn(s, kernelLike);
 }
 
+/**
+ * Connects from `from` as an rds-socket initiator dials path `lane` (SPORT_IDX): from a source port
+ * with port % 8 == lane, trying the next group of eight while a port is taken.
+ */
+export async function rawConnectLane(
+  from: string,
+  to: string,
+  port: number,
+  lane: number,
+  kernelLike = true,
+): Promise<RawConn> {
+  for (let g = 0; g < 200; g++) {
+    const s = connect({ host: to, port, localAddress: from, localPort: 41000 + 8 * g + lane });
+    try {
+      await new Promise<void>((res, rej) => {
+        s.once('connect', res);
+        s.once('error', rej);
+      });
+      return new RawConn(s, kernelLike);
+    } catch (e) {
+      s.destroy();
+      if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+    }
+  }
+  throw new Error(`raw peer: no free source port for lane ${lane}`);
+}
+
 /** One RDS/TCP frame's bytes: `h` encoded (its `len` defaults to the payload's), then the payload. */
 export function frameBytes(h: Partial<wire.RdsHeader>, payload: Buffer = Buffer.alloc(0)): Buffer {
   const b = Buffer.alloc(48 + payload.length);
