@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire as w } from '../lib/index.js';
-import { rawConnectLane } from './raw-peer.js';
+import { LAZY_LANES_CAPS as caps, rawConnectLane } from './raw-peer.js';
 import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 // Issue #35, the accepting side of test/lane-restart.test.ts. A node on the larger address
@@ -16,12 +16,6 @@ import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 const cleanups = cleanupsPerTest();
 
-const caps =
-  constants.RDSSOCK_CAP_ACK |
-  constants.RDSSOCK_CAP_HEARTBEAT |
-  constants.RDSSOCK_CAP_NO_HELLO |
-  constants.RDSSOCK_CAP_LAZY_LANES |
-  (8 << constants.RDSSOCK_CAP_PATHS_SHIFT);
 /** What an rds-socket initiator says in its hello and probe: it encodes lanes in source ports. */
 const handshake = (): Uint8Array =>
   w.packExtensions([w.npathsExtension(1), w.genNumExtension(77), w.sportIdxExtension(), w.rdsCapsExtension(caps)]);
