@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { type RdsError, RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
-import { RawListener, kernelMap } from './raw-peer.js';
+import { RawListener, READ_REPORTING_CAPS as caps, kernelMap } from './raw-peer.js';
 import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 
 // Issue #35 (nemesis --seed 11): a host node that had just restarted sent a confirmed message to a
@@ -11,12 +11,6 @@ import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 // Addresses: 127.136.x.y (this file only).
 
 const cleanups = cleanupsPerTest();
-
-const caps =
-  constants.RDSSOCK_CAP_ACK |
-  constants.RDSSOCK_CAP_CONFIRM |
-  constants.RDSSOCK_CAP_NO_HELLO |
-  (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
 
 async function sender(address: string): Promise<{ A: RdsStack; a: RdsSocket }> {
   const A = new RdsStack({
@@ -44,10 +38,8 @@ describe('confirmations when the handshake answer comes after handshakeTimeoutMs
         (e: RdsError) => void outcomes.set(i, e.code),
       ),
     );
-    const c = await peer.accept(0);
-    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
-    const seqs: number[] = [];
-    while (seqs.length < 4) seqs.push((await c.nextUser()).header.sequence);
+    const { c } = await peer.acceptProbed();
+    const seqs = await c.userSeqs(4);
     const last = seqs[3]!;
     // The peer's control frames go ahead of its queue: the flow cursor (all four acknowledged as
     // queued), and the refusal of the first.
@@ -91,7 +83,7 @@ describe('confirmations when the handshake answer comes after handshakeTimeoutMs
     const c = await peer.accept(0);
     // A kernel that does not answer probes (ping_enable = 0): its congestion map, and no RDS ack.
     kernelMap(c);
-    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    await c.nextProbe();
     await c.nextUser();
     await until(() => A.counters.get('handshake_timeout') === 1, 'the handshake wait to run out');
     expect(A.counters.get('handshake_wait_rds_socket')).toBe(0);

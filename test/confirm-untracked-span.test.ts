@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire } from '../lib/index.js';
-import { rawConnect } from './raw-peer.js';
+import { READ_REPORTING_CAPS as caps, rawConnect } from './raw-peer.js';
 import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 
 // The receiver's side (issue #35): a node that takes an rds-socket sender for a kernel (the
@@ -11,12 +11,6 @@ import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 // A raw peer plays the rds-socket sender. Addresses: 127.138.x.y (this file only).
 
 const cleanups = cleanupsPerTest();
-
-const caps =
-  constants.RDSSOCK_CAP_ACK |
-  constants.RDSSOCK_CAP_CONFIRM |
-  constants.RDSSOCK_CAP_NO_HELLO |
-  (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
 
 describe('a sender taken for a kernel, then known to report reads', () => {
   it('the read report never covers a refused or an unread message as read', async () => {

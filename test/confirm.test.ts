@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { RdsError, RdsSocket, RdsStack, constants, wire, type RdsStackOptions } from '../lib/index.js';
-import { RawListener, rawConnect } from './raw-peer.js';
+import { RawListener, READ_REPORTING_CAPS as caps, rawConnect } from './raw-peer.js';
 import { cleanupsPerTest, payload, TEST_TCP_PORT, until } from './helpers.js';
 
 // send({ confirm: true }) between rds-socket nodes resolves only once the receiving application
@@ -55,13 +55,6 @@ function expectNoConfirmedButLost(outcomes: Map<number, string>, delivered: Set<
   const lost = [...outcomes].filter(([i, v]) => v === 'ok' && !delivered.has(i)).map(([i]) => i);
   expect(lost, 'confirmed but never delivered').toEqual([]);
 }
-
-/** The capabilities of an rds-socket peer that reports reads, running one path. */
-const caps =
-  constants.RDSSOCK_CAP_ACK |
-  constants.RDSSOCK_CAP_CONFIRM |
-  constants.RDSSOCK_CAP_NO_HELLO |
-  (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
 
 /** A raw peer's pong: one path, generation `gen`, `caps`. */
 function pong(c: { send(f: Record<string, unknown>): void }, gen: number, ack = 0): void {
@@ -197,12 +190,10 @@ describe("the sender's side of read reports (a raw peer plays an rds-socket rece
     const dest = { address: '127.134.1.2', port: 4000 };
     const outcomes = new Map<number, string>();
     const first = sendRange(a, dest, 0, 3, outcomes);
-    const c = await peer.accept(0);
-    const probe = await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    const { c, probe } = await peer.acceptProbed();
     pong(c, 5);
     expect(probe.header.sequence).toBe(1);
-    const seqs: number[] = [];
-    while (seqs.length < 3) seqs.push((await c.nextUser()).header.sequence);
+    const seqs = await c.userSeqs(3);
     const report = (ack: number, ...exts: ReturnType<typeof wire.readExtension>[]): void =>
       c.send({ ack, exthdr: wire.packExtensions(exts) });
     // The middle one found no socket; the other two were read.
@@ -213,8 +204,7 @@ describe("the sender's side of read reports (a raw peer plays an rds-socket rece
     // A new carrier repeats recent refusals: counted once.
     report(seqs[2]!, wire.refusedExtension(seqs[1]!, constants.RDSSOCK_REFUSED_NO_SOCK));
     const second = sendRange(a, dest, 3, 6, outcomes);
-    const seqs2: number[] = [];
-    while (seqs2.length < 3) seqs2.push((await c.nextUser()).header.sequence);
+    const seqs2 = await c.userSeqs(3);
     // Flow control first: acknowledged as queued, the confirmations keep waiting.
     report(seqs2[2]!);
     await a.flush({ timeout: 5000 });
@@ -240,11 +230,9 @@ describe("the sender's side of read reports: messages not yet acknowledged when 
     const dest = { address: '127.134.2.2', port: 4000 };
     const outcomes = new Map<number, string>();
     const all = sendRange(a, dest, 0, 4, outcomes);
-    const c = await peer.accept(0);
-    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
+    const { c } = await peer.acceptProbed();
     pong(c, 6);
-    const seqs: number[] = [];
-    while (seqs.length < 4) seqs.push((await c.nextUser()).header.sequence);
+    const seqs = await c.userSeqs(4);
     const last = seqs[3]!;
     // No h_ack yet (ack 0): the messages are still in the retransmit queue. Three were refused,
     // and not one of those refusals arrived.
@@ -273,10 +261,8 @@ describe("the sender's side of read reports: an h_ack before the peer's capabili
     const dest = { address: '127.134.3.2', port: 4000 };
     const outcomes = new Map<number, string>();
     const all = sendRange(a, dest, 0, 4, outcomes);
-    const c = await peer.accept(0);
-    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
-    const seqs: number[] = [];
-    while (seqs.length < 4) seqs.push((await c.nextUser()).header.sequence);
+    const { c } = await peer.acceptProbed();
+    const seqs = await c.userSeqs(4);
     const last = seqs[3]!;
     // The flow cursor first, before any handshake: not a confirmation yet.
     c.send({ ack: last });
@@ -299,10 +285,8 @@ describe("the sender's side of read reports: an h_ack before the peer's capabili
     const dest = { address: '127.134.4.2', port: 4000 };
     const outcomes = new Map<number, string>();
     const all = sendRange(a, dest, 0, 2, outcomes);
-    const c = await peer.accept(0);
-    await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
-    const seqs: number[] = [];
-    while (seqs.length < 2) seqs.push((await c.nextUser()).header.sequence);
+    const { c } = await peer.acceptProbed();
+    const seqs = await c.userSeqs(2);
     c.send({ ack: seqs[1]! });
     // A kernel's pong: NPATHS and GEN_NUM, no rds-socket capabilities.
     c.send({

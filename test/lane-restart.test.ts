@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants, wire as w } from '../lib/index.js';
-import { RawListener, type RawConn } from './raw-peer.js';
+import { LAZY_LANES_CAPS as caps, RawListener, type RawConn } from './raw-peer.js';
 import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 // The nemesis duplicate after a host node on the larger address restarted (docs/nemesis.md): the
@@ -12,12 +12,6 @@ import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 const cleanups = cleanupsPerTest();
 
-const caps =
-  constants.RDSSOCK_CAP_ACK |
-  constants.RDSSOCK_CAP_HEARTBEAT |
-  constants.RDSSOCK_CAP_NO_HELLO |
-  constants.RDSSOCK_CAP_LAZY_LANES |
-  (8 << constants.RDSSOCK_CAP_PATHS_SHIFT);
 const handshake = (gen: number): Uint8Array =>
   w.packExtensions([w.npathsExtension(8), w.genNumExtension(gen), w.rdsCapsExtension(caps)]);
 

@@ -1,5 +1,5 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { wire } from '../lib/index.js';
+import { constants, wire } from '../lib/index.js';
 
 /** Waits until `ready()` holds, re-checking whenever a waiter registered with `waiters` fires; bounded by `ms`. */
 async function waitUntil(ready: () => boolean, waiters: (() => void)[], ms: number, what: string): Promise<void> {
@@ -21,6 +21,24 @@ export interface Frame {
   header: ReturnType<typeof wire.decodeHeader>;
   payload: Buffer;
 }
+
+/** The capabilities a raw peer plays an rds-socket node with that reports reads, on one path. */
+export const READ_REPORTING_CAPS =
+  constants.RDSSOCK_CAP_ACK |
+  constants.RDSSOCK_CAP_CONFIRM |
+  constants.RDSSOCK_CAP_NO_HELLO |
+  (1 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+
+/** The capabilities a raw peer plays an rds-socket node with that runs 8 lanes, opened on demand. */
+export const LAZY_LANES_CAPS =
+  constants.RDSSOCK_CAP_ACK |
+  constants.RDSSOCK_CAP_HEARTBEAT |
+  constants.RDSSOCK_CAP_NO_HELLO |
+  constants.RDSSOCK_CAP_LAZY_LANES |
+  (8 << constants.RDSSOCK_CAP_PATHS_SHIFT);
+
+/** A multipath probe (sport 1 -> dport 0), or rds-socket's hello. */
+export const isProbe = (f: Frame): boolean => f.header.sport === 1 && f.header.dport === 0;
 
 /** A byte-level RDS/TCP peer for tests: reads frames, writes hand-built ones. */
 export class RawConn {
@@ -102,6 +120,18 @@ export class RawConn {
     }
   }
 
+  /** The node's next multipath probe, skipping other frames. */
+  nextProbe(ms = 5000): Promise<Frame> {
+    return this.nextMatching(isProbe, ms);
+  }
+
+  /** The sequence numbers of the node's next `count` user messages (see nextUser). */
+  async userSeqs(count: number, ms = 5000): Promise<number[]> {
+    const seqs: number[] = [];
+    while (seqs.length < count) seqs.push((await this.nextUser(ms)).header.sequence);
+    return seqs;
+  }
+
   /** Next frame matching `pred`, skipping others. */
   async nextMatching(pred: (f: Frame) => boolean, ms = 5000): Promise<Frame> {
     for (;;) {
@@ -161,6 +191,15 @@ export class RawListener {
     return this.conns[index]!;
   }
 
+  /**
+   * Connection `index` once the node has sent its multipath probe on it (the first steps of a raw
+   * peer that plays the node's receiver): the connection and the probe.
+   */
+  async acceptProbed(index = 0, ms = 5000): Promise<{ c: RawConn; probe: Frame }> {
+    const c = await this.accept(index, ms);
+    return { c, probe: await c.nextProbe(ms) };
+  }
+
   async close(): Promise<void> {
     for (const c of this.conns) c.sock.destroy();
     await new Promise<void>((res) => this.server.close(() => res()));
@@ -180,6 +219,33 @@ export async function rawConnect(from: string, to: string, port: number, kernelL
     s.once('error', rej);
   });
   return new RawConn(s, kernelLike);
+}
+
+/**
+ * Connects from `from` as an rds-socket initiator dials path `lane` (SPORT_IDX): from a source port
+ * with port % 8 == lane, trying the next group of eight while a port is taken.
+ */
+export async function rawConnectLane(
+  from: string,
+  to: string,
+  port: number,
+  lane: number,
+  kernelLike = true,
+): Promise<RawConn> {
+  for (let g = 0; g < 200; g++) {
+    const s = connect({ host: to, port, localAddress: from, localPort: 41000 + 8 * g + lane });
+    try {
+      await new Promise<void>((res, rej) => {
+        s.once('connect', res);
+        s.once('error', rej);
+      });
+      return new RawConn(s, kernelLike);
+    } catch (e) {
+      s.destroy();
+      if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+    }
+  }
+  throw new Error(`raw peer: no free source port for lane ${lane}`);
 }
 
 /** One RDS/TCP frame's bytes: `h` encoded (its `len` defaults to the payload's), then the payload. */

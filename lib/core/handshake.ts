@@ -228,6 +228,7 @@ export class Handshake {
   frameReceived(header: Buffer, cp?: RdsConnPath): boolean {
     const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
     this.conn.stack.counters.add(RDS_CTR.handshake_received);
+    if (cp !== undefined && this.misplacedLane(cp, hs)) return false;
     if (!this.generation(hs.genNum, cp)) return false;
     this.settle(hs.rdsCaps ?? 0, hs);
     return true;
@@ -239,7 +240,8 @@ export class Handshake {
    * False when the carrier was dropped for it (see laneSawRestart): the frame is not taken.
    */
   generationReceived(cp: RdsConnPath, header: Buffer): boolean {
-    if (!this.generation(decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR))).genNum, cp)) return false;
+    const hs = decodeHandshake(parseExtensions(header.subarray(OFF_EXTHDR)));
+    if (this.misplacedLane(cp, hs) || !this.generation(hs.genNum, cp)) return false;
     // Acks on this carrier now name only sequence numbers of the peer's current life.
     cp.acks.helloReceived();
     return true;
@@ -275,6 +277,27 @@ export class Handshake {
     conn.stack.counters.add(RDS_CTR.lane_restart_dropped);
     for (const p of conn.madePaths())
       if (p.index < conn.stack.maxPaths) p.drop('peer restarted: lanes wait for path 0');
+    return true;
+  }
+
+  /**
+   * The acceptor's side of laneSawRestart: a carrier we accepted, from a peer that says here that
+   * it encodes path indexes in its TCP source ports (SPORT_IDX), whose port names another lane
+   * than the path that took it. Before we have read the peer's SPORT_IDX we pair accepted
+   * carriers as kernels up to 6.19 do (the first free path), so a lane the peer dialled before its
+   * path 0 reached us (it still ran path 0 to our previous life) became our path 0: its messages,
+   * numbered in that lane's sequence space, would be read there, and again when the peer resends
+   * them on the real lane, whose sequence space here never saw them. So the carrier is dropped
+   * (counted) before anything on it is taken, this frame included; the peer dials it again and,
+   * once its path 0 has brought its SPORT_IDX, it is paired by its port (tcp-listen.ts). A 7.0
+   * kernel server drops such a path-0 carrier at fan-out (spec §3.6). True when it dropped it.
+   */
+  private misplacedLane(cp: RdsConnPath, hs: HandshakeExtensions): boolean {
+    if (hs.sportIdx !== true || cp.index >= this.conn.stack.maxPaths) return false;
+    const lane = this.conn.transport.acceptedLane?.(cp);
+    if (lane === undefined || lane === cp.index) return false;
+    this.conn.stack.counters.add(RDS_CTR.accept_lane_misplaced);
+    cp.drop(`accepted carrier from a source port for lane ${lane} taken for path ${cp.index}`);
     return true;
   }
 

@@ -105,6 +105,10 @@ export const RDS_COUNTER_NAMES = [
   // the handshake wait ran out on a peer that had already sent what no kernel sends (an RDS ack
   // over TCP, a read report): not taken for a kernel, its answer awaited (handshake.ts)
   'handshake_wait_rds_socket',
+  // an accepted carrier whose peer encodes lanes in source ports (SPORT_IDX) and whose port names
+  // another lane than the path that took it (a lane that came before the peer's path 0 to a node
+  // that just started): refused before anything on it was taken (handshake.ts)
+  'accept_lane_misplaced',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

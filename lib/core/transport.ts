@@ -107,6 +107,13 @@ export interface RdsTransport {
    */
   peerKindHint?(cp: TransportPath): 'kernel' | 'unknown';
   /**
+   * For a carrier this side accepted: the lane its source port names as a SPORT_IDX peer encodes
+   * it (port % 8). Undefined for a carrier this side dialled, a rail's, or a transport without
+   * ports. The handshake refuses an accepted carrier whose peer says SPORT_IDX and whose port
+   * names another lane than the path that took it (Handshake.misplacedLane).
+   */
+  acceptedLane?(cp: TransportPath): number | undefined;
+  /**
    * RDS's RDMA operations (IB): memory registration for getMr(); the transport posts a message's
    * RdmaOp (msg.rdma) before its SEND. Transports without it refuse RDMA with EOPNOTSUPP.
    */

@@ -245,9 +245,16 @@ export class TcpListener {
   /** `sock` (accepted, paused) becomes the carrier of `cp`. */
   private takeCarrier(cp: TransportPath, sock: Socket, slot: AdmissionSlot): void {
     const host = this.ctx.host;
-    const reader = new FrameReader((h, p) => host.recvIncoming(cp, h, p));
+    const tp = tcpPath(cp);
+    // A frame that made the core drop this carrier ends it: the rest of the same read is not taken
+    // (a lane taken for path 0 before the peer's SPORT_IDX was known; see Handshake.misplacedLane).
+    let mine: Socket | null = null;
+    const reader = new FrameReader((h, p) => {
+      if (mine !== null && tp.slot.is(mine)) host.recvIncoming(cp, h, p);
+    });
     let received = (_n: number): void => {};
     const slabSock = this.ctx.topts.tls ? null : withSlabReads(sock, reader, (n) => received(n));
+    mine = slabSock ?? sock;
     if (slabSock !== null) {
       this.ctx.track(slabSock);
       received = this.receiver.attachCarrier(cp, slabSock, reader, true, slot);

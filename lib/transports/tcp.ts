@@ -91,6 +91,12 @@ export class TcpTransport implements RdsTransport {
     return cp.conn.isInitiator;
   }
 
+  acceptedLane(cp: TransportPath): number | undefined {
+    if (cp.conn.isInitiator || cp.index >= 8) return undefined;
+    const port = tcpPath(cp).sock?.remotePort;
+    return port === undefined ? undefined : port % 8;
+  }
+
   connPathConnect(cp: TransportPath): void {
     this.connector.connect(cp);
   }
