@@ -203,7 +203,7 @@ describe('host node control framing', () => {
     expect(readMsg(old, 0, old.length, Buffer.alloc(0))).toMatchObject({ port: 9, congestionUpdate: 7n });
   });
 
-  it('MSG with M_WIRE (protocol 5): the data is the RDS header and the payload; port and length come from the header, a length that is not the payload\'s is a ProtocolError', () => {
+  it("MSG with M_WIRE (protocol 5): the data is the RDS header and the payload; port and length come from the header, a length that is not the payload's is a ProtocolError", () => {
     const payload = Buffer.from('cut through');
     const h = Buffer.alloc(48);
     encodeDataHeader(h, 0, 77, payload.length, 18634, 5000);
