@@ -52,7 +52,10 @@ export class LocalRx implements RdmaNotifyTarget {
 
   constructor(private readonly sock: LocalBackend) {}
 
-  /** The stack delivers a message; `receipt` is told when the application takes it. */
+  /**
+   * The stack delivers a message; `receipt` is told when the application takes it. `header`: its
+   * RDS header as received, offered with it to the handoff (none: the message is queued).
+   */
   enqueue(msg: RdsMessage, receipt: Receipt | null, header?: Buffer): boolean {
     const s = this.sock;
     if (s.closed) {
