@@ -196,7 +196,7 @@ describe('host node cut-through send (protocol 4)', () => {
     const older = await rawClient(path, 2);
     await until(() => older.closed, 'the node to refuse version 2', 10000);
     expect(older.welcome).toMatchObject({
-      err: { code: 'EPROTO', message: expect.stringMatching(/version 2 is not one this node serves \(3 to 4\)/) },
+      err: { code: 'EPROTO', message: expect.stringMatching(/version 2 is not one this node serves \(3 to 5\)/) },
     });
     expect(node.counters.malformed).toBe(1);
     expect(old.closed).toBe(false);

@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
+import { encodeDataHeader } from '../lib/wire/header.js';
 import {
   decodeCount,
   decodeMsg,
   decodeSend,
   encodeCount,
   encodeMsg,
+  encodeMsgWire,
   encodeSend,
   readMsg,
 } from '../lib/host/hot-frames.js';
@@ -199,6 +201,30 @@ describe('host node control framing', () => {
     expect(readMsg(old, 0, old.length, Buffer.alloc(0))).toMatchObject({ port: 9, congestionUpdate: 7n });
     old[bits] = old[bits]! | 0x80;
     expect(readMsg(old, 0, old.length, Buffer.alloc(0))).toMatchObject({ port: 9, congestionUpdate: 7n });
+  });
+
+  it("MSG with M_WIRE (protocol 5): the data is the RDS header and the payload; port and length come from the header, a length that is not the payload's is a ProtocolError", () => {
+    const payload = Buffer.from('cut through');
+    const h = Buffer.alloc(48);
+    encodeDataHeader(h, 0, 77, payload.length, 18634, 5000);
+    const got = new FrameParser().push(Buffer.concat(encodeMsgWire(3, '10.0.0.9', 12.5, h, payload, [1n, 2n, 3n])));
+    expect(got).toHaveLength(1);
+    const f = got[0]!;
+    expect(f.data.length).toBe(48 + payload.length);
+    const m = readMsg(f.raw, f.metaStart, f.metaEnd, f.data);
+    expect(m).toMatchObject({ address: '10.0.0.9', port: 18634, timestamp: 12.5, rxStamps: [1n, 2n, 3n] });
+    expect(m.data.toString()).toBe('cut through');
+    // The meta alone (decodeMsg) has the meta's port, 0.
+    expect(decodeMsg(f.raw, f.metaStart, f.metaEnd)).toMatchObject({ address: '10.0.0.9', port: 0 });
+    // Shorter than a header, or a header whose length is not what follows it.
+    expect(() => readMsg(f.raw, f.metaStart, f.metaEnd, f.data.subarray(0, 47))).toThrow(ProtocolError);
+    expect(() => readMsg(f.raw, f.metaStart, f.metaEnd, f.data.subarray(0, f.data.length - 1))).toThrow(ProtocolError);
+    expect(() => encodeMsgWire(3, '10.0.0.9', undefined, h.subarray(0, 40), payload)).toThrow(ProtocolError);
+    // An empty message is a header alone.
+    encodeDataHeader(h, 0, 78, 0, 18634, 5000);
+    const empty = Buffer.concat(encodeMsgWire(3, '10.0.0.9', undefined, h, Buffer.alloc(0)));
+    const e = new FrameParser().push(empty)[0]!;
+    expect(readMsg(e.raw, e.metaStart, e.metaEnd, e.data)).toMatchObject({ port: 18634, data: Buffer.alloc(0) });
   });
 
   it('rejects truncated or overlong binary metas with a ProtocolError, never another error', () => {

@@ -378,8 +378,8 @@ export class LocalBackend extends EventEmitter<LocalBackendEvents> implements So
     return false;
   }
 
-  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean {
-    return this.rx.enqueue(msg, receipt);
+  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null, header?: Buffer): boolean {
+    return this.rx.enqueue(msg, receipt, header);
   }
 
   rxOverLimit(limit: RxSocketLimit): boolean {

@@ -18,6 +18,15 @@ import { RX_MSG_OVERHEAD, type RxSocketLimit } from './ext/rx-limit.js';
 import { RDS_CTR } from './stats.js';
 import type { MessageInfo, RdsMessage, Receipt } from './types.js';
 
+/**
+ * A host node's cut-through receive (lib/host/node-deliver.ts): offered each message that would
+ * otherwise be queued while nothing is (no message, notification or completion waits: order is
+ * kept), with its RDS header as received. True: it took the message (handed it to its attached
+ * process, which now holds it against its own window, and the receipt with it); false: queued.
+ * @internal
+ */
+export type RxHandoff = (msg: RdsMessage, receipt: Receipt | null, header: Buffer) => boolean;
+
 interface Queued {
   msg: RdsMessage;
   receipt: Receipt | null;
@@ -38,11 +47,16 @@ export class LocalRx implements RdmaNotifyTarget {
   private congNotify = 0n;
   /** SO_RDS_MSG_RXPATH_LATENCY is on: counted in the stack's RxTraceClock, messages are stamped. */
   private tracing = false;
+  /** Set by a host node for the sockets it runs for attached processes; null otherwise. */
+  handoff: RxHandoff | null = null;
 
   constructor(private readonly sock: LocalBackend) {}
 
-  /** The stack delivers a message; `receipt` is told when the application takes it. */
-  enqueue(msg: RdsMessage, receipt: Receipt | null): boolean {
+  /**
+   * The stack delivers a message; `receipt` is told when the application takes it. `header`: its
+   * RDS header as received, offered with it to the handoff (none: the message is queued).
+   */
+  enqueue(msg: RdsMessage, receipt: Receipt | null, header?: Buffer): boolean {
     const s = this.sock;
     if (s.closed) {
       s.stack.counters.add(RDS_CTR.recv_drop_dead_sock);
@@ -50,8 +64,14 @@ export class LocalRx implements RdmaNotifyTarget {
     }
     if (s.options.timestamps) msg.timestamp = performance.timeOrigin + performance.now();
     if (this.tracing) msg.rxStamps = s.stack.rxTrace.stamps();
-    this.queue.push({ msg, receipt });
     s.stack.counters.add(RDS_CTR.recv_queued);
+    if (this.handoff !== null && header !== undefined && !this.readable() && this.handoff(msg, receipt, header)) {
+      // Taken at once, as take() would have: counted as read from the socket, never queued.
+      s.stack.counters.add(RDS_CTR.recv_bytes_freed_fromsock, msg.data.length);
+      s.stack.counters.add(RDS_CTR.copy_to_user);
+      return true;
+    }
+    this.queue.push({ msg, receipt });
     this.rcvDelta(msg.data.length);
     this.rxCharge(msg.data.length + RX_MSG_OVERHEAD);
     s.events!.readable();

@@ -174,14 +174,14 @@ export function recvIncoming(
       ? decodeRdmaExtensions(parseExtensions(header.subarray(OFF_EXTHDR)))
       : undefined;
   // No socket: dropped (recv_drop_no_sock), and an RDSSOCK_CAP_CONFIRM sender is told.
-  if (!deliver(stack, conn.laddr, dport, conn.faddr, sport, payload, entry, cp, rdma) && entry !== null)
+  if (!deliver(stack, conn.laddr, dport, conn.faddr, sport, payload, entry, cp, rdma, header) && entry !== null)
     entry.owner.consumed(entry, RX_REFUSED);
 }
 
 /**
  * Hands a message to the socket bound to (laddr, dport); false if there is none. `from`, the
  * path it came on, stops being read if the message took the socket or the stack over a hard
- * receive limit (see RxLimiter).
+ * receive limit (see RxLimiter). `header`: the message's RDS header, when it came from a peer.
  */
 export function deliver(
   stack: RdsStack,
@@ -193,6 +193,7 @@ export function deliver(
   receipt: Receipt | null,
   from?: RdsConnPath,
   rdma?: RdmaExtensions,
+  header?: Buffer,
 ): boolean {
   const sock = stack.binds.get(laddr, dport);
   if (sock === undefined) {
@@ -206,7 +207,7 @@ export function deliver(
   if (rdma?.rkey !== undefined) sock.rdmaUsed?.(rdma.rkey);
   const msg: RdsMessage = { data, address: faddr, port: sport };
   if (rdma?.destCookie !== undefined) msg.rdmaDest = rdma.destCookie;
-  if (!sock.enqueueIncoming(msg, receipt)) return false;
+  if (!sock.enqueueIncoming(msg, receipt, header)) return false;
   if (from !== undefined) stack.rxLimit.delivered(from, sock);
   return true;
 }

@@ -86,8 +86,11 @@ export interface BoundSocket {
   receiveQueue(): MessageInfo[];
   readonly boundAddress: string;
   readonly boundPort: number;
-  /** Queue a message; false if the socket is gone (the message is dropped). */
-  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null): boolean;
+  /**
+   * Queue a message; false if the socket is gone (the message is dropped). `header`: its RDS
+   * header as received, for a host node that forwards the frame's bytes (local-rx.ts RxHandoff).
+   */
+  enqueueIncoming(msg: RdsMessage, receipt: Receipt | null, header?: Buffer): boolean;
   /** What its unread messages cost (payload + RX_MSG_OVERHEAD each) is over max(factor x SO_RCVBUF, minBytes). */
   rxOverLimit?(limit: RxSocketLimit): boolean;
   congestionUpdated(conn: RdsConnection, mask: bigint): void;

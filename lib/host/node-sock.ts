@@ -11,7 +11,6 @@
 // out of order; a closed socket running again would send after close): it is refused, counted in
 // the node's counters.stateRefused, and thrown as a NodeStateError, which drops that one client
 // (its frame handler or its run loop catches it) and leaves the node and its other clients alone.
-import { SO_RCVBUF, SOL_SOCKET } from '../constants.js';
 import { Fifo } from '../core/fifo.js';
 import type { LocalBackend } from '../core/local-backend.js';
 import type { RdsSocket } from '../core/socket.js';
@@ -210,13 +209,18 @@ export class NodeSock {
    * they make the port congested as the kernel would.
    */
   window(): number {
-    return this.real.getsockopt(SOL_SOCKET, SO_RCVBUF) / 2;
+    // SO_RCVBUF as set (getsockopt reports it doubled, as Linux does), read once per message.
+    return this.local.options.rcvbuf;
   }
 
-  /** A message of `bytes` went to the client: it counts against the window until the client's CREDIT. */
-  handedToClient(bytes: number): void {
+  /**
+   * A message of `bytes` went to the client: it counts against the window until the client's
+   * CREDIT. Its receipt: the one recvmsg() just gave (the queued way), or `receipt` when the
+   * message was handed on without being queued (node-deliver.ts cutThrough).
+   */
+  handedToClient(bytes: number, receipt?: Receipt | null): void {
     this.#inflight += bytes;
-    this.#held.push(this.#lastReceipt);
+    this.#held.push(receipt === undefined ? this.#lastReceipt : receipt);
     this.#lastReceipt = null;
   }
 

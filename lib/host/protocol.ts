@@ -8,17 +8,19 @@ import { RDS_MAX_MSG_SIZE } from '../constants.js';
  *   u32 length (of what follows) | u8 type | u32 sock | u32 id | u32 metaLength | meta | data
  *
  * `meta` is a small UTF-8 JSON object (call arguments, errors), except in the per-message frames
- * (SEND, CREDIT, MSG, SENT), whose meta is a fixed binary layout (hot-frames.ts); `data` is a
+ * (SEND, CREDIT, MSG, SENT), whose meta is a fixed binary layout (hot-frames.ts, msg-frames.ts); `data` is a
  * message payload, carried as raw bytes. The first frame of an idle connection is written at once;
  * the rest of that event-loop turn's frames follow in one write (FrameWriter, frame-writer.ts). A frame that breaks
  * any rule here is a protocol error: the node drops that client (and counts it), the client
  * treats its node as gone.
  */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 /**
  * The oldest client version a node serves. 4 added SEND's F_WIRE (the client encodes the RDS data
  * header, hot-frames.ts); a version 3 client never sets it and is served as before. A client
- * writes F_WIRE only to a node whose welcome says 4 or later.
+ * writes F_WIRE only to a node whose welcome says 4 or later. 5 added MSG's M_WIRE (the node
+ * forwards a received message's RDS header and payload, msg-frames.ts, node-deliver.ts): the node
+ * writes it only to a client whose hello says 5 or later, older ones get MSG as before.
  */
 export const MIN_CLIENT_VERSION = 3;
 

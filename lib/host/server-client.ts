@@ -1,5 +1,5 @@
 // The host node's side of one attached client: its control socket, the calls it makes on its
-// sockets, and the pump that hands received messages to it within its window.
+// sockets; node-deliver.ts hands received messages to it within its window.
 import type { Socket } from 'node:net';
 import { nodeInfoAnswer, nodeReportAnswer } from './attached-info.js';
 import {
@@ -35,7 +35,8 @@ import {
   str,
 } from './protocol.js';
 import type { HostNode } from './server.js';
-import { decodeCount, writeMsg } from './hot-frames.js';
+import { decodeCount } from './hot-frames.js';
+import { cutThrough, type DeliveryTarget, pump } from './node-deliver.js';
 import { peerCredentials, widenSendBuffer } from './unix-peer.js';
 import { controlAnswer } from '../core/ext/control-commands.js';
 import { SendSide } from './node-send.js';
@@ -52,7 +53,7 @@ import { StackWatch } from './stack-watch.js';
 let nextClientId = 1;
 
 /** A client connection: one attached process (or thread). @internal */
-export class Client {
+export class Client implements DeliveryTarget {
   readonly id = nextClientId++;
   /** The client's process: from SO_PEERCRED when the addon is there, else as its hello claims. */
   pid = 0;
@@ -70,6 +71,8 @@ export class Client {
   readonly sockets = new Map<number, NodeSock>();
   private outstanding = 0;
   private gone = false;
+  /** Its hello's protocol version (0 before the hello). */
+  version = 0;
   private infoAsked = false;
   /** The stack events this client asked for (an attached stack with listeners), or null. */
   private watch: StackWatch | null = null;
@@ -237,6 +240,7 @@ export class Client {
         throw new ProtocolError(`unsupported protocol version ${v}`);
       }
       this.hello = true;
+      this.version = v;
       this.node.counters.attached++;
       this.node.log(
         this.verified
@@ -267,7 +271,7 @@ export class Client {
         const { n, k } = decodeCount(f.raw, f.metaStart, f.metaEnd);
         // The application has read these: now the senders may hear so (send({ confirm })).
         s.credit(n, k);
-        this.pump(s);
+        pump(this, s);
         return;
       }
       case C_ABORT: {
@@ -299,7 +303,9 @@ export class Client {
           const real = new RdsSocket({ stack: this.node.stack, backend: local });
           const s = new NodeSock(f.sock, real, local, this.node.counters);
           this.sockets.set(f.sock, s);
-          real.on('readable', () => this.pump(s));
+          real.on('readable', () => pump(this, s));
+          // Received messages go to this client at once while nothing waits (node-deliver.ts).
+          local.rx.handoff = cutThrough(this, s);
           // The client's budget comes back as its messages leave the real socket's queue.
           local.on('send-done', () => this.sends.done(s));
           real.on('peer-down', (ev) => this.send(N_EVENT, s.id, 0, { ev: 'peer-down', ...ev }));
@@ -348,7 +354,7 @@ export class Client {
             if (level === SOL_RDS && name === SO_RDS_MSG_RXPATH_LATENCY && typeof value === 'number')
               s.real.setsockopt(level, name, unpackRxTrace(value));
             else s.real.setsockopt(level, name, value);
-            if (level === SOL_SOCKET && name === SO_RCVBUF) this.pump(s);
+            if (level === SOL_SOCKET && name === SO_RCVBUF) pump(this, s);
           }
           this.answer(f.id, null);
           return;
@@ -409,29 +415,6 @@ export class Client {
       // A node bug (an illegal socket state move) ends this client, as a protocol error does.
       if (e instanceof ProtocolError || e instanceof NodeStateError) throw e;
       this.fail(f.id, e);
-    }
-  }
-
-  /** Moves received messages to the client while its window has room. */
-  private pump(s: NodeSock): void {
-    if (s.closed) return;
-    const window = s.window();
-    while (s.inflight < window) {
-      const m = s.real.recvmsg();
-      if (m === null) return;
-      s.handedToClient(m.data.length);
-      if (!this.gone)
-        writeMsg(
-          this.writer,
-          s.id,
-          m.address,
-          m.port,
-          m.timestamp,
-          m.zcopyCompletions,
-          m.congestionUpdate,
-          m.data,
-          m.rxStamps,
-        );
     }
   }
 }
