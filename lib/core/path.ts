@@ -364,6 +364,7 @@ export class RdsConnPath {
   /** The peer's answer to our probe arrived on this carrier. */
   pongReceived(): void {
     this.pongSeen = true;
+    this.tx.peerAnswered();
     if (this.index === 0) this.conn.openLanes();
   }
 

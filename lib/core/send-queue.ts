@@ -43,6 +43,12 @@ export class PathSend {
   private pumpAgain = false;
   /** Transport said "no more for now"; it calls kick() when it drains. */
   private blocked = false;
+  /**
+   * The peer has shown it took a sequenced frame of this path's numbering: it freed one (TCP
+   * acknowledged it after the peer took the carrier) or answered our probe. Until then a reset
+   * resends without RETRANSMITTED (see reset).
+   */
+  private peerTookOne = false;
   private messages = 0;
   private bytes = 0;
   /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
@@ -76,6 +82,11 @@ export class PathSend {
 
   private get stack() {
     return this.path.conn.stack;
+  }
+
+  /** The peer answered our probe: it took a sequenced frame of ours (see reset). */
+  peerAnswered(): void {
+    this.peerTookOne = true;
   }
 
   /** Takes the next transmit sequence number (failover numbers moved messages here). */
@@ -262,16 +273,27 @@ export class PathSend {
    * rds_send_path_reset: everything sent but unacknowledged goes back in front of the send queue,
    * flagged RETRANSMITTED, with its original sequence number; a pending map is forgotten (a fresh
    * one follows the next UP).
+   *
+   * Not flagged while a peer not known to be rds-socket has shown no sign of having taken any
+   * frame of this numbering (peerTookOne). Such a kernel's next_rx_seq for our address may still
+   * be an earlier life's (or an earlier connection object's, see reclaim.ts): it missed our restart
+   * (a partition hid it) and reset our first carrier unread in its accept. Flagged, our first
+   * messages, numbered from 1 again, would fall below that and be dropped as old (acknowledged
+   * by TCP all the same: lost). Unflagged they are taken (spec §2.5 rule 2) and move its
+   * next_rx_seq into our numbering. See docs/kernel-new-life.md, also for the narrow case this
+   * trades for it (a duplicate).
    */
   reset(): void {
     const resend: RdsOutgoing[] = [];
+    const flag = this.peerTookOne || this.path.conn.handshake.peer === 'rds-socket';
     for (const m of this.retrans.drain()) {
       if (m.done) continue;
       if (BREAK_RETRANSMIT && m.fromSocket) {
         m.complete();
         continue;
       }
-      m.markRetransmitted();
+      if (flag) m.markRetransmitted();
+      else this.stack.counters.add(RDS_CTR.send_resent_unflagged);
       resend.push(m);
     }
     this.sendQueue.unshiftAll(resend);
@@ -378,7 +400,10 @@ export class PathSend {
       }
       freed = true;
     }
-    if (freed) this.path.conn.failover.releaseHolds(this.path);
+    if (freed) {
+      this.peerTookOne = true;
+      this.path.conn.failover.releaseHolds(this.path);
+    }
   }
 
   /** RDSSOCK_EXTHDR_READ; see ReadConfirmations.readThrough. */

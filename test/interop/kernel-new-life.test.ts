@@ -1,20 +1,39 @@
 import { execFileSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack } from '../../lib/index.js';
-import { KERNEL, KERNEL_GEN, SMALL, bound, kernelCounters, peer, readyFile, reloadRds } from './kernel-lib.js';
+import { INST, KERNEL, KERNEL_GEN, SMALL, bound, kernelCounters, peer, readyFile, reloadRds } from './kernel-lib.js';
 
 // Issue 35 (the nemesis, seed 5): a restarted rds-socket node's first messages to a kernel were
 // lost. The kernel never heard the old life go (a partition dropped its FIN), so its path to our
 // address was still UP, holding the old life's next_rx_seq. See docs/kernel-new-life.md.
 const TABLE = 'rdslossblk';
 const nft = (script: string): void => {
-  execFileSync('nft', ['-f', '-'], { input: script });
+  execFileSync('nft', ['-f', '-'], { input: script, stdio: ['pipe', 'ignore', 'pipe'] });
 };
-/** Drops everything between our SMALL address and the kernel, both ways (a partition). */
-function cut(): void {
+/** Our TCP ports of the established RDS/TCP connections from SMALL to the kernel. */
+function carrierPorts(): number[] {
+  const out = execFileSync('ss', ['-Htn', 'state', 'established', 'src', SMALL, 'dst', `${KERNEL}:16385`], {
+    encoding: 'utf8',
+  });
+  return out
+    .split('\n')
+    .map((l) => /\s\S+:(\d+)\s+\S+:16385\b/.exec(l)?.[1])
+    .filter((p): p is string => p !== undefined)
+    .map(Number);
+}
+/**
+ * Drops traffic between our SMALL address and the kernel, both ways: all of it (a partition), or
+ * only that of the TCP ports given (the old life's connection, kept out of sight for good, so
+ * that the kernel's path stays UP on it and its next_rx_seq stays the old life's).
+ */
+function cut(ports?: number[]): void {
+  const o = ports === undefined ? '' : `tcp sport { ${ports.join(', ')} } `;
+  const i = ports === undefined ? '' : `tcp dport { ${ports.join(', ')} } `;
+  heal();
   nft(
-    `table ip ${TABLE} {\n chain o { type filter hook output priority 0; ip saddr ${SMALL} ip daddr ${KERNEL} drop; }\n` +
-      ` chain i { type filter hook input priority 0; ip saddr ${KERNEL} ip daddr ${SMALL} drop; }\n}\n`,
+    `table ip ${TABLE} {\n chain o { type filter hook output priority 0; ip saddr ${SMALL} ip daddr ${KERNEL} ${o}drop; }\n` +
+      ` chain i { type filter hook input priority 0; ip saddr ${KERNEL} ip daddr ${SMALL} ${i}drop; }\n}\n`,
   );
 }
 function heal(): void {
@@ -40,7 +59,8 @@ describe(`a restarted node's first messages reach a kernel that missed the resta
     const OLD = 40;
     const total = OLD + 6;
     const before = await kernelCounters();
-    const reader = peer(`recv ${KERNEL} ${PORT} ${total} file`, 90);
+    rmSync(`${INST}/ready.${PORT}`, { force: true });
+    const reader = peer(`recv ${KERNEL} ${PORT} ${total} file`, 60);
     await readyFile(PORT);
 
     const a = new RdsStack();
@@ -50,6 +70,8 @@ describe(`a restarted node's first messages reach a kernel that missed the resta
     await sa.flush({ signal: AbortSignal.timeout(30_000) });
 
     // The old life ends unseen: its FIN (or RST) is dropped, the kernel's path stays UP.
+    const oldPorts = carrierPorts();
+    expect(oldPorts.length).toBeGreaterThan(0);
     cut();
     await a.close();
     stacks.splice(stacks.indexOf(a), 1);
@@ -61,19 +83,22 @@ describe(`a restarted node's first messages reach a kernel that missed the resta
     for (let i = OLD; i < OLD + 3; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
     // Its connects fail while cut (the 3 s connect bound ends one).
     await new Promise((r) => setTimeout(r, 4000));
-    heal();
+    cut(oldPorts); // the partition heals; the old connection stays out of sight
     await sb.flush({ signal: AbortSignal.timeout(30_000) });
     for (let i = OLD + 3; i < total; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
     await sb.flush({ signal: AbortSignal.timeout(30_000) });
 
     const got = await reader;
     const after = await kernelCounters();
+    if (got.lines.length === 0) console.log(`reader: ${got.code} ${got.out.slice(0, 2000)}`);
     const lens = got.lines.map((l) => l.len as number);
     const missing = Array.from({ length: total }, (_, i) => i).filter((i) => !lens.includes(100 + i));
     console.log(
       `Linux ${KERNEL_GEN}: kernel read ${lens.length} of ${total}, missing ${JSON.stringify(missing)}; ` +
         `recv_drop_old_seq +${(after.recv_drop_old_seq ?? 0) - (before.recv_drop_old_seq ?? 0)}, ` +
-        `conn_reset +${(after.conn_reset ?? 0) - (before.conn_reset ?? 0)}`,
+        `conn_reset +${(after.conn_reset ?? 0) - (before.conn_reset ?? 0)}; new life: ` +
+        `send_retransmitted ${b.counters.get('send_retransmitted')}, ` +
+        `send_resent_unflagged ${b.counters.get('send_resent_unflagged')}`,
     );
     expect(missing).toEqual([]);
     expect(lens).toEqual(Array.from({ length: total }, (_, i) => 100 + i));
