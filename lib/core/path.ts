@@ -364,7 +364,6 @@ export class RdsConnPath {
   /** The peer's answer to our probe arrived on this carrier. */
   pongReceived(): void {
     this.pongSeen = true;
-    this.tx.peerAnswered();
     if (this.index === 0) this.conn.openLanes();
   }
 
@@ -386,7 +385,6 @@ export class RdsConnPath {
   /** The peer's capabilities became known: start what they allow. */
   capabilitiesChanged(): void {
     if (!this.conn.handshake.confirmsReads) this.tx.confirms.acknowledgedIsEnough();
-    if (this.st === RDS_CONN_UP) this.tx.schedulePump(); // messages held for the handshake (send-queue.ts)
     if (this.st === RDS_CONN_UP && !this.heartbeat.running) this.heartbeat.start();
     if (this.conn.handshake.ackMode) this.acks.requestAck();
   }

@@ -43,10 +43,6 @@ export class PathSend {
   private pumpAgain = false;
   /** Transport said "no more for now"; it calls kick() when it drains. */
   private blocked = false;
-  /** The peer answered our probe (a pong): it took a sequenced frame of ours (see holdsData). */
-  private peerTookOne = false;
-  /** A message from a socket went out on this path (see reset). */
-  private dataSent = false;
   private messages = 0;
   private bytes = 0;
   /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
@@ -80,25 +76,6 @@ export class PathSend {
 
   private get stack() {
     return this.path.conn.stack;
-  }
-
-  /** The peer answered our probe: it took a sequenced frame of ours (see reset). */
-  peerAnswered(): void {
-    this.peerTookOne = true;
-    if (this.path.state === RDS_CONN_UP) this.schedulePump();
-  }
-
-  /**
-   * Application messages wait on path 0 until the peer answered our probe or its handshake settled
-   * otherwise (a timeout, rds-socket capabilities). A kernel that missed our restart (a partition
-   * hid it) still holds our earlier life's next_rx_seq and resets our first carriers unread in its
-   * accept; what we had sent on them would be resent RETRANSMITTED and, numbered from 1 again,
-   * dropped as old though its TCP acknowledged it. Held, only our probe can have gone: resent, it
-   * is taken (unflagged, spec §2.5) and the messages then go out for the first time, unflagged.
-   */
-  private holdsData(): boolean {
-    const conn = this.path.conn;
-    return this.path.index === 0 && !this.peerTookOne && this.probe !== null && conn.handshake.peer === 'unknown';
   }
 
   /** Takes the next transmit sequence number (failover numbers moved messages here). */
@@ -285,22 +262,16 @@ export class PathSend {
    * rds_send_path_reset: everything sent but unacknowledged goes back in front of the send queue,
    * flagged RETRANSMITTED, with its original sequence number; a pending map is forgotten (a fresh
    * one follows the next UP).
-   *
-   * Nothing is flagged while no application message has gone out yet (see holdsData): only control
-   * frames (probes, pongs) did, which a peer may take twice, and a kernel that missed our restart
-   * (see docs/kernel-new-life.md) drops our probe as old if it comes flagged.
    */
   reset(): void {
     const resend: RdsOutgoing[] = [];
-    const flag = this.dataSent;
     for (const m of this.retrans.drain()) {
       if (m.done) continue;
       if (BREAK_RETRANSMIT && m.fromSocket) {
         m.complete();
         continue;
       }
-      if (flag) m.markRetransmitted();
-      else this.stack.counters.add(RDS_CTR.send_resent_unflagged);
+      m.markRetransmitted();
       resend.push(m);
     }
     this.sendQueue.unshiftAll(resend);
@@ -354,8 +325,6 @@ export class PathSend {
             }
             continue;
           }
-          const next = this.sendQueue.peek();
-          if (next !== undefined && next.fromSocket && !next.done && this.holdsData()) break;
           const msg = this.sendQueue.shift();
           if (msg === undefined) {
             stack.counters.add(RDS_CTR.send_queue_empty);
@@ -363,7 +332,6 @@ export class PathSend {
           }
           if (msg.done) continue; // cancelled while queued
           this.retrans.push(msg);
-          if (msg.fromSocket) this.dataSent = true;
           msg.sent(now);
           this.messages++;
           this.bytes += msg.len;

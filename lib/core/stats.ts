@@ -105,9 +105,6 @@ export const RDS_COUNTER_NAMES = [
   // the handshake wait ran out on a peer that had already sent what no kernel sends (an RDS ack
   // over TCP, a read report): not taken for a kernel, its answer awaited (handshake.ts)
   'handshake_wait_rds_socket',
-  // a message resent after a reset without RETRANSMITTED: the peer (not known to be rds-socket) had
-  // shown no sign of taking any frame of that path's numbering (send-queue.ts reset)
-  'send_resent_unflagged',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */
