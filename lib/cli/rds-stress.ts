@@ -15,6 +15,7 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { RdsSocket, RdsStack, constants } from '../index.js';
 import { parseFlags } from './format.js';
+import { RttHistogram } from './stress-histogram.js';
 import { StressRun, StressStats } from './stress-run.js';
 import {
   decodeStressOptions,
@@ -47,28 +48,6 @@ function row(tasks: number, s: StressStats, scale: number, perSecondCounts: bool
     `${String(tasks).padStart(4)} ${String(tx).padStart(6)} ${String(rx).padStart(6)} ${f2((scale * s.bytes) / 1024, 10)} ${f2((scale * s.rdmaIn) / 1024, 10)} ${f2((scale * s.rdmaOut) / 1024, 10)} ` +
     `${f2(avg(s.sendUsSum, s.sendN), 7)} ${f2(avg(s.rttUsSum, s.rttN), 8)} ${f2(-1, 5)}`
   );
-}
-
-/** The round trips beyond rds-tools' columns (--histogram). */
-class RttHistogram {
-  private readonly samples: number[] = [];
-  private readonly buckets = new Array<number>(32).fill(0);
-  add(us: number): void {
-    if (this.samples.length < 1_000_000) this.samples.push(us);
-    let b = 0;
-    while (b < 31 && us >= 2 ** b) b++;
-    this.buckets[b]!++;
-  }
-  print(): void {
-    if (this.samples.length === 0) return;
-    const sorted = Float64Array.from(this.samples).sort();
-    const pct = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-    console.log(`rtt p50 ${pct(0.5).toFixed(1)} us, p99 ${pct(0.99).toFixed(1)} us (${sorted.length} round trips)`);
-    console.log('rtt histogram (us):');
-    this.buckets.forEach((n, b) => {
-      if (n > 0) console.log(`  ${b === 0 ? '< 1' : `${2 ** (b - 1)}-${2 ** b}`}`.padEnd(22) + String(n));
-    });
-  }
 }
 
 class UsageError extends Error {}
