@@ -306,7 +306,8 @@ export class StressRun {
           op === OP_REQ ? rdma.request(t.index, index, t.sendSeq, msg) : rdma.ack(t.index, index, t.sendSeq, msg),
         )
       : undefined;
-    if (extra === null) return 'full';
+    // null is also "no RDMA on this message"; only a failed step ends the send.
+    if (this.failed) return 'full';
     if (extra === 'drain') return 'drain';
     const t0 = process.hrtime.bigint();
     try {

@@ -15,16 +15,16 @@ function average(out: string): number[] {
   return line!.replace('(average)', '').trim().split(/\s+/).map(Number);
 }
 
-async function run(port: number, extra: string[]): Promise<{ passive: number[]; active: number[] }> {
-  const passive = runNode([cli, '-r', B, '-p', String(port), '--startup', '2'], 90_000);
+async function run(port: number, extra: string[]): Promise<{ passive: number[]; active: number[]; outs: string }> {
+  const passive = runNode([cli, '-r', B, '-p', String(port), '--startup', '2'], 150_000);
   const active = await runNode(
-    [cli, '-s', B, '-r', A, '-p', String(port), '--startup', '2', '--connect-retries', '30', '-T', '3', ...extra],
-    90_000,
+    [cli, '-s', B, '-r', A, '-p', String(port), '--startup', '2', '--connect-retries', '30', '-T', '10', ...extra],
+    150_000,
   );
   const p = await passive;
   expect(active.code, `active:\n${active.out}\npassive:\n${p.out}`).toBe(0);
   expect(p.code, `passive:\n${p.out}`).toBe(0);
-  return { passive: average(p.out), active: average(active.out) };
+  return { passive: average(p.out), active: average(active.out), outs: `active:\n${active.out}\npassive:\n${p.out}` };
 }
 
 describe('rds-stress -D between rds-socket nodes (Soft-RoCE)', () => {
@@ -32,10 +32,10 @@ describe('rds-stress -D between rds-socket nodes (Soft-RoCE)', () => {
     const r = await run(5100, ['-D', '8192', '-v', '-t', '2', '-d', '4']);
     for (const row of [r.active, r.passive]) {
       // tsks tx/s rx/s tx+rx mbi mbo ...: requests both ways, RDMA in and out on each side.
-      expect(row[0]).toBe(2);
-      expect(row[1]).toBeGreaterThan(0);
-      expect(row[4]).toBeGreaterThan(0);
-      expect(row[5]).toBeGreaterThan(0);
+      expect(row[0], r.outs).toBe(2);
+      expect(row[1], r.outs).toBeGreaterThan(0);
+      expect(row[4], r.outs).toBeGreaterThan(0);
+      expect(row[5], r.outs).toBeGreaterThan(0);
     }
   });
 
@@ -54,13 +54,13 @@ describe('rds-stress -D between rds-socket nodes (Soft-RoCE)', () => {
       '-v',
     ]);
     // A WRITE moves data into the requester (mbi) and out of the side that posts it (mbo).
-    expect(w.active[4]).toBeGreaterThan(0);
-    expect(w.passive[5]).toBeGreaterThan(0);
+    expect(w.active[4], w.outs).toBeGreaterThan(0);
+    expect(w.passive[5], w.outs).toBeGreaterThan(0);
     const rd = await run(5120, ['-D', '4096', '-M', '1', '--rdma-use-once', '1', '-o', '-v']);
     // Simplex: only the active requests; READs move its data out (mbo) and into the passive (mbi).
-    expect(rd.active[1]).toBeGreaterThan(0);
-    expect(rd.passive[1]).toBe(0);
-    expect([rd.active[4], rd.active[5] > 0]).toEqual([0, true]);
-    expect([rd.passive[4] > 0, rd.passive[5]]).toEqual([true, 0]);
+    expect(rd.active[1], rd.outs).toBeGreaterThan(0);
+    expect(rd.passive[1], rd.outs).toBe(0);
+    expect([rd.active[4], rd.active[5] > 0], rd.outs).toEqual([0, true]);
+    expect([rd.passive[4] > 0, rd.passive[5]], rd.outs).toEqual([true, 0]);
   });
 });
