@@ -70,11 +70,21 @@ describe.skipIf(ORACLE === '')("rds-stress -D against Oracle's rds-stress on rds
     movedBothWays(ours.out, k.out);
   });
 
-  it('rds-socket passive, Oracle active (rds-socket on the smaller address): RDS_GET_MR regions cached, two buffers per op, verified', async () => {
+  it('rds-socket passive, Oracle active (rds-socket on the smaller address): two tasks, two buffers per op, verified; the kernel refuses RDS_GET_MR', async () => {
+    // rds_rdma registers with FRWR only, and FRWR needs a connection: RDS_GET_MR (no connection)
+    // is EOPNOTSUPP on every mainline kernel since FMR went, so Oracle's --rdma-use-get-mr 1 dies.
+    const refused = runNode([cli, '-r', L2, '-p', '4905'], 150_000);
+    const g = await kernel(
+      `timeout 120 ${ORACLE} -s ${L2} -r ${K2} -p 4905 --connect-retries 30 -D 4096 --rdma-use-get-mr 1 -T 10`,
+      150,
+    );
+    await refused;
+    expect(g.code, g.out).not.toBe(0);
+    expect(g.out).toMatch(/setsockopt\(RDS_GET_MR\) failed .*errno: 95/);
     const ours = runNode([cli, '-r', L2, '-p', '4910'], 150_000);
     const k = await kernel(
-      `timeout 120 ${ORACLE} -s ${L2} -r ${K2} -p 4910 --connect-retries 30 -D 4096 -I 2 --rdma-use-get-mr 1 --rdma-cache-mrs 1 -v -d 2 -T 10`,
-      90,
+      `timeout 120 ${ORACLE} -s ${L2} -r ${K2} -p 4910 --connect-retries 30 -D 4096 -I 2 -t 2 -v -d 2 -T 10`,
+      150,
     );
     const o = await ours;
     expect(k.code, `Oracle's:\n${k.out}\nours:\n${o.out}`).toBe(0);
