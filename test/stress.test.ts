@@ -88,13 +88,53 @@ describe('rds-stress wire formats', () => {
 });
 
 describe('rds-stress options it does not take', () => {
-  it('-D (RDMA) and -M are refused with usage status 2, saying why', async () => {
-    const d = await stress(['-D', '1024', '-s', '127.150.9.2', '-r', '127.150.9.1']);
-    expect(d.code).toBe(2);
-    expect(d.out).toMatch(/RDMA \(-D\) is not supported: this rds-stress does not run rds-tools' RDMA exchange/);
-    const m = await stress(['-M', '-s', '127.150.9.2', '-r', '127.150.9.1']);
-    expect(m.code).toBe(2);
-    expect(m.out).toMatch(/unknown option -M/);
+  it('-D over TCP, and RDMA options it cannot honour, are refused with usage status 2, saying why', async () => {
+    const d = await stress(['-D', '1024', '--transport', 'tcp', '-s', '127.150.9.2', '-r', '127.150.9.1']);
+    expect(d.code, d.out).toBe(2);
+    expect(d.out).toMatch(/RDMA \(-D\) needs an InfiniBand\/RoCE transport: RDS\/TCP cannot register memory/);
+    const cases = [
+      [['-D', '4096', '-I', '513'], /-I needs an integer 1\.\.512/],
+      [['-D', '2000000'], /-D needs an integer 0\.\.1048576/],
+      [['-D', '65536', '-I', '32'], /an RDMA op of 65536 x 32 bytes is more than 1048576/],
+      [['-D', '1048576', '-d', '64', '-t', '4'], /the RDMA buffers .* would be more than 268435456/],
+      [['-M', '3'], /-M needs an integer 0\.\.2/],
+      [
+        ['-D', '4096', '--rdma-cache-mrs', '1', '--rdma-use-once', '1'],
+        /--rdma-cache-mrs conflicts with --rdma-use-once/,
+      ],
+      [['-D', '4096', '--rdma-cache-mrs', '1'], /--rdma-cache-mrs conflicts with --rdma-use-get-mr=0/],
+      [['-D', '4096', '--rdma-alignment', '8'], /--rdma-alignment is not supported: .* a Node Buffer cannot be placed/],
+      [['-D', '4096', '--rdma-key-o-meter'], /--rdma-key-o-meter is not supported/],
+      [['--transport', 'rdma'], /--transport takes tcp or ib, got rdma/],
+    ] as const;
+    // Refused while parsing, before any socket: the runs need no ports and go side by side.
+    const runs = await Promise.all(cases.map(([args]) => stress([...args, '-s', '127.150.9.2', '-r', '127.150.9.1'])));
+    runs.forEach((r, i) => {
+      expect(r.code, `${cases[i]![0].join(' ')}: ${r.out}`).toBe(2);
+      expect(r.out).toMatch(cases[i]![1]);
+    });
+    // Eleven node start-ups: the budget is for them (about 1 s each on an idle machine), not for the tool.
+  }, 120_000);
+
+  it('passive with --transport tcp: an active asking for RDMA is told it needs IB (exit 1), nothing bound', async () => {
+    const passive = stress(['-r', '127.150.5.3', '-p', '4850', '--transport', 'tcp']);
+    const o = { ...defaultStressOptions(), rdmaSize: 8192, sendAddr: '127.150.5.3', receiveAddr: '127.150.5.4' };
+    for (let attempt = 0; ; attempt++) {
+      const s = connect({ host: '127.150.5.3', port: 4850 });
+      const ok = await new Promise<boolean>((res) =>
+        s.once('connect', () => res(true)).once('error', () => res(false)),
+      );
+      if (ok) {
+        s.end(encodeStressOptions(o, false));
+        break;
+      }
+      s.destroy();
+      expect(attempt).toBeLessThan(200);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const r = await passive;
+    expect(r.code, r.out).toBe(1);
+    expect(r.out).toMatch(/asked for RDMA \(-D 8192\): RDMA \(-D\) needs an InfiniBand\/RoCE transport/);
   });
 });
 

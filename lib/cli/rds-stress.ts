@@ -5,6 +5,9 @@
  * then tasks exchanging REQ/ACK messages with the 63-byte header (stress-wire.ts, stress-run.ts).
  *   passive: rds-stress [-r ADDR] [-p PORT]
  *   active:  rds-stress -s DEST [-r ADDR] [-p PORT] [-q REQ] [-a ACK] [-d DEPTH] [-t TASKS] [-T SECS] [-o] [-v] [-z] [-Q TOS] [--async]
+ *            [-D BYTES [-I IOVECS] [-M MODE] [--rdma-use-once 0|1] [--rdma-use-get-mr 0|1] [--rdma-use-fence 0|1] [--rdma-cache-mrs 0|1]]
+ * -D (an RDMA op with each request, stress-rdma.ts) runs over InfiniBand: the sockets take the IB
+ * transport with -D (or --transport ib), and the passive takes it when the active asks for RDMA.
  * Output as rds-tools': "Starting up....", the table header, a row per second, a dashed line and
  * the (average) row. Extras rds-tools lacks, behind flags: --histogram (round-trip p50/p99 and a
  * power-of-two histogram), --tcp-port, --startup SECONDS, --timeout SECONDS.
@@ -12,6 +15,7 @@
 import { connect, createServer, type Socket } from 'node:net';
 import { RdsSocket, RdsStack, constants } from '../index.js';
 import { parseFlags } from './format.js';
+import { RttHistogram } from './stress-histogram.js';
 import { StressRun, StressStats } from './stress-run.js';
 import {
   decodeStressOptions,
@@ -20,12 +24,15 @@ import {
   stressOptionsLength,
   stressOptionsProblem,
   STRESS_HEADER_BYTES,
+  STRESS_LIMITS,
   type StressOptions,
 } from './stress-wire.js';
 import { Perfdata, type PerfdataRun } from './stress-perfdata.js';
 
 const USAGE =
   'usage: rds-stress [-s dest] [-r local] [-p port] [-q req] [-a ack] [-d depth] [-t tasks] [-T seconds] [-o] [-v] [-z] [-Q tos] [--async]\n' +
+  '                  [-D rdma-bytes] [-I iovecs] [-M 0|1|2] [--rdma-use-once 0|1] [--rdma-use-get-mr 0|1] [--rdma-use-fence 0|1]\n' +
+  '                  [--rdma-cache-mrs 0|1] [--transport tcp|ib]\n' +
   '                  [--connect-retries N] [--tcp-port P] [--histogram] [--show-perfdata] [--startup SECONDS] [--timeout SECONDS]';
 
 export const HEADER = 'tsks   tx/s   rx/s  tx+rx K/s    mbi K/s    mbo K/s tx us/c   rtt us cpu %';
@@ -38,31 +45,9 @@ function row(tasks: number, s: StressStats, scale: number, perSecondCounts: bool
   const tx = perSecondCounts ? s.reqTx : Math.trunc(scale * s.reqTx);
   const rx = perSecondCounts ? s.reqRx : Math.trunc(scale * s.reqRx);
   return (
-    `${String(tasks).padStart(4)} ${String(tx).padStart(6)} ${String(rx).padStart(6)} ${f2((scale * s.bytes) / 1024, 10)} ${f2(0, 10)} ${f2(0, 10)} ` +
+    `${String(tasks).padStart(4)} ${String(tx).padStart(6)} ${String(rx).padStart(6)} ${f2((scale * s.bytes) / 1024, 10)} ${f2((scale * s.rdmaIn) / 1024, 10)} ${f2((scale * s.rdmaOut) / 1024, 10)} ` +
     `${f2(avg(s.sendUsSum, s.sendN), 7)} ${f2(avg(s.rttUsSum, s.rttN), 8)} ${f2(-1, 5)}`
   );
-}
-
-/** The round trips beyond rds-tools' columns (--histogram). */
-class RttHistogram {
-  private readonly samples: number[] = [];
-  private readonly buckets = new Array<number>(32).fill(0);
-  add(us: number): void {
-    if (this.samples.length < 1_000_000) this.samples.push(us);
-    let b = 0;
-    while (b < 31 && us >= 2 ** b) b++;
-    this.buckets[b]!++;
-  }
-  print(): void {
-    if (this.samples.length === 0) return;
-    const sorted = Float64Array.from(this.samples).sort();
-    const pct = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-    console.log(`rtt p50 ${pct(0.5).toFixed(1)} us, p99 ${pct(0.99).toFixed(1)} us (${sorted.length} round trips)`);
-    console.log('rtt histogram (us):');
-    this.buckets.forEach((n, b) => {
-      if (n > 0) console.log(`  ${b === 0 ? '< 1' : `${2 ** (b - 1)}-${2 ** b}`}`.padEnd(22) + String(n));
-    });
-  }
 }
 
 class UsageError extends Error {}
@@ -140,7 +125,13 @@ interface RunFlags {
   perfdata: boolean;
   startupSecs: number;
   timeoutMs: number;
+  /** --transport, if given (else IB with RDMA, TCP without). */
+  transport: 'tcp' | 'ib' | null;
 }
+
+/** Why RDMA cannot run over TCP, for both roles. */
+const RDMA_NEEDS_IB =
+  'RDMA (-D) needs an InfiniBand/RoCE transport: RDS/TCP cannot register memory or post RDMA ops (the kernel refuses RDS_CMSG_RDMA_* on TCP with EOPNOTSUPP); run with --transport ib and addresses of an RDMA device';
 
 async function main(): Promise<number> {
   let o: StressOptions;
@@ -160,6 +151,16 @@ async function main(): Promise<number> {
       '-T': 'value',
       '-Q': 'value',
       '-D': 'value',
+      '-I': 'value',
+      '-M': 'value',
+      '--rdma-use-once': 'value',
+      '--rdma-use-get-mr': 'value',
+      '--rdma-use-fence': 'value',
+      '--rdma-cache-mrs': 'value',
+      '--rdma-use-notify': 'value',
+      '--rdma-alignment': 'value',
+      '--rdma-key-o-meter': 'flag',
+      '--transport': 'value',
       '-o': 'flag',
       '-v': 'flag',
       '-z': 'flag',
@@ -195,10 +196,34 @@ async function main(): Promise<number> {
     o.runTime = num('-T', 0, 0, 0xffffffff);
     o.tos = num('-Q', 0, 0, 255);
     o.connectRetries = num('--connect-retries', 0, 0, 1_000_000);
-    if (typeof a['-D'] === 'string')
+    o.rdmaSize = num('-D', 0, 0, STRESS_LIMITS.maxRdmaOp);
+    o.rdmaVector = num('-I', 1, 1, STRESS_LIMITS.maxRdmaVector);
+    o.rwMode = num('-M', 0, 0, 2);
+    o.rdmaUseOnce = num('--rdma-use-once', 0, 0, 1);
+    o.rdmaUseGetMr = num('--rdma-use-get-mr', 0, 0, 1);
+    o.rdmaUseFence = num('--rdma-use-fence', 1, 0, 1);
+    o.rdmaCacheMrs = num('--rdma-cache-mrs', 0, 0, 1);
+    // rds-tools parses --rdma-use-notify and ignores it: every op asks for its status.
+    num('--rdma-use-notify', 0, 0, 1);
+    if (o.rdmaCacheMrs && o.rdmaUseOnce) throw new UsageError('option --rdma-cache-mrs conflicts with --rdma-use-once');
+    if (o.rdmaCacheMrs && !o.rdmaUseGetMr)
       throw new UsageError(
-        "RDMA (-D) is not supported: this rds-stress does not run rds-tools' RDMA exchange (rds-socket's sockets do RDMA over InfiniBand: getMr(), sendmsg's rdma)",
+        'option --rdma-cache-mrs conflicts with --rdma-use-get-mr=0 (cached regions come from RDS_GET_MR)',
       );
+    if (a['--rdma-alignment'] !== undefined)
+      throw new UsageError(
+        "--rdma-alignment is not supported: it places rds-tools' RDMA buffers at an offset in a page, and a Node Buffer cannot be placed at an address",
+      );
+    if (a['--rdma-key-o-meter'] !== undefined)
+      throw new UsageError(
+        "--rdma-key-o-meter is not supported: it times the reuse of the kernel's R_Keys, which the verbs provider chooses here",
+      );
+    const tr = a['--transport'];
+    if (tr !== undefined && tr !== 'tcp' && tr !== 'ib')
+      throw new UsageError(`--transport takes tcp or ib, got ${String(tr)}`);
+    if (o.rdmaSize > 0 && tr === 'tcp') throw new UsageError(RDMA_NEEDS_IB);
+    const rdmaProblem = o.rdmaSize > 0 ? stressOptionsProblem(o) : null;
+    if (rdmaProblem !== null) throw new UsageError(rdmaProblem);
     o.simplex = a['-o'] === true ? 1 : 0;
     o.verify = a['-v'] === true ? 1 : 0;
     o.summaryOnly = a['-z'] === true ? 1 : 0;
@@ -211,6 +236,7 @@ async function main(): Promise<number> {
       perfdata: a['--show-perfdata'] === true,
       startupSecs: num('--startup', 4, 0, 60),
       timeoutMs: num('--timeout', 30, 1, 3600) * 1000,
+      transport: tr === undefined ? null : tr,
     };
     dest = typeof a['-s'] === 'string' ? a['-s'] : null;
     local = typeof a['-r'] === 'string' ? a['-r'] : null;
@@ -249,6 +275,8 @@ async function passive(o: StressOptions, local: string | null, flags: RunFlags):
   const { options: theirs } = decodeStressOptions(raw);
   const problem = stressOptionsProblem(theirs);
   if (problem !== null) throw new Error(`${peer} sent options we cannot run: ${problem} (${describe(raw)})`);
+  if (theirs.rdmaSize > 0 && flags.transport === 'tcp')
+    throw new Error(`${peer} asked for RDMA (-D ${theirs.rdmaSize}): ${RDMA_NEEDS_IB}`);
   // Our view: we send to the active's address and receive on ours.
   const mine: StressOptions = {
     ...theirs,
@@ -300,13 +328,20 @@ async function runSide(
   let failure: string | null = null;
   let failed: () => void = () => {};
   const hist = flags.histogram ? new RttHistogram() : null;
-  const run = new StressRun(stack, o, isActive, {
-    ...(hist ? { rtt: (us: number) => hist.add(us) } : {}),
-    fatal: (report) => {
-      failure = report;
-      failed();
+  const transport = flags.transport ?? (o.rdmaSize > 0 ? 'ib' : 'tcp');
+  const run = new StressRun(
+    stack,
+    o,
+    isActive,
+    {
+      ...(hist ? { rtt: (us: number) => hist.add(us) } : {}),
+      fatal: (report) => {
+        failure = report;
+        failed();
+      },
     },
-  });
+    transport,
+  );
   try {
     for (const w of await run.bind()) console.error(w);
     // The go byte: the active sends one (its value means nothing), the passive answers with one.
@@ -376,7 +411,7 @@ async function runSide(
   }
 }
 
-/** A perfdata row's run figures: rds-tools' row, per second; no RDMA and no CPU soakers here. */
+/** A perfdata row's run figures: rds-tools' row, per second; no CPU soakers here. */
 function perfRun(o: StressOptions, s: StressStats, scale: number): PerfdataRun {
   return {
     nrTasks: o.nrTasks,
@@ -385,8 +420,8 @@ function perfRun(o: StressOptions, s: StressStats, scale: number): PerfdataRun {
     rdmaSize: o.rdmaSize,
     reqSent: s.reqTx,
     thruput: (scale * s.bytes) / 1024,
-    rdmaIn: 0,
-    rdmaOut: 0,
+    rdmaIn: (scale * s.rdmaIn) / 1024,
+    rdmaOut: (scale * s.rdmaOut) / 1024,
     txDelayUs: avg(s.sendUsSum, s.sendN),
     rttUs: avg(s.rttUsSum, s.rttN),
     cpuPercent: -1,
@@ -402,6 +437,8 @@ function diff(a: StressStats, b: StressStats): StressStats {
   d.sendN = a.sendN - b.sendN;
   d.rttUsSum = a.rttUsSum - b.rttUsSum;
   d.rttN = a.rttN - b.rttN;
+  d.rdmaIn = a.rdmaIn - b.rdmaIn;
+  d.rdmaOut = a.rdmaOut - b.rdmaOut;
   return d;
 }
 

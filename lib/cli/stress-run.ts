@@ -9,6 +9,7 @@
 import { RdsError } from '../errors.js';
 import { RdsSocket, type RdsStack } from '../index.js';
 import { constants } from '../index.js';
+import { type RdmaConfig, StressRdma } from './stress-rdma.js';
 import {
   OP_ACK,
   OP_REQ,
@@ -29,6 +30,9 @@ export class StressStats {
   sendN = 0;
   rttUsSum = 0;
   rttN = 0;
+  /** -D: bytes RDMA moved into this side's memory (mbi) and out of it (mbo). */
+  rdmaIn = 0;
+  rdmaOut = 0;
 
   add(o: StressStats): void {
     this.reqTx += o.reqTx;
@@ -38,11 +42,15 @@ export class StressStats {
     this.sendN += o.sendN;
     this.rttUsSum += o.rttUsSum;
     this.rttN += o.rttN;
+    this.rdmaIn += o.rdmaIn;
+    this.rdmaOut += o.rdmaOut;
   }
 }
 
 /** One local task's view of one remote task (rds-tools' struct task). */
 interface RemoteTask {
+  /** Its index j (port - PORT - 1). */
+  index: number;
   address: string;
   port: number;
   sendSeq: number;
@@ -55,6 +63,8 @@ interface RemoteTask {
   unacked: number;
   sendTime: bigint[];
   congested: boolean;
+  /** -D: an ACK waits for the status of the op its slot posted last (rds-tools' drain_rdmas). */
+  drain: boolean;
 }
 
 export interface StressRunHooks {
@@ -72,6 +82,8 @@ export class StressRun {
   readonly stats = new StressStats();
   private readonly socks: RdsSocket[] = [];
   private readonly remotes: RemoteTask[][] = [];
+  /** -D: per local task. */
+  private readonly rdma: StressRdma[] = [];
   private readonly req: Buffer;
   private readonly ack: Buffer;
   private readonly pattern: Buffer | null;
@@ -83,6 +95,8 @@ export class StressRun {
     private readonly opts: StressOptions,
     private readonly active: boolean,
     private readonly hooks: StressRunHooks,
+    /** The sockets' transport: 'ib' for -D (RDS/TCP has no RDMA). */
+    private readonly transport: 'tcp' | 'ib' = 'tcp',
   ) {
     this.pattern = opts.verify ? stressPattern(Math.max(opts.reqSize, opts.ackSize) - STRESS_HEADER_BYTES) : null;
     this.req = this.template(opts.reqSize);
@@ -101,7 +115,7 @@ export class StressRun {
     const warnings: string[] = [];
     const want = o.nrTasks * o.reqDepth * (o.reqSize + o.ackSize) * 2;
     for (let i = 0; i < o.nrTasks; i++) {
-      const s = new RdsSocket({ stack: this.stack });
+      const s = new RdsSocket({ stack: this.stack, transport: this.transport });
       await s.bind({ address: o.receiveAddr, port: o.startingPort + 1 + i });
       // -Q: the socket's TOS, after bind as rds-tools sets it (TCP maps every TOS to 0).
       if (o.tos !== 0) s.ioctl(constants.SIOCRDSSETTOS, o.tos);
@@ -116,8 +130,10 @@ export class StressRun {
       }
       if (o.useCongMonitor) s.setsockopt(constants.SOL_RDS, constants.RDS_CONG_MONITOR, 1);
       this.socks.push(s);
+      if (o.rdmaSize > 0) this.rdma.push(new StressRdma(s, rdmaConfig(o), o.nrTasks, this.stats));
       this.remotes.push(
         Array.from({ length: o.nrTasks }, (_, j) => ({
+          index: j,
           address: o.sendAddr,
           port: o.startingPort + 1 + j,
           sendSeq: 0,
@@ -128,6 +144,7 @@ export class StressRun {
           unacked: 0,
           sendTime: new Array<bigint>(o.reqDepth).fill(0n),
           congested: false,
+          drain: false,
         })),
       );
     }
@@ -165,6 +182,13 @@ export class StressRun {
       if (m.congestionUpdate !== undefined) {
         for (const t of this.remotes[i]!) if ((m.congestionUpdate >> BigInt(t.port % 64)) & 1n) t.congested = false;
       }
+      if (m.rdmaStatus !== undefined) {
+        const j = this.guard(() => this.rdma[i]?.completed(m.rdmaStatus!.token, m.rdmaStatus!.status));
+        if (j === undefined)
+          return this.fail(`an RDMA status (token 0x${m.rdmaStatus.token.toString(16)}) in a run without RDMA`);
+        if (j === null) return;
+        this.remotes[i]![j]!.drain = false;
+      }
       if (m.address === '') continue;
       const taskIndex = m.port - o.startingPort - 1;
       if (taskIndex < 0 || taskIndex >= o.nrTasks)
@@ -199,6 +223,15 @@ export class StressRun {
       );
       if (bad !== null) return this.fail(`${bad}\nheader from ${m.address}:${m.port} to id ${own.port} bogus`);
       this.stats.bytes += bytes;
+      const rdma = this.rdma[i];
+      if (rdma === undefined && (m.rdmaDest !== undefined || m.data.readBigUInt64BE(44) !== 0n))
+        return this.fail(`Unexpected RDMA in a message from ${m.address}:${m.port} (this run has no -D)`);
+      const ok = this.guard(() =>
+        op === OP_ACK
+          ? rdma?.ackReceived(taskIndex, expectIndex, m.data)
+          : rdma?.requestReceived(taskIndex, t.recvIndex, m.data, m.rdmaDest),
+      );
+      if (ok === null) return;
       if (op === OP_ACK) {
         const us = Number(process.hrtime.bigint() - t.sendTime[expectIndex]!) / 1000;
         this.stats.rttUsSum += us;
@@ -221,8 +254,8 @@ export class StressRun {
     const o = this.opts;
     const doWork = !o.simplex || this.active;
     for (const t of this.remotes[i]!) {
-      if (o.useCongMonitor && t.congested) continue;
-      let r: 'ok' | 'full' | 'congested' = 'ok';
+      if ((o.useCongMonitor && t.congested) || t.drain) continue;
+      let r: 'ok' | 'full' | 'congested' | 'drain' = 'ok';
       while (t.unacked > 0) {
         const slot = (t.recvIndex - t.unacked + o.reqDepth) % o.reqDepth;
         if ((r = this.send(i, t, OP_ACK, slot)) !== 'ok') break;
@@ -240,10 +273,21 @@ export class StressRun {
       // A full send buffer stops every destination ('writable' resumes); a congested port only its own.
       if (r === 'full') return;
       if (r === 'congested') t.congested = true;
+      if (r === 'drain') t.drain = true;
     }
   }
 
-  private send(i: number, t: RemoteTask, op: number, index: number): 'ok' | 'full' | 'congested' {
+  /** Runs an RDMA step; a peer's mistake (or a failed op) ends the run: null then. */
+  private guard<T>(f: () => T): T | null {
+    try {
+      return f();
+    } catch (e) {
+      this.fail((e as Error).message);
+      return null;
+    }
+  }
+
+  private send(i: number, t: RemoteTask, op: number, index: number): 'ok' | 'full' | 'congested' | 'drain' {
     const s = this.socks[i]!;
     const own = s.address();
     const msg = op === OP_REQ ? this.req : this.ack;
@@ -256,9 +300,19 @@ export class StressRun {
       index,
       op,
     });
+    const rdma = this.rdma[i];
+    const extra = rdma
+      ? this.guard(() =>
+          op === OP_REQ ? rdma.request(t.index, index, t.sendSeq, msg) : rdma.ack(t.index, index, t.sendSeq, msg),
+        )
+      : undefined;
+    // null is also "no RDMA on this message"; only a failed step ends the send.
+    if (this.failed) return 'full';
+    if (extra === 'drain') return 'drain';
     const t0 = process.hrtime.bigint();
     try {
-      s.sendmsg(msg, { address: t.address, port: t.port }, { flags: constants.MSG_DONTWAIT });
+      s.sendmsg(msg, { address: t.address, port: t.port }, { flags: constants.MSG_DONTWAIT, ...extra?.sendOpts });
+      extra?.sent();
     } catch (e) {
       if (e instanceof RdsError && e.code === 'EAGAIN') return 'full';
       if (e instanceof RdsError && e.code === 'ENOBUFS') return 'congested';
@@ -274,4 +328,19 @@ export class StressRun {
     t.sendSeq = (t.sendSeq + 1) >>> 0;
     return 'ok';
   }
+}
+
+/** The RDMA settings of a run from its options (both sides run with the active's). */
+function rdmaConfig(o: StressOptions): RdmaConfig {
+  return {
+    size: o.rdmaSize,
+    vector: o.rdmaVector,
+    depth: o.reqDepth,
+    rwMode: o.rwMode,
+    useOnce: o.rdmaUseOnce === 1,
+    useGetMr: o.rdmaUseGetMr === 1,
+    useFence: o.rdmaUseFence === 1,
+    cacheMrs: o.rdmaCacheMrs === 1,
+    verify: o.verify === 1,
+  };
 }

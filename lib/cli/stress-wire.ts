@@ -76,7 +76,7 @@ export function defaultStressOptions(): StressOptions {
     useCongMonitor: 1,
     rdmaUseOnce: 0,
     rdmaUseGetMr: 0,
-    rdmaUseFence: 0,
+    rdmaUseFence: 1,
     rdmaCacheMrs: 0,
     rdmaKeyOMeter: 0,
     // main() never sets it, and the struct was filled with 0xff first: that is what crosses the wire.
@@ -189,7 +189,17 @@ export function decodeStressOptions(b: Buffer): { options: StressOptions; full: 
 }
 
 /** Bounds on what a peer may ask of us (rds-tools trusts every value; we do not). */
-export const STRESS_LIMITS = { maxTasks: 256, maxDepth: 4096, maxMessage: 1 << 20 } as const;
+export const STRESS_LIMITS = {
+  maxTasks: 256,
+  maxDepth: 4096,
+  maxMessage: 1 << 20,
+  /** -D x -I: one op moves at most RDS_MAX_MSG_SIZE. */
+  maxRdmaOp: 1 << 20,
+  /** -I: rds-tools' own limit. */
+  maxRdmaVector: 512,
+  /** Every RDMA buffer of a run (tasks^2 x depth x 2 x op size): the memory a peer can make us hold. */
+  maxRdmaBytes: 256 << 20,
+} as const;
 
 /** Why these options cannot be run, or null: the passive's check of what the active sent. */
 export function stressOptionsProblem(o: StressOptions): string | null {
@@ -204,7 +214,17 @@ export function stressOptionsProblem(o: StressOptions): string | null {
     if (v < STRESS_HEADER_BYTES || v > STRESS_LIMITS.maxMessage)
       return `${name} ${v} is outside ${STRESS_HEADER_BYTES}..${STRESS_LIMITS.maxMessage}`;
   }
-  if (o.rdmaSize !== 0) return `RDMA (-D ${o.rdmaSize}) is not supported by rds-socket's rds-stress`;
+  if (o.rdmaSize !== 0) {
+    if (o.rdmaVector < 1 || o.rdmaVector > STRESS_LIMITS.maxRdmaVector)
+      return `rdma_vector ${o.rdmaVector} is outside 1..${STRESS_LIMITS.maxRdmaVector}`;
+    const op = o.rdmaSize * o.rdmaVector;
+    if (op > STRESS_LIMITS.maxRdmaOp)
+      return `an RDMA op of ${o.rdmaSize} x ${o.rdmaVector} bytes is more than ${STRESS_LIMITS.maxRdmaOp} (RDS_MAX_MSG_SIZE)`;
+    if (o.rwMode > 2) return `rw_mode ${o.rwMode} is not 0, 1 or 2`;
+    const all = o.nrTasks * o.nrTasks * o.reqDepth * 2 * op;
+    if (all > STRESS_LIMITS.maxRdmaBytes)
+      return `the RDMA buffers (tasks^2 x depth x 2 x ${op} = ${all} bytes) would be more than ${STRESS_LIMITS.maxRdmaBytes}`;
+  }
   if (o.startingPort + o.nrTasks > 65535)
     return `ports ${o.startingPort + 1}..${o.startingPort + o.nrTasks} do not fit`;
   return null;

@@ -11,6 +11,9 @@
 # $RDS_KVM_CACHE-peer-<kernel>); with RDS_KVM_MONITOR=1 (kernel-vm.sh) both guests get a qemu
 # monitor and the kernel guest's /proc/kallsyms is kept in its instance directory.
 # RDS_IB_KERNEL_TESTS=PATTERN runs only the kernel scenarios whose names match (vitest -t);
+# RDS_IB_KERNEL_FILES='test/ib/kernel-x.test.ts ...' only those kernel suites (the others are not even loaded);
+# RDS_STRESS_ORACLE=/abs/path/rds-stress (built from oracle/rds-tools, docs/rds-stress-rdma.md) adds
+# rds-stress -D against it (kernel-stress.test.ts; skipped without it);
 # RDS_IB_LINK_LOSS=1 adds the scenario that fails on every kernel so far (docs/infiniband.md, (5)).
 # npm run bench:ib — bench/ib.mjs in the same guest (rds-socket next to ib_send_bw / ibv_rc_pingpong).
 # Skips (exit 0, with the reason) where it cannot run: not root, no qemu and no apt-get, no /dev/net/tun.
@@ -66,8 +69,8 @@ krel=$(bash $VM exec 'uname -r' | tr -d '\n')
 pinst="$("${PEER[@]}" bash $VM cache)/instance"
 rm -f "$pinst/ib-kernel.json"
 RDS_KVM_EXEC_TIMEOUT=1500 "${PEER[@]}" bash $VM exec "cd '$PWD' && RDS_IB_KCTL=10.88.0.1:7000 RDS_IB_KERNEL_ADDRS=10.88.0.1,10.88.0.4,10.88.0.5 \
-  RDS_IB_LOCAL_ADDRS=10.88.0.2,10.88.0.3,10.88.0.6 RDS_KERNEL_RELEASE='$krel' RDS_IB_LINK_LOSS='${RDS_IB_LINK_LOSS:-}' \
-  npx vitest run --config test/ib/vitest.kernel.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib-kernel.json${RDS_IB_KERNEL_TESTS:+ -t '$RDS_IB_KERNEL_TESTS'}"
+  RDS_IB_LOCAL_ADDRS=10.88.0.2,10.88.0.3,10.88.0.6 RDS_KERNEL_RELEASE='$krel' RDS_IB_LINK_LOSS='${RDS_IB_LINK_LOSS:-}' RDS_STRESS_ORACLE='${RDS_STRESS_ORACLE:-}' \
+  npx vitest run --config test/ib/vitest.kernel.config.ts --reporter=default --reporter=json --outputFile.json=/rdsinst/ib-kernel.json${RDS_IB_KERNEL_TESTS:+ -t '$RDS_IB_KERNEL_TESTS'} ${RDS_IB_KERNEL_FILES:-}"
 krc=$?
 [ -n "${IB_JSON:-}" ] && [ -f "$pinst/ib-kernel.json" ] && cp "$pinst/ib-kernel.json" "${IB_JSON%.json}-kernel.json"
 echo "IB: rds-socket stacks $([ "$KINTEROP" = only ] && echo "not run" || { [ $rc = 0 ] && echo passed || echo FAILED; }); against the kernel's RDS/IB ($krel) $([ $krc = 0 ] && echo passed || echo FAILED)"
