@@ -1,10 +1,12 @@
 #!/usr/bin/env node
-// node bench/node-send-ab.mjs DIST_A DIST_B [--rounds N --msgs N --size BYTES]
-// CPU per message of the host-node send path, two builds against each other (each a dist/
-// directory, e.g. this checkout's and a checkout of the commit before a change), alternating run
-// by run. Each run is one child process holding all of it: a host node (serve()), a socket
-// attached to it (RdsStack.attach) sending `--msgs` messages of `--size` bytes to an in-process
-// peer that reads them, after a warm-up of the same count. What it reports is the child's own CPU
+// node bench/node-send-ab.mjs DIST_A DIST_B [--rounds N --msgs N --size BYTES] [--recv] [--prof DIR]
+// CPU per message of the host-node send path (with --recv: its receive path), two builds against
+// each other (each a dist/ directory, e.g. this checkout's and a checkout of the commit before a
+// change), alternating run by run. Each run is one child process holding all of it: a host node
+// (serve()), a socket attached to it (RdsStack.attach) sending `--msgs` messages of `--size`
+// bytes over RDS/TCP to a socket on a stack of its own that reads them (--recv: the other way
+// round, the attached socket reads), after a warm-up of the same count. `--prof DIR` writes each
+// child's V8 CPU profile there (node --cpu-prof). What it reports is the child's own CPU
 // time (process.cpuUsage: user + system) per message over the measured messages, so a machine
 // loaded by others slows the runs but changes the figure far less than it changes throughput
 // (wall time): the figure for comparing two builds on a shared machine. All on 127.153.200.x.
@@ -23,17 +25,17 @@ const arg = (n, d) => {
 if (process.env.NODE_SEND_AB) await child(JSON.parse(process.env.NODE_SEND_AB));
 else await main();
 
-async function child({ dist, msgs, size }) {
+async function child({ dist, msgs, size, recv }) {
   const { RdsSocket, RdsStack } = await import(resolve(dist, 'index.js'));
   const dir = mkdtempSync(join(tmpdir(), 'rds-node-send-ab-'));
   const node = new RdsStack({ tcpPort: 26779 });
   await node.serve({ path: join(dir, 'n.sock') });
   const peerStack = new RdsStack({ tcpPort: 26779 });
-  const rx = new RdsSocket({ stack: peerStack });
+  const attached = await RdsStack.attach(join(dir, 'n.sock'));
+  const rx = new RdsSocket({ stack: recv ? attached : peerStack });
   await rx.bind({ address: '127.153.200.2', port: 9000 });
   rx.setsockopt(1, 8, 16 << 20);
-  const attached = await RdsStack.attach(join(dir, 'n.sock'));
-  const tx = new RdsSocket({ stack: attached });
+  const tx = new RdsSocket({ stack: recv ? peerStack : attached });
   await tx.bind({ address: '127.153.200.1', port: 5000 });
   tx.setsockopt(1, 7, 4 << 20);
   const to = rx.address();
@@ -69,7 +71,11 @@ async function child({ dist, msgs, size }) {
 
 function run(dist, msgs, size) {
   return new Promise((res, rej) => {
-    const p = fork(SELF, [], { env: { ...process.env, NODE_SEND_AB: JSON.stringify({ dist, msgs, size }) } });
+    const prof = process.argv.indexOf('--prof');
+    const execArgv = prof >= 0 ? ['--cpu-prof', '--cpu-prof-dir', process.argv[prof + 1]] : [];
+    const recv = process.argv.includes('--recv');
+    const env = { ...process.env, NODE_SEND_AB: JSON.stringify({ dist, msgs, size, recv }) };
+    const p = fork(SELF, [], { execArgv, env });
     let r = null;
     p.on('message', (m) => (r = m));
     p.on('exit', (code) => (r !== null ? res(r) : rej(new Error(`run of ${dist} exited ${code}`))));
@@ -79,7 +85,9 @@ function run(dist, msgs, size) {
 async function main() {
   const [a, b] = process.argv.slice(2, 4);
   if (a === undefined || b === undefined || a.startsWith('--')) {
-    console.error('usage: node bench/node-send-ab.mjs DIST_A DIST_B [--rounds N --msgs N --size BYTES]');
+    console.error(
+      'usage: node bench/node-send-ab.mjs DIST_A DIST_B [--rounds N --msgs N --size BYTES] [--recv] [--prof DIR]',
+    );
     process.exit(2);
   }
   const rounds = arg('--rounds', 5);
@@ -98,6 +106,6 @@ async function main() {
   const ma = med(res[a].map((r) => r.usPerMsg));
   const mb = med(res[b].map((r) => r.usPerMsg));
   console.log(
-    `${size} B, medians of ${rounds}: ${a} ${ma.toFixed(2)} us, ${b} ${mb.toFixed(2)} us CPU per message (${b} / ${a} = ${(mb / ma).toFixed(2)}x)`,
+    `${process.argv.includes('--recv') ? 'receive' : 'send'}, ${size} B, medians of ${rounds}: ${a} ${ma.toFixed(2)} us, ${b} ${mb.toFixed(2)} us CPU per message (${b} / ${a} = ${(mb / ma).toFixed(2)}x)`,
   );
 }

@@ -1,7 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 import {
@@ -17,7 +14,8 @@ import {
 } from '../lib/host/protocol.js';
 import { encodeCount, readMsg } from '../lib/host/hot-frames.js';
 import { OFF_DPORT, OFF_LEN, OFF_SPORT } from '../lib/wire/header.js';
-import { TEST_TCP_PORT, until } from './helpers.js';
+import { until } from './helpers.js';
+import { peerSocket as peerSocketOf, serveNode } from './host-kit.js';
 
 // The host node's cut-through receive (issue 36, protocol 5): a message the node's stack received
 // for an attached socket goes to its process at once, as the peer sent it (MSG with M_WIRE: the
@@ -30,21 +28,10 @@ afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
 
-async function serve() {
-  const dir = mkdtempSync(join(tmpdir(), 'rds-cutrx-'));
-  cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
-  const path = join(dir, 'node.sock');
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-  const node = await stack.serve({ path });
-  cleanup.push(() => stack.close());
-  return { path, node, stack };
-}
+const serve = () => serveNode(cleanup, 'rds-cutrx-');
 
 async function peerSocket(address: string, port = 9000): Promise<RdsSocket> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-  cleanup.push(() => stack.close());
-  const s = new RdsSocket({ stack });
-  await s.bind({ address, port });
+  const s = await peerSocketOf(cleanup, address, port);
   s.setsockopt(SOL_SOCKET, constants.SO_SNDBUF, 8 << 20);
   return s;
 }

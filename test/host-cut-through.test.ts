@@ -1,13 +1,11 @@
-import { mkdtempSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../lib/index.js';
 import { C_HELLO, C_REQ, encodeFrame, FrameParser, N_RESP, N_WELCOME, PROTOCOL_VERSION } from '../lib/host/protocol.js';
 import { encodeSend, encodeSendWire } from '../lib/host/hot-frames.js';
 import { OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_LEN, OFF_SEQUENCE, OFF_SPORT, readU64 } from '../lib/wire/header.js';
 import { TEST_TCP_PORT, until } from './helpers.js';
+import { peerSocket as peerSocketOf, serveNode } from './host-kit.js';
 
 // The host node's cut-through send (issue 36, protocol 4): an attached client writes the message
 // in the RDS wire format into its SEND frame (F_WIRE); the node checks that header, stamps the
@@ -19,23 +17,8 @@ afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
 
-async function serve() {
-  const dir = mkdtempSync(join(tmpdir(), 'rds-cut-'));
-  cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
-  const path = join(dir, 'node.sock');
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-  const node = await stack.serve({ path });
-  cleanup.push(() => stack.close());
-  return { path, node, stack };
-}
-
-async function peerSocket(address: string, port = 9000): Promise<RdsSocket> {
-  const stack = new RdsStack({ tcpPort: TEST_TCP_PORT });
-  cleanup.push(() => stack.close());
-  const s = new RdsSocket({ stack });
-  await s.bind({ address, port });
-  return s;
-}
+const serve = () => serveNode(cleanup, 'rds-cut-');
+const peerSocket = (address: string, port = 9000) => peerSocketOf(cleanup, address, port);
 
 /** A client speaking the control protocol by hand, with protocol version `v`. */
 async function rawClient(path: string, v: number) {
