@@ -1,8 +1,8 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { LoopTransport, RdsStack, TcpTransport } from '../lib/index.js';
 import { portHash } from '../lib/core/ext/path-policy.js';
 import { FaultProxy } from '../lib/testing/fault-proxy.js';
-import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
+import { TEST_TCP_PORT, bigBufferSocket, cleanupsPerTest, payload, until } from './helpers.js';
 
 // A message whose send() timed out after it went out is cancelled, but it is still in the carrier
 // and may yet be delivered ("timed out and delivered anyway", docs/nemesis.md). Its socket must
@@ -10,11 +10,7 @@ import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
 // (issue #35: the nemesis's reorders to a restarted peer on the rail pair, where the rail's
 // return changed the 'hash' choice while such a message waited on a lane).
 
-let cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 const LANES = 2;
 const RAIL = 8;
