@@ -406,6 +406,22 @@ export class PathSend {
   }
 
   /**
+   * Sequence of the oldest message that may still reach the peer and is not acknowledged: as
+   * oldestUnacked, but a message cancelled (a send() timeout, RDS_CANCEL_SENT_TO) after it went
+   * out counts until it is acknowledged, since it is still in the carrier and may be delivered.
+   * What waits behind this path, or a socket that would leave it, must wait for it too (found by
+   * the nemesis: a later message on another path was read before it, issue #35).
+   */
+  oldestInCarrier(): number | undefined {
+    // Only acknowledgements take messages off retrans (a reset drops the cancelled ones): its head,
+    // cancelled or not, was sent and is unacknowledged.
+    const head = this.retrans.peek();
+    if (head !== undefined) return head.seq;
+    for (const m of this.sendQueue) if (!m.done) return m.seq;
+    return undefined;
+  }
+
+  /**
    * Application messages wait to be sent, acknowledged, or (acknowledged as queued) reported read
    * here; control frames (probes, pongs) do not count.
    */

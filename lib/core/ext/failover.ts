@@ -210,7 +210,7 @@ export class ConnFailover {
     const s = this.st.get(p);
     const h = s?.behind;
     if (h === null || h === undefined) return false;
-    const oldest = h.tx.oldestUnacked();
+    const oldest = h.tx.oldestInCarrier();
     if (oldest !== undefined && oldest <= s!.seq) return true;
     s!.behind = null;
     return false;

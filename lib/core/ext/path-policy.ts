@@ -168,7 +168,7 @@ function earlierInFlight(conn: RdsConnection, st: ConnPolicyState): boolean {
   for (let i = 0; i < before.length; i++) {
     const p = conn.path(i)!;
     if (conn.failover.failedOverTo(p) !== null || conn.failover.currentHold(p) !== null) return true;
-    const oldest = p.tx.oldestUnacked();
+    const oldest = p.tx.oldestInCarrier();
     if (oldest !== undefined && oldest <= before[i]!) return true;
   }
   st.before = null;
@@ -183,11 +183,12 @@ function inFlight(conn: RdsConnection, was: Placement, sport: number): boolean {
   if (was.msg === undefined) was.msg = queued(p, was.seq, sport) ?? queued(p, was.seq + 1, sport) ?? null;
   if (was.msg !== null) was.last = was.msg;
   // A path acknowledges in order: the last one acknowledged means every earlier one is. One
-  // cancelled (a send() timeout or signal) says nothing of those before it: while the path holds
-  // any, the socket stays, or its next message would overtake them (found by the nemesis).
+  // cancelled (a send() timeout or signal) says nothing of those before it, and if it went out it
+  // may still be delivered: while the path holds any (oldestInCarrier), the socket stays, or its
+  // next message would overtake them (found by the nemesis).
   const m = was.last;
   if (m === null || m.path !== p) return false;
-  return !m.done || (m.cancelled && p.tx.oldestUnacked() !== undefined);
+  return !m.done || (m.cancelled && p.tx.oldestInCarrier() !== undefined);
 }
 
 /** The socket's message numbered `seq` still held by `p` (sent or not), if any: binary search. */
