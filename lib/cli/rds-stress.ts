@@ -402,6 +402,10 @@ async function runSide(
     if (!summaryOnly) console.log('---------------------------------------------');
     const secs = (lastTs - firstTs) / 1000;
     console.log(`${row(o.nrTasks, summary, secs > 0 ? 1 / secs : 0, false)}  (average)`);
+    if (run.stats.rdmaFailed > 0)
+      console.log(
+        `${run.stats.rdmaFailed} RDMA operation(s) failed (expected only at the end: the side whose run ends first frees its regions)`,
+      );
     hist?.print();
     return 0;
   } finally {

@@ -33,6 +33,8 @@ export class StressStats {
   /** -D: bytes RDMA moved into this side's memory (mbi) and out of it (mbo). */
   rdmaIn = 0;
   rdmaOut = 0;
+  /** -D: our RDMA ops whose status said they failed (counted, as rds-tools logs them: see stress-rdma.ts). */
+  rdmaFailed = 0;
 
   add(o: StressStats): void {
     this.reqTx += o.reqTx;
@@ -44,6 +46,7 @@ export class StressStats {
     this.rttN += o.rttN;
     this.rdmaIn += o.rdmaIn;
     this.rdmaOut += o.rdmaOut;
+    this.rdmaFailed += o.rdmaFailed;
   }
 }
 
