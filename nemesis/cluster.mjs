@@ -118,6 +118,8 @@ export function topology(net, { tls = true, rails = true, kernel = null } = {}) 
     pausable: [
       ...procs.filter((p) => p.mode === 'embedded').map((p) => ({ proc: p.proc, node: p.node })),
       ...hosts.map((i) => ({ proc: `d${i}`, node: i })),
+      // The kernel peer's whole guest (qemu stopped and continued: its kernel and application).
+      ...procs.filter((p) => p.mode === 'kernel').map((p) => ({ proc: p.proc, node: p.node })),
     ],
   };
 }

@@ -5,6 +5,7 @@
 // and the other nodes' rules, links and qdiscs act on its traffic as on any node's.
 import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const VM = fileURLToPath(new URL('../test/interop/kernel-vm.sh', import.meta.url));
@@ -90,7 +91,18 @@ export class KernelNode {
       `modprobe tcp_diag 2>/dev/null; ss -K -t state established '( sport = :${port} or dport = :${port} )' | tail -n +2 | wc -l`,
     );
   }
+  /** Sends `sig` to the guest's qemu process (kernel-vm.sh keeps its pid beside the instance). */
+  signalGuest(sig) {
+    const pid = Number(readFileSync(`${dirname(this.inst)}/qemu.pid`, 'utf8').trim());
+    if (Number.isInteger(pid) && pid > 0) process.kill(pid, sig);
+  }
   async stop() {
+    // A guest stopped by a pause cannot shut down.
+    try {
+      this.signalGuest('SIGCONT');
+    } catch {
+      // not running
+    }
     if (this.clock) clearInterval(this.clock);
     this.clock = null;
     await this.vm('stop').catch(() => {});
@@ -146,8 +158,12 @@ export class KernelChild {
     if (!this.alive) return;
     writeFileSync(`${this.node.inst}/kcmd.${this.epoch}`, `${line}\n`, { flag: 'a' });
   }
-  signal() {
-    // SIGSTOP/SIGCONT of the guest's application is not a fault this cluster makes.
+  /**
+   * A pause of the kernel peer stops the whole guest: SIGSTOP/SIGCONT to qemu, so its kernel
+   * (timers, TCP, RDS) freezes with its application, as a host that hangs.
+   */
+  signal(sig) {
+    this.node.signalGuest(sig);
   }
   async kill() {
     if (!this.alive) return;

@@ -192,7 +192,7 @@ describe("the sender's side of read reports (a raw peer plays an rds-socket rece
     const first = sendRange(a, dest, 0, 3, outcomes);
     const { c, probe } = await peer.acceptProbed();
     pong(c, 5);
-    expect(probe.header.sequence).toBe(1);
+    expect(probe.header.sequence % 1000).toBe(0); // the path's first number (the clock, ms x 1000)
     const seqs = await c.userSeqs(3);
     const report = (ack: number, ...exts: ReturnType<typeof wire.readExtension>[]): void =>
       c.send({ ack, exthdr: wire.packExtensions(exts) });

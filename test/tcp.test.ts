@@ -53,10 +53,13 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     // generation before any data: NPATHS=1, GEN_NUM, and rds-socket's capabilities last, where
     // kernel parsers stop (type >= 16).
     const probe = await c.next();
-    expect(probe.header).toMatchObject({ sequence: 1, ack: 0, len: 0, sport: 1, dport: 0, flags: 0 });
+    expect(probe.header).toMatchObject({ ack: 0, len: 0, sport: 1, dport: 0, flags: 0 });
+    // The path's first number is the clock in microseconds (initialSequence 'clock'), then +1 each.
+    expect(probe.header.sequence).toBeGreaterThan(Date.parse('2026-01-01') * 1000);
+    const s0 = probe.header.sequence;
     const m1 = await c.next();
     expect(m1.header).toMatchObject({
-      sequence: 2,
+      sequence: s0 + 1,
       ack: 0,
       len: 3,
       sport: 4000,
@@ -68,7 +71,7 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     expect(Buffer.from(m1.header.exthdr).every((b) => b === 0)).toBe(true);
     expect(m1.payload.toString()).toBe('one');
     const m2 = await c.next();
-    expect(m2.header).toMatchObject({ sequence: 3, dport: 4001 });
+    expect(m2.header).toMatchObject({ sequence: s0 + 2, dport: 4001 });
     const ext = Buffer.from(probe.header.exthdr);
     // NPATHS=1 (kernels get one path), GEN_NUM, SPORT_IDX (we encode path indexes in source ports)
     expect(ext.subarray(0, 4).toString('hex')).toBe('05000106');
@@ -93,10 +96,10 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     expect(stack.counters.get('conn_poke_sent')).toBeGreaterThanOrEqual(1);
     // As the kernel does, the smaller side now connects to the larger one.
     const c = await rawConnect('127.23.2.1', '127.23.2.2', P);
-    expect((await c.mapThenProbe()).header.sequence).toBe(1);
+    const first = (await c.mapThenProbe()).header.sequence;
     const m = await c.nextUser();
     expect(m.payload.toString()).toBe('from larger');
-    expect(m.header.sequence).toBe(2);
+    expect(m.header.sequence).toBe(first + 1);
   });
 
   it('the smaller side resets a connection from a larger address and connects out itself', async () => {
@@ -175,9 +178,10 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const c = await rawConnect('127.23.6.1', '127.23.6.2', P);
     await c.next(); // map
     c.send({ sequence: 1, sport: 1, dport: 0, exthdr: wire_npaths(8) });
+    const own = await c.nextMatching((f) => f.header.sport === 1 && f.header.dport === 0);
     const pong = await c.nextMatching((f) => f.header.dport === 1);
     expect(pong.header).toMatchObject({ sport: 0, dport: 1, len: 0 });
-    expect(pong.header.sequence).toBe(2); // our own probe took sequence 1
+    expect(pong.header.sequence).toBe(own.header.sequence + 1); // our own probe went first
     const ext = Buffer.from(pong.header.exthdr);
     expect(ext.subarray(0, 3).toString('hex')).toBe('050001');
     expect(ext[3]).toBe(constants.RDS_EXTHDR_GEN_NUM);
@@ -210,8 +214,9 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     const dst = { address: '127.23.8.2', port: 4000 };
     sock.sendmsg(Buffer.from('a'), dst);
     const c1 = await peer.accept(0);
+    const probe = await c1.nextProbe();
     const a = await c1.nextUser();
-    expect(a.header.sequence).toBe(2); // after the probe
+    expect(a.header.sequence).toBe(probe.header.sequence + 1); // after the probe
     c1.sock.destroy();
     const c2 = await peer.accept(1);
     expect((await c2.next()).header.flags).toBe(1); // a fresh map on the new connection, no hello
@@ -219,11 +224,11 @@ describe('RDS/TCP wire behaviour (spec §2, §11)', () => {
     // 'a' may come again (flagged RETRANSMITTED, same sequence) if TCP had not acknowledged it.
     let m = await c2.nextUser();
     if (m.payload.toString() === 'a') {
-      expect(m.header).toMatchObject({ sequence: 2, flags: constants.RDS_FLAG_RETRANSMITTED });
+      expect(m.header).toMatchObject({ sequence: a.header.sequence, flags: constants.RDS_FLAG_RETRANSMITTED });
       m = await c2.nextUser();
     }
     expect(m.payload.toString()).toBe('b');
-    expect(m.header.sequence).toBeGreaterThan(2);
+    expect(m.header.sequence).toBeGreaterThan(a.header.sequence);
     expect(stack.counters.get('conn_reset')).toBe(1);
     const info = stack.connections()[0]!;
     expect(info.paths[0]).toMatchObject({ state: 'UP', upCount: 2 });

@@ -67,9 +67,10 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     initiator: c.isInitiator,
     // The lanes in use, then the rail slots (index 8 and up). A path not made yet is shown as the
     // fresh one it would be (DOWN, zeros), made here and dropped: looking must not cost memory.
+    // Its nextTxSeq is 0: the first number is drawn from the clock when the path is made.
     paths: slotIndexes(c)
-      .map((i) => c.pathIf(i) ?? new RdsConnPath(c, i))
-      .map((p) => {
+      .map((i) => ({ p: c.pathIf(i) ?? new RdsConnPath(c, i), made: c.pathIf(i) !== undefined }))
+      .map(({ p, made }) => {
         const q = p.tx.pendingCount();
         const f = pathFigures(p);
         const ends = pathEndpoints(p);
@@ -79,7 +80,7 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
           rail: ends.rail,
           source: ends.source,
           destination: ends.destination,
-          nextTxSeq: p.tx.nextTxSeq,
+          nextTxSeq: made ? p.tx.nextTxSeq : 0,
           nextRxSeq: p.rxSeq.next,
           sendQueue: q.send,
           retransQueue: q.retrans,

@@ -174,6 +174,19 @@ export interface RdsStackOptions {
    */
   maxReconnectAttempts?: number;
   /**
+   * Sequence number of the first message on each path this stack makes. Default 'clock': the
+   * wall clock in microseconds when the path is made (Date.now() x 1000), so a restarted node's
+   * (or a forgotten connection's) numbers continue above those of its previous life on that
+   * path. A kernel keeps its next_rx_seq for our address across reconnects and drops a
+   * RETRANSMITTED message numbered below it: starting again at 1, as the kernel itself does, a
+   * new life's first messages resent after a refused carrier were dropped as old by Linux up to
+   * 6.19 (docs/kernel-new-life.md). A number (1 is the kernel's start) fixes the numbering, for
+   * reproducible captures and tests only; it brings that loss back. The clock start holds while
+   * a life sends fewer than 1,000 messages per millisecond on one path on average and the clock
+   * does not step back between lives.
+   */
+  initialSequence?: number | 'clock';
+  /**
    * How sockets are spread over a connection's live paths (lanes and rails) between rds-socket
    * peers: 'hash' (default: per bound port, as before), 'round-robin', 'min-inflight' or
    * 'min-latency'. Sockets move only when they have nothing in flight. See docs/rails.md, "Several
@@ -226,6 +239,7 @@ export const DEFAULTS: ResolvedStackOptions = Object.freeze({
   peerDownMs: 5000,
   peerIdleTimeoutMs: 60000,
   maxReconnectAttempts: Infinity,
+  initialSequence: 'clock',
 });
 
 /** What a numeric option must be: an integer in [min, max], or Infinity where that means "never". */
@@ -277,6 +291,7 @@ const RULES: { readonly [K in Tunable]: Rule | 'boolean' } = {
   peerDownMs: { min: 0, max: TIMER_MAX, infinity: true, why: "a timer's limit" },
   peerIdleTimeoutMs: { min: 1, infinity: true },
   maxReconnectAttempts: { min: 1, infinity: true },
+  initialSequence: { min: 1, max: 2 ** 52, word: 'clock', why: 'numbers must stay exact in a JavaScript number' },
 };
 
 /** Every option name `new RdsStack()` takes. */

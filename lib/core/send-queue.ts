@@ -23,8 +23,8 @@ const BREAK_RETRANSMIT = typeof process !== 'undefined' && process.env.RDS_SOCKE
  * queues, the pump that moves messages to the transport, and what acknowledgements free.
  */
 export class PathSend {
-  /** Sequence of the next message queued on this path; assigned at enqueue, from 1. */
-  private nextSeq = 1;
+  /** Sequence of the next message queued on this path; assigned at enqueue (options.initialSequence first). */
+  private nextSeq: number;
   readonly sendQueue = new Fifo<RdsOutgoing>();
   /** Sent, not yet acknowledged; resent first after a reconnect. */
   readonly retrans = new Fifo<RdsOutgoing>();
@@ -51,6 +51,10 @@ export class PathSend {
 
   constructor(private readonly path: RdsConnPath) {
     this.confirms = new ReadConfirmations(path.conn.stack.counters, path.conn.faddr);
+    const first = path.conn.stack.options.initialSequence;
+    // The clock start: above every number an earlier life of this stack's address gave this path
+    // (see RdsStackOptions.initialSequence), so a kernel's kept next_rx_seq never drops our resends.
+    this.nextSeq = first === 'clock' ? Date.now() * 1000 : first;
   }
 
   get nextTxSeq(): number {

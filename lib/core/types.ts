@@ -118,6 +118,7 @@ export interface PathInfo {
   failedAttempts: number;
   /** Held down by disconnect() (or a removed rail) until reconnect(). */
   held: boolean;
+  /** Sequence of the next message queued on the path (the first is the clock, see initialSequence); 0 for a path not made yet. */
   nextTxSeq: number;
   nextRxSeq: number;
   sendQueue: number;
