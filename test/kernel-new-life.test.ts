@@ -51,8 +51,8 @@ async function framesArrived(c: RawConn, n: number): Promise<void> {
   for (let i = 0; i < n; i++) await c.next(10_000);
 }
 
-describe('a restarted node towards a kernel that still runs its old life\'s connection (#35, nemesis seed 5)', () => {
-  it('the kernel reads the new life\'s first messages, resent after it refused their carrier', async () => {
+describe("a restarted node towards a kernel that still runs its old life's connection (#35, nemesis seed 5)", () => {
+  it("the kernel reads the new life's first messages, resent after it refused their carrier", async () => {
     const listener = await RawListener.listen('127.221.0.2', P, false);
     cleanups.push(() => listener.close());
     const kernel = new Kernel61();
@@ -90,7 +90,7 @@ describe('a restarted node towards a kernel that still runs its old life\'s conn
     expect(life.counters.get('send_retransmitted')).toBeGreaterThan(0);
   });
 
-  it('with initialSequence: 1 (the kernel\'s own numbering) the option is honoured on the wire', async () => {
+  it("with initialSequence: 1 (the kernel's own numbering) the option is honoured on the wire", async () => {
     const listener = await RawListener.listen('127.221.1.2', P);
     cleanups.push(() => listener.close());
     const stack = new RdsStack({ tcpPort: P, initialSequence: 1 });
@@ -104,7 +104,7 @@ describe('a restarted node towards a kernel that still runs its old life\'s conn
     expect((await c.nextUser(10_000)).header.sequence).toBe(2);
   });
 
-  it('by default a path numbers from the clock, above any earlier life\'s numbers', async () => {
+  it("by default a path numbers from the clock, above any earlier life's numbers", async () => {
     const listener = await RawListener.listen('127.221.2.2', P);
     cleanups.push(() => listener.close());
     const before = Date.now() * 1000;

@@ -57,56 +57,52 @@ afterAll(async () => {
 const msg = (i: number): Buffer => Buffer.alloc(100 + i, i & 0xff);
 
 describe(`a restarted node's first messages reach a kernel that missed the restart (Linux ${KERNEL_GEN})`, () => {
-  it(
-    'the old life sent 40, the partition hid its end; the new life sends 3 during the partition and 3 after: the kernel reads all 46',
-    async () => {
-      const PORT = 7351;
-      const OLD = 40;
-      const total = OLD + 6;
-      const before = await kernelCounters();
-      rmSync(`${INST}/ready.${PORT}`, { force: true });
-      const reader = peer(`recv ${KERNEL} ${PORT} ${total} file`, 60);
-      await readyFile(PORT);
+  it('the old life sent 40, the partition hid its end; the new life sends 3 during the partition and 3 after: the kernel reads all 46', async () => {
+    const PORT = 7351;
+    const OLD = 40;
+    const total = OLD + 6;
+    const before = await kernelCounters();
+    rmSync(`${INST}/ready.${PORT}`, { force: true });
+    const reader = peer(`recv ${KERNEL} ${PORT} ${total} file`, 60);
+    await readyFile(PORT);
 
-      const a = new RdsStack();
-      stacks.push(a);
-      const sa = await bound(a, SMALL, 5351);
-      for (let i = 0; i < OLD; i++) sa.sendmsg(msg(i), { address: KERNEL, port: PORT });
-      await sa.flush({ signal: AbortSignal.timeout(30_000) });
+    const a = new RdsStack();
+    stacks.push(a);
+    const sa = await bound(a, SMALL, 5351);
+    for (let i = 0; i < OLD; i++) sa.sendmsg(msg(i), { address: KERNEL, port: PORT });
+    await sa.flush({ signal: AbortSignal.timeout(30_000) });
 
-      // The old life ends unseen: its FIN (or RST) is dropped, the kernel's path stays UP.
-      const oldPorts = carrierPorts();
-      expect(oldPorts.length).toBeGreaterThan(0);
-      cut();
-      await a.close();
-      stacks.splice(stacks.indexOf(a), 1);
+    // The old life ends unseen: its FIN (or RST) is dropped, the kernel's path stays UP.
+    const oldPorts = carrierPorts();
+    expect(oldPorts.length).toBeGreaterThan(0);
+    cut();
+    await a.close();
+    stacks.splice(stacks.indexOf(a), 1);
 
-      const b = new RdsStack();
-      stacks.push(b);
-      expect(b.genNum).not.toBe(a.genNum);
-      const sb = await bound(b, SMALL, 5351);
-      for (let i = OLD; i < OLD + 3; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
-      // Its connects fail while cut (the 3 s connect bound ends one).
-      await new Promise((r) => setTimeout(r, 4000));
-      cut(oldPorts); // the partition heals; the old connection stays out of sight
-      await sb.flush({ signal: AbortSignal.timeout(30_000) });
-      for (let i = OLD + 3; i < total; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
-      await sb.flush({ signal: AbortSignal.timeout(30_000) });
+    const b = new RdsStack();
+    stacks.push(b);
+    expect(b.genNum).not.toBe(a.genNum);
+    const sb = await bound(b, SMALL, 5351);
+    for (let i = OLD; i < OLD + 3; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
+    // Its connects fail while cut (the 3 s connect bound ends one).
+    await new Promise((r) => setTimeout(r, 4000));
+    cut(oldPorts); // the partition heals; the old connection stays out of sight
+    await sb.flush({ signal: AbortSignal.timeout(30_000) });
+    for (let i = OLD + 3; i < total; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
+    await sb.flush({ signal: AbortSignal.timeout(30_000) });
 
-      const got = await reader;
-      const after = await kernelCounters();
-      if (got.lines.length === 0) console.log(`reader: ${got.code} ${got.out.slice(0, 2000)}`);
-      const lens = got.lines.map((l) => l.len as number);
-      const missing = Array.from({ length: total }, (_, i) => i).filter((i) => !lens.includes(100 + i));
-      console.log(
-        `Linux ${KERNEL_GEN}: kernel read ${lens.length} of ${total}, missing ${JSON.stringify(missing)}; ` +
-          `recv_drop_old_seq +${(after.recv_drop_old_seq ?? 0) - (before.recv_drop_old_seq ?? 0)}, ` +
-          `conn_reset +${(after.conn_reset ?? 0) - (before.conn_reset ?? 0)}; new life: ` +
-          `send_retransmitted ${b.counters.get('send_retransmitted')}`,
-      );
-      expect(missing).toEqual([]);
-      expect(lens).toEqual(Array.from({ length: total }, (_, i) => 100 + i));
-    },
-    150_000,
-  );
+    const got = await reader;
+    const after = await kernelCounters();
+    if (got.lines.length === 0) console.log(`reader: ${got.code} ${got.out.slice(0, 2000)}`);
+    const lens = got.lines.map((l) => l.len as number);
+    const missing = Array.from({ length: total }, (_, i) => i).filter((i) => !lens.includes(100 + i));
+    console.log(
+      `Linux ${KERNEL_GEN}: kernel read ${lens.length} of ${total}, missing ${JSON.stringify(missing)}; ` +
+        `recv_drop_old_seq +${(after.recv_drop_old_seq ?? 0) - (before.recv_drop_old_seq ?? 0)}, ` +
+        `conn_reset +${(after.conn_reset ?? 0) - (before.conn_reset ?? 0)}; new life: ` +
+        `send_retransmitted ${b.counters.get('send_retransmitted')}`,
+    );
+    expect(missing).toEqual([]);
+    expect(lens).toEqual(Array.from({ length: total }, (_, i) => 100 + i));
+  }, 150_000);
 });
