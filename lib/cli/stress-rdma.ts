@@ -248,7 +248,7 @@ export class StressRdma {
     p.inflight[slot] = null;
     if (status !== constants.RDS_RDMA_SUCCESS) {
       // Counted and reported at the end, not fatal (rds-tools logs it and goes on): the peer's run
-      // ends first and its regions go with its stack while our last ops (at most tasks x depth)
+      // ends first and its regions go with its stack while our last ops (at most tasks x tasks x depth: depth per remote task)
       // are still on the wire, so a failed op at the end is the normal end of a run.
       this.stats.rdmaFailed++;
       this.lastFailure = `RDMA ${op.op === RDMA_OP_WRITE ? 'write' : 'read'} for remote task ${j} failed: ${statusName(status)}`;
