@@ -404,7 +404,7 @@ async function runSide(
     console.log(`${row(o.nrTasks, summary, secs > 0 ? 1 / secs : 0, false)}  (average)`);
     if (run.stats.rdmaFailed > 0)
       console.log(
-        `${run.stats.rdmaFailed} RDMA operation(s) failed (expected only at the end: the side whose run ends first frees its regions)`,
+        `${run.stats.rdmaFailed} RDMA operation(s) failed (expected only at the end: the side whose run ends first frees its regions); last: ${run.lastRdmaFailure()}`,
       );
     hist?.print();
     return 0;

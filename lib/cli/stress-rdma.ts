@@ -129,7 +129,7 @@ export interface RdmaSend {
 /** The RDMA side of one local task. A peer's mistake throws an Error whose message is the run's fatal report. */
 export class StressRdma {
   readonly peers: Peer[];
-  /** The last failed op's report (see completed()). */
+  /** The last failed op's report (see completed()); rds-stress prints it after the failed-op count. */
   lastFailure: string | null = null;
 
   /** `stats` counts the bytes RDMA moved into our memory (mbi) and out of it (mbo). */

@@ -87,6 +87,14 @@ export class StressRun {
   private readonly remotes: RemoteTask[][] = [];
   /** -D: per local task. */
   private readonly rdma: StressRdma[] = [];
+  /** -D: the last failed RDMA op's report among the local tasks, or null (printed after the count). */
+  lastRdmaFailure(): string | null {
+    for (let i = this.rdma.length - 1; i >= 0; i--) {
+      const f = this.rdma[i]?.lastFailure;
+      if (f) return f;
+    }
+    return null;
+  }
   private readonly req: Buffer;
   private readonly ack: Buffer;
   private readonly pattern: Buffer | null;

@@ -69,7 +69,10 @@ export function connectionsInfo(conns: Iterable<RdsConnection>): ConnectionInfo[
     // fresh one it would be (DOWN, zeros), made here and dropped: looking must not cost memory.
     // Its nextTxSeq is 0: the first number is drawn from the clock when the path is made.
     paths: slotIndexes(c)
-      .map((i) => ({ p: c.pathIf(i) ?? new RdsConnPath(c, i), made: c.pathIf(i) !== undefined }))
+      .map((i) => {
+        const made = c.pathIf(i);
+        return { p: made ?? new RdsConnPath(c, i), made: made !== undefined };
+      })
       .map(({ p, made }) => {
         const q = p.tx.pendingCount();
         const f = pathFigures(p);
