@@ -266,6 +266,23 @@ async function command(cmd) {
   } else if (cmd === 'drain') {
     drain = true;
   } else if (cmd === 'end') {
+    // For a stuck pair's post-mortem: what this node believes of each destination's port
+    // (congested in the peer's map as we hold it) and the state of every path (not checked).
+    if (isMainThread && cfg.mode === 'embedded' && stack) {
+      const congested = dests.filter((d) => {
+        const { address, port } = destOf(d);
+        return address !== cfg.addr && stack.congMap(address).test(port);
+      });
+      const conns = stack.connections().map((c) => ({
+        peer: c.peerAddress,
+        paths: c.paths
+          .filter((p) => p.state !== 'DOWN' || p.sendQueue + p.retransQueue > 0)
+          .map((p) => [p.index, p.state, p.sendQueue, p.retransQueue, p.held, p.failedOverTo]),
+      }));
+      const k = stack.counters.snapshot();
+      const counters = Object.fromEntries(Object.entries(k).filter(([n, v]) => v > 0 && /cong/.test(n)));
+      log({ ev: 'diag', congested, conns, counters });
+    }
     for (const S of socks) {
       if (!S.alive) continue;
       // What is already here is read (and recorded) before the socket is declared open to the end.

@@ -29,19 +29,19 @@ export class CongTable {
   }
 
   /**
-   * A local port's bit flipped: every connection from that address sends the full map, loopback
-   * ones included (as the kernel queues it on every connection of the map: its loopback transport
+   * A local port's bit flipped: every connection from that address sends the full map (on path 0,
+   * or another path that is up while path 0 is not: RdsConnection.queueCongUpdate), loopback ones
+   * included (as the kernel queues it on every connection of the map: its loopback transport
    * turns the update into a received one, which poll() reports). Loopback senders read this map
    * directly: wake any that wait on it now.
    */
   localChanged(laddr: string, conns: Iterable<RdsConnection>): void {
     for (const c of conns) {
       if (c.laddr !== laddr) continue;
-      const cp = c.path(0)!;
-      cp.tx.queueCongUpdate();
+      c.queueCongUpdate();
       // A loopback connection the other direction's traffic made may never have been used: it
       // comes up at once, for nothing, and its coming up delivers the map.
-      if (c.isLoopback) cp.connectIfDown();
+      if (c.isLoopback) c.path(0)!.connectIfDown();
     }
     this.wake();
   }

@@ -36,6 +36,13 @@ export class RdsConnection {
   private upAt = 0;
   private heard = 0;
   private forgotten = false;
+  /**
+   * Our map changed since the peer was last sent it (the kernel's c_map_queued, also per
+   * connection): path 0 sends it, or any path that is up while path 0 is not (rails and lanes
+   * keep carrying traffic while path 0 is down, and an rds-socket peer's path 0 is not redialled
+   * for nothing: an update left for it alone would never leave).
+   */
+  private mapQueued = false;
   /** Failover between this connection's paths (rds-socket peers only). */
   readonly failover = new ConnFailover(this);
 
@@ -131,6 +138,32 @@ export class RdsConnection {
   /** The stack forgot it (reclaim.ts). @internal */
   markReclaimed(): void {
     this.forgotten = true;
+  }
+
+  /** The local map of this connection's address changed: send it to the peer (cong.ts). */
+  queueCongUpdate(): void {
+    this.mapQueued = true;
+    this.stack.counters.add(RDS_CTR.cong_update_queued);
+    this.kickMapCarrier();
+  }
+
+  /** Whether `cp`'s pump sends the queued map now (taken if so): path 0, or any path while path 0 is not up. @internal */
+  takeCongUpdate(cp: RdsConnPath): boolean {
+    if (!this.mapQueued || (cp.index !== 0 && this.slots[0]!.state === RDS_CONN_UP)) return false;
+    this.mapQueued = false;
+    return true;
+  }
+
+  /** A queued map waits: wake the pump of the path that will send it (path 0 left UP: another one). @internal */
+  kickMapCarrier(): void {
+    if (!this.mapQueued) return;
+    const p0 = this.slots[0]!;
+    if (p0.state === RDS_CONN_UP) return p0.tx.schedulePump();
+    for (const p of this.slots)
+      if (p !== undefined && p.state === RDS_CONN_UP) {
+        p.tx.schedulePump();
+        return;
+      }
   }
 
   /** Application messages wait to be sent or acknowledged on some path (probes and pongs do not count). */

@@ -243,7 +243,7 @@ export class PathSend {
     return this.queue(Buffer.alloc(0), 0, sport, dport, this.own, exts);
   }
 
-  /** Local congestion map changed: send it before the next message. */
+  /** The full map goes on this carrier next (TCP's carrierProven; map changes: RdsConnection.queueCongUpdate). */
   queueCongUpdate(): void {
     this.congPending = true;
     this.stack.counters.add(RDS_CTR.cong_update_queued);
@@ -259,13 +259,15 @@ export class PathSend {
    */
   carrierUp(): void {
     this.blocked = false;
-    this.congPending = this.path.index === 0 || !this.path.conn.handshake.lazyLanes;
+    // While path 0 is down a lane or rail sends it too (path 0 may not come back while it is up).
+    const conn = this.path.conn;
+    this.congPending = this.path.index === 0 || !conn.handshake.lazyLanes || conn.pathIf(0)?.state !== RDS_CONN_UP;
   }
 
   /**
    * rds_send_path_reset: everything sent but unacknowledged goes back in front of the send queue,
    * flagged RETRANSMITTED, with its original sequence number; a pending map is forgotten (a fresh
-   * one follows the next UP).
+   * one follows the next UP). Path 0 leaving UP wakes a path that is up for a map change queued.
    */
   reset(): void {
     const resend: RdsOutgoing[] = [];
@@ -282,6 +284,7 @@ export class PathSend {
     this.congPending = false;
     this.blocked = false;
     this.path.acks.resetSend();
+    if (this.path.index === 0) this.path.conn.kickMapCarrier();
   }
 
   /** The transport can take more. */
@@ -321,7 +324,7 @@ export class PathSend {
       do {
         this.pumpAgain = false;
         while (cp.state === RDS_CONN_UP && !this.blocked) {
-          if (this.congPending) {
+          if (this.congPending || cp.conn.takeCongUpdate(cp)) {
             this.congPending = false;
             if (!t.xmitCong(cp, stack.congMap(cp.conn.laddr).bits)) {
               this.blocked = true;

@@ -1,0 +1,82 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { LoopTransport, RdsStack, TcpTransport, constants } from '../lib/index.js';
+import { TEST_TCP_PORT, bigBufferSocket, payload, sendUntilCongested, until } from './helpers.js';
+
+// Issue #35, the nemesis (seed 5, 2026-11-28): after a partition healed, an embedded node of the
+// rail pair never sent to its peer's slow port again. It held the peer's map with that port
+// congested; the peer had drained it and queued the update, but updates went only on path 0,
+// which an rds-socket peer does not redial while another path (the rail) carries its traffic and
+// nothing waits: the update never left, and every send to that port said ENOBUFS or waited for
+// ever. A congestion update now goes on path 0 if it is up, else on any path that is (the kernel
+// too sends its map from whichever path's send worker runs first: c_map_queued is per connection).
+
+const { SOL_SOCKET, SO_RCVBUF } = constants;
+let cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c();
+  cleanups = [];
+});
+
+const RAIL = 8;
+
+describe('a congestion update while path 0 is down', () => {
+  it('goes over the rail: the sender learns the port cleared and its waiting send() completes', async () => {
+    const base = '127.29.11';
+    const railNet = '127.29.12';
+    const a1 = `${base}.1`;
+    const b1 = `${base}.2`;
+    const common = {
+      tcpPort: TEST_TCP_PORT,
+      reconnectMaxDelayMs: 20,
+      failoverGraceMs: 100,
+      heartbeatIntervalMs: 0,
+      npaths: 1,
+    };
+    const A = new RdsStack({
+      ...common,
+      transports: [new TcpTransport(), new LoopTransport()],
+      rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
+    });
+    const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
+    cleanups.push(
+      () => A.close(),
+      () => B.close(),
+    );
+    const conn = () => A.connections().find((c) => c.transport === 'tcp' && c.peerAddress === b1);
+    const state = (i: number) => conn()?.paths.find((p) => p.index === i)?.state;
+
+    const slow = await bigBufferSocket(B, b1, 4000);
+    slow.setsockopt(SOL_SOCKET, SO_RCVBUF, 8192);
+    const a = await bigBufferSocket(A, a1, 5000);
+    // Path 0 and the rail both up.
+    a.sendmsg(payload(0, 64), { address: b1, port: 4000 });
+    await until(() => state(0) === 'UP' && state(RAIL) === 'UP', 'path 0 and the rail up');
+
+    const { congested } = await sendUntilCongested(a, slow.address(), 10_000);
+    expect(congested).toBe(true);
+    expect(A.congMap(b1).test(4000)).toBe(true);
+
+    // Path 0 goes down and stays down (A, its dialler, holds it down); the rail carries on.
+    const stateB = (i: number) =>
+      B.connections()
+        .find((c) => c.transport === 'tcp' && c.peerAddress === a1)
+        ?.paths.find((p) => p.index === i)?.state;
+    A.disconnectPath(b1, 0);
+    await until(() => state(0) !== 'UP' && stateB(0) !== 'UP', 'path 0 down on both sides');
+    expect(state(RAIL)).toBe('UP');
+
+    // The slow reader drains its port: B's map clears the bit and must reach A over the rail.
+    const waiting = a.send(payload(1, 64), slow.address(), { timeout: 5000 });
+    for (let m = slow.recvmsg(); m !== null; m = slow.recvmsg());
+    await until(() => !B.congMap(b1).test(4000), 'B cleared its bit');
+    await expect(waiting).resolves.toBe(64);
+    expect(A.congMap(b1).test(4000)).toBe(false);
+    // And the message itself arrives (over the rail).
+    let got: Buffer | null = null;
+    for (let i = 0; i < 200 && got === null; i++) {
+      const m = await slow.recv({ timeout: 5000 });
+      if (m.data.length === 64 && m.data.readUInt32BE(0) === 1) got = m.data;
+    }
+    expect(got).not.toBeNull();
+  });
+});
