@@ -233,7 +233,7 @@ export class RdsConnPath {
     }
     const fo = this.conn.failover;
     this.cancelReconnect();
-    fo.clear(this);
+    fo.cameUp(this);
     // The backoff is not reset here but when this carrier dies, if it lived long enough (drop).
     this.upAt = Date.now();
     this.tx.carrierUp();

@@ -81,7 +81,18 @@ export class ConnFailover {
     if (!this.conn.stack.referenced) s.timer.unref();
   }
 
-  /** The path is up (or the stack closes): no grace period runs. */
+  /**
+   * The path came up: nothing is due. A grace period already running goes on, and ends without a
+   * move if the path is still up when it runs out: a path that comes up for a moment on every
+   * redial (a peer that takes each connection and drops it) must still hand its messages on, which
+   * ending the period at every brief UP never let happen.
+   */
+  cameUp(p: RdsConnPath): void {
+    const s = this.st.get(p);
+    if (s !== undefined) s.due = false;
+  }
+
+  /** The stack closes: no grace period runs. */
   clear(p: RdsConnPath): void {
     const s = this.st.get(p);
     if (s === undefined) return;
