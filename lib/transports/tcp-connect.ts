@@ -180,8 +180,12 @@ export class TcpConnector {
     this.ctx.track(sock);
     let connected = false;
     sock.once('error', (err: NodeJS.ErrnoException) => {
-      // Port taken: try the next group at once, as the kernel does.
-      if (!connected && err.code === 'EADDRINUSE' && attempt < 64 && tp.slot.is(sock)) {
+      // Port taken, or the 4-tuple (an older connection from this port to the peer, in FIN-WAIT
+      // or TIME-WAIT: a previous life's, numbered from the same first group): try the next group
+      // at once, as the kernel does. Given up, a dial a kernel's single poke asked for is never
+      // made again (test/connect-port-taken.test.ts).
+      const taken = err.code === 'EADDRINUSE' || (err.code === 'EADDRNOTAVAIL' && err.syscall === 'connect');
+      if (!connected && taken && attempt < 64 && tp.slot.is(sock)) {
         tp.abandon();
         sock.destroy();
         this.connectFrom(cp, attempt + 1);
