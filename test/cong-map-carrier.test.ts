@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsStack, TcpTransport, constants } from '../lib/index.js';
-import { TEST_TCP_PORT, bigBufferSocket, payload, sendUntilCongested, until } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { constants } from '../lib/index.js';
+import { bigBufferSocket, cleanupsPerTest, payload, railedStacks, sendUntilCongested, until } from './helpers.js';
 
 // Issue #35, the nemesis (seed 5, 2026-11-28): after a partition healed, an embedded node of the
 // rail pair never sent to its peer's slow port again. It held the peer's map with that port
@@ -11,39 +11,15 @@ import { TEST_TCP_PORT, bigBufferSocket, payload, sendUntilCongested, until } fr
 // too sends its map from whichever path's send worker runs first: c_map_queued is per connection).
 
 const { SOL_SOCKET, SO_RCVBUF } = constants;
-let cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 const RAIL = 8;
 
 describe('a congestion update while path 0 is down', () => {
   it('goes over the rail: the sender learns the port cleared and its waiting send() completes', async () => {
-    const base = '127.29.11';
-    const railNet = '127.29.12';
-    const a1 = `${base}.1`;
-    const b1 = `${base}.2`;
-    const common = {
-      tcpPort: TEST_TCP_PORT,
-      reconnectMaxDelayMs: 20,
-      failoverGraceMs: 100,
-      heartbeatIntervalMs: 0,
-      npaths: 1,
-    };
-    const A = new RdsStack({
-      ...common,
-      transports: [new TcpTransport(), new LoopTransport()],
-      rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
-    });
-    const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
-    cleanups.push(
-      () => A.close(),
-      () => B.close(),
-    );
-    const conn = () => A.connections().find((c) => c.transport === 'tcp' && c.peerAddress === b1);
-    const state = (i: number) => conn()?.paths.find((p) => p.index === i)?.state;
+    const { A, B, a1, b1, pathOf } = railedStacks('127.29.11', '127.29.12', (c) => cleanups.push(c));
+    const state = (i: number) => pathOf(A, i)?.state;
+    const stateB = (i: number) => pathOf(B, i)?.state;
 
     const slow = await bigBufferSocket(B, b1, 4000);
     slow.setsockopt(SOL_SOCKET, SO_RCVBUF, 8192);
@@ -57,10 +33,6 @@ describe('a congestion update while path 0 is down', () => {
     expect(A.congMap(b1).test(4000)).toBe(true);
 
     // Path 0 goes down and stays down (A, its dialler, holds it down); the rail carries on.
-    const stateB = (i: number) =>
-      B.connections()
-        .find((c) => c.transport === 'tcp' && c.peerAddress === a1)
-        ?.paths.find((p) => p.index === i)?.state;
     A.disconnectPath(b1, 0);
     await until(() => state(0) !== 'UP' && stateB(0) !== 'UP', 'path 0 down on both sides');
     expect(state(RAIL)).toBe('UP');

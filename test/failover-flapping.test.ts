@@ -1,6 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, RdsStack, TcpTransport } from '../lib/index.js';
-import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
+import { describe, expect, it } from 'vitest';
+import { bigBufferSocket, cleanupsPerTest, payload, railedStacks, until } from './helpers.js';
 
 // A path whose peer takes each connection and drops it at once (here: the peer's operator holds
 // the path down; also a peer still shutting the previous connection down, or one that refuses a
@@ -10,41 +9,14 @@ import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
 // congestion-map fix for issue #35). The grace period now runs from the first drop, across brief
 // UPs; it ends only if the path is still up when it runs out.
 
-let cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.reverse()) await c();
-  cleanups = [];
-});
+const cleanups = cleanupsPerTest();
 
 const RAIL = 8;
 
 describe('failover from a path that keeps coming up for a moment', () => {
   it('the peer holds path 0 down (accepting and dropping each redial): its messages move to the rail and arrive', async () => {
-    const base = '127.29.13';
-    const railNet = '127.29.14';
-    const a1 = `${base}.1`;
-    const b1 = `${base}.2`;
-    const common = {
-      tcpPort: TEST_TCP_PORT,
-      reconnectMaxDelayMs: 20,
-      failoverGraceMs: 100,
-      heartbeatIntervalMs: 0,
-      npaths: 1,
-    };
-    const A = new RdsStack({
-      ...common,
-      transports: [new TcpTransport(), new LoopTransport()],
-      rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
-    });
-    const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
-    cleanups.push(
-      () => A.close(),
-      () => B.close(),
-    );
-    const path = (i: number) =>
-      A.connections()
-        .find((c) => c.transport === 'tcp' && c.peerAddress === b1)
-        ?.paths.find((p) => p.index === i);
+    const { A, B, a1, b1, pathOf } = railedStacks('127.29.13', '127.29.14', (c) => cleanups.push(c));
+    const path = (i: number) => pathOf(A, i);
     const b = await bigBufferSocket(B, b1, 4000);
     const a = await bigBufferSocket(A, a1, 5000);
     a.sendmsg(payload(0, 64), b.address());

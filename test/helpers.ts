@@ -2,6 +2,7 @@ import { afterEach } from 'vitest';
 import { execFileSync, spawn } from 'node:child_process';
 import {
   LoopTransport,
+  type PathInfo,
   type RdsCounterName,
   RdsError,
   RdsSocket,
@@ -315,6 +316,37 @@ export async function proxiedStacks(
   defer(() => A.close());
   defer(() => B.close());
   return { A, B, proxy };
+}
+
+/**
+ * Two stacks joined by one lane and a rail: A on `${base}.1` (the smaller address, it dials), B on
+ * `${base}.2`, the rail between `${railNet}.1` and `${railNet}.2`. No heartbeats (only the test
+ * takes paths down), a 100 ms failover grace period, reconnects within 20 ms. `pathOf(S, i)` is
+ * path `i` of stack S's connection to the other (ConnectionInfo). `defer` registers each close.
+ */
+export function railedStacks(
+  base: string,
+  railNet: string,
+  defer: (close: () => Promise<void>) => void,
+): { A: RdsStack; B: RdsStack; a1: string; b1: string; pathOf(S: RdsStack, i: number): PathInfo | undefined } {
+  const a1 = `${base}.1`;
+  const b1 = `${base}.2`;
+  const common = {
+    tcpPort: TEST_TCP_PORT,
+    reconnectMaxDelayMs: 20,
+    failoverGraceMs: 100,
+    heartbeatIntervalMs: 0,
+    npaths: 1,
+  };
+  const A = new RdsStack({ ...common, rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }] });
+  const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
+  defer(() => A.close());
+  defer(() => B.close());
+  const pathOf = (S: RdsStack, i: number) =>
+    S.connections()
+      .find((c) => c.transport === 'tcp' && c.peerAddress === (S === A ? b1 : a1))
+      ?.paths.find((p) => p.index === i);
+  return { A, B, a1, b1, pathOf };
 }
 
 /** Memory regions of this process the kernel knows of (`rdma resource show mr`; IB guest tests). */
