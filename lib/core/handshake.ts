@@ -188,6 +188,21 @@ export class Handshake {
   }
 
   /**
+   * Path 0 of a connection we accept sends no socket's message before the peer's handshake is
+   * known. A 7.x kernel that ran its lanes to our previous life redials them all at once; not
+   * knowing yet that it pairs carriers by source port, we take each for path 0, and what went on
+   * one that is a lane is numbered in that lane's sequence space at the kernel (reset to 0 by our
+   * new GEN_NUM) and resent on the next: read once per carrier (the nemesis, seed 2029). The
+   * probe goes; its pong either says the carrier is a lane (misplacedLane drops it unused) or
+   * settles the handshake. A kernel too sends nothing before its handshake settles the path count
+   * (spec §3.4); the handshake timeout ends the wait.
+   */
+  holdsData(cp: RdsConnPath): boolean {
+    const conn = this.conn;
+    return !this.capsKnown && cp.index === 0 && !conn.isInitiator && !conn.isLoopback && conn.transport.mpathCapable;
+  }
+
+  /**
    * The peer sent a frame no kernel sends (an RDS ack over a transport where kernels acknowledge
    * nothing, a read report): while its handshake is unknown, the wait for it no longer ends in
    * taking it for a kernel.
@@ -323,8 +338,10 @@ export class Handshake {
   settle(caps: number, hs: Pick<HandshakeExtensions, 'npaths' | 'sportIdx'> = {}): void {
     const conn = this.conn;
     const changed = !this.capsKnown || this.peerCaps !== caps;
+    const held = this.holdsData(conn.path(0)!);
     this.peerCaps = caps;
     this.capsKnown = true;
+    if (held) conn.path(0)!.tx.schedulePump();
     const learnedSportIdx = hs.sportIdx === true && !this.peerSportIdx;
     if (hs.sportIdx) this.peerSportIdx = true;
     // rds-socket peers say how many paths they run in their capabilities; a kernel's NPATHS is

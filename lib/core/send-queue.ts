@@ -134,13 +134,10 @@ export class PathSend {
 
   /**
    * Queues a message that arrives already encoded (the host node's cut-through send: its client
-   * wrote the data header, checked by the node): only the sequence is stamped. A large frame
-   * (past the wire slab's small-frame size) that is a buffer of its own becomes the message's
-   * frame as it is, kept by reference until acknowledged. Any other is copied once into the wire
-   * slab, as queue() copies a payload: small frames lie back to back there, which the transport
-   * writes as one buffer (frames read from the client are not contiguous), and a view into a
-   * buffer more than twice its size (a frame read in one batch with others) would keep the rest
-   * of that buffer alive while it waits, memory no budget counts.
+   * wrote the data header, checked by the node): only the sequence is stamped. A large frame that
+   * is a buffer of its own becomes the message's frame, kept by reference until acknowledged. Any
+   * other is copied once into the wire slab, as queue() copies a payload: small frames lie back to
+   * back there (one write), and a view into a larger buffer would keep the rest of it alive.
    */
   queueWire(wire: Buffer, totalLen: number, sport: number, dport: number, owner: SendOwner | null): RdsOutgoing {
     this.probeFirst();
@@ -318,6 +315,7 @@ export class PathSend {
     // One clock reading per batch: every message of a burst leaves in the same instant anyway.
     const now = performance.now();
     const wallNow = Date.now();
+    const gated = cp.conn.handshake.holdsData(cp);
     this.pumping = true;
     t.xmitBegin?.(cp);
     try {
@@ -332,6 +330,8 @@ export class PathSend {
             }
             continue;
           }
+          const head = gated ? this.sendQueue.peek() : undefined;
+          if (head?.fromSocket && !head.done) break; // Handshake.holdsData
           const msg = this.sendQueue.shift();
           if (msg === undefined) {
             stack.counters.add(RDS_CTR.send_queue_empty);
