@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -105,6 +105,33 @@ export async function kernelCounters(): Promise<Record<string, number>> {
 export async function reloadRds(): Promise<void> {
   const r = await guest('rmmod rds_tcp && rmmod rds && modprobe rds_tcp && echo reloaded');
   expect(r.out).toContain('reloaded');
+}
+
+const NFT_TABLE = 'rdslossblk';
+const nft = (script: string): void => {
+  execFileSync('nft', ['-f', '-'], { input: script, stdio: ['pipe', 'ignore', 'pipe'] });
+};
+/**
+ * Drops traffic between our address `local` and the kernel, both ways (on this host, nftables):
+ * all of it (a partition), or only that of our TCP ports given (connections kept out of sight
+ * for good, so that the kernel's paths stay UP on them).
+ */
+export function cut(local: string, ports?: number[]): void {
+  const o = ports === undefined ? '' : `tcp sport { ${ports.join(', ')} } `;
+  const i = ports === undefined ? '' : `tcp dport { ${ports.join(', ')} } `;
+  heal();
+  nft(
+    `table ip ${NFT_TABLE} {\n chain o { type filter hook output priority 0; ip saddr ${local} ip daddr ${KERNEL} ${o}drop; }\n` +
+      ` chain i { type filter hook input priority 0; ip saddr ${KERNEL} ip daddr ${local} ${i}drop; }\n}\n`,
+  );
+}
+/** Ends what cut() did. */
+export function heal(): void {
+  try {
+    nft(`delete table ip ${NFT_TABLE}\n`);
+  } catch {
+    // not there
+  }
 }
 
 /** Polls `cond` every 10 ms until it holds or `ms` pass; returns whether it held. */

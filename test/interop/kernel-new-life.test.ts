@@ -2,7 +2,19 @@ import { execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack } from '../../lib/index.js';
-import { INST, KERNEL, KERNEL_GEN, SMALL, bound, kernelCounters, peer, readyFile, reloadRds } from './kernel-lib.js';
+import {
+  INST,
+  KERNEL,
+  KERNEL_GEN,
+  SMALL,
+  bound,
+  cut,
+  heal,
+  kernelCounters,
+  peer,
+  readyFile,
+  reloadRds,
+} from './kernel-lib.js';
 
 // Issue 35 (the nemesis, seed 5): a restarted rds-socket node's first messages to a kernel were
 // lost. The kernel never heard the old life go (a partition dropped its FIN), so its path to our
@@ -10,10 +22,6 @@ import { INST, KERNEL, KERNEL_GEN, SMALL, bound, kernelCounters, peer, readyFile
 // Before the fix (each path numbered from 1) the 6.1 kernel read 43 of 46: the new life's first
 // 3, resent RETRANSMITTED after the kernel reset their carrier unread, were below its next_rx_seq
 // and dropped as old. Paths now number from the clock (RdsStackOptions.initialSequence).
-const TABLE = 'rdslossblk';
-const nft = (script: string): void => {
-  execFileSync('nft', ['-f', '-'], { input: script, stdio: ['pipe', 'ignore', 'pipe'] });
-};
 /** Our TCP ports of the established RDS/TCP connections from SMALL to the kernel. */
 function carrierPorts(): number[] {
   const out = execFileSync('ss', ['-Htn', 'state', 'established', 'src', SMALL, 'dst', `${KERNEL}:16385`], {
@@ -25,28 +33,6 @@ function carrierPorts(): number[] {
     .filter((p): p is string => p !== undefined)
     .map(Number);
 }
-/**
- * Drops traffic between our SMALL address and the kernel, both ways: all of it (a partition), or
- * only that of the TCP ports given (the old life's connection, kept out of sight for good, so
- * that the kernel's path stays UP on it and its next_rx_seq stays the old life's).
- */
-function cut(ports?: number[]): void {
-  const o = ports === undefined ? '' : `tcp sport { ${ports.join(', ')} } `;
-  const i = ports === undefined ? '' : `tcp dport { ${ports.join(', ')} } `;
-  heal();
-  nft(
-    `table ip ${TABLE} {\n chain o { type filter hook output priority 0; ip saddr ${SMALL} ip daddr ${KERNEL} ${o}drop; }\n` +
-      ` chain i { type filter hook input priority 0; ip saddr ${KERNEL} ip daddr ${SMALL} ${i}drop; }\n}\n`,
-  );
-}
-function heal(): void {
-  try {
-    nft(`delete table ip ${TABLE}\n`);
-  } catch {
-    // not there
-  }
-}
-
 // Kernels up to 6.19 reset a new carrier while the old connection looks alive, which is the
 // case this plays; 7.x takes the new carrier (no resend at all), and is checked too. The old
 // life's carriers, kept out of sight, stay in FIN-WAIT-1 here for a minute after this file: that
@@ -80,7 +66,7 @@ describe(`a restarted node's first messages reach a kernel that missed the resta
     // The old life ends unseen: its FIN (or RST) is dropped, the kernel's path stays UP.
     const oldPorts = carrierPorts();
     expect(oldPorts.length).toBeGreaterThan(0);
-    cut();
+    cut(SMALL);
     await a.close();
     stacks.splice(stacks.indexOf(a), 1);
 
@@ -91,7 +77,7 @@ describe(`a restarted node's first messages reach a kernel that missed the resta
     for (let i = OLD; i < OLD + 3; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
     // Its connects fail while cut (the 3 s connect bound ends one).
     await new Promise((r) => setTimeout(r, 4000));
-    cut(oldPorts); // the partition heals; the old connection stays out of sight
+    cut(SMALL, oldPorts); // the partition heals; the old connection stays out of sight
     await sb.flush({ signal: AbortSignal.timeout(30_000) });
     for (let i = OLD + 3; i < total; i++) sb.sendmsg(msg(i), { address: KERNEL, port: PORT });
     await sb.flush({ signal: AbortSignal.timeout(30_000) });

@@ -19,7 +19,8 @@ Every command and answer is also printed as a JSON line on stdout and in /rdsins
   read OFF LEN TOKEN [fence]   the command message carries RDS_CMSG_RDMA_DEST (the peer's cookie): post an
                         RDMA READ of LEN bytes at OFF of the peer's region (RDS_CMSG_RDMA_ARGS with
                         RDS_RDMA_NOTIFY_ME) on a message "rdma-read TOKEN", wait for its
-                        RDS_CMSG_RDMA_STATUS, answer {"token", "status"} and the bytes read;
+                        RDS_CMSG_RDMA_STATUS, answer {"token", "status"} and the bytes read
+                        (above 256 KiB, their "sha256" instead);
                         with "fence", RDS_RDMA_FENCE: the message goes only once the READ is done
   write OFF LEN TOKEN SEED [COOKIE]   the same with an RDMA WRITE of pattern(SEED); COOKIE, if
                         given, instead of the message's RDMA_DEST (a cookie the peer released)
@@ -32,7 +33,7 @@ them at once.
 
 Test-only: it runs on a private guest link and trusts its peer.
 """
-import ctypes, json, signal, socket, struct, sys
+import ctypes, hashlib, json, signal, socket, struct, sys
 
 AF_RDS, SOL_RDS = 21, 276
 RDS_FREE_MR = 3
@@ -105,8 +106,13 @@ class Server:
             self.got.append(data[:32].decode(errors='replace'))
             log({'meanwhile': data[:32].decode(errors='replace'), 'from': list(src)})
         meta = {'token': status[0], 'status': status[1]}
-        # The bytes only for a READ that succeeded (a 1 MiB READ's bytes would not fit in one answer).
-        self.answer(to, meta, b'' if write or status[1] != 0 else local.raw)
+        # The bytes only for a READ that succeeded, and only up to 256 KiB: a 1 MiB READ's bytes do
+        # not fit in one answer (EMSGSIZE), so one above 256 KiB answers their SHA-256 instead.
+        body = b'' if write or status[1] != 0 else local.raw
+        if len(body) > 262144:
+            meta['sha256'] = hashlib.sha256(body).hexdigest()
+            body = b''
+        self.answer(to, meta, body)
 
     def serve(self):
         while True:

@@ -5,8 +5,10 @@
         print one JSON line per message: from, port, len, sha256; once bound, send b'ready' to READY
         (READY_ADDR "file": create /rdsinst/ready.PORT instead, so the host is not contacted first)
   rdspeer.py send ADDR PORTS DEST DPORT N MAXSIZE [SEED]
-        from each port of the comma-separated PORTS in turn, send N pattern messages (blocking);
-        every socket stays open until the kernel holds none of their messages (up to 60 s)
+        from each port of the comma-separated PORTS in turn, send N pattern messages (blocking;
+        with RDSPEER_NONBLOCK=1 MSG_DONTWAIT, a refused one printed with its errno); every socket
+        stays open until the kernel holds none of their messages (up to 60 s); with
+        RDSPEER_SENT_FILE=NAME, /rdsinst/NAME is created once all are sent
   rdspeer.py echo ADDR PORT N
         the kernel side of examples/kernel-peer.mjs (its C echo server): once bound, create
         /rdsinst/ready.PORT; send each of N messages back to its sender, print one JSON line each;
@@ -255,13 +257,20 @@ def main(argv):
         # a sender that closed each port's socket as it moved on lost those messages whenever
         # the connection was not up yet (after the peer restarted, for one).
         socks, ports = [], [int(p) for p in argv[2].split(',')]
+        flags = socket.MSG_DONTWAIT if os.environ.get('RDSPEER_NONBLOCK') else 0
         for port in ports:
             s = sock(argv[1], port)
             socks.append(s)
             for i, size in enumerate(sizes(n, maxsize)):
                 data = pattern(i, size, seed)
-                s.sendto(data, dest)
+                try:
+                    s.sendto(data, flags, dest)
+                except OSError as e:  # only without blocking (EAGAIN, ENOBUFS): the message was not taken
+                    print(json.dumps({'port': port, 'i': i, 'errno': e.errno}), flush=True)
+                    continue
                 print(json.dumps({'port': port, 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
+        if os.environ.get('RDSPEER_SENT_FILE'):
+            open('/rdsinst/%s' % os.environ['RDSPEER_SENT_FILE'], 'w').close()
         probe = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)  # RDS_INFO works on any RDS socket
         # DRAIN_S: how long to wait for the peer's acks. Over IB a kernel peer (and rds-socket,
         # which acks as it does) acknowledges only messages that ask for it (one in
