@@ -317,6 +317,22 @@ export class Handshake {
   }
 
   /**
+   * A kernel peer's path 0 numbered a first transmission (no RETRANSMITTED flag) below what path 0
+   * already took. A kernel never does that within one connection (it numbers as it queues and
+   * sends in that order; what it sends again is flagged), so its connection was made anew: its
+   * rds_tcp was reloaded, which keeps the rds module's GEN_NUM and numbers every path from 1
+   * again. Seeing no new generation, the lanes kept the old numbering and dropped the kernel's
+   * resends below it as old (spec §2.5), which were the new connection's first messages, sent on a
+   * carrier that was lost before we read it (the nemesis, seed 2029). So every path forgets where
+   * the kernel's numbering stood, as for a restart. Path 0's own next_rx_seq would follow by
+   * itself (a fresh frame sets it); its lanes see no such frame before their resends. Not for
+   * rds-socket peers: they number each life from the clock and say a restart with GEN_NUM.
+   */
+  kernelRenumbered(): void {
+    if (this.peer === 'kernel') this.peerRestarted();
+  }
+
+  /**
    * A restarted peer (new GEN_NUM): its sequence numbering starts over, so every path forgets
    * where it was. Our unacknowledged messages are kept and resent: the new incarnation never saw
    * them (the kernel flushes them instead, losing them).

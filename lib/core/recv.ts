@@ -101,19 +101,24 @@ export function recvIncoming(
   // False: a lane we dialled met a restarted peer and was dropped (handshake.ts, laneSawRestart).
   if (handshake && !conn.handshake.generationReceived(cp, header)) return;
 
+  // A kernel's path 0 numbered a first transmission below what it took: its connection was made
+  // anew (handshake.ts, kernelRenumbered), so every path forgets the old numbering first.
+  const retransmitted = (flags & RDS_FLAG_RETRANSMITTED) !== 0;
+  if (cp.index === 0 && !retransmitted && seq < cp.rxSeq.next) conn.handshake.kernelRenumbered();
+
   // Failover between rds-socket peers: a message moved from a dead path carries that path's index
   // and its sequence there (its original number). Kernels never send the record.
   const moved = header[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED;
   const verdict = moved
     ? cp.rxSeq.accept(
         seq,
-        (flags & RDS_FLAG_RETRANSMITTED) !== 0,
+        retransmitted,
         payload.length,
         true,
         conn.path(header[OFF_EXTHDR + 1]!)?.rxSeq,
         readU64(header, OFF_EXTHDR + 2),
       )
-    : cp.rxSeq.accept(seq, (flags & RDS_FLAG_RETRANSMITTED) !== 0, payload.length);
+    : cp.rxSeq.accept(seq, retransmitted, payload.length);
   if (verdict === 'old') {
     stack.counters.add(RDS_CTR.recv_drop_old_seq);
     // The sender resends only what it has no ack for: make sure it gets one.
