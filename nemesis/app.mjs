@@ -280,7 +280,10 @@ async function command(cmd) {
           .map((p) => [p.index, p.state, p.sendQueue, p.retransQueue, p.held, p.failedOverTo]),
       }));
       const k = stack.counters.snapshot();
-      const counters = Object.fromEntries(Object.entries(k).filter(([n, v]) => v > 0 && /cong/.test(n)));
+      // Congestion, and what says a peer's numbering started over or a frame was dropped as old.
+      const counters = Object.fromEntries(
+        Object.entries(k).filter(([n, v]) => v > 0 && /cong|peer_restarted|recv_drop_old_seq|accept_lane_misplaced/.test(n)),
+      );
       log({ ev: 'diag', congested, conns, counters });
     }
     for (const S of socks) {
