@@ -165,9 +165,11 @@ class Rds6:
     def settimeout(self, t):
         self.timeout = t
 
-    def sendto(self, data, ap):
+    def sendto(self, data, *args):
+        # As socket.sendto: (data, address) or (data, flags, address).
+        flags, ap = (0, args[0]) if len(args) == 1 else args
         b = self.sa(*ap)
-        self.check(self.libc.sendto(self.s.fileno(), data, len(data), 0, b, 28), 'sendto')
+        self.check(self.libc.sendto(self.s.fileno(), data, len(data), flags, b, 28), 'sendto')
 
     def recvfrom(self, n):
         if self.timeout is not None and not select.select([self.s], [], [], self.timeout)[0]:
@@ -265,7 +267,9 @@ def main(argv):
                 data = pattern(i, size, seed)
                 try:
                     s.sendto(data, flags, dest)
-                except OSError as e:  # only without blocking (EAGAIN, ENOBUFS): the message was not taken
+                except OSError as e:  # without blocking (EAGAIN, ENOBUFS): the message was not taken
+                    if not flags:
+                        raise
                     print(json.dumps({'port': port, 'i': i, 'errno': e.errno}), flush=True)
                     continue
                 print(json.dumps({'port': port, 'i': i, 'len': size, 'sha256': hashlib.sha256(data).hexdigest()}), flush=True)
