@@ -282,7 +282,9 @@ async function command(cmd) {
       const k = stack.counters.snapshot();
       // Congestion, and what says a peer's numbering started over or a frame was dropped as old.
       const counters = Object.fromEntries(
-        Object.entries(k).filter(([n, v]) => v > 0 && /cong|peer_restarted|recv_drop_old_seq|accept_lane_misplaced/.test(n)),
+        Object.entries(k).filter(
+          ([n, v]) => v > 0 && /cong|peer_restarted|recv_drop_old_seq|accept_lane_misplaced/.test(n),
+        ),
       );
       log({ ev: 'diag', congested, conns, counters });
     }

@@ -102,17 +102,15 @@ export class Handshake {
   }
 
   /**
-   * NPATHS we advertise in the kernel-visible extension. 1, except to a kernel that has sent
-   * SPORT_IDX (7.0+): it pairs accepted connections by source port (spec §3.6), so it gets our
-   * real path count. A kernel up to 6.19 pairs accepted connections with paths in arrival order,
-   * so after reconnects its path j can meet our path i and duplicate suppression breaks
-   * (spec §3.5); one path is always safe. rds-socket peers learn our real path count from the
-   * capability extension, and are always told 1 here.
+   * NPATHS we advertise in the kernel-visible extension: 1, except to a kernel that sent SPORT_IDX
+   * (7.0+), which pairs accepted connections by source port (spec §3.6) and gets our real count. A
+   * kernel up to 6.19 pairs them in arrival order, so after reconnects its path j can meet our path
+   * i and duplicate suppression breaks (spec §3.5): one path is always safe. rds-socket peers learn
+   * our real count from the capability extension, and are always told 1 here.
    */
   advertisedPaths(): number {
-    const conn = this.conn;
-    return this.kernelPairsBySport && conn.transport.mpathCapable
-      ? Math.min(conn.stack.options.npaths, conn.pathSlots)
+    return this.kernelPairsBySport && this.conn.transport.mpathCapable
+      ? Math.min(this.conn.stack.options.npaths, this.conn.pathSlots)
       : 1;
   }
 
@@ -316,18 +314,7 @@ export class Handshake {
     return true;
   }
 
-  /**
-   * A kernel peer's path 0 numbered a first transmission (no RETRANSMITTED flag) below what path 0
-   * already took. A kernel never does that within one connection (it numbers as it queues and
-   * sends in that order; what it sends again is flagged), so its connection was made anew: its
-   * rds_tcp was reloaded, which keeps the rds module's GEN_NUM and numbers every path from 1
-   * again. Seeing no new generation, the lanes kept the old numbering and dropped the kernel's
-   * resends below it as old (spec §2.5), which were the new connection's first messages, sent on a
-   * carrier that was lost before we read it (the nemesis, seed 2029). So every path forgets where
-   * the kernel's numbering stood, as for a restart. Path 0's own next_rx_seq would follow by
-   * itself (a fresh frame sets it); its lanes see no such frame before their resends. Not for
-   * rds-socket peers: they number each life from the clock and say a restart with GEN_NUM.
-   */
+  /** A kernel's connection made anew with the same GEN_NUM: see recv.ts (rds_tcp reloaded). */
   kernelRenumbered(): void {
     if (this.peer === 'kernel') this.peerRestarted();
   }

@@ -101,8 +101,12 @@ export function recvIncoming(
   // False: a lane we dialled met a restarted peer and was dropped (handshake.ts, laneSawRestart).
   if (handshake && !conn.handshake.generationReceived(cp, header)) return;
 
-  // A kernel's path 0 numbered a first transmission below what it took: its connection was made
-  // anew (handshake.ts, kernelRenumbered), so every path forgets the old numbering first.
+  // A kernel's path 0 numbered a first transmission below what path 0 took, which a kernel never
+  // does within one connection (it numbers as it queues, sends in that order, flags what it sends
+  // again): the connection was made anew with the same GEN_NUM (rds_tcp reloaded; the rds module
+  // keeps it) and numbers every path from 1. Path 0 follows by itself, but its lanes kept the old
+  // numbering and dropped the kernel's resends as old (the nemesis: lost). So, as for a restart,
+  // every path forgets it (protocol.md §2.5). Not for rds-socket peers: they say it with GEN_NUM.
   const retransmitted = (flags & RDS_FLAG_RETRANSMITTED) !== 0;
   if (cp.index === 0 && !retransmitted && seq < cp.rxSeq.next) conn.handshake.kernelRenumbered();
 
