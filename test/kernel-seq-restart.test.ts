@@ -9,9 +9,10 @@ import { cleanupsPerTest, TEST_TCP_PORT } from './helpers.js';
 // from 1 again with the same generation, so we see no restart and keep each path's next_rx_seq.
 // A fresh frame below it is taken (spec §2.5), but one the kernel sends again, RETRANSMITTED,
 // because its first transmission went on a carrier we never read, was dropped as old: lost.
-// A fresh handshake frame from a kernel numbered below what path 0 took is the sign: a kernel
-// never numbers a first transmission below an earlier one. A raw peer plays the 7.x kernel.
-// Addresses: 127.149.x.y (this file only).
+// A fresh frame (no RETRANSMITTED) from a kernel on path 0 numbered below what path 0 took is the
+// sign: a kernel never numbers a first transmission below an earlier one. Path 0's own resend was
+// read before the fix too (the fresh probe had moved its number back); the lane's was dropped.
+// A raw peer plays the 7.x kernel. Addresses: 127.149.x.y (this file only).
 
 const cleanups = cleanupsPerTest();
 const KERNEL = '127.149.1.1';

@@ -107,6 +107,17 @@ export async function reloadRds(): Promise<void> {
   expect(r.out).toContain('reloaded');
 }
 
+/**
+ * Unloads and reloads rds_tcp only, as the nemesis's kernel-reload does: the kernel forgets every
+ * TCP connection, but the rds module and its GEN_NUM stay (retried while its sockets go away).
+ */
+export async function reloadRdsTcp(): Promise<void> {
+  const r = await guest(
+    'for i in $(seq 100); do rmmod rds_tcp 2>/dev/null && break; sleep 0.1; done; modprobe rds_tcp && echo reloaded',
+  );
+  expect(r.out).toContain('reloaded');
+}
+
 const NFT_TABLE = 'rdslossblk';
 const nft = (script: string): void => {
   execFileSync('nft', ['-f', '-'], { input: script, stdio: ['pipe', 'ignore', 'pipe'] });

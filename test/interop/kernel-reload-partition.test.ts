@@ -1,7 +1,21 @@
 import { existsSync, rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack, type RdsSocket } from '../../lib/index.js';
-import { INST, KERNEL, KERNEL_GEN, LARGE, bound, cut, guest, heal, PEER, reloadRds, sha, until } from './kernel-lib.js';
+import {
+  INST,
+  KERNEL,
+  KERNEL_GEN,
+  LARGE,
+  bound,
+  cut,
+  guest,
+  heal,
+  PEER,
+  reloadRds,
+  reloadRdsTcp,
+  sha,
+  until,
+} from './kernel-lib.js';
 
 // Issue 35 (the nemesis, seed 2029, 300 s, Linux 7.x on the smallest address): while a partition
 // kept the kernel from our node, its rds_tcp was reloaded and its new application sent with
@@ -10,7 +24,9 @@ import { INST, KERNEL, KERNEL_GEN, LARGE, bound, cut, guest, heal, PEER, reloadR
 // checker could not hold to the rule), while other sockets' messages of the same seconds did.
 // Here: the kernel dials (it has the smaller address), 32 kernel sockets (their lanes are the
 // kernel's random hash) send 3 messages each to us without blocking during the partition, the
-// partition heals, and every one of the 96 must arrive once.
+// partition heals, and every one of the 96 must arrive once. This simple case never lost them,
+// before or after the fix the loss led to (a kernel's renumbered path 0 resets every path's
+// numbering); test/kernel-seq-restart.test.ts is the test that failed before it.
 
 const stacks: RdsStack[] = [];
 afterAll(async () => {
@@ -60,10 +76,7 @@ describe(`a kernel reloaded behind a partition: its non-blocking first messages 
     // The partition; behind it the kernel's RDS is reloaded (the old connection gone, unseen by us).
     cut(LARGE);
     // rds_tcp only, as the nemesis does: the rds module, and with it the kernel's GEN_NUM, stays.
-    const rl = await guest(
-      'for i in $(seq 100); do rmmod rds_tcp 2>/dev/null && break; sleep 0.1; done; modprobe rds_tcp && echo reloaded',
-    );
-    expect(rl.out).toContain('reloaded');
+    await reloadRdsTcp();
     rmSync(`${INST}/reload-sent`, { force: true });
     const ports = Array.from({ length: SENDERS }, (_, i) => 7700 + i);
     const run = guest(
