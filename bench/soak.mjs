@@ -177,7 +177,8 @@ const read = (f) =>
         .map((l) => l.split(' ').map(Number))
     : [];
 const epochsOf = (i) => (i === victim ? [0, 1] : [0]);
-let bad = false;
+// Each reason the soak fails, named in its last line (CI shows a failure's first lines only).
+const reasons = [];
 const moved = summaries.reduce((n, x) => n + (x.counters?.failover_moved ?? 0), 0);
 const movedDups = summaries.reduce((n, x) => n + (x.counters?.recv_drop_moved_dup ?? 0), 0);
 console.log(
@@ -226,23 +227,24 @@ for (let s = 0; s < 3; s++)
       const sent = survived ? String(COUNT + 1) : `${acked.size + rejected.size}+`;
       const recv = summaries.find((x) => x.node === r && x.epoch === epochsOf(r).at(-1));
       const order = (recv?.violations?.[`${s}.${se}`] ?? 0) === 0 ? 'ok' : 'VIOLATED';
-      if (confirmedLost || lost || dups || order !== 'ok') bad = true;
+      if (confirmedLost || lost || dups || order !== 'ok')
+        reasons.push(
+          `${s}(${se})->${r}: confirmed-but-never-delivered ${confirmedLost}, lost ${lost}, duplicated ${dups}, order ${order}`,
+        );
       console.log(
         `${String(s).padStart(6)}(${se})    -> ${String(r).padEnd(8)} ${sent.padStart(7)} ${String(acked.size).padStart(10)} ${String(rejected.size).padStart(9)} ${String(deliveredAll.size).padStart(10)} ${String(redelivered).padStart(26)} ${String(confirmedLost).padStart(30)} ${String(lost).padStart(5)} ${String(dups).padStart(11)}  ${order}`,
       );
     }
 if (resets < RESETS) {
-  console.log(`only ${resets} resets happened (wanted ${RESETS})`);
-  bad = true;
+  reasons.push(`only ${resets} resets happened (wanted ${RESETS})`);
 }
 rmSync(dir, { recursive: true, force: true });
 if (victimUnread <= 0 || rebindUnread <= 0) {
-  console.log(`no unread backlog when killing (${victimUnread}) or rebinding (${rebindUnread})`);
-  bad = true;
+  reasons.push(`no unread backlog when killing (${victimUnread}) or rebinding (${rebindUnread})`);
 }
 console.log(
-  bad
-    ? 'soak FAILED'
+  reasons.length
+    ? `soak FAILED: ${reasons.join('; ')}`
     : 'soak passed: nothing confirmed was lost, nothing lost silently, nothing delivered twice, order held',
 );
-process.exit(bad ? 1 : 0);
+process.exit(reasons.length ? 1 : 0);

@@ -12,7 +12,9 @@ const SOAK = fileURLToPath(new URL('../bench/soak.mjs', import.meta.url));
 describe('soak (short)', () => {
   it('3 processes, >= 12 resets, a SIGKILL and restart with an unread backlog, a socket closed and bound again: confirmed-but-never-delivered 0, lost 0, duplicated 0, order intact', async () => {
     const r = await runNode([SOAK, '--short', '--tcp-port', '26421'], 120_000);
-    expect(r.out).toContain('soak passed');
+    // The failure names why first (its last line, or the error a node died with), then the table.
+    const tail = r.out.trim().split('\n').slice(-12).reverse().join('\n');
+    expect(r.out, tail).toContain('soak passed');
     expect(r.code).toBe(0);
     const rows = r.out.split('\n').filter((l) => l.includes('->') && /\d/.test(l));
     expect(rows).toHaveLength(8);
