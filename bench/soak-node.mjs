@@ -75,7 +75,8 @@ function holdReading() {
 }
 /** Waits until unread messages sat longer than ackDelayMaxMs (so they were acknowledged as queued). */
 async function backlogAged() {
-  for (let i = 0; i < 100 && rsock.receiveQueue().length === 0; i++) await sleep(20);
+  // Up to 20 s for the first unread message: on a loaded 2-core machine senders can take seconds.
+  for (let i = 0; i < 1000 && rsock.receiveQueue().length === 0; i++) await sleep(20);
   await sleep(ACK_DELAY_MS * 3);
   console.log(JSON.stringify({ ev: 'held', unread: rsock.receiveQueue().length }));
 }

@@ -84,7 +84,7 @@ async function holdBacklog(i, cmd, phase) {
   p.stdin.write(`${cmd}\n`);
   // Only now do the senders go on (they wait at a third and at two thirds): the backlog builds.
   for (const [, { p: q }] of procs) q.stdin.write(`${phase}\n`);
-  for (let t = 0; t < 500 && !held.has(`${i}.${epoch}`); t++) await new Promise((r) => setTimeout(r, 20));
+  for (let t = 0; t < 1500 && !held.has(`${i}.${epoch}`); t++) await new Promise((r) => setTimeout(r, 20));
   return held.get(`${i}.${epoch}`) ?? -1;
 }
 const t0 = Date.now();
