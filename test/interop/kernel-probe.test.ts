@@ -49,8 +49,10 @@ async function kernelSends(port: number, ports: number[], n: number): Promise<vo
         ).map((c) => [c, stack!.counters.get(c)]),
       );
       const kc = await peer('counters');
+      // The kernel's path-0 sequence numbers: whether it took our new generation (both reset).
+      const kconns = await peer('conns');
       throw new Error(
-        `${(e as Error).message}; received per port ${JSON.stringify([...count])}; guest: ${t.out.trim()}; ours: ${JSON.stringify(paths)}; our counters: ${JSON.stringify(ctr)}; kernel counters: ${JSON.stringify(kc.lines[0] ?? kc.out)}`,
+        `${(e as Error).message}; received per port ${JSON.stringify([...count])}; guest: ${t.out.trim()}; ours: ${JSON.stringify(paths)}; our counters: ${JSON.stringify(ctr)}; kernel connections: ${JSON.stringify(kconns.lines)}; kernel counters: ${JSON.stringify(kc.lines[0] ?? kc.out)}`,
       );
     }
     expect(m.address).toBe(KERNEL);

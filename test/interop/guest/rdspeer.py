@@ -367,9 +367,10 @@ def main(argv):
         item, raw = info(s, RDS_INFO_CONNECTIONS)
         # struct rds_info_connection: next_tx_seq, next_rx_seq, laddr, faddr, transport[16], flags, tos
         for off in range(0, len(raw) - item + 1 if item else 0, item or 1):
-            _, _, la, fa, tr, flags, tos = struct.unpack_from('<QQ4s4s16sBB', raw, off)
+            tx, rx, la, fa, tr, flags, tos = struct.unpack_from('<QQ4s4s16sBB', raw, off)
             print(json.dumps({'laddr': socket.inet_ntoa(la), 'faddr': socket.inet_ntoa(fa),
-                              'transport': tr.rstrip(b'\0').decode(), 'flags': flags, 'tos': tos}), flush=True)
+                              'transport': tr.rstrip(b'\0').decode(), 'flags': flags, 'tos': tos,
+                              'next_tx_seq': tx, 'next_rx_seq': rx}), flush=True)
         item, raw = info(s, RDS_INFO_IB_CONNECTIONS)
         # struct rds_info_rdma_connection: src, dst, two GIDs, five u32, then tos and sl
         for off in range(0, len(raw) - item + 1 if item else 0, item or 1):
