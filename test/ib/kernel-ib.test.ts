@@ -247,9 +247,10 @@ describe('rds-socket and the kernel RDS/IB: flow control, teardown, congestion',
     // nftables in the kernel's guest drops every RoCE packet (UDP 4791) in and out for 3 s while
     // the second half is sent; the link stays up. Whether the QPs outlive it (RC retransmission)
     // or exhaust their retries and both ends reconnect, the stream must arrive whole. Not
-    // `ip link set eth1 down`: after its port went down and up, a 6.1 or 6.12 guest's rxe takes
-    // in no RoCE packet again (docs/infiniband.md, (6)), so a flap long enough to end the kernel's
-    // QP (its retry budget is about 2 s) left that device deaf and failed every scenario after it.
+    // `ip link set eth1 down`: a flap long enough to end the kernel's QP (its retry budget is about
+    // 2 s) left no connection between the devices able to complete, and every scenario after it
+    // failed; a 6.1 or 6.12 guest's rxe was seen to take in no RoCE packet after its port went down
+    // and up (docs/infiniband.md, (6)).
     const t = 'inet rdsoutage';
     const cut =
       `rm -f /rdsinst/outage.txt && nft add table ${t} && ` +
