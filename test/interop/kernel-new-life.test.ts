@@ -84,8 +84,8 @@ describe(`a restarted node's first messages reach a kernel that missed the resta
     // of that, then the kernel's old connections end in the guest (ss -K), as TCP would end them
     // on its own, only later: keepalive about 30 s after the old life's last segment, or, when
     // the kernel had sent something the cut swallowed (seen on 7.x: 96 bytes retransmitted with
-    // backoff), only when its retries run out, minutes later. The kernel keeps
-    // its next_rx_seq for our address across that (only a new GEN_NUM resets it).
+    // backoff), only when its retries run out, minutes later. The kernel keeps its next_rx_seq
+    // for our address across that (only a new GEN_NUM resets it).
     await new Promise((r) => setTimeout(r, 5000));
     const kill = oldPorts.map((p) => `dport = :${p}`).join(' or ');
     const killed = await guest(`modprobe tcp_diag; ss -K -tn dst ${SMALL} '( ${kill} )' >/dev/null; echo killed`);
