@@ -12,7 +12,8 @@
 //                                             m: 'msg' (sendmsg) | 'send' (send()) | 'probe'
 //   ok {s, d, q} / err {s, d, q, code}        outcome of send() (or a sendmsg() that threw)
 //   cancel {s, d}                             RDS_CANCEL_SENT_TO to d
-//   recv {r, sock, from, s?, q?, h, n}        read by incarnation r (s, q absent for 0 B)
+//   recv {r, sock, from, s?, q?, h, n, p}     read by incarnation r (s, q absent for 0 B; p: the
+//                                             path that carried it, RdsMessage.path)
 //   flushed {s, ok, code?}                    after sending stopped: all acknowledged (or not)
 //   stat {rss, lag, paths?}                   once a second (lag: longest event-loop delay, ms)
 // stdin (or the parent thread's messages): probe | quiet (stop sending, flush) | drain | end.
@@ -153,7 +154,7 @@ function logRecv(S, m) {
   if (m.address === '') return;
   const from = `${m.address}:${m.port}`;
   const p = parse(m.data);
-  const rec = { ev: 'recv', r: S.s, sock: S.name, from, h: bodyHash(m.data), n: m.data.length };
+  const rec = { ev: 'recv', r: S.s, sock: S.name, from, h: bodyHash(m.data), n: m.data.length, p: m.path };
   if (p) Object.assign(rec, p);
   log(rec);
 }

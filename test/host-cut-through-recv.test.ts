@@ -104,11 +104,18 @@ describe('host node cut-through receive (protocol 5)', () => {
     const peer = await peerSocket('127.154.1.2');
     const msgs = SIZES.map((n, i) => Buffer.alloc(n, i + 1));
     for (const m of msgs) await peer.send(m, rx.address(), { timeout: 10000 });
+    const paths = new Map<number, number>();
     for (const m of msgs) {
       const got = await rx.recv({ timeout: 10000 });
       expect([got.address, got.port, got.data.length]).toEqual(['127.154.1.2', 9000, m.length]);
       expect(Buffer.compare(got.data, m)).toBe(0);
+      paths.set(got.path!, (paths.get(got.path!) ?? 0) + 1);
     }
+    // Each message says which path carried it (RdsMessage.path): one the sender's stack sent on
+    // (its counts include the handshake's frames, so they are an upper bound).
+    const sent = peer.stack.connections().find((c) => c.transport === 'tcp')!.paths;
+    for (const [index, n] of paths) expect(n).toBeLessThanOrEqual(sent[index]!.sentMessages);
+    expect([...paths.values()].reduce((a, b) => a + b, 0)).toBe(msgs.length);
     // A buffer shorter than the message: cut, MSG_TRUNC in its flags; asked, the full length.
     await peer.send(Buffer.alloc(3000, 7), rx.address(), { timeout: 10000 });
     const cut = await rx.recv({ buffer: new Uint8Array(100), flags: MSG_TRUNC, timeout: 10000 });
@@ -168,6 +175,8 @@ describe('host node cut-through receive (protocol 5)', () => {
       const got = readMsg(f.raw, f.metaStart, f.metaEnd, f.data);
       expect(got.port).toBe(9000);
       expect(Buffer.compare(got.data, msgs[i]!)).toBe(0);
+      // Queued in the node or not, the path that carried it comes along.
+      expect(got.path).toBeTypeOf('number');
     });
   });
 

@@ -203,6 +203,46 @@ describe('host node control framing', () => {
     expect(readMsg(old, 0, old.length, Buffer.alloc(0))).toMatchObject({ port: 9, congestionUpdate: 7n });
   });
 
+  it('MSG carries the path the message came on (RdsMessage.path) after the stamps, in both forms; a client that predates it reads the rest', () => {
+    const meta = Buffer.concat(
+      encodeMsg(1, '10.0.0.1', 9, 5, undefined, undefined, Buffer.alloc(0), [1n, 2n, 3n], 7),
+    ).subarray(17);
+    expect(readMsg(meta, 0, meta.length, Buffer.alloc(0))).toMatchObject({
+      port: 9,
+      timestamp: 5,
+      rxStamps: [1n, 2n, 3n],
+      path: 7,
+    });
+    expect(decodeMsg(meta)).toMatchObject({ port: 9, path: 7 });
+    for (let n = 0; n < meta.length; n++)
+      expect(() => readMsg(meta.subarray(0, n), 0, n, Buffer.alloc(0))).toThrow(ProtocolError);
+    // Path 0 is a path: present, not dropped as falsy; no path: no byte and no field.
+    const zero = Buffer.concat(
+      encodeMsg(1, '10.0.0.1', 9, undefined, undefined, undefined, Buffer.alloc(0), undefined, 0),
+    ).subarray(17);
+    expect(readMsg(zero, 0, zero.length, Buffer.alloc(0)).path).toBe(0);
+    const none = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, undefined, undefined, undefined, Buffer.alloc(0))).subarray(
+      17,
+    );
+    expect(none.length).toBe(zero.length - 1);
+    expect('path' in readMsg(none, 0, none.length, Buffer.alloc(0))).toBe(false);
+    // As a client before it reads it: bit 32 unknown, its byte after the rest ignored.
+    const old = Buffer.from(meta);
+    const bits = 1 + '10.0.0.1'.length + 2;
+    old[bits] = old[bits]! & ~32;
+    const m = readMsg(old, 0, old.length, Buffer.alloc(0));
+    expect(m).toMatchObject({ port: 9, timestamp: 5, rxStamps: [1n, 2n, 3n] });
+    expect(m.path).toBeUndefined();
+    // With M_WIRE too.
+    const payload = Buffer.from('lane');
+    const h = Buffer.alloc(48);
+    encodeDataHeader(h, 0, 77, payload.length, 18634, 5000);
+    const f = new FrameParser().push(
+      Buffer.concat(encodeMsgWire(3, '10.0.0.9', undefined, h, payload, undefined, 3)),
+    )[0]!;
+    expect(readMsg(f.raw, f.metaStart, f.metaEnd, f.data)).toMatchObject({ port: 18634, path: 3 });
+  });
+
   it("MSG with M_WIRE (protocol 5): the data is the RDS header and the payload; port and length come from the header, a length that is not the payload's is a ProtocolError", () => {
     const payload = Buffer.from('cut through');
     const h = Buffer.alloc(48);

@@ -120,6 +120,25 @@ describe('paths and ordering', () => {
     expect(conn(B).paths.reduce((n, p) => n + p.recvMessages, 0)).toBeGreaterThanOrEqual(N * senders.length);
   });
 
+  it("recvmsg reports the path each message came on (RdsMessage.path): path 0 before the handshake, then the sending socket's lane", async () => {
+    const { A, B, a, b, mk, base } = await pair();
+    a.sendmsg(Buffer.from('first'), b.address());
+    const first = await b.recv({ timeout: 5000 });
+    expect(first.data.toString()).toBe('first');
+    expect(first.path).toBe(0);
+    await until(() => conn(A).npaths === 8 && conn(B).npaths === 8, 'npaths 8');
+    const { socks, lanes } = await socketsByLane(A, mk, base, b, 12, 3);
+    const byPort = new Map(socks.map((s, i) => [s.address().port, lanes[i]!]));
+    await drainProbes(b, socks.length);
+    for (const s of socks) s.sendmsg(Buffer.from('lane'), b.address());
+    for (let i = 0; i < socks.length; i++) {
+      const m = await b.recv({ timeout: 5000 });
+      expect(m.path).toBe(byPort.get(m.port));
+    }
+    // Lanes other than 0 were in use, so the field is the carrier's, not a constant.
+    expect(new Set(lanes).size).toBeGreaterThanOrEqual(3);
+  });
+
   it('pairs each lane with the same path after repeated reconnects (SPORT_IDX)', async () => {
     const { A, B, a, b, mk, base, proxy } = await pair({}, {}, true);
     const senders = [a];

@@ -97,6 +97,34 @@ describe('nemesis checker', () => {
     expect(nonZero(run(ends(h)).counts)).toEqual({ reorder: 1 });
   });
 
+  it("a kernel socket's messages read out of order across paths are counted apart, not as a reorder; within one path, or from one of ours, they are one", () => {
+    // The 7.x kernel sends a non-blocking socket's new message on path 0 while its older ones wait
+    // on the socket's lane (docs/nemesis.md); RdsMessage.path, logged as p, tells them apart.
+    const kernelMeta = { ...meta, topo: { procs: [{ proc: 'e0', node: 0, mode: 'kernel', addr: A.split(':')[0] }] } };
+    const history = (paths: [number, number, number]) => {
+      const h = base();
+      h.a.push(send(T0 + 1000, 1), send(T0 + 1001, 2), send(T0 + 1002, 3));
+      h.b.push(
+        recv(T0 + 1100, 3, { p: paths[2] }),
+        recv(T0 + 1101, 1, { p: paths[0] }),
+        recv(T0 + 1102, 2, { p: paths[1] }),
+      );
+      h.a.push(send(HEAL + 100, 4));
+      h.b.push(recv(HEAL + 110, 4, { p: 3 }));
+      return ends(h);
+    };
+    const k = analyse({ hist: history([3, 3, 0]), faults: [], samples: [], meta: kernelMeta });
+    expect(nonZero(k.counts)).toEqual({});
+    expect(k.kernelPathOrder.count).toBe(2);
+    expect(k.kernelPathOrder.first[0].detail).toBe('e0.0.1 #1 read by e1.0.1 after #3 (path 3 after path 0)');
+    // The same order on one path is a reorder even from a kernel.
+    const same = analyse({ hist: history([3, 3, 3]), faults: [], samples: [], meta: kernelMeta });
+    expect(nonZero(same.counts)).toEqual({ reorder: 2 });
+    expect(same.kernelPathOrder.count).toBe(0);
+    // From one of our nodes, different paths excuse nothing (failover keeps a socket's order).
+    expect(nonZero(run(history([3, 3, 0])).counts)).toEqual({ reorder: 2 });
+  });
+
   it('finds an altered body', () => {
     const h = healthy();
     h.b[3] = recv(T0 + 2005, 2, { h: 'other' });

@@ -214,7 +214,7 @@ export function deliver(
   stack.counters.add(RDS_CTR.recv_bytes_added_to_sock, data.length);
   // rds_recv_incoming_exthdrs: the peer's op on our region is done; a cookie it exposes rides along.
   if (rdma?.rkey !== undefined) sock.rdmaUsed?.(rdma.rkey);
-  const msg: RdsMessage = { data, address: faddr, port: sport };
+  const msg: RdsMessage = { data, address: faddr, port: sport, path: from?.index };
   if (rdma?.destCookie !== undefined) msg.rdmaDest = rdma.destCookie;
   if (!sock.enqueueIncoming(msg, receipt, header)) return false;
   if (from !== undefined) stack.rxLimit.delivered(from, sock);

@@ -52,6 +52,14 @@ export interface RdsMessage {
    * MSG_TRUNC.
    */
   length?: number;
+  /**
+   * rds-socket's own (no kernel reports it): the index of the connection path the message came on
+   * from its peer: 0 to npaths-1 for the multipath lanes (a kernel sender picks the lane from its
+   * socket's port hash, so messages of one sending socket keep their order only within a lane),
+   * 8 and up for rails. A message moved to another path by failover (between rds-socket nodes)
+   * reports the path that carried it. Absent on notifications (address '').
+   */
+  path?: number;
 }
 
 /** Tells the path that delivered a message when the application has taken it (for acks). @internal */

@@ -20,6 +20,8 @@ const M_RT = 8;
  * header's source port is the one). Written only to a client whose hello said 5 or later.
  */
 const M_WIRE = 16;
+/** MSG carries the index of the connection path the message came on (RdsMessage.path): u8. */
+const M_PATH = 32;
 
 /** The most zero-copy completions one MSG carries (the core reports them in batches far smaller). */
 const MAX_ZC = 4096;
@@ -30,12 +32,13 @@ export interface MsgMeta {
   timestamp: number | undefined;
   zcopyCompletions: number[] | undefined;
   congestionUpdate: bigint | undefined;
+  path: number | undefined;
 }
 
 /**
  * MSG: u8 alen, address, u16 port, u8 bits, [f64 timestamp], [u16 n, n x u32 cookies], [u64
- * congestion bits], [3 x u64 receive-path stamps]. A reader ignores bits it does not know (each
- * field follows the ones before it).
+ * congestion bits], [3 x u64 receive-path stamps], [u8 path]. A reader ignores bits it does not
+ * know (each field follows the ones before it, and the meta's length is in the frame header).
  */
 export function writeMsg(
   w: FrameOut,
@@ -47,8 +50,9 @@ export function writeMsg(
   cu: bigint | undefined,
   data: Uint8Array,
   rt?: readonly bigint[],
+  path?: number,
 ): void {
-  writeAny(w, sock, address, port, timestamp, zc, cu, data, rt, null);
+  writeAny(w, sock, address, port, timestamp, zc, cu, data, rt, path, null);
 }
 
 /**
@@ -64,9 +68,10 @@ export function writeMsgWire(
   wire: Uint8Array,
   data: Uint8Array,
   rt?: readonly bigint[],
+  path?: number,
 ): void {
   if (wire.length !== RDS_HEADER_SIZE) throw new ProtocolError(`an RDS header is ${RDS_HEADER_SIZE} bytes`);
-  writeAny(w, sock, address, 0, timestamp, undefined, undefined, data, rt, wire);
+  writeAny(w, sock, address, 0, timestamp, undefined, undefined, data, rt, path, wire);
 }
 
 function writeAny(
@@ -79,6 +84,7 @@ function writeAny(
   cu: bigint | undefined,
   data: Uint8Array,
   rt: readonly bigint[] | undefined,
+  path: number | undefined,
   wire: Uint8Array | null,
 ): void {
   checkShort(address, 'address');
@@ -91,7 +97,8 @@ function writeAny(
     (timestamp !== undefined ? 8 : 0) +
     (zc !== undefined ? 2 + 4 * zc.length : 0) +
     (cu !== undefined ? 8 : 0) +
-    (rt !== undefined ? 24 : 0);
+    (rt !== undefined ? 24 : 0) +
+    (path !== undefined ? 1 : 0);
   const len = data.length;
   const hlen = wire === null ? 0 : RDS_HEADER_SIZE;
   let o = header(w, N_MSG, sock, 0, mlen, hlen + len, hlen + (len < JOIN_BELOW ? len : 0));
@@ -103,6 +110,7 @@ function writeAny(
     (zc !== undefined ? M_ZC : 0) |
     (cu !== undefined ? M_CU : 0) |
     (rt !== undefined ? M_RT : 0) |
+    (path !== undefined ? M_PATH : 0) |
     (wire !== null ? M_WIRE : 0);
   if (timestamp !== undefined) o = h.writeDoubleBE(timestamp, o);
   if (zc !== undefined) {
@@ -111,6 +119,7 @@ function writeAny(
   }
   if (cu !== undefined) o = h.writeBigUInt64BE(BigInt.asUintN(64, cu), o);
   if (rt !== undefined) for (let i = 0; i < 3; i++) o = h.writeBigUInt64BE(BigInt.asUintN(64, rt[i] ?? 0n), o);
+  if (path !== undefined) h[o++] = path;
   if (wire !== null) {
     h.set(wire, o);
     o += RDS_HEADER_SIZE;
@@ -128,8 +137,9 @@ export function encodeMsg(
   cu: bigint | undefined,
   data: Uint8Array,
   rt?: readonly bigint[],
+  path?: number,
 ): Buffer[] {
-  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data, rt));
+  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data, rt, path));
 }
 
 /** A MSG frame with M_WIRE as its buffers. */
@@ -140,8 +150,9 @@ export function encodeMsgWire(
   wire: Uint8Array,
   data: Uint8Array,
   rt?: readonly bigint[],
+  path?: number,
 ): Buffer[] {
-  return asParts((f) => writeMsgWire(f, sock, address, timestamp, wire, data, rt));
+  return asParts((f) => writeMsgWire(f, sock, address, timestamp, wire, data, rt, path));
 }
 
 /**
@@ -186,6 +197,11 @@ function parse(b: Buffer, off: number, end: number, data: Buffer, wire: boolean)
   if ((bits & M_RT) !== 0) {
     if (o + 24 > end) throw new ProtocolError('MSG meta too short');
     m.rxStamps = [b.readBigUInt64BE(o), b.readBigUInt64BE(o + 8), b.readBigUInt64BE(o + 16)];
+    o += 24;
+  }
+  if ((bits & M_PATH) !== 0) {
+    if (o + 1 > end) throw new ProtocolError('MSG meta too short');
+    m.path = b[o]!;
   }
   return m;
 }
@@ -199,6 +215,7 @@ export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
     timestamp: m.timestamp,
     zcopyCompletions: m.zcopyCompletions,
     congestionUpdate: m.congestionUpdate,
+    path: m.path,
   };
 }
 

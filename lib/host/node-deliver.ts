@@ -38,8 +38,20 @@ export function cutThrough(c: DeliveryTarget, s: NodeSock): RxHandoff {
     if (s.closed || c.isGone() || s.inflight >= s.window()) return false;
     s.handedToClient(msg.data.length, receipt);
     if (c.version >= WIRE_MSG_VERSION)
-      writeMsgWire(c.writer, s.id, msg.address, msg.timestamp, header, msg.data, msg.rxStamps);
-    else writeMsg(c.writer, s.id, msg.address, msg.port, msg.timestamp, undefined, undefined, msg.data, msg.rxStamps);
+      writeMsgWire(c.writer, s.id, msg.address, msg.timestamp, header, msg.data, msg.rxStamps, msg.path);
+    else
+      writeMsg(
+        c.writer,
+        s.id,
+        msg.address,
+        msg.port,
+        msg.timestamp,
+        undefined,
+        undefined,
+        msg.data,
+        msg.rxStamps,
+        msg.path,
+      );
     return true;
   };
 }
@@ -63,6 +75,7 @@ export function pump(c: DeliveryTarget, s: NodeSock): void {
         m.congestionUpdate,
         m.data,
         m.rxStamps,
+        m.path,
       );
   }
 }
