@@ -259,16 +259,25 @@ function floorRole(r, cfg) {
     return;
   }
   if (r === 'floor-sink') {
-    // Counts bytes until the sender ends (over TCP when direct, else over the second relay's Unix socket).
+    // Counts bytes until the sender ends (over TCP when direct, else over the second relay's Unix
+    // socket), and its own CPU seconds meanwhile.
     let n = 0;
     let t0 = 0;
+    let c0;
     const on = (c) => {
       c.on('data', (d) => {
-        if (t0 === 0) t0 = performance.now();
-        else n += d.length;
+        if (t0 === 0) {
+          t0 = performance.now();
+          c0 = process.cpuUsage();
+        } else n += d.length;
       });
       c.on('end', () => {
-        say({ mibPerSec: n / (1 << 20) / ((performance.now() - t0) / 1000) });
+        const u = process.cpuUsage(c0);
+        say({
+          mibPerSec: n / (1 << 20) / ((performance.now() - t0) / 1000),
+          mib: n / (1 << 20),
+          cpu: (u.user + u.system) / 1e6,
+        });
         process.exit(0);
       });
     };
@@ -296,8 +305,11 @@ function floorRole(r, cfg) {
     c.on('connect', () => {
       const b = Buffer.alloc(cfg.size, 7);
       const end = performance.now() + cfg.ms;
+      const c0 = process.cpuUsage();
       const go = () => {
         while (performance.now() < end) if (!c.write(b)) return void c.once('drain', go);
+        const u = process.cpuUsage(c0);
+        say({ cpu: (u.user + u.system) / 1e6 });
         c.end();
       };
       go();
@@ -339,7 +351,11 @@ async function floorUnixRtt() {
   return p50;
 }
 
-/** MiB/s of 64 KiB writes: direct TCP, or through two relays (Unix, TCP, Unix) doing no RDS work. */
+/**
+ * 64 KiB writes, direct TCP or through two relays (Unix, TCP, Unix) doing no RDS work: MiB/s, and
+ * the CPU seconds per GiB of all the processes (the source and sink from their own accounting
+ * while the bytes moved, the relays from /proc over the same span).
+ */
 async function floorRelay(direct, ms) {
   const dir = mkdtempSync(join(tmpdir(), 'rds-bench-floor-'));
   const cfg = { direct, ms, size: 65536, u1: join(dir, 'u1.sock'), u2: join(dir, 'u2.sock') };
@@ -354,11 +370,16 @@ async function floorRelay(direct, ms) {
       await p.next((l) => l.ready);
     }
   }
-  procs.push(run([SELF, 'floor-src', c]));
+  const relays = procs.slice(1);
+  const cpu0 = relays.map((p) => cpuOf(p.p.pid));
+  const src = run([SELF, 'floor-src', c]);
+  procs.push(src);
   const r = await sink.next((l) => l.mibPerSec !== undefined);
+  const relayCpu = relays.reduce((a, p, i) => a + cpuOf(p.p.pid) - cpu0[i], 0);
+  const srcCpu = (await src.next((l) => l.cpu !== undefined)).cpu;
   for (const p of procs) p.kill();
   rmSync(dir, { recursive: true, force: true });
-  return r.mibPerSec;
+  return { mibPerSec: r.mibPerSec, cpuPerGiB: ((r.cpu + srcCpu + relayCpu) / r.mib) * 1024 };
 }
 
 function median(xs) {
@@ -394,7 +415,7 @@ async function main() {
     if (only.includes('floor'))
       for (let i = 0; i < runs; i++)
         console.log(
-          `floors: ${JSON.stringify({ unixRttP50: await floorUnixRtt(), direct: await floorRelay(true, ms), relay: await floorRelay(false, ms) })}`,
+          `floors: ${JSON.stringify({ unixRttP50: await floorUnixRtt(), direct: await floorRelay(true, ms), relay: await floorRelay(false, ms) })} (MiB/s, CPU s per GiB)`,
         );
     process.exit(0);
   }
@@ -515,12 +536,18 @@ async function main() {
     '>= 0.8x',
     big >= 0.8 * rows[0][2],
   ]);
-  const fDirect = median(floors.map((f) => f.direct));
-  const fRelay = median(floors.map((f) => f.relay));
+  const fDirect = median(floors.map((f) => f.direct.mibPerSec));
+  const fRelay = median(floors.map((f) => f.relay.mibPerSec));
+  // CPU per 64 KiB message of the floors: what moving the bytes through two more processes costs
+  // with no RDS work at all, against in-process RDS (which does all of its work).
+  const fDirectCpu = (median(floors.map((f) => f.direct.cpuPerGiB)) * 65536 * 1e6) / 2 ** 30;
+  const fRelayCpu = (median(floors.map((f) => f.relay.cpuPerGiB)) * 65536 * 1e6) / 2 ** 30;
+  const ip64 = cpuRows['64 KiB'].inProcess;
   console.log(
     `\nfloors on this machine, no RDS at all (medians):\n` +
       `  bare Unix round trip between two Node processes: p50 ${fRtt.toFixed(1)} us; an attached round trip adds two such round trips (the two-hop floor): ${twoHop.toFixed(0)} us\n` +
-      `  64 KiB writes, one direct TCP connection: ${fDirect.toFixed(0)} MiB/s; through two relay processes (Unix, TCP, Unix): ${fRelay.toFixed(0)} MiB/s = ${(fRelay / rows[1][1]).toFixed(2)}x in-process RDS (target for attached RDS: 0.6x)`,
+      `  64 KiB writes, one direct TCP connection: ${fDirect.toFixed(0)} MiB/s; through two relay processes (Unix, TCP, Unix): ${fRelay.toFixed(0)} MiB/s = ${(fRelay / rows[1][1]).toFixed(2)}x in-process RDS (target for attached RDS: 0.6x)\n` +
+      `  CPU per 64 KiB write, all processes: direct ${fDirectCpu.toFixed(2)} us (2 processes), through the relays ${fRelayCpu.toFixed(2)} us (4) = ${(fRelayCpu / ip64).toFixed(2)}x in-process RDS's ${ip64.toFixed(2)} us (target for attached RDS: 1.5x); the relays' bytes alone cost ${(fRelayCpu - fDirectCpu).toFixed(2)} us = ${((fRelayCpu - fDirectCpu) / ip64).toFixed(2)}x in-process RDS`,
   );
   console.log('\ntargets');
   for (const [n, f, t, met] of targets)
@@ -535,7 +562,14 @@ async function main() {
         rows: rows.map(([metric, inProcess, attached]) => ({ metric, inProcess, attached })),
         fanout: { mibPerSec: fanMib, hostNodeCpu: f0.cpu, tcpConnections: f0.tcp },
         cpuPerMessageUs: cpuRows,
-        floors: { unixRttP50us: fRtt, twoHopUs: twoHop, directMiBps: fDirect, relayMiBps: fRelay },
+        floors: {
+          unixRttP50us: fRtt,
+          twoHopUs: twoHop,
+          directMiBps: fDirect,
+          relayMiBps: fRelay,
+          directCpuUsPer64KiB: fDirectCpu,
+          relayCpuUsPer64KiB: fRelayCpu,
+        },
         targets: targets.map(([name, figure, target, met]) => ({ name, figure, target, met })),
       }),
     );

@@ -29,8 +29,10 @@
 //   rss             a process whose RSS passed the bound
 // Counted apart, not anomalies:
 //   kernel-path-order  a kernel socket's message read after a later one of the same socket that
-//                   came on another path (the receiver's RdsMessage.path): the kernel orders a
-//                   socket's messages per path only (docs/nemesis.md, "The kernel's reorders")
+//                   came on another path (the receiver's RdsMessage.path), or with an rds_tcp
+//                   reload of that kernel between the two reads (every carrier is new after one):
+//                   the kernel orders a socket's messages per path and connection only
+//                   (docs/nemesis.md, "The kernel's reorders")
 // Usage: node nemesis/check.mjs DIR [--json]. Exit status 1 on any anomaly.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -167,10 +169,18 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
   const emptyRecv = new Map();
   const lastEmpty = new Map();
   const kernelPathOrder = [];
+  // rds_tcp reloads of a kernel peer, by its address: every carrier of its connections is new after one.
+  const kernelAddrOf = new Map(
+    (meta.topo?.procs ?? []).filter((p) => p.mode === 'kernel').map((p) => [p.proc, p.addr]),
+  );
+  const reloads = faultSpans(faults)
+    .filter((f) => f.kind === 'kernel-reload')
+    .map((f) => ({ addr: kernelAddrOf.get(f.proc), start: f.start }));
   for (const [r, list] of recvsByInc) {
     const seen = new Set();
     const last = new Map();
     const lastPath = new Map(); // sender incarnation -> the path of its highest-numbered read
+    const lastAt = new Map(); // sender incarnation -> when its highest-numbered message was read
     const at = sockOf(r) ?? list[0].sock;
     for (const x of list) {
       if (x.s === undefined) {
@@ -199,14 +209,22 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       if (x.q < prev) {
         const detail = `${x.s} #${x.q} read by ${r} after #${prev}`;
         const p = lastPath.get(x.s);
+        const paths = p === undefined ? '' : ` (path ${x.p} after path ${p})`;
+        const kernel = kernelAddrs.has(from.split(':')[0]);
         const crossPath = x.p !== undefined && p !== undefined && x.p !== p;
-        if (crossPath && kernelAddrs.has(from.split(':')[0]))
-          kernelPathOrder.push({ t: x.t, pair: `${from}->${at}`, detail: `${detail} (path ${x.p} after path ${p})` });
-        else
-          flag('reorder', x.t, from, at, p === undefined ? detail : `${detail} (path ${x.p} after path ${p})`, x.s, at);
+        const reload =
+          kernel && reloads.some((f) => f.addr === from.split(':')[0] && f.start > lastAt.get(x.s) && f.start <= x.t);
+        if (kernel && (crossPath || reload))
+          kernelPathOrder.push({
+            t: x.t,
+            pair: `${from}->${at}`,
+            detail: `${detail}${paths}${reload && !crossPath ? ', an rds_tcp reload between' : ''}`,
+          });
+        else flag('reorder', x.t, from, at, `${detail}${paths}`, x.s, at);
       } else {
         last.set(x.s, x.q);
         lastPath.set(x.s, x.p);
+        lastAt.set(x.s, x.t);
       }
       if (m.delivered++ === 0) pair(from, at).delivered++;
       // A read stamped before its send shows how far the kernel guest's clock runs early.
@@ -426,7 +444,7 @@ export function printCheck(res, out = console.log) {
   const kpo = res.kernelPathOrder;
   if (kpo.count > 0) {
     out(
-      `  not anomalies: kernel-path-order ${kpo.count} (a kernel socket's messages on different paths, which the kernel does not order; docs/nemesis.md)`,
+      `  not anomalies: kernel-path-order ${kpo.count} (a kernel socket's messages on different paths, or across an rds_tcp reload: the kernel orders them per path and connection only; docs/nemesis.md)`,
     );
     out(`    e.g. ${kpo.first[0].pair}: ${kpo.first[0].detail}`);
   }

@@ -125,6 +125,32 @@ describe('nemesis checker', () => {
     expect(nonZero(run(history([3, 3, 0])).counts)).toEqual({ reorder: 2 });
   });
 
+  it("a kernel socket's messages read out of order on one path with an rds_tcp reload of that kernel between the reads are counted apart; without the reload they are a reorder", () => {
+    // Seen in the nemesis (seed 2029, 7.x): #22 read on path 0 before the reload, #20 and #21
+    // after it on the new connection's path 0.
+    const kernelMeta = { ...meta, topo: { procs: [{ proc: 'k0', node: 0, mode: 'kernel', addr: A.split(':')[0] }] } };
+    const h = base();
+    h.a.push(send(T0 + 1000, 1), send(T0 + 1001, 2), send(T0 + 1002, 3));
+    h.b.push(recv(T0 + 1100, 3, { p: 0 }), recv(T0 + 3000, 1, { p: 0 }), recv(T0 + 3001, 2, { p: 0 }));
+    h.a.push(send(HEAL + 100, 4));
+    h.b.push(recv(HEAL + 110, 4, { p: 0 }));
+    const reload = (at: number) => [
+      { t: at, ev: 'start', kind: 'kernel-reload', node: 0, proc: 'k0', dur: 3000, id: 'f1' },
+      { t: at + 3000, ev: 'end', kind: 'kernel-reload', id: 'f1' },
+    ];
+    const between = analyse({ hist: ends(h), faults: reload(T0 + 2000), samples: [], meta: kernelMeta });
+    expect(nonZero(between.counts)).toEqual({});
+    expect(between.kernelPathOrder.first[0].detail).toBe(
+      'e0.0.1 #1 read by e1.0.1 after #3 (path 0 after path 0), an rds_tcp reload between',
+    );
+    // A reload before both reads, or none, leaves it a reorder.
+    const before = analyse({ hist: ends(h), faults: reload(T0 + 500), samples: [], meta: kernelMeta });
+    expect(nonZero(before.counts)).toEqual({ reorder: 2 });
+    expect(nonZero(analyse({ hist: ends(h), faults: [], samples: [], meta: kernelMeta }).counts)).toEqual({
+      reorder: 2,
+    });
+  });
+
   it('finds an altered body', () => {
     const h = healthy();
     h.b[3] = recv(T0 + 2005, 2, { h: 'other' });
