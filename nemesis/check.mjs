@@ -6,8 +6,8 @@
 //                   messages, which carry no sequence number: more read from a sender's socket
 //                   than it sent)
 //   reorder         a receiving incarnation read a pair's messages out of sequence order (from a
-//                   kernel socket: only within one path; a kernel's messages on different paths
-//                   have no order to keep, and are counted apart as kernel-path-order, below)
+//                   kernel socket: only within one path and one connection; the rest are counted
+//                   apart as kernel-path-order, below)
 //   altered         a message read with another body hash than was sent, at another socket
 //                   than it was sent to, or that no socket sent
 //   confirm-unread  send({ confirm }) resolved, and no application read the message (not to
