@@ -109,6 +109,26 @@ describe.each(KINDS)('recvmsg flags over %s', (kind) => {
     expect(b.recvmsg()).toBeNull();
   });
 
+  it('RdsMessage.path: a message from a peer says which lane carried it; a notification has none', async () => {
+    const { a, b } = await open();
+    for (let i = 0; i < 4; i++) a.sendmsg(payload(i, 64), b.address());
+    for (let i = 0; i < 4; i++) {
+      const m = await b.recv({ signal: timeout() });
+      expect(m.data.readUInt32BE(0)).toBe(i);
+      // No rails here: a lane, 0 to npaths-1 (8 by default); loopback and IB run one path.
+      expect(Number.isInteger(m.path), `message ${i} over ${kind}: path ${m.path}`).toBe(true);
+      expect(m.path).toBeGreaterThanOrEqual(0);
+      expect(m.path).toBeLessThan(kind === 'loopback' || kind === 'ib' ? 1 : 8);
+    }
+    if (kind === 'ib') return; // MSG_ZEROCOPY is TCP only
+    a.setsockopt(SOL_SOCKET, constants.SO_ZEROCOPY, 1);
+    a.sendmsg(Buffer.from('zc'), b.address(), { flags: constants.MSG_ZEROCOPY, zcopyCookie: 5 });
+    expect((await b.recv({ signal: timeout() })).path).toBeTypeOf('number');
+    const note = await a.recv({ signal: timeout() });
+    expect(note).toMatchObject({ address: '', zcopyCompletions: [5] });
+    expect(note.path).toBeUndefined();
+  });
+
   it('zero-copy completions are consumed by a MSG_PEEK that returns them (rds_recvmsg_zcookie)', async () => {
     const { a, b } = await open();
     if (kind === 'ib') return; // MSG_ZEROCOPY is TCP only
