@@ -92,6 +92,10 @@ export class FaultProxy {
   private blackholed = new Set<Direction>();
   private delayMs = 0;
   private cutResidues = new Set<number>();
+  /** Directions a partition blocks (see partition()); empty: none. */
+  private cutOff = new Set<Direction>();
+  /** Pairs one end of which closed behind a partition: the other end hears of it at the heal. */
+  private deadBehind = new Map<Pair, Socket>();
   private held = new Map<Socket, Buffer[]>();
   /** Resets carried out. */
   resets = 0;
@@ -132,7 +136,7 @@ export class FaultProxy {
   private onClient(client: Socket): void {
     this.accepted++;
     const residue = (client.remotePort ?? 0) % 8;
-    if (this.cutResidues.has(residue)) {
+    if (this.cutResidues.has(residue) || this.cutOff.size > 0) {
       this.refused++;
       client.on('error', () => {});
       client.resetAndDestroy();
@@ -150,8 +154,19 @@ export class FaultProxy {
       client.destroy();
       server.destroy();
     };
-    client.on('error', end).on('close', end);
-    server.on('error', end).on('close', end);
+    // Behind a partition a close does not cross it: the other end stays open (and its held bytes
+    // with it) until the heal, when it is reset as the peer's stack would on its next segment.
+    const closed = (dir: Direction, other: Socket) => (): void => {
+      if (!this.pairs.has(pair)) return;
+      if (this.cutOff.has(dir) && !other.destroyed) {
+        this.pairs.delete(pair);
+        this.deadBehind.set(pair, other);
+        return;
+      }
+      end();
+    };
+    client.on('error', closed('forward', server)).on('close', closed('forward', server));
+    server.on('error', closed('backward', client)).on('close', closed('backward', client));
     client.on('data', (d: Buffer) => this.forward(pair, 'forward', client, server, d));
     server.on('data', (d: Buffer) => this.forward(pair, 'backward', server, client, d));
   }
@@ -268,6 +283,33 @@ export class FaultProxy {
     this.held.clear();
   }
 
+  /**
+   * A network partition between the two sides, both ways or only `oneWay` (the bytes a side sends
+   * that way are held, as TCP would keep resending them), until `partition(false)`: new
+   * connections are refused (as a SYN that never gets an answer ends), and a connection closed on
+   * one side stays open on the other until the heal, when it is reset and the bytes held for it
+   * are dropped. The bytes held for live connections are delivered at the heal.
+   */
+  partition(on: boolean, oneWay?: Direction): void {
+    if (on) {
+      for (const d of oneWay ? [oneWay] : (['forward', 'backward'] as Direction[])) {
+        this.cutOff.add(d);
+        this.stalled.add(d);
+      }
+      return;
+    }
+    this.cutOff.clear();
+    for (const [pair, other] of this.deadBehind) {
+      this.held.delete(other);
+      this.held.delete(other === pair.server ? pair.client : pair.server);
+      pair.client.resetAndDestroy();
+      pair.server.resetAndDestroy();
+    }
+    this.deadBehind.clear();
+    this.resume('forward');
+    this.resume('backward');
+  }
+
   /** Drops every byte in both directions without closing anything: a peer that vanished. */
   blackhole(on = true): void {
     for (const d of ['forward', 'backward'] as Direction[]) on ? this.blackholed.add(d) : this.blackholed.delete(d);
@@ -280,11 +322,12 @@ export class FaultProxy {
 
   /** Closes every connection and the listener. */
   async close(): Promise<void> {
-    for (const p of [...this.pairs]) {
+    for (const p of [...this.pairs, ...this.deadBehind.keys()]) {
       p.client.destroy();
       p.server.destroy();
     }
     this.pairs.clear();
+    this.deadBehind.clear();
     await new Promise<void>((res) => this.server.close(() => res()));
   }
 }
