@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { portHash } from '../lib/core/ext/path-policy.js';
-import { type RdsSocket, RdsStack } from '../lib/index.js';
+import { constants, type RdsSocket, RdsStack } from '../lib/index.js';
 import { bigBufferSocket, payload, proxiedStacks, until } from './helpers.js';
 
 // Failover under a seeded random schedule (issue #35: the nemesis found reorders between our own
@@ -20,7 +20,8 @@ import { bigBufferSocket, payload, proxiedStacks, until } from './helpers.js';
 // The default runs (every CI): two seeds in-process, one with A's sockets attached to A as a
 // host node. To explore: FUZZ_SEEDS=1,2,3 FUZZ_STEPS=300 FUZZ_ATTACHED=1; FUZZ_NFT=1 (root, in
 // `unshare -n`) makes the faults with nftables on loopback instead of the proxy, as the nemesis
-// does (SYNs and segments dropped, TCP resending them after the heal).
+// does (SYNs and segments dropped, TCP resending them after the heal); FUZZ_CONG=1 adds
+// congestion and full send buffers (messages up to 16 KiB, a slow reader, 64 KiB SO_SNDBUF).
 
 let cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -44,6 +45,8 @@ function rng(seed: number): () => number {
 const env = process.env;
 const STEPS = Number(env.FUZZ_STEPS ?? 120);
 const NFT = env.FUZZ_NFT === '1';
+/** Congestion and full send buffers too: larger messages, a slow reader on port 4002, small SO_SNDBUF. */
+const CONG = env.FUZZ_CONG === '1';
 const RUNS: { seed: number; attached: boolean }[] = env.FUZZ_SEEDS
   ? env.FUZZ_SEEDS.split(',').map((s) => ({ seed: Number(s), attached: env.FUZZ_ATTACHED === '1' }))
   : [
@@ -145,8 +148,13 @@ describe.each(RUNS)(
       const got = new Map<string, number[]>();
       const log: string[] = [];
       let stop = false;
-      const readers = dsts.map(async (d) => {
+      if (CONG) {
+        dsts[1]!.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 16384);
+        for (const s of srcs) s.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 65536);
+      }
+      const readers = dsts.map(async (d, j) => {
         while (!stop) {
+          if (CONG && j === 1) await new Promise((res) => setTimeout(res, 10));
           const m = await d.recv({ timeout: 50 }).catch(() => null);
           if (m === null) continue;
           const k = `${m.port}>${d.address().port}`;
@@ -170,14 +178,21 @@ describe.each(RUNS)(
             next.set(k, v);
             e.add(v);
             log.push(`send ${k} #${v}`);
+            const size = CONG ? Math.floor(r() * 16384) + 4 : 64;
             if (r() < 0.15)
-              s.send(payload(v, 64), d.address(), { confirm: r() < 0.5, timeout: 20 + Math.floor(r() * 200) }).catch(
+              s.send(payload(v, size), d.address(), { confirm: r() < 0.5, timeout: 20 + Math.floor(r() * 200) }).catch(
                 () => {
                   e.delete(v); // reported failed: it may or may not arrive
                   log.push(`failed ${k} #${v}`);
                 },
               );
-            else s.sendmsg(payload(v, 64), d.address());
+            else
+              try {
+                s.sendmsg(payload(v, size), d.address());
+              } catch (err) {
+                e.delete(v); // EAGAIN or ENOBUFS: not sent
+                log.push(`refused ${k} #${v} ${(err as { code?: string }).code}`);
+              }
           }
         } else if (x < 0.6) {
           const l = Math.floor(r() * 8);
