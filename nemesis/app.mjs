@@ -83,11 +83,28 @@ const destOf = (d) => {
 async function makeStack() {
   if (cfg.mode === 'attached') return RdsStack.attach(cfg.path);
   const tcp = { tcpPort: cfg.tcpPort, ...(cfg.tls ? { tls: cfg.tls } : {}) };
-  return new RdsStack({
+  const st = new RdsStack({
     heartbeatIntervalMs: 1000,
     transports: [new TcpTransport(tcp), new LoopTransport()],
     ...(cfg.rails ? { rails: cfg.rails } : {}),
   });
+  logPathEvents(st);
+  return st;
+}
+
+/**
+ * An embedded node's paths in its history (`path` records: up, down with why, failover with where
+ * to and how many moved), so an anomaly's excerpt shows what its sender's paths did (a host
+ * node's are in its log, dN.log). Connect attempts that fail are not logged (one a second per
+ * dead peer).
+ */
+function logPathEvents(st) {
+  const at = (ev) => ({ ev: 'path', peer: ev.peerAddress, i: ev.path });
+  st.on('state', (ev) => {
+    if (ev.to === 'UP') log({ ...at(ev), what: 'up' });
+  });
+  st.on('drop', (ev) => log({ ...at(ev), what: 'down', why: ev.reason }));
+  st.on('failover', (ev) => log({ ...at(ev), what: 'failover', to: ev.to, moved: ev.moved }));
 }
 
 async function openSockets() {

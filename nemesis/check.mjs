@@ -381,7 +381,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     livenessUnchecked: lateOpened,
     pairs: Object.fromEntries(pairs),
     faults: faultSpans(faults),
-    first: first ? excerpt(first, hist, faults) : null,
+    first: first ? excerpt(first, hist, faults, meta) : null,
   };
 }
 
@@ -419,20 +419,36 @@ export function faultSpans(faults) {
   return [...spans.values()].map(({ ev, t, t0, ...f }) => f);
 }
 
-/** The history around an anomaly: the pair's records from 2 s before to 0.5 s after, and the faults active then. */
-function excerpt(a, hist, faults) {
+/**
+ * The history around an anomaly: the pair's records from 2 s before to 0.5 s after, the faults
+ * active then, and what the two nodes' paths to each other did in the 30 s before (`path` records
+ * of embedded nodes; a host node's are in its log, dN.log).
+ */
+function excerpt(a, hist, faults, meta = {}) {
   const [from, to] = a.pair.split('->');
+  const addrOf = new Map((meta.topo?.procs ?? []).map((p) => [p.proc, p.addr]));
+  const fromAddr = from.split(':')[0];
+  const toAddr = to.split(':')[0];
   const lines = [];
-  for (const recs of hist)
+  const paths = [];
+  for (const recs of hist) {
+    const own = addrOf.get(recs[0]?.proc);
     for (const x of recs) {
+      if (x.ev === 'path') {
+        const between = (own === fromAddr && x.peer === toAddr) || (own === toAddr && x.peer === fromAddr);
+        if (between && x.t >= a.t - 30000 && x.t <= a.t + 500) paths.push({ ...x, at: own });
+        continue;
+      }
       if (x.t < a.t - 2000 || x.t > a.t + 500) continue;
       const hit =
         (a.s && (x.s === a.s || x.r === a.s)) || x.sock === to || x.d === to || x.sock === from || x.from === from;
       if (hit && x.ev !== 'stat') lines.push(x);
     }
+  }
   lines.sort((x, y) => x.t - y.t);
+  paths.sort((x, y) => x.t - y.t);
   const active = faultSpans(faults).filter((f) => f.start <= a.t && f.end >= a.t);
-  return { anomaly: a, records: lines.slice(-14), activeFaults: active };
+  return { anomaly: a, records: lines.slice(-14), paths: paths.slice(-20), activeFaults: active };
 }
 
 export function printCheck(res, out = console.log) {
@@ -455,6 +471,11 @@ export function printCheck(res, out = console.log) {
       `  faults active then: ${activeFaults.length ? activeFaults.map((f) => `${f.id} ${f.kind}${f.node !== undefined ? ` node ${f.node}` : ''}${f.proc ? ` ${f.proc}` : ''}`).join(', ') : 'none'}`,
     );
     for (const x of records) out(`  ${JSON.stringify(x)}`);
+    const paths = res.first.paths ?? [];
+    if (paths.length > 0) {
+      out('  paths between the two nodes before it:');
+      for (const x of paths) out(`    ${JSON.stringify(x)}`);
+    }
   }
   if (res.livenessUnchecked) out(`  (${res.livenessUnchecked} pairs opened too late to be checked for liveness)`);
   out(res.anomalyCount === 0 ? 'nemesis check: no anomaly' : `nemesis check: ${res.anomalyCount} anomalies`);

@@ -126,8 +126,9 @@ export function topology(net, { tls = true, rails = true, kernel = null } = {}) 
 
 /** A child process in a node's namespace, restartable (each life a new epoch). */
 export class Child {
-  constructor(name, ns, argv, logFd, env) {
-    Object.assign(this, { name, ns, argv, logFd, env });
+  /** `outFd`: where stdout goes (a node's log); without it stdout is read for readiness. */
+  constructor(name, ns, argv, logFd, env, outFd = null) {
+    Object.assign(this, { name, ns, argv, logFd, env, outFd });
     this.epoch = -1;
     this.p = null;
     this.exited = null;
@@ -135,14 +136,14 @@ export class Child {
   start(extraArgv = () => []) {
     this.epoch++;
     const p = spawn('ip', ['netns', 'exec', this.ns, process.execPath, ...this.argv, ...extraArgv(this.epoch)], {
-      stdio: ['pipe', 'pipe', this.logFd],
+      stdio: ['pipe', this.outFd ?? 'pipe', this.logFd],
       env: this.env,
     });
     p.stdin.on('error', () => {});
     this.p = p;
     this.out = '';
     this.waiters = [];
-    p.stdout.on('data', (d) => {
+    p.stdout?.on('data', (d) => {
       this.out += d;
       for (const w of this.waiters) w();
     });
@@ -188,9 +189,12 @@ export class Cluster {
       const c = new Child(
         `d${i}`,
         net.ns(i),
-        [DAEMON, '--path', path, '--address', net.addr(i), '--tcp-port', String(TCP_PORT), '--quiet'],
+        // Its log (paths up and down, failovers, clients) is kept per node: what explains an
+        // anomaly at an attached socket (docs/nemesis.md).
+        [DAEMON, '--path', path, '--address', net.addr(i), '--tcp-port', String(TCP_PORT)],
         logFd,
         env,
+        openSync(`${dir}/d${i}.log`, 'a'),
       );
       c.path = path;
       this.children.set(c.name, c);

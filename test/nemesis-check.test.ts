@@ -271,4 +271,30 @@ describe('nemesis checker', () => {
     expect(res.first.activeFaults.map((f: Rec) => f.id)).toEqual(['f3']);
     expect(res.first.records.length).toBeGreaterThan(0);
   });
+
+  it("shows what the two nodes' paths to each other did before the first anomaly, and nothing else", () => {
+    const h = healthy();
+    // #3 read before #2: a reorder at T0 + 3005.
+    h.b.splice(3, 2, recv(T0 + 3005, 3), recv(T0 + 3006, 2));
+    const path = (t: number, peer: string, rest: Rec): Rec => ({ t, ev: 'path', peer, i: 5, ...rest });
+    h.a.push(
+      path(T0 + 1500, '10.77.0.2', { what: 'down', why: 'heartbeat timed out' }),
+      path(T0 + 1600, '10.77.0.9', { what: 'down', why: 'another peer' }),
+      path(T0 + 2500, '10.77.0.2', { what: 'failover', to: 0, moved: 2 }),
+    );
+    h.b.push(path(T0 + 2900, '10.77.0.1', { what: 'up' }));
+    const topo = {
+      procs: [
+        { proc: 'e0', addr: '10.77.0.1' },
+        { proc: 'e1', addr: '10.77.0.2' },
+      ],
+    };
+    const res = analyse({ hist: ends(h), faults: [], samples: [], meta: { ...meta, topo } });
+    expect(nonZero(res.counts)).toEqual({ reorder: 1 });
+    expect(res.first.paths.map((x: Rec) => [x.at, x.what])).toEqual([
+      ['10.77.0.1', 'down'],
+      ['10.77.0.1', 'failover'],
+      ['10.77.0.2', 'up'],
+    ]);
+  });
 });

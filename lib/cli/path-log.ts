@@ -10,7 +10,8 @@ interface Tracked {
 
 /**
  * rds-socketd's log of paths: one line when a path comes up, one when it goes down (with why),
- * one when connecting to it starts failing, and one per peer reachability change. A path that
+ * one when connecting to it starts failing, one when its messages fail over to another path, and
+ * one per peer reachability change. A path that
  * keeps failing to connect (a peer that is gone while we still have messages for it) is not
  * logged again until it is up: every attempt used to be two lines (DOWN -> CONNECTING -> DOWN),
  * some 270 lines a minute for one peer.
@@ -50,6 +51,11 @@ export function logPaths(stack: RdsStack, log: (line: string) => void): void {
       if (t.failures++ === 0) log(`${key}: connect failed; further attempts are logged once it is up`);
     }
   });
+  // Where a dead path's messages went: what an operator needs to follow a socket's messages
+  // across paths (and the nemesis, to explain a reorder).
+  stack.on('failover', (ev) =>
+    log(`${name(ev)}: failed over to #${ev.to}, ${ev.moved} message${ev.moved === 1 ? '' : 's'} moved`),
+  );
   stack.on('peer-down', (ev) => log(`peer ${ev.address}: down (no path up for ${ev.unreachableMs} ms)`));
   stack.on('peer-up', (ev) => log(`peer ${ev.address}: up again after ${ev.unreachableMs} ms`));
 }
