@@ -68,4 +68,59 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     expect((await p0.nextUser()).payload.toString()).toBe('m1');
     expect((await p0.nextUser()).payload.toString()).toBe('m2');
   });
+
+  // The 1200 s replay of seed 2029 (session 25): the kernel redialled lane after lane, each taken
+  // for path 0 and dropped once its pong showed it a lane, for over 3 s; the handshake timeout
+  // then took the kernel for one path, and path 0's messages went on the lane taken for path 0 at
+  // that moment, then again on the next carrier: the restarted node's first messages read twice.
+  it('once one lane was taken for path 0, the others are refused until path 0 settles the count; nothing goes on a lane when the handshake times out', async () => {
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0, handshakeTimeoutMs: 300 });
+    cleanups.push(() => B.close());
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: NODE, port: 5001 });
+    b.sendmsg(Buffer.from('m1'), { address: KERNEL, port: 7000 });
+    b.sendmsg(Buffer.from('m2'), { address: KERNEL, port: 7000 });
+
+    const lane3 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 3, false);
+    cleanups.push(() => void lane3.sock.destroy());
+    kernelMap(lane3);
+    await framesUntilClosed(lane3, 1);
+    expect(lane3.closed).toBe(true);
+    expect(B.counters.get('accept_lane_misplaced')).toBe(1);
+
+    // Lane 5 next, its probe left unanswered (the pong is late): before, it was taken for path 0,
+    // and when the handshake timed out m1 and m2 went on it. Now it is refused at once.
+    // (The reset may come before our side of the connect completes.)
+    const onLane5: Frame[] = [];
+    const lane5 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 5, false).catch((e: NodeJS.ErrnoException) => {
+      expect(e.code).toBe('ECONNRESET');
+      return null;
+    });
+    if (lane5 !== null) {
+      cleanups.push(() => void lane5.sock.destroy());
+      for (;;) {
+        try {
+          onLane5.push(await lane5.next(1500));
+        } catch {
+          break;
+        }
+      }
+    }
+    expect(onLane5.filter((f) => f.header.dport === 7000).map((f) => f.payload.toString())).toEqual([]);
+    expect(onLane5.some(isProbe)).toBe(false);
+    expect(lane5 === null || lane5.closed).toBe(true);
+    expect(B.counters.get('tcp_accept_no_free_path')).toBeGreaterThanOrEqual(1);
+
+    // Path 0's carrier is taken; the messages go on it once.
+    const p0 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
+    cleanups.push(() => void p0.sock.destroy());
+    kernelMap(p0);
+    const got: string[] = [];
+    for (let seq = 1; got.length < 2; ) {
+      const f = await p0.next(5000);
+      if (isProbe(f)) pong(p0, seq++);
+      else if (f.header.dport === 7000) got.push(f.payload.toString());
+    }
+    expect(got).toEqual(['m1', 'm2']);
+  });
 });

@@ -46,6 +46,12 @@ export class Handshake {
   private peerCaps = 0;
   private capsKnown = false;
   private peerSportIdx = false;
+  /**
+   * A carrier taken for path 0 turned out to be a lane (misplacedLane): the peer pairs carriers
+   * by source port, though its handshake has not settled anything yet (peerSportIdx is learned
+   * only from a frame that is taken, so that our next probe still raises NPATHS; see settle).
+   */
+  private misplacedSeen = false;
   private genNum = 0;
   private pathsPongPending = false;
   /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
@@ -67,6 +73,18 @@ export class Handshake {
   /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
   get sportIdx(): boolean {
     return this.peerSportIdx;
+  }
+
+  /**
+   * The peer pairs carriers by source port: its handshake said so, or one of its lanes was taken
+   * for path 0 and dropped. Until its path count is settled, only its path 0's carrier is taken
+   * (tcp-listen.ts pathForAccepted): a 7.x kernel redialling its lanes to our new life would
+   * otherwise have each taken for path 0 in turn, and once the handshake timed out, path 0's
+   * messages went on one of them and again on the next (the nemesis, seed 2029: the kernel read
+   * restarted nodes' first messages up to four times).
+   */
+  get pairsByPort(): boolean {
+    return this.peerSportIdx || this.misplacedSeen;
   }
 
   /**
@@ -244,6 +262,8 @@ export class Handshake {
     if (cp !== undefined && this.misplacedLane(cp, hs)) return false;
     if (!this.generation(hs.genNum, cp)) return false;
     this.settle(hs.rdsCaps ?? 0, hs);
+    // A frame taken, without SPORT_IDX: the peer (a new one at this address) does not pair by port.
+    if (hs.sportIdx !== true) this.misplacedSeen = false;
     return true;
   }
 
@@ -310,6 +330,7 @@ export class Handshake {
     const lane = this.conn.transport.acceptedLane?.(cp);
     if (lane === undefined || lane === cp.index) return false;
     this.conn.stack.counters.add(RDS_CTR.accept_lane_misplaced);
+    this.misplacedSeen = true;
     cp.drop(`accepted carrier from a source port for lane ${lane} taken for path ${cp.index}`);
     return true;
   }

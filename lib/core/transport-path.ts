@@ -118,6 +118,8 @@ export interface TransportHandshake {
   readonly ackMode: boolean;
   /** The peer encodes path indexes in its TCP source ports (SPORT_IDX). */
   readonly sportIdx: boolean;
+  /** The peer pairs carriers by source port: SPORT_IDX, or one of its lanes was taken for path 0 and dropped. */
+  readonly pairsByPort: boolean;
   /** A kernel (no rds-socket capabilities) that sent SPORT_IDX: a 7.0+ kernel, which pairs by source port. */
   readonly kernelPairsBySport: boolean;
   /** Lanes > 0 open on demand (both sides advertise RDSSOCK_CAP_LAZY_LANES). */

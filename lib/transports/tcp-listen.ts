@@ -299,6 +299,9 @@ export class TcpListener {
 function pathForAccepted(conn: TransportConn, srcPort: number): TransportPath | null {
   const n = conn.npaths;
   if (n > 1 && conn.handshake.sportIdx) return conn.path(srcPort % n)!;
+  // A peer seen to pair carriers by source port whose path count is not settled yet: a lane's
+  // carrier is refused (its initiator redials it), never taken for path 0 again (Handshake.pairsByPort).
+  if (n <= 1 && conn.handshake.pairsByPort && srcPort % 8 !== 0) return null;
   for (let i = 0; i < Math.max(1, n); i++) {
     const p = conn.path(i)!;
     if (p.state !== RDS_CONN_UP) return p;
