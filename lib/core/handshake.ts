@@ -1,8 +1,5 @@
 import {
   RDS_CONN_UP,
-  RDS_FLAG_PROBE_PORT,
-  RDS_FLAG_RETRANSMITTED,
-  RDS_HEADER_SIZE,
   RDSSOCK_CAP_ACK,
   RDSSOCK_CAP_CONFIRM,
   RDSSOCK_CAP_FAILOVER,
@@ -16,15 +13,15 @@ import {
   decodeHandshake,
   genNumExtension,
   npathsExtension,
-  packExtensions,
   parseExtensions,
   rdsCapsExtension,
   sportIdxExtension,
   type HandshakeExtensions,
   type RdsExtension,
 } from '../wire/extensions.js';
-import { encodeHeader, OFF_EXTHDR } from '../wire/header.js';
+import { OFF_EXTHDR } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
+import { helloFrameOf, localCapsOf } from './handshake-frames.js';
 import type { RdsConnPath } from './path.js';
 import { hasRailSlots } from './ext/rail.js';
 import { RDS_CTR } from './stats.js';
@@ -102,21 +99,9 @@ export class Handshake {
 
   // ---- what we say ----
 
-  /** rds-socket capabilities we advertise. */
+  /** rds-socket capabilities we advertise (handshake-frames.ts). */
   localCaps(): number {
-    const opts = this.conn.stack.options;
-    // We always answer heartbeats, even when we send none ourselves.
-    const paths = this.conn.transport.mpathCapable ? opts.npaths : 1;
-    // Failover needs acks (to know what the peer has) and paths to move between.
-    const failover = opts.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
-    const acks = opts.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
-    // Rails (other address pairs to the same peer) need acks too, and a transport that carries them.
-    const rails = opts.rdsAcks && this.conn.transport.rails === true ? RDSSOCK_CAP_RAILS : 0;
-    // Lanes open on demand (lazyLanes) wherever there are lanes.
-    const lazy = paths > 1 ? RDSSOCK_CAP_LAZY_LANES : 0;
-    return (
-      acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | rails | lazy | (paths << RDSSOCK_CAP_PATHS_SHIFT)
-    );
+    return localCapsOf(this.conn);
   }
 
   /**
@@ -149,21 +134,9 @@ export class Handshake {
     return exts;
   }
 
-  /**
-   * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions) that
-   * starts a carrier of a lane > 0 (only rds-socket peers run lanes) and, on path 0, only a carrier
-   * to an older rds-socket peer (no RDSSOCK_CAP_NO_HELLO), which acknowledges nothing before it.
-   * A kernel never gets it: it would count it in recv_drop_old_seq.
-   */
+  /** The unsequenced hello that starts a lane's carrier (handshake-frames.ts). */
   helloFrame(): Buffer {
-    const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
-    encodeHeader(h, 0, {
-      sport: RDS_FLAG_PROBE_PORT,
-      dport: 0,
-      flags: RDS_FLAG_RETRANSMITTED,
-      exthdr: packExtensions(this.extensions()),
-    });
-    return h;
+    return helloFrameOf(this.extensions());
   }
 
   /**
