@@ -100,10 +100,15 @@ async function makeStack() {
  */
 function logPathEvents(st) {
   const at = (ev) => ({ ev: 'path', peer: ev.peerAddress, i: ev.path });
+  const up = new Set(); // peer#i of the paths up: a drop of one that was not (a poke) is no news
   st.on('state', (ev) => {
-    if (ev.to === 'UP') log({ ...at(ev), what: 'up' });
+    if (ev.to !== 'UP') return;
+    up.add(`${ev.peerAddress}#${ev.path}`);
+    log({ ...at(ev), what: 'up' });
   });
-  st.on('drop', (ev) => log({ ...at(ev), what: 'down', why: ev.reason }));
+  st.on('drop', (ev) => {
+    if (up.delete(`${ev.peerAddress}#${ev.path}`)) log({ ...at(ev), what: 'down', why: ev.reason });
+  });
   st.on('failover', (ev) => log({ ...at(ev), what: 'failover', to: ev.to, moved: ev.moved }));
 }
 
