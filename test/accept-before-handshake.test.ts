@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RdsSocket, RdsStack, wire as w } from '../lib/index.js';
+import { constants, RdsSocket, RdsStack, wire as w } from '../lib/index.js';
 import { type Frame, type RawConn, isProbe, kernelMap, rawConnectLane } from './raw-peer.js';
 import { cleanupsPerTest, TEST_TCP_PORT } from './helpers.js';
 
@@ -122,5 +122,37 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
       else if (f.header.dport === 7000) got.push(f.payload.toString());
     }
     expect(got).toEqual(['m1', 'm2']);
+  });
+
+  // The same replay's lost messages: a lane's carrier taken for path 0 brought the kernel's lane
+  // messages (numbered in the lane's space, up to 41 here) before its pong showed it a lane; path 0
+  // then expected 42 and up, and dropped the kernel's first messages on the real path 0 (1 and 2,
+  // resent on a new carrier before its handshake was known) as old.
+  it("messages a lane's carrier brought while taken for path 0 do not move path 0's numbering", async () => {
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0 });
+    cleanups.push(() => B.close());
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: NODE, port: 5002 });
+    const data = (c: RawConn, seq: number, text: string) =>
+      c.send({ sequence: seq, sport: 7001, dport: 5002 }, Buffer.from(text));
+
+    const lane1 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 1, false);
+    cleanups.push(() => void lane1.sock.destroy());
+    kernelMap(lane1);
+    data(lane1, 40, 'lane-40');
+    data(lane1, 41, 'lane-41');
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('lane-40');
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('lane-41');
+    await framesUntilClosed(lane1, 42); // its probe answered on the lane: dropped as misplaced
+    expect(B.counters.get('accept_lane_misplaced')).toBe(1);
+
+    const p0 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
+    cleanups.push(() => void p0.sock.destroy());
+    kernelMap(p0);
+    // Resent (RETRANSMITTED): the kernel's path-0 carrier before this one died with them unacknowledged.
+    p0.send({ sequence: 1, sport: 7001, dport: 5002, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('p0-1'));
+    p0.send({ sequence: 2, sport: 7001, dport: 5002, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('p0-2'));
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('p0-1');
+    expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('p0-2');
   });
 });

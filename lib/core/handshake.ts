@@ -305,6 +305,7 @@ export class Handshake {
     this.conn.stack.counters.add(RDS_CTR.accept_lane_misplaced);
     this.misplacedSeen = true;
     cp.drop(`accepted carrier from a source port for lane ${lane} taken for path ${cp.index}`);
+    cp.laneTakenForPath0();
     return true;
   }
 

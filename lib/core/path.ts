@@ -10,7 +10,7 @@ import { AckPacer } from './ext/ack-pacing.js';
 import type { CarrierKind } from './carrier.js';
 import type { RdsConnection } from './connection.js';
 import { Heartbeat } from './ext/heartbeat.js';
-import { RxSequence } from './rx-seq.js';
+import { type RxMark, RxSequence } from './rx-seq.js';
 import { railMayConnect } from './ext/rail.js';
 import { PathControl } from './ext/path-control.js';
 import { worthRedialling } from './ext/reconnect-rule.js';
@@ -59,6 +59,8 @@ export class RdsConnPath {
   readonly heartbeat: Heartbeat;
   /** The peer's numbering on this path; survives reconnects (spec §2.5). */
   readonly rxSeq = new RxSequence();
+  /** Where rxSeq stood when a carrier that may be another lane's was taken (see laneTakenForPath0). */
+  private rxAtCarrier: RxMark | null = null;
   private carrierKind: CarrierKind<unknown> | null = null;
   private carrierObj: unknown = null;
   private paused = false;
@@ -242,6 +244,7 @@ export class RdsConnPath {
     this.control.connected();
     this.heartbeat.noteRx();
     this.pongSeen = false;
+    this.rxAtCarrier = this.conn.handshake.holdsData(this) ? this.rxSeq.mark() : null;
     if (!this.transition(this.st, RDS_CONN_UP)) return;
     fo.returned(this);
     // Lanes > 0 get a hello except with a kernel (7.x runs lanes too: it would count the hello in
@@ -393,6 +396,16 @@ export class RdsConnPath {
    * The peer restarted: forget what we received in its old life and where its numbering stood on
    * this path, and reject confirmations waiting for its old life's read cursor.
    */
+  /**
+   * The carrier taken for this path (path 0, before the handshake) was a lane of the peer
+   * (Handshake.misplacedLane): what it fed was numbered in that lane's space, so this path's
+   * receive numbering goes back to where it stood when the carrier came.
+   */
+  laneTakenForPath0(): void {
+    if (this.rxAtCarrier !== null) this.rxSeq.rollback(this.rxAtCarrier);
+    this.rxAtCarrier = null;
+  }
+
   peerRestarted(): void {
     this.acks.rx.reset();
     this.rxSeq.reset();

@@ -1,6 +1,12 @@
 /** What a path does with a sequenced message: deliver it, drop it as a copy, or drop it as old. */
 export type RxVerdict = 'new' | 'dup' | 'old';
 
+/** A receive space's position (RxSequence.mark), to go back to. */
+export interface RxMark {
+  readonly state: [number, number, number, number];
+  readonly holes: [number[], number[]] | null;
+}
+
 /**
  * Holes remembered per path, as ranges: original numbers below the highest one received that
  * never arrived (moved away before they went out, skipped by a withheld probe or a cancel). Past
@@ -155,6 +161,30 @@ export class RxSequence {
       this.holeLo.shift();
       this.holeHi!.shift();
     }
+  }
+
+  /**
+   * Where this space stands (to be put back by rollback): taken when a carrier that may turn out
+   * to be another lane's starts to feed this path (Handshake.holdsData's case).
+   */
+  mark(): RxMark {
+    return {
+      state: [this.nextSeq, this.nativeNext, this.floor, this.high],
+      holes: this.holeLo === null ? null : [[...this.holeLo], [...this.holeHi!]],
+    };
+  }
+
+  /**
+   * What a carrier fed since `m` was numbered in another lane's space (it was a lane taken for
+   * path 0, Handshake.misplacedLane): this space goes back to where it stood, or the real path's
+   * next messages, numbered lower, would be dropped as old (the nemesis: a restarted node lost the
+   * kernel's first messages to it). What was delivered stays delivered (counted in `messages`):
+   * the kernel released it once TCP acknowledged it and never sends it again.
+   */
+  rollback(m: RxMark): void {
+    [this.nextSeq, this.nativeNext, this.floor, this.high] = m.state;
+    this.holeLo = m.holes === null ? null : m.holes[0];
+    this.holeHi = m.holes === null ? null : m.holes[1];
   }
 
   /** The peer restarted: its numbering starts over. */
