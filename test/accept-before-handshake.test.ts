@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { constants, RdsSocket, RdsStack, wire as w } from '../lib/index.js';
 import { type Frame, type RawConn, isProbe, kernelMap, rawConnectLane } from './raw-peer.js';
-import { cleanupsPerTest, TEST_TCP_PORT } from './helpers.js';
+import { cleanupsPerTest, TEST_TCP_PORT, until } from './helpers.js';
 
 // Issue #35, the nemesis with Linux 7.2 on the smallest address (seed 2029): 581 messages of our
 // restarted nodes read twice or more by the kernel. A 7.x kernel that ran 8 lanes to the old life
@@ -154,5 +154,50 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     p0.send({ sequence: 2, sport: 7001, dport: 5002, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('p0-2'));
     expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('p0-1');
     expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('p0-2');
+  });
+
+  // The second replay (session 25): the node's link was down while the kernel redialled, so the
+  // handshake timed out (the kernel taken for one path, nothing known of SPORT_IDX); when the link
+  // came back a lane's carrier came first, was taken for path 0, and got path 0's messages before
+  // its pong showed it a lane. Now every carrier taken for path 0 waits for the peer's probe, pong
+  // or hello on it (or the handshake timeout) before it carries our messages.
+  it("after a handshake timeout, a lane's carrier taken for path 0 gets nothing before its pong", async () => {
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0, handshakeTimeoutMs: 300 });
+    cleanups.push(() => B.close());
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: NODE, port: 5003 });
+    // Path 0's carrier, its probe never answered: after the timeout the messages go on it.
+    const p0 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
+    cleanups.push(() => void p0.sock.destroy());
+    kernelMap(p0);
+    b.sendmsg(Buffer.from('m1'), { address: KERNEL, port: 7000 });
+    expect((await p0.nextUser()).payload.toString()).toBe('m1');
+    expect(B.counters.get('handshake_timeout')).toBe(1);
+    p0.sock.destroy();
+    const conn = () => B.connections().find((c) => c.peerAddress === KERNEL)!;
+    await until(() => conn().paths[0]!.state !== 'UP', 'path 0 down');
+    b.sendmsg(Buffer.from('m2'), { address: KERNEL, port: 7000 });
+
+    // Lane 4 comes first: taken for path 0 (nothing says the kernel pairs by port), and m2 must
+    // not go on it; its probe answered with SPORT_IDX drops it.
+    const lane4 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 4, false);
+    cleanups.push(() => void lane4.sock.destroy());
+    kernelMap(lane4);
+    const onLane = await framesUntilClosed(lane4, 1);
+    expect(onLane.filter((f) => f.header.dport === 7000).map((f) => f.payload.toString())).toEqual([]);
+    expect(B.counters.get('accept_lane_misplaced')).toBe(1);
+
+    const p0b = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
+    cleanups.push(() => void p0b.sock.destroy());
+    kernelMap(p0b);
+    // m1 may come again first (resent, RETRANSMITTED: its TCP acknowledgement may not have been
+    // seen before p0 closed); m2 comes here, once.
+    const got: string[] = [];
+    for (let seq = 1; !got.includes('m2'); ) {
+      const f = await p0b.next(5000);
+      if (isProbe(f)) pong(p0b, seq++);
+      else if (f.header.dport === 7000) got.push(f.payload.toString());
+    }
+    expect(got.filter((x) => x !== 'm1')).toEqual(['m2']);
   });
 });

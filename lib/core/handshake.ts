@@ -43,11 +43,7 @@ export class Handshake {
   private peerCaps = 0;
   private capsKnown = false;
   private peerSportIdx = false;
-  /**
-   * A carrier taken for path 0 turned out to be a lane (misplacedLane): the peer pairs carriers
-   * by source port, though its handshake has not settled anything yet (peerSportIdx is learned
-   * only from a frame that is taken, so that our next probe still raises NPATHS; see settle).
-   */
+  /** A carrier taken for path 0 was a lane (misplacedLane); apart from peerSportIdx, which settle learns. */
   private misplacedSeen = false;
   private genNum = 0;
   private pathsPongPending = false;
@@ -73,12 +69,8 @@ export class Handshake {
   }
 
   /**
-   * The peer pairs carriers by source port: its handshake said so, or one of its lanes was taken
-   * for path 0 and dropped. Until its path count is settled, only its path 0's carrier is taken
-   * (tcp-listen.ts pathForAccepted): a 7.x kernel redialling its lanes to our new life would
-   * otherwise have each taken for path 0 in turn, and once the handshake timed out, path 0's
-   * messages went on one of them and again on the next (the nemesis, seed 2029: the kernel read
-   * restarted nodes' first messages up to four times).
+   * The peer pairs carriers by source port (SPORT_IDX, or a lane of it taken for path 0): until the
+   * path count is settled only its path 0's carrier is taken (tcp-listen.ts pathForAccepted).
    */
   get pairsByPort(): boolean {
     return this.peerSportIdx || this.misplacedSeen;
@@ -153,6 +145,11 @@ export class Handshake {
     }
     // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
     if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
+    if (this.acceptedPath0(cp)) {
+      // A peer that never answers (an old kernel) still gets our messages on it, later.
+      const ups = cp.upCount;
+      setTimeout(() => cp.showCarrier(ups), conn.stack.options.handshakeTimeoutMs).unref();
+    }
     if (!this.capsKnown) {
       const t = setTimeout(() => {
         if (this.capsKnown) return;
@@ -187,8 +184,16 @@ export class Handshake {
    * (spec §3.4); the handshake timeout ends the wait.
    */
   holdsData(cp: RdsConnPath): boolean {
+    if (!this.acceptedPath0(cp)) return false;
+    // And on each new carrier until the peer shows there it is path 0: after a handshake timeout a
+    // lane's carrier taken for path 0 got path 0's messages (the 1200 s replay, session 25).
+    return !this.capsKnown || !cp.carrierShown;
+  }
+
+  /** Path 0 of a connection we accept on a multipath transport: its carriers may be lanes. */
+  private acceptedPath0(cp: RdsConnPath): boolean {
     const conn = this.conn;
-    return !this.capsKnown && cp.index === 0 && !conn.isInitiator && !conn.isLoopback && conn.transport.mpathCapable;
+    return cp.index === 0 && !conn.isInitiator && !conn.isLoopback && conn.transport.mpathCapable;
   }
 
   /**

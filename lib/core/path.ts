@@ -65,6 +65,7 @@ export class RdsConnPath {
   private carrierObj: unknown = null;
   private paused = false;
   private pongSeen = false;
+  private shown = false;
   private wanted = false;
   private backoffMs = 0;
   /** When the current carrier came up; see queueReconnect. */
@@ -244,6 +245,7 @@ export class RdsConnPath {
     this.control.connected();
     this.heartbeat.noteRx();
     this.pongSeen = false;
+    this.shown = false;
     this.rxAtCarrier = this.conn.handshake.holdsData(this) ? this.rxSeq.mark() : null;
     if (!this.transition(this.st, RDS_CONN_UP)) return;
     fo.returned(this);
@@ -362,6 +364,21 @@ export class RdsConnPath {
    */
   get peerPongSeen(): boolean {
     return this.pongSeen;
+  }
+
+  /**
+   * The peer's probe, pong or hello was taken on the current carrier (so it is the path it was
+   * taken for), or none came within handshakeTimeoutMs of it (`ups`: that carrier): an accepted
+   * path 0 holds our messages until then (Handshake.holdsData).
+   */
+  get carrierShown(): boolean {
+    return this.shown;
+  }
+
+  showCarrier(ups = this.ups): void {
+    if (ups !== this.ups || this.shown) return;
+    this.shown = true;
+    if (this.st === RDS_CONN_UP) this.tx.schedulePump();
   }
 
   /** The peer's answer to our probe arrived on this carrier. */

@@ -88,7 +88,10 @@ export function recvIncoming(
   }
   // rds-socket's hello (seq 0, sport 1 -> dport 0): the handshake, before any data on this carrier.
   if (seq === 0 && sport === RDS_FLAG_PROBE_PORT && dport === 0 && payload.length === 0) {
-    if (conn.handshake.frameReceived(header, cp)) cp.acks.helloReceived();
+    if (conn.handshake.frameReceived(header, cp)) {
+      cp.acks.helloReceived();
+      cp.showCarrier();
+    }
     return;
   }
 
@@ -100,6 +103,7 @@ export function recvIncoming(
     ((sport === RDS_FLAG_PROBE_PORT && dport === 0) || (sport === 0 && dport === RDS_FLAG_PROBE_PORT));
   // False: a lane we dialled met a restarted peer and was dropped (handshake.ts, laneSawRestart).
   if (handshake && !conn.handshake.generationReceived(cp, header)) return;
+  if (handshake) cp.showCarrier();
 
   // A kernel's path 0 numbered a first transmission below what path 0 took, which a kernel never
   // does within one connection (it numbers as it queues, sends in that order, flags what it sends
