@@ -410,10 +410,6 @@ export class RdsConnPath {
   }
 
   /**
-   * The peer restarted: forget what we received in its old life and where its numbering stood on
-   * this path, and reject confirmations waiting for its old life's read cursor.
-   */
-  /**
    * The carrier taken for this path (path 0, before the handshake) was a lane of the peer
    * (Handshake.misplacedLane): what it fed was numbered in that lane's space, so this path's
    * receive numbering goes back to where it stood when the carrier came.
@@ -423,6 +419,10 @@ export class RdsConnPath {
     this.rxAtCarrier = null;
   }
 
+  /**
+   * The peer restarted: forget what we received in its old life and where its numbering stood on
+   * this path, and reject confirmations waiting for its old life's read cursor.
+   */
   peerRestarted(): void {
     this.acks.rx.reset();
     this.rxSeq.reset();
