@@ -45,6 +45,8 @@ export class Handshake {
   private peerSportIdx = false;
   /** A carrier taken for path 0 was a lane (misplacedLane); apart from peerSportIdx, which settle learns. */
   private misplacedSeen = false;
+  /** What we know of the peer came from the handshake timeout, not from a frame of it. */
+  private guessed = false;
   private genNum = 0;
   private pathsPongPending = false;
   /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
@@ -145,14 +147,13 @@ export class Handshake {
     }
     // A probe still waiting to be sent (queued ahead of the first data) serves this carrier too.
     if (cp.tx.lastProbe === null || cp.tx.lastProbe.sentAt !== 0 || cp.tx.lastProbe.done) this.queueProbe(cp);
-    if (this.acceptedPath0(cp)) {
-      // A peer that never answers (an old kernel) still gets our messages on it, later.
-      const ups = cp.upCount;
-      setTimeout(() => cp.showCarrier(ups), conn.stack.options.handshakeTimeoutMs).unref();
-    }
+    // A peer that never answers (an old kernel) still gets our messages on it, later.
+    const ups = cp.upCount;
+    if (this.acceptedPath0(cp)) setTimeout(() => cp.showCarrier(ups), conn.stack.options.handshakeTimeoutMs).unref();
     if (!this.capsKnown) {
       const t = setTimeout(() => {
         if (this.capsKnown) return;
+        this.guessed = true;
         // A peer that already sent what no kernel sends is rds-socket, however late its answer
         // (sequenced, it may wait behind a backlog the peer resends to us): taken for a kernel,
         // its acknowledgements of messages it has not read would confirm them.
@@ -185,15 +186,15 @@ export class Handshake {
    */
   holdsData(cp: RdsConnPath): boolean {
     if (!this.acceptedPath0(cp)) return false;
-    // And on each new carrier until the peer shows there it is path 0: after a handshake timeout a
-    // lane's carrier taken for path 0 got path 0's messages (the 1200 s replay, session 25).
-    return !this.capsKnown || !cp.carrierShown;
+    // After a handshake that only timed out, also on each carrier until the peer shows on it that it
+    // is path 0: a lane's carrier taken for path 0 got path 0's messages (1200 s replay, session 25).
+    return !this.capsKnown || (this.guessed && !cp.carrierShown);
   }
 
   /** Path 0 of a connection we accept on a multipath transport: its carriers may be lanes. */
   private acceptedPath0(cp: RdsConnPath): boolean {
-    const conn = this.conn;
-    return cp.index === 0 && !conn.isInitiator && !conn.isLoopback && conn.transport.mpathCapable;
+    const c = this.conn;
+    return cp.index === 0 && !c.isInitiator && !c.isLoopback && c.transport.mpathCapable;
   }
 
   /**
@@ -206,14 +207,12 @@ export class Handshake {
   }
 
   /**
-   * Queues the multipath probe on path 0. The first sequenced frame an incarnation sends on a
-   * path 0 is its probe (queued ahead of the first message), so a peer learns our generation
-   * before any of our data, on whichever carrier it first arrives, without a frame a kernel
-   * would count (the kernel's hello-less way; see docs/reliability.md).
+   * Queues the multipath probe on path 0. An incarnation's first sequenced frame on a path 0 is
+   * its probe (ahead of the first message), so a peer learns our generation before any of our
+   * data, with no frame a kernel would count (the kernel's hello-less way; docs/reliability.md).
    */
   queueProbe(cp: RdsConnPath): void {
-    // Refused only when the peer has left maxOwnQueued of our messages unacknowledged: the
-    // handshake then times out and the peer is treated as a kernel.
+    // Refused only when the peer left maxOwnQueued of ours unacknowledged: the handshake times out.
     if (cp.tx.queueProbe(this.extensions()) !== null) this.conn.stack.counters.add(RDS_CTR.handshake_sent);
   }
 
@@ -240,6 +239,7 @@ export class Handshake {
     if (cp !== undefined && this.misplacedLane(cp, hs)) return false;
     if (!this.generation(hs.genNum, cp)) return false;
     this.settle(hs.rdsCaps ?? 0, hs);
+    this.guessed = false;
     // A frame taken, without SPORT_IDX: the peer (a new one at this address) does not pair by port.
     if (hs.sportIdx !== true) this.misplacedSeen = false;
     return true;
