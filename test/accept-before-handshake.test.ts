@@ -159,8 +159,9 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
   // The second replay (session 25): the node's link was down while the kernel redialled, so the
   // handshake timed out (the kernel taken for one path, nothing known of SPORT_IDX); when the link
   // came back a lane's carrier came first, was taken for path 0, and got path 0's messages before
-  // its pong showed it a lane. Now every carrier taken for path 0 waits for the peer's probe, pong
-  // or hello on it (or the handshake timeout) before it carries our messages.
+  // its pong showed it a lane. Now, after a handshake that timed out, every carrier taken for
+  // path 0 waits for the peer's probe, pong or hello on it (or the handshake timeout) before it
+  // carries our messages.
   it("after a handshake timeout, a lane's carrier taken for path 0 gets nothing before its pong", async () => {
     const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0, handshakeTimeoutMs: 300 });
     cleanups.push(() => B.close());
