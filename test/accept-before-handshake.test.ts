@@ -40,6 +40,17 @@ async function framesUntilClosed(c: RawConn, seq: number): Promise<Frame[]> {
   }
 }
 
+/** The payloads of the node's messages to the kernel's port 7000 on `c`, each probe answered, until `done(got)`. */
+async function userMessages(c: RawConn, done: (got: string[]) => boolean): Promise<string[]> {
+  const got: string[] = [];
+  for (let seq = 1; !done(got); ) {
+    const f = await c.next(5000);
+    if (isProbe(f)) pong(c, seq++);
+    else if (f.header.dport === 7000) got.push(f.payload.toString());
+  }
+  return got;
+}
+
 describe('a kernel that redials its lanes to a node that restarted (this node, larger address)', () => {
   it('gets nothing but the probe on a lane taken for path 0 before its handshake; the messages go once, on path 0', async () => {
     const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0 });
@@ -115,13 +126,7 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     const p0 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
     cleanups.push(() => void p0.sock.destroy());
     kernelMap(p0);
-    const got: string[] = [];
-    for (let seq = 1; got.length < 2; ) {
-      const f = await p0.next(5000);
-      if (isProbe(f)) pong(p0, seq++);
-      else if (f.header.dport === 7000) got.push(f.payload.toString());
-    }
-    expect(got).toEqual(['m1', 'm2']);
+    expect(await userMessages(p0, (got) => got.length === 2)).toEqual(['m1', 'm2']);
   });
 
   // The same replay's lost messages: a lane's carrier taken for path 0 brought the kernel's lane
@@ -193,12 +198,7 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     kernelMap(p0b);
     // m1 may come again first (resent, RETRANSMITTED: its TCP acknowledgement may not have been
     // seen before p0 closed); m2 comes here, once.
-    const got: string[] = [];
-    for (let seq = 1; !got.includes('m2'); ) {
-      const f = await p0b.next(5000);
-      if (isProbe(f)) pong(p0b, seq++);
-      else if (f.header.dport === 7000) got.push(f.payload.toString());
-    }
+    const got = await userMessages(p0b, (g) => g.includes('m2'));
     expect(got.filter((x) => x !== 'm1')).toEqual(['m2']);
   });
 });

@@ -40,16 +40,19 @@ async function client(proxy: FaultProxy): Promise<{ s: Socket; closed: () => boo
   return { s, closed: () => closed };
 }
 
+/** A target on `host`, a proxy in front of it on `proxyHost`, and one client connected through both. */
+async function through(host: string, proxyHost: string) {
+  const t = await target(host);
+  const proxy = await FaultProxy.start({ listen: { host: proxyHost, port: 0 }, target: { host, port: t.port } });
+  cleanups.push(() => proxy.close());
+  const c = await client(proxy);
+  await until(() => t.conns.length === 1, 'the connection through');
+  return { t, proxy, c };
+}
+
 describe('FaultProxy.partition', () => {
   it('holds bytes both ways, refuses new connections, and delivers what it held at the heal', async () => {
-    const t = await target('127.29.90.2');
-    const proxy = await FaultProxy.start({
-      listen: { host: '127.29.90.100', port: 0 },
-      target: { host: '127.29.90.2', port: t.port },
-    });
-    cleanups.push(() => proxy.close());
-    const c = await client(proxy);
-    await until(() => t.conns.length === 1, 'the connection through');
+    const { t, proxy, c } = await through('127.29.90.2', '127.29.90.100');
     proxy.partition(true);
     c.s.write('held');
     const late = connect(proxy.address);
@@ -64,14 +67,7 @@ describe('FaultProxy.partition', () => {
   });
 
   it('a close does not cross it: the other side stays open until the heal, then is reset, and its held bytes are dropped', async () => {
-    const t = await target('127.29.90.3');
-    const proxy = await FaultProxy.start({
-      listen: { host: '127.29.90.101', port: 0 },
-      target: { host: '127.29.90.3', port: t.port },
-    });
-    cleanups.push(() => proxy.close());
-    const c = await client(proxy);
-    await until(() => t.conns.length === 1, 'the connection through');
+    const { t, proxy, c } = await through('127.29.90.3', '127.29.90.101');
     proxy.partition(true, 'forward');
     c.s.write('lost');
     c.s.destroy();
@@ -82,5 +78,28 @@ describe('FaultProxy.partition', () => {
     proxy.partition(false);
     await until(() => t.conns[0]!.closed, 'the far side reset at the heal');
     expect(t.conns[0]!.data).toBe('');
+  });
+
+  it('a stall is its own hold: the heal leaves a stalled direction held, and resume() releases only its own direction', async () => {
+    const { t, proxy, c } = await through('127.29.90.4', '127.29.90.102');
+    let back = '';
+    c.s.on('data', (d) => (back += d.toString()));
+    proxy.stall('backward');
+    proxy.stall('forward');
+    c.s.write('f1');
+    t.conns[0]!.s.write('b1');
+    await until(() => proxy.heldBytes('forward') === 2 && proxy.heldBytes('backward') === 2, 'both held');
+    proxy.resume('forward');
+    await until(() => t.conns[0]!.data === 'f1', 'forward released');
+    expect(proxy.heldBytes('backward')).toBe(2);
+    proxy.partition(true);
+    c.s.write('f2');
+    await until(() => proxy.heldBytes('forward') === 2, 'forward held by the partition');
+    proxy.partition(false);
+    await until(() => t.conns[0]!.data === 'f1f2', 'forward delivered at the heal');
+    expect(proxy.heldBytes('backward')).toBe(2);
+    expect(back).toBe('');
+    proxy.resume('backward');
+    await until(() => back === 'b1', 'backward released at its resume');
   });
 });

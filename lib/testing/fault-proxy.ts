@@ -96,7 +96,8 @@ export class FaultProxy {
   private cutOff = new Set<Direction>();
   /** Pairs one end of which closed behind a partition: the other end hears of it at the heal. */
   private deadBehind = new Map<Pair, Socket>();
-  private held = new Map<Socket, Buffer[]>();
+  /** Bytes held for each receiving socket (by a stall or a partition), and the direction they go. */
+  private held = new Map<Socket, { dir: Direction; q: Buffer[] }>();
   /** Resets carried out. */
   resets = 0;
   /** Connections accepted. */
@@ -206,10 +207,10 @@ export class FaultProxy {
 
   private send(to: Socket, dir: Direction, data: Buffer): void {
     if (data.length === 0) return;
-    if (this.stalled.has(dir)) {
-      const q = this.held.get(to) ?? [];
-      q.push(data);
-      this.held.set(to, q);
+    if (this.stalled.has(dir) || this.cutOff.has(dir)) {
+      const h = this.held.get(to);
+      if (h === undefined) this.held.set(to, { dir, q: [data] });
+      else h.q.push(data);
       return;
     }
     if (this.delayMs > 0) {
@@ -273,14 +274,31 @@ export class FaultProxy {
     this.stalled.add(dir);
   }
 
-  /** Lets bytes held by stall() through, and stops holding that direction. */
+  /**
+   * Stops holding that direction for stall(), and lets the bytes held in it through, unless a
+   * partition still holds it (a stall and a partition are separate holds; each ends on its own).
+   */
   resume(dir: Direction): void {
     this.stalled.delete(dir);
-    for (const [to, q] of this.held) {
+    this.release(dir);
+  }
+
+  /** Bytes held in `dir` now (by a stall or a partition), not yet delivered. */
+  heldBytes(dir: Direction): number {
+    let n = 0;
+    for (const h of this.held.values()) if (h.dir === dir) for (const d of h.q) n += d.length;
+    return n;
+  }
+
+  /** Delivers the bytes held in `dir`, once nothing holds that direction any more. */
+  private release(dir: Direction): void {
+    if (this.stalled.has(dir) || this.cutOff.has(dir)) return;
+    for (const [to, h] of this.held) {
+      if (h.dir !== dir) continue;
+      this.held.delete(to);
       if (to.destroyed) continue;
-      for (const d of q) to.write(d);
+      for (const d of h.q) to.write(d);
     }
-    this.held.clear();
   }
 
   /**
@@ -288,14 +306,12 @@ export class FaultProxy {
    * that way are held, as TCP would keep resending them), until `partition(false)`: new
    * connections are refused (as a SYN that never gets an answer ends), and a connection closed on
    * one side stays open on the other until the heal, when it is reset and the bytes held for it
-   * are dropped. The bytes held for live connections are delivered at the heal.
+   * are dropped. The bytes held for live connections are delivered at the heal, except in a
+   * direction a separate stall() still holds (they go at its resume()).
    */
   partition(on: boolean, oneWay?: Direction): void {
     if (on) {
-      for (const d of oneWay ? [oneWay] : (['forward', 'backward'] as Direction[])) {
-        this.cutOff.add(d);
-        this.stalled.add(d);
-      }
+      for (const d of oneWay ? [oneWay] : (['forward', 'backward'] as Direction[])) this.cutOff.add(d);
       return;
     }
     this.cutOff.clear();
@@ -306,8 +322,8 @@ export class FaultProxy {
       pair.server.resetAndDestroy();
     }
     this.deadBehind.clear();
-    this.resume('forward');
-    this.resume('backward');
+    this.release('forward');
+    this.release('backward');
   }
 
   /** Drops every byte in both directions without closing anything: a peer that vanished. */
