@@ -126,4 +126,44 @@ describe('a TCP carrier reads at most about READ_TURN_BYTES per turn', () => {
       await B.close();
     }
   });
+
+  // The turn stops and restarts a slab carrier at its handle (tcp-socket.ts turnReads), the receive
+  // limits through the socket's pause() and resume(): both must agree on whether it reads.
+  it('a carrier cut by its turn and held by the receive limits, in turn after turn, delivers every message in order', async () => {
+    const { RdsStack, RdsSocket, constants } = await import('../lib/index.js');
+    const { TEST_TCP_PORT, until } = await import('./helpers.js');
+    const A = new RdsStack({ tcpPort: TEST_TCP_PORT, npaths: 1 });
+    // Factor 1: the hard limit is SO_RCVBUF itself, reached with what the sender had in flight.
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT, npaths: 1, recvHardLimitFactor: 1, recvHardLimitMinBytes: 0 });
+    try {
+      const a = new RdsSocket({ stack: A });
+      await a.bind({ address: '127.155.201.1', port: 4000 });
+      a.setsockopt(constants.SOL_SOCKET, constants.SO_SNDBUF, 16 << 20);
+      const b = new RdsSocket({ stack: B });
+      await b.bind({ address: '127.155.201.2', port: 4000 });
+      // Sixteen 64 KiB messages fill it: the limits hold the carrier while the reader is behind, and
+      // the turn cuts it whenever a read brings the budget.
+      b.setsockopt(constants.SOL_SOCKET, constants.SO_RCVBUF, 1024 * 1024);
+      const count = 200;
+      for (let i = 0; i < count; i++) {
+        const m = Buffer.alloc(64 * 1024, i & 0xff);
+        m.writeUInt32BE(i, 0);
+        a.sendmsg(m, b.address());
+      }
+      const got: number[] = [];
+      // A slow reader: one message per turn, so holds and turn cuts interleave.
+      const readOne = (): void => {
+        const m = b.recvmsg();
+        if (m !== null) got.push(m.data.readUInt32BE(0));
+        if (got.length < count) setImmediate(readOne);
+      };
+      setImmediate(readOne);
+      await until(() => got.length === count, 'every message read', 30000);
+      expect(got).toEqual(Array.from({ length: count }, (_, i) => i));
+      expect(B.counters.get('recv_pause_queue_limit')).toBeGreaterThan(0);
+    } finally {
+      await A.close();
+      await B.close();
+    }
+  });
 });

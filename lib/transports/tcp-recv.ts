@@ -6,7 +6,7 @@ import { FrameRank, type PartialFrame, PartialFrameBudget } from './partial-fram
 import { ReadTurn } from './read-turn.js';
 import type { AdmissionSlot, TcpAdmission } from './tcp-admission.js';
 import { tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
-import { refuse } from './tcp-socket.js';
+import { refuse, turnReads } from './tcp-socket.js';
 import { readQueuedBeforeResetDestroy } from './tcp-drain.js';
 import type { TcpSender } from './tcp-send.js';
 
@@ -265,11 +265,11 @@ export class TcpReceiver {
     // A bounded read per turn (read-turn.ts); the receive limits' own pause (cp.readPaused) wins.
     const turn = new ReadTurn(
       () => {
-        sock.pause();
+        turnReads(sock, slab, false);
         cp.acks.readCut(); // more to read at once: the ack waits for the burst's end (ack-pacing.ts)
       },
       () => {
-        if (carrier.is(sock)) sock.resume();
+        if (carrier.is(sock)) turnReads(sock, slab, true);
       },
       () => cp.readPaused,
     );
