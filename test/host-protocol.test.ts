@@ -103,8 +103,15 @@ describe('host node control framing', () => {
     const frames = [
       encodeSend(3, 77, '10.1.2.3', 4000, 0x40, true, 0xfffffffe, [payload.subarray(0, 10), payload.subarray(10)]),
       encodeSend(4, 0, 'fe80::1', 65535, 0, false, undefined, Buffer.alloc(0)),
-      encodeMsg(5, '2001:db8::7', 18634, 1234.5, [1, 2, 0xffffffff], 1n << 63n, payload),
-      encodeMsg(6, '127.0.0.1', 1, undefined, undefined, undefined, Buffer.from('x')),
+      encodeMsg(5, {
+        address: '2001:db8::7',
+        port: 18634,
+        timestamp: 1234.5,
+        zcopyCompletions: [1, 2, 0xffffffff],
+        congestionUpdate: 1n << 63n,
+        data: payload,
+      }),
+      encodeMsg(6, { address: '127.0.0.1', port: 1, data: Buffer.from('x') }),
       encodeCount(N_SENT, 7, 2 ** 40 + 3, 12),
       encodeCount(C_CREDIT, 8, 0, 0),
     ];
@@ -154,7 +161,7 @@ describe('host node control framing', () => {
     const addrs = ['10.0.0.1', '10.0.0.2', '10.0.0.1', 'fe80::1', '10.0.0.2', '10.0.0.2'];
     const frames = addrs.flatMap((a, i) => [
       encodeSend(i, i, a, 1000 + i, 0, false, undefined, Buffer.alloc(i * 5, i)),
-      encodeMsg(i, a, 2000 + i, undefined, undefined, undefined, Buffer.alloc(i * 3, i)),
+      encodeMsg(i, { address: a, port: 2000 + i, data: Buffer.alloc(i * 3, i) }),
       encodeCount(C_CREDIT, i, i * 1.5, i),
     ]);
     const stream = Buffer.concat(frames.flat());
@@ -182,7 +189,17 @@ describe('host node control framing', () => {
 
   it("MSG carries the node's receive-path stamps (SO_RDS_MSG_RXPATH_LATENCY) after every other field; a reader skips bits it does not know", () => {
     const stamps = [1n, 2n ** 63n + 5n, 3n];
-    const meta = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, 5, [1, 2], 7n, Buffer.alloc(0), stamps)).subarray(17);
+    const meta = Buffer.concat(
+      encodeMsg(1, {
+        address: '10.0.0.1',
+        port: 9,
+        timestamp: 5,
+        zcopyCompletions: [1, 2],
+        congestionUpdate: 7n,
+        data: Buffer.alloc(0),
+        rxStamps: stamps,
+      }),
+    ).subarray(17);
     const m = readMsg(meta, 0, meta.length, Buffer.alloc(0));
     expect(m).toMatchObject({
       address: '10.0.0.1',
@@ -205,7 +222,14 @@ describe('host node control framing', () => {
 
   it('MSG carries the path the message came on (RdsMessage.path) after the stamps, in both forms; a client that predates it reads the rest', () => {
     const meta = Buffer.concat(
-      encodeMsg(1, '10.0.0.1', 9, 5, undefined, undefined, Buffer.alloc(0), [1n, 2n, 3n], 7),
+      encodeMsg(1, {
+        address: '10.0.0.1',
+        port: 9,
+        timestamp: 5,
+        data: Buffer.alloc(0),
+        rxStamps: [1n, 2n, 3n],
+        path: 7,
+      }),
     ).subarray(17);
     expect(readMsg(meta, 0, meta.length, Buffer.alloc(0))).toMatchObject({
       port: 9,
@@ -217,13 +241,11 @@ describe('host node control framing', () => {
     for (let n = 0; n < meta.length; n++)
       expect(() => readMsg(meta.subarray(0, n), 0, n, Buffer.alloc(0))).toThrow(ProtocolError);
     // Path 0 is a path: present, not dropped as falsy; no path: no byte and no field.
-    const zero = Buffer.concat(
-      encodeMsg(1, '10.0.0.1', 9, undefined, undefined, undefined, Buffer.alloc(0), undefined, 0),
-    ).subarray(17);
-    expect(readMsg(zero, 0, zero.length, Buffer.alloc(0)).path).toBe(0);
-    const none = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, undefined, undefined, undefined, Buffer.alloc(0))).subarray(
+    const zero = Buffer.concat(encodeMsg(1, { address: '10.0.0.1', port: 9, data: Buffer.alloc(0), path: 0 })).subarray(
       17,
     );
+    expect(readMsg(zero, 0, zero.length, Buffer.alloc(0)).path).toBe(0);
+    const none = Buffer.concat(encodeMsg(1, { address: '10.0.0.1', port: 9, data: Buffer.alloc(0) })).subarray(17);
     expect(none.length).toBe(zero.length - 1);
     expect('path' in readMsg(none, 0, none.length, Buffer.alloc(0))).toBe(false);
     // As a client before it reads it: bit 32 unknown, its byte after the rest ignored.
@@ -238,7 +260,7 @@ describe('host node control framing', () => {
     const h = Buffer.alloc(48);
     encodeDataHeader(h, 0, 77, payload.length, 18634, 5000);
     const f = new FrameParser().push(
-      Buffer.concat(encodeMsgWire(3, '10.0.0.9', undefined, h, payload, undefined, 3)),
+      Buffer.concat(encodeMsgWire(3, { address: '10.0.0.9', port: 0, data: payload, path: 3 }, h)),
     )[0]!;
     expect(readMsg(f.raw, f.metaStart, f.metaEnd, f.data)).toMatchObject({ port: 18634, path: 3 });
   });
@@ -247,7 +269,11 @@ describe('host node control framing', () => {
     const payload = Buffer.from('cut through');
     const h = Buffer.alloc(48);
     encodeDataHeader(h, 0, 77, payload.length, 18634, 5000);
-    const got = new FrameParser().push(Buffer.concat(encodeMsgWire(3, '10.0.0.9', 12.5, h, payload, [1n, 2n, 3n])));
+    const got = new FrameParser().push(
+      Buffer.concat(
+        encodeMsgWire(3, { address: '10.0.0.9', port: 0, timestamp: 12.5, data: payload, rxStamps: [1n, 2n, 3n] }, h),
+      ),
+    );
     expect(got).toHaveLength(1);
     const f = got[0]!;
     expect(f.data.length).toBe(48 + payload.length);
@@ -259,16 +285,27 @@ describe('host node control framing', () => {
     // Shorter than a header, or a header whose length is not what follows it.
     expect(() => readMsg(f.raw, f.metaStart, f.metaEnd, f.data.subarray(0, 47))).toThrow(ProtocolError);
     expect(() => readMsg(f.raw, f.metaStart, f.metaEnd, f.data.subarray(0, f.data.length - 1))).toThrow(ProtocolError);
-    expect(() => encodeMsgWire(3, '10.0.0.9', undefined, h.subarray(0, 40), payload)).toThrow(ProtocolError);
+    expect(() => encodeMsgWire(3, { address: '10.0.0.9', port: 0, data: payload }, h.subarray(0, 40))).toThrow(
+      ProtocolError,
+    );
     // An empty message is a header alone.
     encodeDataHeader(h, 0, 78, 0, 18634, 5000);
-    const empty = Buffer.concat(encodeMsgWire(3, '10.0.0.9', undefined, h, Buffer.alloc(0)));
+    const empty = Buffer.concat(encodeMsgWire(3, { address: '10.0.0.9', port: 0, data: Buffer.alloc(0) }, h));
     const e = new FrameParser().push(empty)[0]!;
     expect(readMsg(e.raw, e.metaStart, e.metaEnd, e.data)).toMatchObject({ port: 18634, data: Buffer.alloc(0) });
   });
 
   it('rejects truncated or overlong binary metas with a ProtocolError, never another error', () => {
-    const full = Buffer.concat(encodeMsg(1, '10.0.0.1', 9, 5, [1, 2, 3], 7n, Buffer.alloc(0)));
+    const full = Buffer.concat(
+      encodeMsg(1, {
+        address: '10.0.0.1',
+        port: 9,
+        timestamp: 5,
+        zcopyCompletions: [1, 2, 3],
+        congestionUpdate: 7n,
+        data: Buffer.alloc(0),
+      }),
+    );
     const meta = full.subarray(17);
     for (let n = 0; n < meta.length; n++) expect(() => decodeMsg(meta.subarray(0, n))).toThrow(ProtocolError);
     const send = Buffer.concat(encodeSend(1, 1, '10.0.0.1', 9, 0, false, 5, Buffer.alloc(0))).subarray(17);

@@ -10,7 +10,16 @@ import { RDS_HEADER_SIZE } from '../constants.js';
 import { encodeDataHeader } from '../wire/header.js';
 import { asParts, checkShort, finish, header, lengthOf, readAddress, writeShort } from './frame-encode.js';
 
-export { decodeMsg, encodeMsg, encodeMsgWire, type MsgMeta, readMsg, writeMsg, writeMsgWire } from './msg-frames.js';
+export {
+  decodeMsg,
+  encodeMsg,
+  encodeMsgWire,
+  type MsgFields,
+  type MsgMeta,
+  readMsg,
+  writeMsg,
+  writeMsgWire,
+} from './msg-frames.js';
 
 const F_CONFIRM = 1;
 const F_COOKIE = 2;

@@ -36,42 +36,51 @@ export interface MsgMeta {
 }
 
 /**
+ * What a MSG frame carries of a received message: the node passes the RdsMessage itself (so
+ * nothing is allocated per message), tests a literal.
+ */
+export interface MsgFields {
+  readonly address: string;
+  readonly port: number;
+  readonly data: Uint8Array;
+  readonly timestamp?: number | undefined;
+  readonly zcopyCompletions?: readonly number[] | undefined;
+  readonly congestionUpdate?: bigint | undefined;
+  /** The node's receive-path stamps 0-2 (SO_RDS_MSG_RXPATH_LATENCY). */
+  readonly rxStamps?: readonly bigint[] | undefined;
+  readonly path?: number | undefined;
+}
+
+/**
  * MSG: u8 alen, address, u16 port, u8 bits, [f64 timestamp], [u16 n, n x u32 cookies], [u64
  * congestion bits], [3 x u64 receive-path stamps], [u8 path]. A reader ignores bits it does not
  * know (each field follows the ones before it, and the meta's length is in the frame header).
  */
-export function writeMsg(
-  w: FrameOut,
-  sock: number,
-  address: string,
-  port: number,
-  timestamp: number | undefined,
-  zc: readonly number[] | undefined,
-  cu: bigint | undefined,
-  data: Uint8Array,
-  rt?: readonly bigint[],
-  path?: number,
-): void {
-  writeAny(w, sock, address, port, timestamp, zc, cu, data, rt, path, null);
+export function writeMsg(w: FrameOut, sock: number, m: MsgFields): void {
+  writeAny(
+    w,
+    sock,
+    m.address,
+    m.port,
+    m.timestamp,
+    m.zcopyCompletions,
+    m.congestionUpdate,
+    m.data,
+    m.rxStamps,
+    m.path,
+    null,
+  );
 }
 
 /**
- * MSG with M_WIRE (protocol 5): writeMsg's meta with port 0, then the data as the peer sent it,
- * its RDS header `wire` (48 bytes, copied into the slab) and the payload `data` after it (inline
- * under JOIN_BELOW, else by reference, as writeMsg writes a payload).
+ * MSG with M_WIRE (protocol 5): writeMsg's meta with port 0 (the header's source port is the one;
+ * `m.port`, zero-copy completions and congestion bits are not written), then the data as the peer
+ * sent it, its RDS header `wire` (48 bytes, copied into the slab) and the payload `m.data` after it
+ * (inline under JOIN_BELOW, else by reference, as writeMsg writes a payload).
  */
-export function writeMsgWire(
-  w: FrameOut,
-  sock: number,
-  address: string,
-  timestamp: number | undefined,
-  wire: Uint8Array,
-  data: Uint8Array,
-  rt?: readonly bigint[],
-  path?: number,
-): void {
+export function writeMsgWire(w: FrameOut, sock: number, m: MsgFields, wire: Uint8Array): void {
   if (wire.length !== RDS_HEADER_SIZE) throw new ProtocolError(`an RDS header is ${RDS_HEADER_SIZE} bytes`);
-  writeAny(w, sock, address, 0, timestamp, undefined, undefined, data, rt, path, wire);
+  writeAny(w, sock, m.address, 0, m.timestamp, undefined, undefined, m.data, m.rxStamps, m.path, wire);
 }
 
 function writeAny(
@@ -128,31 +137,13 @@ function writeAny(
 }
 
 /** A MSG frame as its buffers. */
-export function encodeMsg(
-  sock: number,
-  address: string,
-  port: number,
-  timestamp: number | undefined,
-  zc: readonly number[] | undefined,
-  cu: bigint | undefined,
-  data: Uint8Array,
-  rt?: readonly bigint[],
-  path?: number,
-): Buffer[] {
-  return asParts((f) => writeMsg(f, sock, address, port, timestamp, zc, cu, data, rt, path));
+export function encodeMsg(sock: number, m: MsgFields): Buffer[] {
+  return asParts((f) => writeMsg(f, sock, m));
 }
 
 /** A MSG frame with M_WIRE as its buffers. */
-export function encodeMsgWire(
-  sock: number,
-  address: string,
-  timestamp: number | undefined,
-  wire: Uint8Array,
-  data: Uint8Array,
-  rt?: readonly bigint[],
-  path?: number,
-): Buffer[] {
-  return asParts((f) => writeMsgWire(f, sock, address, timestamp, wire, data, rt, path));
+export function encodeMsgWire(sock: number, m: MsgFields, wire: Uint8Array): Buffer[] {
+  return asParts((f) => writeMsgWire(f, sock, m, wire));
 }
 
 /**

@@ -37,21 +37,10 @@ export function cutThrough(c: DeliveryTarget, s: NodeSock): RxHandoff {
   return (msg: RdsMessage, receipt: Receipt | null, header: Buffer): boolean => {
     if (s.closed || c.isGone() || s.inflight >= s.window()) return false;
     s.handedToClient(msg.data.length, receipt);
-    if (c.version >= WIRE_MSG_VERSION)
-      writeMsgWire(c.writer, s.id, msg.address, msg.timestamp, header, msg.data, msg.rxStamps, msg.path);
-    else
-      writeMsg(
-        c.writer,
-        s.id,
-        msg.address,
-        msg.port,
-        msg.timestamp,
-        undefined,
-        undefined,
-        msg.data,
-        msg.rxStamps,
-        msg.path,
-      );
+    // A message handed over here has no completions or congestion bits of its own (those ride on
+    // messages recvmsg() returns, below).
+    if (c.version >= WIRE_MSG_VERSION) writeMsgWire(c.writer, s.id, msg, header);
+    else writeMsg(c.writer, s.id, msg);
     return true;
   };
 }
@@ -64,18 +53,6 @@ export function pump(c: DeliveryTarget, s: NodeSock): void {
     const m = s.real.recvmsg();
     if (m === null) return;
     s.handedToClient(m.data.length);
-    if (!c.isGone())
-      writeMsg(
-        c.writer,
-        s.id,
-        m.address,
-        m.port,
-        m.timestamp,
-        m.zcopyCompletions,
-        m.congestionUpdate,
-        m.data,
-        m.rxStamps,
-        m.path,
-      );
+    if (!c.isGone()) writeMsg(c.writer, s.id, m);
   }
 }
