@@ -201,4 +201,48 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     const got = await userMessages(p0b, (g) => g.includes('m2'));
     expect(got.filter((x) => x !== 'm1')).toEqual(['m2']);
   });
+
+  // The third replay (session 26): the kernel redialled path 0 and a lane while the node's new
+  // life knew nothing of it; the lane's connection was accepted for path 0 and waited behind path
+  // 0's carrier (the newest carrier wins once the old one is read to its end). When its turn came
+  // the kernel was known to pair by port, yet it took path 0 over: the node's path-0 messages went
+  // on it, and the kernel read them there and again on its real path 0. Now the port is asked again
+  // at the turn.
+  it('a lane connection that waited to replace path 0 goes to its lane when its turn comes after the pairing is known', async () => {
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0 });
+    cleanups.push(() => B.close());
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: NODE, port: 5004 });
+    b.sendmsg(Buffer.from('m1'), { address: KERNEL, port: 7000 });
+    const conn = () => B.connections().find((c) => c.peerAddress === KERNEL)!;
+
+    const p0 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
+    cleanups.push(() => void p0.sock.destroy());
+    kernelMap(p0);
+    await p0.nextProbe();
+    // Lane 4 comes while path 0's carrier lives and nothing is known: it waits to replace path 0.
+    const l4 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 4, false);
+    cleanups.push(() => void l4.sock.destroy());
+    kernelMap(l4);
+    await until(() => B.counters.get('tcp_connect_raced') === 1, 'the lane queued behind path 0');
+    // Path 0's pong: 8 paths, paired by source port. m1 goes on path 0.
+    pong(p0, 1);
+    expect((await p0.nextUser()).payload.toString()).toBe('m1');
+    // The kernel ends that path-0 connection: the waiting connection's turn.
+    p0.sock.end();
+    await until(() => conn().paths[4]!.state === 'UP', "lane 4 up on the waiting connection (before: it took path 0)");
+    expect(B.counters.get('accept_moved_by_port')).toBe(1);
+    expect(conn().paths[0]!.state).not.toBe('UP');
+    expect(B.counters.get('accept_lane_misplaced')).toBe(0);
+    // Nothing of path 0 went on it: no probe (path 0's first frame), no message.
+    const onLane: Frame[] = [];
+    for (;;) {
+      try {
+        onLane.push(await l4.next(500));
+      } catch {
+        break;
+      }
+    }
+    expect(onLane.filter((f) => isProbe(f) || f.header.dport === 7000)).toEqual([]);
+  });
 });

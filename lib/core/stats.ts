@@ -109,6 +109,10 @@ export const RDS_COUNTER_NAMES = [
   // another lane than the path that took it (a lane that came before the peer's path 0 to a node
   // that just started): refused before anything on it was taken (handshake.ts)
   'accept_lane_misplaced',
+  // a connection accepted for a path while the peer's pairing by source port was not known, that
+  // waited behind that path's old carrier: when its turn came the pairing, learnt meanwhile, named
+  // another path, and it went there instead (tcp-listen.ts)
+  'accept_moved_by_port',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

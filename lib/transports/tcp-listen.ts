@@ -224,18 +224,44 @@ export class TcpListener {
       refuse(sock);
       return;
     }
+    this.handOver(conn, sock, slot, cp, false);
+  }
+
+  /**
+   * `sock` becomes `cp`'s carrier. Simultaneous or replacement connection: the newest carrier
+   * wins, once the old one has been read to its end (tcp-replace.ts); until then this one stays
+   * paused, nothing of it read. The path was chosen when the connection came, and by its turn the
+   * handshake may have settled the path count and the peer's pairing by source port: a 7.x kernel
+   * redialling its lanes to a node that just started had a lane's connection, accepted for path 0
+   * while nothing was known, take path 0 over a second later, when the kernel was known to pair
+   * by port; path 0's messages went on it and the kernel read them there and again on its real
+   * path 0 (the 1200 s replay, session 26). So the port is asked again at the turn: the
+   * connection goes where it names now (once), or is refused.
+   */
+  private handOver(conn: TransportConn, sock: Socket, slot: AdmissionSlot, cp: TransportPath, moved: boolean): void {
+    const host = this.ctx.host;
     const tp = tcpPath(cp);
     const poke = tp.poke;
     if (poke !== null && tp.pokeEnded(poke)) {
       poke.destroy();
       host.counters.add(RDS_CTR.conn_poke_superseded);
     }
-    // Simultaneous or replacement connection: the newest carrier wins, once the old one has been
-    // read to its end (tcp-replace.ts). Until then this one stays paused, nothing of it read.
     replaceCarrier(this.ctx, cp, () => {
       if (!stillUsable(this.ctx, sock)) {
         this.admission.freeSlot(slot);
         refuse(sock);
+        return;
+      }
+      const named = pathByPort(conn, sock.remotePort ?? 0);
+      if (named !== undefined && named !== cp) {
+        if (named === null || moved) {
+          host.counters.add(RDS_CTR.tcp_accept_no_free_path);
+          this.admission.freeSlot(slot);
+          refuse(sock);
+          return;
+        }
+        host.counters.add(RDS_CTR.accept_moved_by_port);
+        this.handOver(conn, sock, slot, named, true);
         return;
       }
       this.takeCarrier(cp, sock, slot);
@@ -296,12 +322,23 @@ export class TcpListener {
  * count is known is never mistaken for path 0. With several paths and no free one, the
  * connection is reset and the initiator retries.
  */
-function pathForAccepted(conn: TransportConn, srcPort: number): TransportPath | null {
+/**
+ * What the peer's source port says of an accepted carrier: the path it names (the peer pairs by
+ * port and the count is settled), null when it must be refused, undefined when it says nothing yet.
+ */
+function pathByPort(conn: TransportConn, srcPort: number): TransportPath | null | undefined {
   const n = conn.npaths;
   if (n > 1 && conn.handshake.sportIdx) return conn.path(srcPort % n)!;
   // A peer seen to pair carriers by source port whose path count is not settled yet: a lane's
   // carrier is refused (its initiator redials it), never taken for path 0 again (Handshake.pairsByPort).
   if (n <= 1 && conn.handshake.pairsByPort && srcPort % 8 !== 0) return null;
+  return undefined;
+}
+
+function pathForAccepted(conn: TransportConn, srcPort: number): TransportPath | null {
+  const named = pathByPort(conn, srcPort);
+  if (named !== undefined) return named;
+  const n = conn.npaths;
   for (let i = 0; i < Math.max(1, n); i++) {
     const p = conn.path(i)!;
     if (p.state !== RDS_CONN_UP) return p;
