@@ -230,7 +230,7 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     expect((await p0.nextUser()).payload.toString()).toBe('m1');
     // The kernel ends that path-0 connection: the waiting connection's turn.
     p0.sock.end();
-    await until(() => conn().paths[4]!.state === 'UP', "lane 4 up on the waiting connection (before: it took path 0)");
+    await until(() => conn().paths[4]!.state === 'UP', 'lane 4 up on the waiting connection (before: it took path 0)');
     expect(B.counters.get('accept_moved_by_port')).toBe(1);
     expect(conn().paths[0]!.state).not.toBe('UP');
     expect(B.counters.get('accept_lane_misplaced')).toBe(0);
