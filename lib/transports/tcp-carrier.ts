@@ -7,7 +7,7 @@ import type { TransportHost } from '../core/transport.js';
 import type { RdsTransport } from '../core/transport.js';
 import { native } from '../native.js';
 import { checkOption } from '../core/options.js';
-import { carrierSndbuf } from './tcp-sndbuf.js';
+import { applySndbuf } from './tcp-sndbuf.js';
 import { socketFd } from './tcp-socket.js';
 import type { FrameReader } from '../wire/frame-reader.js';
 
@@ -362,16 +362,7 @@ export class TcpShared {
         } catch {
           /* keep Node's setting */
         }
-        const bytes = carrierSndbuf(this.host.options.tcpSndbuf, sock.remoteAddress);
-        if (bytes > 0 && typeof n.setSendBuffer === 'function') {
-          try {
-            // The kernel doubles what setsockopt asks for (its bookkeeping overhead); the option
-            // names the doubled size, as net.rds.tcp.rds_tcp_sndbuf does.
-            n.setSendBuffer(fd, bytes >>> 1);
-          } catch {
-            /* keep autotuning */
-          }
-        }
+        applySndbuf(sock, this.host.options.tcpSndbuf);
       }
     };
     if (socketFd(sock) >= 0) full();

@@ -7,6 +7,7 @@ import { native } from '../native.js';
 import { encodeCongUpdate } from '../wire/header.js';
 import { TCP_CARRIER, tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
 import { socketFd } from './tcp-socket.js';
+import { writing } from './tcp-sndbuf.js';
 
 /**
  * The sending side of RDS/TCP (the kernel's tcp_send.c): frames go to the carrier socket, batched
@@ -34,6 +35,7 @@ export class TcpSender {
     const tp = tcpPath(cp);
     const sock = tp.sock!;
     const w = msg.wire;
+    writing(sock, msg.len); // 'auto' caps a same-host carrier's buffer at its first large message
     if (msg.zcPayload !== null) return this.xmitZeroCopy(cp, tp, sock, msg);
     const end = tp.addWritten(w.length);
     if (cp.conn.handshake.ackMode) {
