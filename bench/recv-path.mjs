@@ -11,6 +11,7 @@
 // Run it in a network namespace of its own: unshare -n bash -c 'ip link set lo up; node ...'.
 import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
+import { jsonLines } from './json-lines.mjs';
 
 const role = process.argv[2];
 if (role === 'sink') await sink(process.argv[3], JSON.parse(process.argv[4]));
@@ -104,24 +105,7 @@ function proc(args) {
   const p = spawn(process.execPath, [new URL(import.meta.url).pathname, ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  let buf = '';
-  const q = [];
-  const w = [];
-  p.stdout.setEncoding('utf8');
-  p.stdout.on('data', (d) => {
-    buf += d;
-    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
-      q.push(JSON.parse(buf.slice(0, i)));
-      buf = buf.slice(i + 1);
-      for (const f of w.splice(0)) f();
-    }
-  });
-  const next = () =>
-    new Promise((res) => {
-      const c = () => (q.length ? res(q.shift()) : w.push(c));
-      c();
-    });
-  return { p, next };
+  return { p, next: jsonLines(p.stdout, `recv-path ${args[0]}`, 600000) };
 }
 
 async function main() {
@@ -146,9 +130,9 @@ async function main() {
       blk++;
       const o = { tcpPort: 28000 + blk, addr: `127.51.${blk}.200`, warm, msgs };
       const s = proc(['sink', dist, JSON.stringify(o)]);
-      await s.next();
+      await s.next((l) => l.ready);
       const f = proc(['feed', dist, JSON.stringify({ ...o, senders, size, peer: o.addr, net: `127.51.${blk}` })]);
-      const x = await s.next();
+      const x = await s.next((l) => l.us !== undefined);
       f.p.kill('SIGKILL');
       s.p.kill('SIGKILL');
       res[label].push(x);

@@ -78,12 +78,14 @@ export interface RdsStackOptions {
   /**
    * The kernel send buffer of each TCP connection, in bytes, as `net.rds.tcp.rds_tcp_sndbuf` sets
    * it in the kernel (what `getsockopt(SO_SNDBUF)` then reports): 0 leaves it to the kernel's
-   * autotuning (the kernel's RDS default). Default `'auto'`: 128 KiB for a connection to a peer on
-   * this host (a 127.0.0.0/8 address or one of this host's own), autotuning for the rest. Why: on
-   * this host one `write()` delivers its bytes to the receiving socket in the same call, and every
-   * path of a node shares one JavaScript thread, so with an autotuned buffer (up to 4 MiB) one
-   * write of a 1 MiB message held every other path of the node for about a millisecond (docs/performance.md,
-   * head-of-line). Otherwise 0 or at least 131072: with less, loopback TCP was seen
+   * autotuning (the kernel's RDS default). Default `'auto'`: autotuning, and 128 KiB for a
+   * connection to a peer on this host (a 127.0.0.0/8 address or one of this host's own) from the
+   * first message of 64 KiB or more it writes. Why: on this host one `write()` delivers its bytes
+   * to the receiving socket in the same call, and every path of a node shares one JavaScript
+   * thread, so with an autotuned buffer (up to 4 MiB) one write of a 1 MiB message held every other
+   * path of the node for about a millisecond (docs/performance.md, head-of-line); small messages
+   * go out in runs of about 16 KiB whatever the buffer, and capping it for them cost a fan-in of
+   * 1 KiB messages a quarter of its throughput (docs/fan-in-regression.md). Otherwise 0 or at least 131072: with less, loopback TCP was seen
    * waiting on delayed acknowledgements (64 KiB moved 2 MiB/s). Linux caps a value above twice
    * `net.core.wmem_max`. TCP-only: also a TcpTransport option, which wins.
    */
