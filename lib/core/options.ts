@@ -85,9 +85,10 @@ export interface RdsStackOptions {
    * thread, so with an autotuned buffer (up to 4 MiB) one write of a 1 MiB message held every other
    * path of the node for about a millisecond (docs/performance.md, head-of-line); small messages
    * go out in runs of about 16 KiB whatever the buffer, and capping it for them cost a fan-in of
-   * 1 KiB messages a quarter of its throughput (docs/fan-in-regression.md). Otherwise 0 or at least 131072: with less, loopback TCP was seen
-   * waiting on delayed acknowledgements (64 KiB moved 2 MiB/s). Linux caps a value above twice
-   * `net.core.wmem_max`. TCP-only: also a TcpTransport option, which wins.
+   * 1 KiB messages a quarter of its throughput (docs/fan-in-regression.md). Otherwise 0 or at
+   * least 131072: with less, loopback TCP was seen waiting on delayed acknowledgements (64 KiB
+   * moved 2 MiB/s). Linux caps a value above twice `net.core.wmem_max`. TCP-only: also a
+   * TcpTransport option, which wins.
    */
   tcpSndbuf?: number | 'auto';
   /**
