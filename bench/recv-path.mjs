@@ -19,11 +19,11 @@ else if (role === 'feed') await feed(process.argv[3], JSON.parse(process.argv[4]
 else await main();
 
 async function sink(dist, o) {
-  const { RdsSocket, RdsStack } = await import(`${dist}/index.js`);
+  const { constants: k, RdsSocket, RdsStack } = await import(`${dist}/index.js`);
   const stack = new RdsStack({ tcpPort: o.tcpPort, heartbeatIntervalMs: 0 });
   const s = new RdsSocket({ stack });
   await s.bind({ address: o.addr, port: 4000 });
-  s.setsockopt(1, 8, 64 << 20); // SOL_SOCKET, SO_RCVBUF
+  s.setsockopt(k.SOL_SOCKET, k.SO_RCVBUF, 64 << 20);
   const out = (x) => process.stdout.write(`${JSON.stringify(x)}\n`);
   let n = 0;
   const marks = [o.warm, o.warm + o.msgs];

@@ -5,7 +5,6 @@ import {
   C_REQ,
   encodeFrame,
   type Frame,
-  FrameParser,
   FrameWriter,
   N_EVENT,
   N_MSG,
@@ -18,6 +17,7 @@ import {
 } from './protocol.js';
 import { decodeCount } from './hot-frames.js';
 import { widenSendBuffer } from './unix-peer.js';
+import { SlabFrameParser } from './frame-slab.js';
 import type { NodeBackend } from './node-backend.js';
 import type { ResolvedStackOptions } from '../core/options.js';
 import { optionsFromWire } from './node-options.js';
@@ -31,7 +31,7 @@ function errorFrom(meta: unknown): RdsError {
 /** The connection of this process (or thread) to a host node. @internal */
 export class NodeLink {
   private readonly conn: Socket;
-  private readonly parser = new FrameParser();
+  private readonly parser = new SlabFrameParser();
   readonly writer: FrameWriter;
   private readonly reqs = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private nextId = 1;
@@ -68,7 +68,18 @@ export class NodeLink {
       ko = rej;
     });
     this.ready.catch(() => {});
-    this.conn = connect(path);
+    // Reads go into the parser's slabs (frame-slab.ts): no allocation per read, and a large MSG
+    // is read straight into a buffer of its own.
+    this.conn = connect({
+      path,
+      onread: {
+        buffer: () => this.parser.readBuffer(),
+        callback: (n: number): boolean => {
+          this.received(n, path, ok);
+          return true;
+        },
+      },
+    });
     this.conn.once('connect', () => widenSendBuffer(this.conn));
     this.writer = new FrameWriter(
       (parts) => {
@@ -79,13 +90,6 @@ export class NodeLink {
     );
     this.writer.write(encodeFrame(C_HELLO, 0, 0, { v: PROTOCOL_VERSION, pid: process.pid }));
     this.writer.flush();
-    this.conn.on('data', (chunk: Buffer) => {
-      try {
-        for (const f of this.parser.push(chunk)) this.frame(f, ok);
-      } catch (e) {
-        this.down(new RdsError('ENETDOWN', `the RDS node at ${path} sent a malformed frame (${(e as Error).message})`));
-      }
-    });
     this.conn.on('error', () => {});
     this.conn.on('close', () => {
       const err = this.welcomed
@@ -94,6 +98,14 @@ export class NodeLink {
       ko(err);
       this.down(err);
     });
+  }
+
+  private received(n: number, path: string, ok: () => void): void {
+    try {
+      for (const f of this.parser.filled(n)) this.frame(f, ok);
+    } catch (e) {
+      this.down(new RdsError('ENETDOWN', `the RDS node at ${path} sent a malformed frame (${(e as Error).message})`));
+    }
   }
 
   private frame(f: Frame, ok: () => void): void {

@@ -194,7 +194,8 @@ export class FrameParser {
   }
 }
 
-function decodeFrame(b: Buffer, start: number, end: number): Frame {
+/** The frame in `b` from `start` to `end` (its length field included); throws ProtocolError. */
+export function decodeFrame(b: Buffer, start: number, end: number): Frame {
   const type = b[start + 4]!;
   const sock = b.readUInt32BE(start + 5);
   const id = b.readUInt32BE(start + 9);

@@ -22,7 +22,6 @@ import {
   C_SEND,
   encodeFrame,
   type Frame,
-  FrameParser,
   FrameWriter,
   N_EVENT,
   N_RESP,
@@ -38,6 +37,8 @@ import type { HostNode } from './server.js';
 import { decodeCount } from './hot-frames.js';
 import { cutThrough, type DeliveryTarget, pump } from './node-deliver.js';
 import { peerCredentials, widenSendBuffer } from './unix-peer.js';
+import { feedChunk, SlabFrameParser } from './frame-slab.js';
+import { adoptWithOnread } from '../onread.js';
 import { controlAnswer } from '../core/ext/control-commands.js';
 import { SendSide } from './node-send.js';
 import {
@@ -65,7 +66,8 @@ export class Client implements DeliveryTarget {
   /** pid, uid and gid come from the kernel, not from the client. */
   readonly verified: boolean;
   private hello = false;
-  private readonly parser = new FrameParser();
+  private readonly parser = new SlabFrameParser();
+  private readonly conn: Socket;
   readonly writer: FrameWriter;
   private readonly sends: SendSide;
   readonly sockets = new Map<number, NodeSock>();
@@ -77,10 +79,24 @@ export class Client implements DeliveryTarget {
   /** The stack events this client asked for (an attached stack with listeners), or null. */
   private watch: StackWatch | null = null;
 
+  /** `accepted`: the control socket as the server accepted it, paused (nothing read yet). */
   constructor(
     readonly node: HostNode,
-    private readonly conn: Socket,
+    accepted: Socket,
   ) {
+    // Reads go into the parser's slabs (frame-slab.ts); where Node cannot hand the accepted
+    // handle over, its chunks are fed to the same parser.
+    const conn =
+      adoptWithOnread(accepted, {
+        buffer: () => this.parser.readBuffer(),
+        callback: (n: number, buf: Uint8Array): boolean => {
+          this.received(buf as Buffer, n);
+          return true;
+        },
+      }) ?? accepted;
+    this.conn = conn;
+    if (conn === accepted)
+      conn.on('data', (chunk: Buffer) => feedChunk(this.parser, chunk, (b, n) => this.received(b, n)));
     const cred = peerCredentials(conn);
     this.verified = cred !== null;
     if (cred !== null) ({ pid: this.pid, uid: this.uid, gid: this.gid } = cred);
@@ -99,34 +115,36 @@ export class Client implements DeliveryTarget {
     this.sends = new SendSide(this);
     // SENT reports ride along with whatever goes to the client anyway.
     this.writer.piggyback = this.sends.reportSent;
-    conn.on('data', (chunk: Buffer) => {
-      if (this.gone) return;
-      // rds-info and rds-ctl speak their line protocol to every control socket they find, this
-      // one included: a request line instead of the attach protocol's hello.
-      const line = !this.hello && !this.infoAsked ? controlLine(chunk) : null;
-      if (line !== null) {
-        this.infoAsked = true;
-        this.gone = true;
-        this.node.forget(this);
-        conn.end(`${JSON.stringify(this.controlRequest(line))}\n`);
-        return;
-      }
-      try {
-        for (const f of this.parser.push(chunk)) {
-          this.frame(f);
-          if (this.gone) return;
-        }
-      } catch (e) {
-        if (e instanceof ProtocolError) {
-          this.node.counters.malformed++;
-          this.drop(`protocol error: ${e.message}`);
-        } else {
-          this.drop(`internal error: ${(e as Error).message}`);
-        }
-      }
-    });
     conn.on('error', () => {});
     conn.on('close', () => this.release('detached'));
+  }
+
+  /** `n` bytes were read into `buf` (the parser's memory). */
+  private received(buf: Buffer, n: number): void {
+    if (this.gone) return;
+    // rds-info and rds-ctl speak their line protocol to every control socket they find, this
+    // one included: a request line instead of the attach protocol's hello.
+    const line = !this.hello && !this.infoAsked ? controlLine(buf.subarray(0, n)) : null;
+    if (line !== null) {
+      this.infoAsked = true;
+      this.gone = true;
+      this.node.forget(this);
+      this.conn.end(`${JSON.stringify(this.controlRequest(line))}\n`);
+      return;
+    }
+    try {
+      for (const f of this.parser.filled(n)) {
+        this.frame(f);
+        if (this.gone) return;
+      }
+    } catch (e) {
+      if (e instanceof ProtocolError) {
+        this.node.counters.malformed++;
+        this.drop(`protocol error: ${e.message}`);
+      } else {
+        this.drop(`internal error: ${(e as Error).message}`);
+      }
+    }
   }
 
   sockCount(): { id: number; bound: string }[] {

@@ -69,7 +69,8 @@ export class HostNode implements HostNodeHandle {
       );
     takeOverStale(path, log);
     let node: HostNode | null = null;
-    const server = createServer((c) => node?.accept(c));
+    // Taken paused: the client reads them into its parser's memory (server-client.ts).
+    const server = createServer({ pauseOnConnect: true }, (c) => node?.accept(c));
     await new Promise<void>((res, rej) => {
       server.once('error', (e) =>
         rej(new RdsError('EADDRINUSE', `cannot listen at ${path}: ${e.message}`, { cause: e })),

@@ -2,10 +2,11 @@
 // bind in, a socket's fd, slab reads into a frame reader (also for accepted sockets), the reset
 // that ends a refused connection, and a socket's addresses as RDS addresses.
 import { readFileSync } from 'node:fs';
-import { Socket, type OnReadOpts, type SocketConstructorOpts } from 'node:net';
+import { type OnReadOpts, Socket } from 'node:net';
 import * as tls from 'node:tls';
 import { canonicalAddress } from '../core/address.js';
 import type { FrameReader } from '../wire/frame-reader.js';
+import { adoptWithOnread } from '../onread.js';
 
 /** net.ipv4.ip_local_port_range, with the low end rounded up to a multiple of 8. */
 let portRange: [number, number] | null = null;
@@ -66,17 +67,10 @@ export function turnReads(sock: Socket, slab: boolean, on: boolean): void {
 /**
  * Node offers slab reads (`onread`) only to sockets it connects, never to ones a server accepts.
  * An accepted socket (taken paused, so nothing has been read) hands its handle to a new Socket
- * that reads into `reader`'s slabs, as initiated carriers do. The handle is net's private
- * `_handle`; where this Node has none the accepted socket is returned and the caller reads 'data'.
+ * that reads into `reader`'s slabs, as initiated carriers do (see adoptWithOnread).
  */
 export function withSlabReads(sock: Socket, reader: FrameReader, received: (n: number) => void): Socket | null {
-  const s = sock as unknown as { _handle?: { readStart?: unknown } | null };
-  const handle = s._handle;
-  if (handle === null || handle === undefined || typeof handle.readStart !== 'function') return null;
-  s._handle = null;
-  // With no handle, destroy() only settles the old stream and the server's connection count.
-  sock.destroy();
-  return new Socket({ handle, onread: slabOnread(reader, received) } as SocketConstructorOpts);
+  return adoptWithOnread(sock, slabOnread(reader, received));
 }
 
 /**
