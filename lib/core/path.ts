@@ -335,9 +335,9 @@ export class RdsConnPath {
   }
 
   /** A message joined the send queue (PathSend): connect, or pump; a path not up starts its grace period. */
-  queued(): void {
+  queued(bytes: number): void {
     if (this.st === RDS_CONN_DOWN) this.connectIfDown();
-    else this.tx.schedulePump();
+    else this.tx.schedulePump(bytes);
     if (this.st !== RDS_CONN_UP) this.conn.failover.arm(this);
   }
 

@@ -1,7 +1,7 @@
 import { RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SIZE } from '../constants.js';
 import { encodeDataHeader, OFF_EXTHDR, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
-import { defer } from './defer.js';
+import { PumpTurn } from './pump-turn.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { OwnAccount } from './ext/own-budget.js';
@@ -38,7 +38,11 @@ export class PathSend {
   private probe: RdsOutgoing | null = null;
   /** This incarnation has queued a probe on this path: the first one went ahead of any data. */
   private probeQueued = false;
-  private pumpQueued = false;
+  /** When the pump runs: at once for single messages, once per turn for a stream (pump-turn.ts). */
+  private readonly turn = new PumpTurn(
+    () => this.pump(),
+    () => this.messages,
+  );
   private pumping = false;
   private pumpAgain = false;
   /** Transport said "no more for now"; it calls kick() when it drains. */
@@ -184,7 +188,7 @@ export class PathSend {
   private enlist(msg: RdsOutgoing): RdsOutgoing {
     this.sendQueue.push(msg);
     this.stack.counters.add(RDS_CTR.send_queued);
-    this.path.queued();
+    this.path.queued(msg.len);
     return msg;
   }
 
@@ -290,14 +294,9 @@ export class PathSend {
     this.schedulePump();
   }
 
-  schedulePump(): void {
-    if (this.pumpQueued) return;
-    this.pumpQueued = true;
-    // One pump per turn of the event loop, so a burst of sendmsg calls goes out as one batch.
-    defer(() => {
-      this.pumpQueued = false;
-      this.pump();
-    });
+  /** The pump has something to do: `bytes` more queued (0: room, an ack, a state change). */
+  schedulePump(bytes = 0): void {
+    this.turn.schedule(bytes);
   }
 
   /** rds_send_xmit: move queued messages to the transport while it accepts them. */
