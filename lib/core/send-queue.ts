@@ -315,8 +315,8 @@ export class PathSend {
     const now = performance.now();
     const wallNow = Date.now();
     const gated = cp.conn.handshake.holdsData(cp);
+    if (t.xmitBegin?.(cp) === false) return;
     this.pumping = true;
-    t.xmitBegin?.(cp);
     try {
       do {
         this.pumpAgain = false;

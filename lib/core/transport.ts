@@ -137,8 +137,12 @@ export interface RdsTransport {
   /** Tear down whatever carries the path; after this no callback for the old carrier may reach the core. */
   connPathShutdown(cp: TransportPath): void;
 
-  /** Optional batching hooks around a burst of xmit calls (the TCP transport corks). */
-  xmitBegin?(cp: TransportPath): void;
+  /**
+   * Optional batching hooks around a burst of xmit calls (the TCP transport corks). False: the
+   * carrier takes nothing now and the burst does not start (a TCP socket already destroyed whose
+   * 'close' the path has not seen yet); the path's reset follows.
+   */
+  xmitBegin?(cp: TransportPath): boolean | void;
   /** The end of a burst of xmit calls begun by xmitBegin (the TCP transport uncorks). */
   xmitEnd?(cp: TransportPath): void;
 

@@ -17,12 +17,16 @@ import { writing } from './tcp-sndbuf.js';
 export class TcpSender {
   constructor(private readonly ctx: TcpShared) {}
 
-  xmitBegin(cp: TransportPath): void {
+  xmitBegin(cp: TransportPath): boolean {
     const tp = tcpPath(cp);
+    // Destroyed (a reset, a shutdown) before its 'close' reached the path: a message moved to the
+    // retransmit queue now would be written nowhere and resent, flagged, as if it had been sent.
+    if (tp.sock === null || tp.sock.destroyed) return false;
     tp.beginBatch();
     // Between rds-socket peers a batch is usually one write (the run of frames), which needs no
     // cork; the socket is corked only when a batch makes several writes (see corkBatch).
     if (!cp.conn.handshake.ackMode) tp.corkBatch();
+    return true;
   }
 
   xmitEnd(cp: TransportPath): void {

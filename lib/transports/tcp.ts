@@ -105,8 +105,8 @@ export class TcpTransport implements RdsTransport {
     tcpPath(cp).shutdown()?.destroy();
   }
 
-  xmitBegin(cp: TransportPath): void {
-    this.sender.xmitBegin(cp);
+  xmitBegin(cp: TransportPath): boolean {
+    return this.sender.xmitBegin(cp);
   }
 
   xmitEnd(cp: TransportPath): void {
