@@ -16,6 +16,7 @@ import {
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
+import type { RdsConnPath } from './path.js';
 
 /** rds-socket capabilities `conn` advertises (RDSSOCK_CAP_*, the path count in its top bits). */
 export function localCapsOf(conn: RdsConnection): number {
@@ -36,9 +37,8 @@ export function localCapsOf(conn: RdsConnection): number {
 
 /**
  * The unsequenced hello (seq 0, RETRANSMITTED, sport 1 -> dport 0, handshake extensions) that
- * starts a carrier of a lane > 0 (only rds-socket peers run lanes) and, on path 0, only a carrier
- * to an older rds-socket peer (no RDSSOCK_CAP_NO_HELLO), which acknowledges nothing before it.
- * A kernel never gets it: it would count it in recv_drop_old_seq.
+ * starts some carriers (startsWithHello, below). A kernel never gets it: it would count it in
+ * recv_drop_old_seq.
  */
 export function helloFrameOf(exts: readonly RdsExtension[]): Buffer {
   const h = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -49,4 +49,24 @@ export function helloFrameOf(exts: readonly RdsExtension[]): Buffer {
     exthdr: packExtensions(exts),
   });
   return h;
+}
+
+/**
+ * Whether a new carrier of `cp` starts with the unsequenced hello: every lane > 0 except to a
+ * kernel (7.x runs lanes too: it would count the hello in recv_drop_old_seq), and on path 0 an
+ * older rds-socket peer's (Handshake.wantsLegacyHello); elsewhere the sequenced probe serves.
+ *
+ * And path 0 to a peer known to be rds-socket with messages queued (to resend, or sent while it
+ * was down): they go ahead of the probe, sequenced, so a peer that restarted learns what we are
+ * only once they are through. If the carrier stalls meanwhile (a partition in one direction, a
+ * paused node), its handshake wait runs out and it takes us for a kernel, whose TCP
+ * acknowledgement confirms a message: bytes a paused node's kernel took and the node never read
+ * were confirmed and lost (the nemesis, seed 6067). The hello goes ahead of anything queued and
+ * says it at once. (A peer that was rds-socket and is a kernel now counts it in recv_drop_old_seq.)
+ */
+export function startsWithHello(cp: RdsConnPath): boolean {
+  const hs = cp.conn.handshake;
+  if (cp.index > 0) return hs.peer !== 'kernel';
+  if (hs.wantsLegacyHello) return true;
+  return hs.peer === 'rds-socket' && !cp.conn.isLoopback && cp.tx.sendQueue.length > 0;
 }

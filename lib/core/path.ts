@@ -13,6 +13,7 @@ import { Heartbeat } from './ext/heartbeat.js';
 import { type RxMark, RxSequence } from './rx-seq.js';
 import { railMayConnect } from './ext/rail.js';
 import { PathControl } from './ext/path-control.js';
+import { startsWithHello } from './handshake-frames.js';
 import { worthRedialling } from './ext/reconnect-rule.js';
 import { PathSend } from './send-queue.js';
 import { RDS_CTR } from './stats.js';
@@ -249,10 +250,7 @@ export class RdsConnPath {
     this.rxAtCarrier = this.conn.handshake.holdsData(this) ? this.rxSeq.mark() : null;
     if (!this.transition(this.st, RDS_CONN_UP)) return;
     fo.returned(this);
-    // Lanes > 0 get a hello except with a kernel (7.x runs lanes too: it would count the hello in
-    // recv_drop_old_seq); on path 0 only older rds-socket peers get one (the probe serves).
-    if ((this.index > 0 && this.conn.handshake.peer !== 'kernel') || this.conn.handshake.wantsLegacyHello)
-      this.sendLegacyHello();
+    if (startsWithHello(this)) this.sendLegacyHello();
     this.conn.handshake.pathUp(this);
     this.heartbeat.start();
     this.tx.schedulePump();

@@ -14,9 +14,8 @@ const FLUSH_BYTES = 64 << 10;
  * receiver works in parallel with a producer that never yields.
  *
  * A microtask alone batched a synchronous loop of sendmsg() calls, but not a loop of awaited
- * send()s: each await let the pump run between two messages, one TCP write per message (1 KiB
- * messages one way between two processes: 140 MiB/s at 13.5 us of CPU per message, against
- * 550 MiB/s at 3.3 us with one pump per turn; docs/performance.md).
+ * send()s: each await let the pump run between two messages, one TCP write per message
+ * (docs/performance.md, session 27, has the figures before and after).
  */
 export class PumpTurn {
   private microQueued = false;

@@ -59,10 +59,7 @@ export class SlabFrameParser {
   readBuffer(): Buffer {
     if (this.failed) return SlabFrameParser.SCRATCH;
     const own = this.own;
-    if (own !== null) {
-      this.offered = own.length - this.ownFill;
-      return own.subarray(this.ownFill);
-    }
+    if (own !== null) return own.subarray(this.ownFill);
     let slab = this.slab;
     const have = this.fill - this.at;
     if (have === 0 && this.quiet) {

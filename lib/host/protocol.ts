@@ -104,6 +104,11 @@ export function encodeFrame(
 /**
  * Reassembles frames from a byte stream. Throws ProtocolError on a length out of bounds, a meta
  * that is not a JSON object, or more than `maxBuffered` bytes of an unfinished frame.
+ *
+ * The reference parser: chunks pushed in, frames out, nothing else. The control sockets of the
+ * node and of attached processes read through SlabFrameParser (frame-slab.ts), which must accept
+ * and refuse exactly what this one does; tests, the fuzz corpus check and hostile-client fixtures
+ * use this one because it needs no socket.
  */
 export class FrameParser {
   private chunks: Buffer[] = [];
