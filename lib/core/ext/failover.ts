@@ -237,12 +237,18 @@ export class ConnFailover {
 
   /**
    * The live path a dead one's messages go to: the one it is already holding behind if that is
-   * up (moving elsewhere could let them overtake what waits there), else the lowest UP path.
+   * up (moving elsewhere could let them overtake what waits there); else a live path that waits
+   * behind it, where they go ahead of what it holds; else the lowest UP path. Sent past a path
+   * that waits behind `from`, that path's hold would move to the target, and a target that waits
+   * behind that path in turn made two paths wait on each other for ever (the nemesis, seed 6067's
+   * replay: nothing sent for 6 s, then a socket's later message read before its earlier ones).
    */
   target(from: RdsConnPath): RdsConnPath | null {
     const hold = this.currentHold(from);
     if (hold !== null) return hold.state === RDS_CONN_UP ? hold : null;
-    for (const p of failoverPaths(this.conn)) {
+    const paths = failoverPaths(this.conn);
+    for (const p of paths) if (p !== from && p.state === RDS_CONN_UP && this.currentHold(p) === from) return p;
+    for (const p of paths) {
       if (p !== from && p.state === RDS_CONN_UP) return p;
     }
     return null;
