@@ -354,6 +354,20 @@ export const RDSSOCK_CAP_RAILS = 0x200;
  * The frame's payload names both nodes (see lib/wire/rail-hello.ts). Never sent to a kernel.
  */
 export const RDSSOCK_EXTHDR_RAIL = 0x56;
+/**
+ * A message whose sender cancelled it (a send() timeout, RDS_CANCEL_SENT_TO) after it went out
+ * on a carrier that then died: a copy may still come out of that carrier, so it keeps its place
+ * in sequence as a withdrawn record, never delivered (docs/extensions.md, "Withdrawn messages").
+ * The peer takes it: it counts the message's numbers as arrived (a late copy is a duplicate) and
+ * delivers nothing.
+ */
+export const RDSSOCK_CAP_WITHDRAWN = 0x800;
+/**
+ * The withdrawn marker (no data), at byte 10 of the extension area, after the MOVED record that
+ * a withdrawn message always carries (naming the path and number it was first given). The frame
+ * has no payload. Only ever sent to peers that advertised RDSSOCK_CAP_WITHDRAWN.
+ */
+export const RDSSOCK_EXTHDR_WITHDRAWN = 0x57;
 /** No socket was bound to the destination port (the sender's confirmation rejects with ECONNREFUSED). */
 export const RDSSOCK_REFUSED_NO_SOCK = 2;
 /** The receiving socket was closed with the message unread (ECONNRESET). */

@@ -3,7 +3,6 @@ import { RDS_CONN_DOWN, RDS_CONN_UP } from '../lib/constants.js';
 import type { RdsConnection } from '../lib/core/connection.js';
 import { ConnFailover } from '../lib/core/ext/failover.js';
 import { Fifo } from '../lib/core/fifo.js';
-import type { RdsOutgoing } from '../lib/core/message.js';
 import type { RdsConnPath } from '../lib/core/path.js';
 
 // Failover holds must never wait on each other (issue #35, the replay of nemesis seed 6067, host

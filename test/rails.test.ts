@@ -322,11 +322,7 @@ describe('path policies', () => {
     const { conn } = await upPair('min-latency');
     // Acknowledgement times as the send path records them: path 0 slow (40 ms), the rail fast (1 ms).
     const record = (p: RdsConnPath, ms: number, n: number): void => {
-      const tx = p.tx as unknown as { latencySum: number; latencyHistogram: number[] };
-      for (let i = 0; i < n; i++) {
-        tx.latencySum += ms;
-        tx.latencyHistogram[Math.min(16, Math.ceil(Math.log2(ms + 1)))]!++;
-      }
+      for (let i = 0; i < n; i++) p.tx.latency.record(ms);
     };
     record(conn.paths[0]!, 40, 10);
     record(conn.paths[8]!, 1, 10);

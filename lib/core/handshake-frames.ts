@@ -12,6 +12,7 @@ import {
   RDSSOCK_CAP_NO_HELLO,
   RDSSOCK_CAP_PATHS_SHIFT,
   RDSSOCK_CAP_RAILS,
+  RDSSOCK_CAP_WITHDRAWN,
 } from '../constants.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
@@ -25,7 +26,8 @@ export function localCapsOf(conn: RdsConnection): number {
   const paths = conn.transport.mpathCapable ? opts.npaths : 1;
   // Failover needs acks (to know what the peer has) and paths to move between.
   const failover = opts.rdsAcks && paths > 1 ? RDSSOCK_CAP_FAILOVER : 0;
-  const acks = opts.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM : 0;
+  // With acks, a cancelled message still in a dead carrier keeps its place (withdrawn.ts).
+  const acks = opts.rdsAcks ? RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_WITHDRAWN : 0;
   // Rails (other address pairs to the same peer) need acks too, and a transport that carries them.
   const rails = opts.rdsAcks && conn.transport.rails === true ? RDSSOCK_CAP_RAILS : 0;
   // Lanes open on demand (lazyLanes) wherever there are lanes.

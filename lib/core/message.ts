@@ -41,6 +41,9 @@ export class RdsOutgoing {
   private xmitRefs = 0;
   /** The RDMA READ/WRITE this message carries (RDS_CMSG_RDMA_ARGS), posted before it. */
   rdma: RdmaOp | null = null;
+  /** Where the message was first numbered, once a failover moved it (-1: never moved). */
+  private firstPath = -1;
+  private firstSeq = 0;
 
   constructor(
     readonly wire: Buffer,
@@ -117,6 +120,10 @@ export class RdsOutgoing {
       w[OFF_EXTHDR + 1] = this.path.index;
       writeU64(w, OFF_EXTHDR + 2, this.seq);
     }
+    if (this.firstPath < 0) {
+      this.firstPath = this.path.index;
+      this.firstSeq = this.seq;
+    }
     writeU64(w, OFF_SEQUENCE, seq);
     // First transmission in the new path's sequence space.
     w[OFF_FLAGS] = w[OFF_FLAGS]! & ~RDS_FLAG_RETRANSMITTED;
@@ -131,6 +138,16 @@ export class RdsOutgoing {
   renumber(seq: number): void {
     writeU64(this.wire, OFF_SEQUENCE, seq);
     this.seq = seq;
+  }
+
+  /** The path index the message was first numbered on (its MOVED record's, once moved). */
+  get originPath(): number {
+    return this.firstPath < 0 ? this.path.index : this.firstPath;
+  }
+
+  /** Its sequence number there. */
+  get originSeq(): number {
+    return this.firstPath < 0 ? this.seq : this.firstSeq;
   }
 
   /** A socket's message, not one the node sent on its own account (probe, pong, ping). */

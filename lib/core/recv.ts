@@ -15,6 +15,7 @@ import { decodeRdmaExtensions, type RdmaExtensions } from '../wire/rdma-ext.js';
 import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '../wire/header.js';
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
 import { follow, RX_DISCARDED, RX_REFUSED, type RxEntry } from './ext/rx-ack.js';
+import { isWithdrawn } from './ext/withdrawn.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -153,6 +154,15 @@ export function recvIncoming(
       const e = cp.acks.recordReceived(seq, false, ackRequired);
       if (e !== null) follow(fate, e);
     }
+    return;
+  }
+
+  // A withdrawn record (its sender cancelled the message after it went out on a carrier that
+  // died; ext/withdrawn.ts): its numbers now count as arrived, so a late copy still in that
+  // carrier is a duplicate. Nothing is delivered.
+  if (moved && isWithdrawn(header)) {
+    stack.counters.add(RDS_CTR.recv_withdrawn);
+    cp.acks.recordReceived(seq, true, ackRequired);
     return;
   }
 

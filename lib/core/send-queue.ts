@@ -2,9 +2,11 @@ import { RDS_CONN_UP, RDS_FLAG_PROBE_PORT, RDS_FLAG_RETRANSMITTED, RDS_HEADER_SI
 import { encodeDataHeader, OFF_EXTHDR, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
 import { packExtensions, type RdsExtension } from '../wire/extensions.js';
 import { PumpTurn } from './pump-turn.js';
+import { SendLatency } from './send-latency.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { OwnAccount } from './ext/own-budget.js';
+import { takesWithdrawn, WithdrawnAccount } from './ext/withdrawn.js';
 import { renumbered } from './ext/path-policy.js';
 import type { RdsConnPath } from './path.js';
 import { findBySeq, ReadConfirmations } from './ext/send-confirm.js';
@@ -32,6 +34,8 @@ export class PathSend {
   readonly confirms: ReadConfirmations;
   /** Messages queued on the node's own account (pongs, probes), bounded by maxOwnQueued. */
   readonly own = new OwnAccount();
+  /** Withdrawn records this path made at its resets, bounded (withdrawn.ts). */
+  readonly withdrawn = new WithdrawnAccount();
   /** The full local congestion map must go out before the next message. */
   private congPending = false;
   /** The last multipath probe queued (path 0), to queue none while one waits unsent. */
@@ -49,9 +53,8 @@ export class PathSend {
   private blocked = false;
   private messages = 0;
   private bytes = 0;
-  /** Send-to-acknowledge times in power-of-two buckets: [<1 ms, <2 ms, <4 ms, ... , >= 2^15 ms]. */
-  readonly latencyHistogram: number[] = new Array<number>(17).fill(0);
-  private latencySum = 0;
+  /** Send-to-acknowledge times. */
+  readonly latency = new SendLatency();
 
   constructor(private readonly path: RdsConnPath) {
     this.confirms = new ReadConfirmations(path.conn.stack.counters, path.conn.faddr);
@@ -75,11 +78,6 @@ export class PathSend {
 
   get sentBytes(): number {
     return this.bytes;
-  }
-
-  /** Sum of the send-to-acknowledge times counted in latencyHistogram, ms. */
-  get latencySumMs(): number {
-    return this.latencySum;
   }
 
   private get stack() {
@@ -267,13 +265,19 @@ export class PathSend {
 
   /**
    * rds_send_path_reset: everything sent but unacknowledged goes back in front of the send queue,
-   * flagged RETRANSMITTED, with its original sequence number; a pending map is forgotten (a fresh
+   * flagged RETRANSMITTED, with its original sequence number (a cancelled one as its withdrawn
+   * record, to a peer that takes them); a pending map is forgotten (a fresh
    * one follows the next UP). Path 0 leaving UP wakes a path that is up for a map change queued.
    */
   reset(): void {
     const resend: RdsOutgoing[] = [];
+    const withdraw = takesWithdrawn(this.path.conn);
     for (const m of this.retrans.drain()) {
-      if (m.done) continue;
+      if (m.done) {
+        // Cancelled after it went out: a copy may still come out of the dead carrier (withdrawn.ts).
+        if (withdraw) this.withdrawn.keepPlace(m, resend, this.stack.counters);
+        continue;
+      }
       if (BREAK_RETRANSMIT && m.fromSocket) {
         m.complete();
         continue;
@@ -371,7 +375,7 @@ export class PathSend {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;
       this.retrans.shift();
-      if (!m.done && m.sentAt > 0) this.recordLatency(now - m.sentAt);
+      if (!m.done && m.sentAt > 0) this.latency.record(now - m.sentAt);
       if (holdConfirm && this.confirms.mustWait(m)) {
         m.complete(undefined, true);
         this.confirms.awaitingRead.push(m);
@@ -397,13 +401,6 @@ export class PathSend {
     this.confirms.refused(seq, reason, (s) => findBySeq(this.retrans, s) ?? findBySeq(this.sendQueue, s));
   }
 
-  private recordLatency(ms: number): void {
-    this.latencySum += ms;
-    // Bucket b holds [2^(b-1), 2^b) ms: one past the position of the highest bit of floor(ms).
-    const b = ms < 1 ? 0 : Math.min(16, 32 - Math.clz32(Math.floor(ms)));
-    this.latencyHistogram[b]!++;
-  }
-
   /** Sequence of the oldest message not yet acknowledged, if any. */
   oldestUnacked(): number | undefined {
     for (const m of this.retrans) if (!m.done) return m.seq;
@@ -419,8 +416,9 @@ export class PathSend {
    * the nemesis: a later message on another path was read before it, issue #35).
    */
   oldestInCarrier(): number | undefined {
-    // Only acknowledgements take messages off retrans (a reset drops the cancelled ones): its head,
-    // cancelled or not, was sent and is unacknowledged.
+    // Only acknowledgements take messages off retrans (a reset leaves a cancelled one's withdrawn
+    // record, or drops it for a peer that takes none): its head, cancelled or not, was sent and
+    // is unacknowledged.
     const head = this.retrans.peek();
     if (head !== undefined) return head.seq;
     for (const m of this.sendQueue) if (!m.done) return m.seq;

@@ -113,6 +113,10 @@ export const RDS_COUNTER_NAMES = [
   // waited behind that path's old carrier: when its turn came the pairing, learnt meanwhile, named
   // another path, and it went there instead (tcp-listen.ts)
   'accept_moved_by_port',
+  // a message cancelled while in a carrier that then died left a withdrawn record in its place,
+  // and one such record arrived (not delivered; its numbers count as arrived): ext/withdrawn.ts
+  'send_withdrawn',
+  'recv_withdrawn',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

@@ -16,6 +16,13 @@ export interface FaultProxyOptions {
   sourceAddress: string;
   /** Deterministic choice of cut offsets. */
   random?: () => number;
+  /**
+   * A stall is a peer whose process does not read (SIGSTOPped): when one end closes while bytes
+   * it sent are held by a stall, the other end still gets them at the resume, then the close (its
+   * kernel had them, and the FIN after them). Default false: the close ends both sides at once
+   * and the held bytes are dropped.
+   */
+  closeAfterHeld?: boolean;
 }
 
 /** Tracks RDS frame boundaries in one direction of a stream without copying payloads. */
@@ -98,6 +105,8 @@ export class FaultProxy {
   private deadBehind = new Map<Pair, Socket>();
   /** Bytes held for each receiving socket (by a stall or a partition), and the direction they go. */
   private held = new Map<Socket, { dir: Direction; q: Buffer[] }>();
+  /** Sockets that get their held bytes, then a close (closeAfterHeld). */
+  private endAfterHeld = new Set<Socket>();
   /** Resets carried out. */
   resets = 0;
   /** Connections accepted. */
@@ -162,6 +171,12 @@ export class FaultProxy {
       if (this.cutOff.has(dir) && !other.destroyed) {
         this.pairs.delete(pair);
         this.deadBehind.set(pair, other);
+        return;
+      }
+      if (this.opts.closeAfterHeld === true && this.stalled.has(dir) && this.held.has(other) && !other.destroyed) {
+        this.pairs.delete(pair);
+        this.endAfterHeld.add(other);
+        (other === server ? client : server).destroy();
         return;
       }
       end();
@@ -298,6 +313,7 @@ export class FaultProxy {
       this.held.delete(to);
       if (to.destroyed) continue;
       for (const d of h.q) to.write(d);
+      if (this.endAfterHeld.delete(to)) to.end();
     }
   }
 
@@ -342,6 +358,8 @@ export class FaultProxy {
       p.client.destroy();
       p.server.destroy();
     }
+    for (const s of this.endAfterHeld) s.destroy();
+    this.endAfterHeld.clear();
     this.pairs.clear();
     this.deadBehind.clear();
     await new Promise<void>((res) => this.server.close(() => res()));

@@ -2,7 +2,7 @@
 // bind in, a socket's fd, slab reads into a frame reader (also for accepted sockets), the reset
 // that ends a refused connection, and a socket's addresses as RDS addresses.
 import { readFileSync } from 'node:fs';
-import { type OnReadOpts, Socket } from 'node:net';
+import type { OnReadOpts, Socket } from 'node:net';
 import * as tls from 'node:tls';
 import { canonicalAddress } from '../core/address.js';
 import type { FrameReader } from '../wire/frame-reader.js';

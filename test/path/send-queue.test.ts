@@ -66,7 +66,7 @@ describe('PathSend: the send queue and pump (send.c)', () => {
   it('an ack frees messages in order and returns them to their owner', async () => {
     const { cp } = await upPath();
     const o = owner();
-    const acked = cp.tx.latencyHistogram.reduce((a, b) => a + b, 0);
+    const acked = cp.tx.latency.histogram.reduce((a, b) => a + b, 0);
     const msgs = [0, 1, 2].map(() => cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, o));
     await turn();
     cp.tx.ackThrough(msgs[1]!.seq);
@@ -75,7 +75,7 @@ describe('PathSend: the send queue and pump (send.c)', () => {
     cp.tx.ackThrough(msgs[2]!.seq);
     expect(cp.tx.oldestUnacked()).toBeUndefined();
     expect(cp.tx.hasPendingData()).toBe(false);
-    expect(cp.tx.latencyHistogram.reduce((a, b) => a + b, 0) - acked).toBe(3);
+    expect(cp.tx.latency.histogram.reduce((a, b) => a + b, 0) - acked).toBe(3);
   });
 
   it('a new carrier resends what was not acknowledged first, flagged RETRANSMITTED, with its sequence', async () => {

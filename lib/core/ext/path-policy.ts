@@ -255,10 +255,10 @@ export function unackedBytes(p: RdsConnPath): number {
  * it gets tried.
  */
 export function recentLatency(p: RdsConnPath): number {
-  const hist = p.tx.latencyHistogram;
+  const hist = p.tx.latency.histogram;
   let count = 0;
   for (const c of hist) count += c;
-  const sum = p.tx.latencySumMs;
+  const sum = p.tx.latency.sumMs;
   let l = latencies.get(p);
   if (l === undefined) {
     l = { count: 0, sum: 0, avg: null };

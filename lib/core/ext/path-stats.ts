@@ -31,8 +31,8 @@ function raw(p: RdsConnPath): PathFigures {
     acksSent: p.acks.acksSent,
     heartbeatsSent: p.heartbeat.heartbeatsSent,
     movedByFailover: p.conn.failover.movedBy(p),
-    latencyHistogram: [...p.tx.latencyHistogram],
-    latencySumMs: p.tx.latencySumMs,
+    latencyHistogram: [...p.tx.latency.histogram],
+    latencySumMs: p.tx.latency.sumMs,
   };
 }
 
