@@ -9,6 +9,7 @@ import {
   RDSSOCK_CAP_HEARTBEAT,
   RDSSOCK_CAP_LAZY_LANES,
   RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_WITHDRAWN,
   RDSSOCK_CAP_PATHS_SHIFT,
 } from '../lib/constants.js';
 import { RdsStack } from '../lib/core/stack.js';
@@ -69,7 +70,12 @@ function frame(kind: 'hello' | 'probe' | 'pong', seq: number, exts: RdsExtension
 }
 
 const RDS_SOCKET_CAPS =
-  RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | RDSSOCK_CAP_FAILOVER;
+  RDSSOCK_CAP_ACK |
+  RDSSOCK_CAP_CONFIRM |
+  RDSSOCK_CAP_HEARTBEAT |
+  RDSSOCK_CAP_NO_HELLO |
+  RDSSOCK_CAP_FAILOVER |
+  RDSSOCK_CAP_WITHDRAWN;
 
 const stacks: RdsStack[] = [];
 afterEach(async () => {
