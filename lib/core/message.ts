@@ -13,6 +13,11 @@ export interface SendOwner {
   zcopyReleased?(cookie: number): void;
   /** Set by the path's own account (pongs, probes): such messages belong to their path. */
   readonly ownAccount?: boolean;
+  /**
+   * Set by a path's withdrawn records (ext/withdrawn.ts): they hold a cancelled message's place
+   * and carry nothing, so they are not data a peer must be reached for (hasPendingData).
+   */
+  readonly placeHolder?: boolean;
 }
 
 /**

@@ -427,12 +427,13 @@ export class PathSend {
 
   /**
    * Application messages wait to be sent, acknowledged, or (acknowledged as queued) reported read
-   * here; control frames (probes, pongs) do not count.
+   * here; control frames (probes, pongs) and withdrawn records do not count: a peer is not
+   * redialled, nor its connection kept, for records alone (they move or go out with the next data).
    */
   hasPendingData(): boolean {
     if (this.confirms.awaitingRead.length > 0) return true;
-    for (const m of this.sendQueue) if (!m.done && m.fromSocket) return true;
-    for (const m of this.retrans) if (!m.done && m.fromSocket) return true;
+    for (const m of this.sendQueue) if (!m.done && m.fromSocket && m.owner!.placeHolder !== true) return true;
+    for (const m of this.retrans) if (!m.done && m.fromSocket && m.owner!.placeHolder !== true) return true;
     return false;
   }
 

@@ -42,6 +42,7 @@ export function takesWithdrawn(conn: RdsConnection): boolean {
  * went back at the cancel), so this counts those not yet acknowledged, up to MAX_WITHDRAWN.
  */
 export class WithdrawnAccount implements SendOwner {
+  readonly placeHolder = true;
   private count = 0;
 
   /** Made and not yet acknowledged. */

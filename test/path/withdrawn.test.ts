@@ -1,0 +1,128 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  RDS_FLAG_RETRANSMITTED,
+  RDSSOCK_CAP_ACK,
+  RDSSOCK_CAP_CONFIRM,
+  RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_WITHDRAWN,
+  RDSSOCK_EXTHDR_MOVED,
+  RDSSOCK_EXTHDR_WITHDRAWN,
+} from '../../lib/constants.js';
+import { MAX_WITHDRAWN } from '../../lib/core/ext/withdrawn.js';
+import type { RdsOutgoing, SendOwner } from '../../lib/core/message.js';
+import type { RdsStack } from '../../lib/core/stack.js';
+import { decodeHeader, OFF_EXTHDR, readU64 } from '../../lib/wire/header.js';
+import { fakeConn, turn } from './fake-transport.js';
+
+// PathSend.reset and withdrawn records (lib/core/ext/withdrawn.ts): a message cancelled while in
+// a carrier that dies leaves a header-only record in its place, for peers that take them.
+
+let stack: RdsStack | null = null;
+afterEach(async () => {
+  await stack?.close();
+  stack = null;
+});
+
+const owner: SendOwner = { messageDone() {} };
+
+async function upPath(caps: number) {
+  const f = fakeConn({ heartbeatIntervalMs: 0 });
+  stack = f.stack;
+  const cp = f.conn.paths[0]!;
+  cp.connectIfDown();
+  cp.connectComplete();
+  f.conn.handshake.settle(caps);
+  await turn();
+  cp.tx.ackThrough(cp.tx.nextTxSeq - 1); // the probe
+  f.t.sent.length = 0;
+  return { ...f, cp };
+}
+
+const RDS_SOCKET = RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_NO_HELLO | RDSSOCK_CAP_WITHDRAWN;
+
+/** Queues `n` one-byte messages from port 4000 to 4001 and lets the pump send them. */
+async function sent(cp: Awaited<ReturnType<typeof upPath>>['cp'], n: number): Promise<RdsOutgoing[]> {
+  const msgs = Array.from({ length: n }, () => cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, owner));
+  await turn();
+  return msgs;
+}
+
+describe('withdrawn records: a cancelled message in a dead carrier keeps its place', () => {
+  it('the reset puts a header-only record, RETRANSMITTED, with its number and origin, where the message was', async () => {
+    const { cp, stack: s } = await upPath(RDS_SOCKET);
+    const [a, b, c] = await sent(cp, 3);
+    b!.complete(new Error('timed out'));
+    cp.drop('test');
+    const q = [...cp.tx.sendQueue];
+    expect(q.map((m) => m.seq)).toEqual([a!.seq, b!.seq, c!.seq]);
+    expect(q[0]).toBe(a);
+    expect(q[2]).toBe(c);
+    const rec = q[1]!;
+    expect(rec).not.toBe(b);
+    const h = decodeHeader(rec.wire);
+    expect(rec.wire.length).toBe(48);
+    expect([h.sequence, h.len, h.sport, h.dport]).toEqual([b!.seq, 0, 4000, 4001]);
+    expect(h.flags & RDS_FLAG_RETRANSMITTED).toBe(RDS_FLAG_RETRANSMITTED);
+    expect(rec.wire[OFF_EXTHDR]).toBe(RDSSOCK_EXTHDR_MOVED);
+    expect(rec.wire[OFF_EXTHDR + 1]).toBe(0);
+    expect(readU64(rec.wire, OFF_EXTHDR + 2)).toBe(b!.seq);
+    expect(rec.wire[OFF_EXTHDR + 10]).toBe(RDSSOCK_EXTHDR_WITHDRAWN);
+    expect(s.counters.get('send_withdrawn')).toBe(1);
+    // It holds the place for ordering (what waits behind the path waits for it) ...
+    a!.complete();
+    c!.complete();
+    expect(cp.tx.oldestInCarrier()).toBe(b!.seq);
+    // ... but is not data the peer must be reached for.
+    expect(cp.tx.hasPendingData()).toBe(false);
+    // An acknowledgement frees it like any message.
+    cp.connectComplete();
+    await turn();
+    cp.tx.ackThrough(cp.tx.nextTxSeq - 1);
+    expect(cp.tx.withdrawn.outstanding).toBe(0);
+    expect(cp.tx.oldestInCarrier()).toBeUndefined();
+  });
+
+  it('a moved message keeps the origin its MOVED record named', async () => {
+    const { cp } = await upPath(RDS_SOCKET);
+    const m = cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, owner);
+    const origin = m.seq;
+    // As a failover from another path would leave it: numbered anew here, first numbered there.
+    const lane = cp.conn.path(1)!;
+    m.path = lane;
+    m.moveTo(cp, cp.tx.takeSeq());
+    cp.tx.sendQueue.shift();
+    cp.tx.sendQueue.push(m);
+    await turn();
+    m.complete(new Error('timed out'));
+    cp.drop('test');
+    const rec = [...cp.tx.sendQueue][0]!;
+    expect(rec.seq).toBe(m.seq);
+    expect(rec.wire[OFF_EXTHDR + 1]).toBe(1);
+    expect(readU64(rec.wire, OFF_EXTHDR + 2)).toBe(origin);
+  });
+
+  it('a kernel (no RDSSOCK_CAP_WITHDRAWN) never gets one: the cancelled message is forgotten, as the kernel does', async () => {
+    const { cp, stack: s } = await upPath(RDSSOCK_CAP_ACK | RDSSOCK_CAP_CONFIRM | RDSSOCK_CAP_NO_HELLO);
+    const [a, b, c] = await sent(cp, 3);
+    b!.complete(new Error('timed out'));
+    cp.drop('test');
+    expect([...cp.tx.sendQueue]).toEqual([a, c]);
+    expect(s.counters.get('send_withdrawn')).toBe(0);
+  });
+
+  it('a path keeps at most MAX_WITHDRAWN unacknowledged: past it, cancelled messages are forgotten', async () => {
+    const { cp, stack: s } = await upPath(RDS_SOCKET);
+    const msgs = await sent(cp, MAX_WITHDRAWN + 5);
+    for (const m of msgs) m.complete(new Error('timed out'));
+    cp.drop('test');
+    expect(cp.tx.sendQueue.length).toBe(MAX_WITHDRAWN);
+    expect(cp.tx.withdrawn.outstanding).toBe(MAX_WITHDRAWN);
+    expect(s.counters.get('send_withdrawn')).toBe(MAX_WITHDRAWN);
+    // Resent and still unacknowledged at the next reset: the same records, no new ones.
+    cp.connectComplete();
+    await turn();
+    cp.drop('again');
+    expect(cp.tx.withdrawn.outstanding).toBe(MAX_WITHDRAWN);
+    expect(s.counters.get('send_withdrawn')).toBe(MAX_WITHDRAWN);
+  });
+});
