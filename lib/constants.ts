@@ -357,7 +357,7 @@ export const RDSSOCK_EXTHDR_RAIL = 0x56;
 /**
  * A message whose sender cancelled it (a send() timeout, RDS_CANCEL_SENT_TO) after it went out
  * on a carrier that then died: a copy may still come out of that carrier, so it keeps its place
- * in sequence as a withdrawn record, never delivered (docs/extensions.md, "Withdrawn messages").
+ * in sequence as a withdrawn record, never delivered (docs/extensions.md §8, "Withdrawn records").
  * The peer takes it: it counts the message's numbers as arrived (a late copy is a duplicate) and
  * delivers nothing.
  */
