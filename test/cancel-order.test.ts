@@ -1,8 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { LoopTransport, RdsStack, TcpTransport } from '../lib/index.js';
 import { portHash } from '../lib/core/ext/path-policy.js';
-import { FaultProxy } from '../lib/testing/fault-proxy.js';
-import { TEST_TCP_PORT, bigBufferSocket, cleanupsPerTest, payload, until } from './helpers.js';
+import { bigBufferSocket, cleanupsPerTest, payload, proxiedRailStacks, until } from './helpers.js';
 
 // A message whose send() timed out after it went out is cancelled, but it is still in the carrier
 // and may yet be delivered ("timed out and delivered anyway", docs/nemesis.md). Its socket must
@@ -24,50 +22,9 @@ function portLane0ThenRail(from: number): number {
   throw new Error('no such port');
 }
 
-/** Two stacks: path 0 and lane 1 through a FaultProxy (stalled by the tests), the rail direct. */
-async function setup(net: number) {
-  const base = `127.29.${net}`;
-  const railNet = `127.29.${net + 1}`;
-  const a1 = `${base}.1`;
-  const b1 = `${base}.2`;
-  const proxy = await FaultProxy.start({
-    listen: { host: `${base}.100`, port: 0 },
-    target: { host: b1, port: TEST_TCP_PORT },
-    sourceAddress: a1,
-  });
-  cleanups.push(() => proxy.close());
-  // No heartbeats: the stalled carrier must stay UP; only the test takes paths down.
-  const common = {
-    tcpPort: TEST_TCP_PORT,
-    reconnectMaxDelayMs: 20,
-    failoverGraceMs: 150,
-    heartbeatIntervalMs: 0,
-    npaths: LANES,
-  };
-  const A = new RdsStack({
-    ...common,
-    transports: [
-      new TcpTransport({ dial: (_l, f, port) => (f === b1 ? proxy.address : { host: f, port }) }),
-      new LoopTransport(),
-    ],
-    rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
-  });
-  const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
-  cleanups.push(
-    () => A.close(),
-    () => B.close(),
-  );
-  const b = await bigBufferSocket(B, b1, 4000);
-  const conn = () => A.connections().find((c) => c.transport === 'tcp' && c.peerAddress === b1)!;
-  const path = (i: number) => conn()?.paths.find((p) => p.index === i);
-  const up = (i: number) => path(i)?.state === 'UP';
-
-  return { A, B, proxy, b, a1, conn, path, up };
-}
-
 describe('a cancelled message still in its carrier keeps its socket on its path', () => {
   it('a send() that timed out on a stalled lane: the next message waits behind it, not on the returned rail', async () => {
-    const { A, B, proxy, b, a1, conn, path, up } = await setup(9);
+    const { A, B, proxy, b, a1, conn, path, up } = await proxiedRailStacks(9, LANES, cleanups.push);
     const s = await bigBufferSocket(A, a1, portLane0ThenRail(5000));
     s.sendmsg(payload(900, 64), b.address());
     expect((await b.recv({ timeout: 5000 })).data.readUInt32BE(0)).toBe(900);

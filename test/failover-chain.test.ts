@@ -1,8 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { LoopTransport, type RdsSocket, RdsStack, TcpTransport } from '../lib/index.js';
+import type { RdsSocket } from '../lib/index.js';
 import { portHash } from '../lib/core/ext/path-policy.js';
-import { FaultProxy } from '../lib/testing/fault-proxy.js';
-import { TEST_TCP_PORT, bigBufferSocket, payload, until } from './helpers.js';
+import { bigBufferSocket, payload, proxiedRailStacks, until } from './helpers.js';
 
 // Failover holds chained over three paths (issue #35, the nemesis's reorders to a restarted peer):
 // path 0 waits behind lane 1, the rail waits behind path 0, and then lane 1 fails over to path 0.
@@ -34,42 +33,8 @@ function portFor(want: number, from: number): number {
 
 describe('failover holds chained over three paths', () => {
   it('the rail waits behind path 0, path 0 behind lane 1; lane 1 fails over to path 0: the rail socket stays in order', async () => {
-    const base = '127.29.7';
-    const railNet = '127.29.8';
-    const a1 = `${base}.1`;
-    const b1 = `${base}.2`;
-    const proxy = await FaultProxy.start({
-      listen: { host: `${base}.100`, port: 0 },
-      target: { host: b1, port: TEST_TCP_PORT },
-      sourceAddress: a1,
-    });
-    cleanups.push(() => proxy.close());
-    // No heartbeats: the stalled carriers must stay UP; only the test takes paths down.
-    const common = {
-      tcpPort: TEST_TCP_PORT,
-      reconnectMaxDelayMs: 20,
-      failoverGraceMs: 150,
-      heartbeatIntervalMs: 0,
-      npaths: LANES,
-    };
-    // Lanes go through the proxy (stalled, cut by lane); the rail dials its own addresses directly.
-    const A = new RdsStack({
-      ...common,
-      transports: [
-        new TcpTransport({ dial: (_l, f, port) => (f === b1 ? proxy.address : { host: f, port }) }),
-        new LoopTransport(),
-      ],
-      rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
-    });
-    const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
-    cleanups.push(
-      () => A.close(),
-      () => B.close(),
-    );
-    const b = await bigBufferSocket(B, b1, 4000);
-    const conn = () => A.connections().find((c) => c.transport === 'tcp' && c.peerAddress === b1)!;
-    const path = (i: number) => conn()?.paths.find((p) => p.index === i);
-    const up = (i: number) => path(i)?.state === 'UP';
+    // Path 0 and lane 1 go through the proxy (stalled, cut by lane); the rail dials directly.
+    const { A, B, proxy, b, a1, conn, path, up } = await proxiedRailStacks(7, LANES, (c) => cleanups.push(c));
     /** The socket's messages go on path `want` (placements follow the policy once nothing is in flight). */
     const onPath = async (s: RdsSocket, want: number) => {
       for (let i = 0; i < 20; i++) {

@@ -11,7 +11,7 @@ import {
   TcpTransport,
   constants,
 } from '../lib/index.js';
-import { FaultProxy } from '../lib/testing/index.js';
+import { FaultProxy, type FaultProxyOptions } from '../lib/testing/index.js';
 
 /** Port the tests' stacks use for RDS/TCP, away from the kernel's 16385. */
 export const TEST_TCP_PORT = 26385;
@@ -367,4 +367,53 @@ export function cleanupsPerTest(): { push(close: () => Promise<void> | void): vo
     for (const c of run) await c();
   });
   return { push: (c) => void list.push(c) };
+}
+
+/**
+ * Two stacks joined by `lanes` lanes that go through a FaultProxy (A, `127.29.${net}.1`, the
+ * smaller address, dials B, `.2`, through `.100`) and by a rail dialled directly (`127.29.${net +
+ * 1}.1` - `.2`). No heartbeats (a stalled carrier stays UP: only the test takes paths down), a 150
+ * ms failover grace period, reconnects within 20 ms; B has a socket `b` on port 4000 with big
+ * buffers. `path(i)`, `up(i)`: A's path `i` to B. `proxyOpts`: further FaultProxy options.
+ */
+export async function proxiedRailStacks(
+  net: number,
+  lanes: number,
+  defer: (close: () => Promise<void>) => void,
+  proxyOpts: Partial<FaultProxyOptions> = {},
+) {
+  const base = `127.29.${net}`;
+  const railNet = `127.29.${net + 1}`;
+  const a1 = `${base}.1`;
+  const b1 = `${base}.2`;
+  const proxy = await FaultProxy.start({
+    listen: { host: `${base}.100`, port: 0 },
+    target: { host: b1, port: TEST_TCP_PORT },
+    sourceAddress: a1,
+    ...proxyOpts,
+  });
+  defer(() => proxy.close());
+  const common = {
+    tcpPort: TEST_TCP_PORT,
+    reconnectMaxDelayMs: 20,
+    failoverGraceMs: 150,
+    heartbeatIntervalMs: 0,
+    npaths: lanes,
+  };
+  const A = new RdsStack({
+    ...common,
+    transports: [
+      new TcpTransport({ dial: (_l, f, port) => (f === b1 ? proxy.address : { host: f, port }) }),
+      new LoopTransport(),
+    ],
+    rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
+  });
+  const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
+  defer(() => A.close());
+  defer(() => B.close());
+  const b = await bigBufferSocket(B, b1, 4000);
+  const conn = () => A.connections().find((c) => c.transport === 'tcp' && c.peerAddress === b1)!;
+  const path = (i: number) => conn()?.paths.find((p) => p.index === i);
+  const up = (i: number) => path(i)?.state === 'UP';
+  return { A, B, proxy, b, a1, b1, conn, path, up };
 }

@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { constants, LoopTransport, RdsStack, TcpTransport } from '../lib/index.js';
+import { constants } from '../lib/index.js';
 import { portHash } from '../lib/core/ext/path-policy.js';
-import { FaultProxy } from '../lib/testing/fault-proxy.js';
-import { TEST_TCP_PORT, bigBufferSocket, cleanupsPerTest, payload, until } from './helpers.js';
+import { bigBufferSocket, cleanupsPerTest, payload, proxiedRailStacks, until } from './helpers.js';
 
 // A message whose send() timed out after it went out is still in its carrier, and when that
 // carrier dies its bytes may yet come out at the peer: a receiver that was stopped (SIGSTOP) takes
@@ -21,50 +20,12 @@ function portPath0ThenRail(from: number): number {
   throw new Error('no such port');
 }
 
-/** Two stacks, one lane: path 0 through a FaultProxy whose stall acts as a stopped receiver, the rail direct. */
-async function setup(net: number) {
-  const base = `127.29.${net}`;
-  const railNet = `127.29.${net + 1}`;
-  const a1 = `${base}.1`;
-  const b1 = `${base}.2`;
-  const proxy = await FaultProxy.start({
-    listen: { host: `${base}.100`, port: 0 },
-    target: { host: b1, port: TEST_TCP_PORT },
-    sourceAddress: a1,
-    closeAfterHeld: true,
-  });
-  cleanups.push(() => proxy.close());
-  // No heartbeats: only the test takes paths down.
-  const common = {
-    tcpPort: TEST_TCP_PORT,
-    reconnectMaxDelayMs: 20,
-    failoverGraceMs: 150,
-    heartbeatIntervalMs: 0,
-    npaths: 1,
-  };
-  const A = new RdsStack({
-    ...common,
-    transports: [
-      new TcpTransport({ dial: (_l, f, port) => (f === b1 ? proxy.address : { host: f, port }) }),
-      new LoopTransport(),
-    ],
-    rails: [{ peer: b1, local: `${railNet}.1`, remote: `${railNet}.2` }],
-  });
-  const B = new RdsStack({ ...common, rails: [{ peer: a1, local: `${railNet}.2`, remote: `${railNet}.1` }] });
-  cleanups.push(
-    () => A.close(),
-    () => B.close(),
-  );
-  const b = await bigBufferSocket(B, b1, 4000);
-  const conn = () => A.connections().find((c) => c.transport === 'tcp' && c.peerAddress === b1)!;
-  const path = (i: number) => conn()?.paths.find((p) => p.index === i);
-  const up = (i: number) => path(i)?.state === 'UP';
-  return { A, B, proxy, b, a1, b1, path, up };
-}
-
 describe('a cancelled message in a carrier that died keeps its place (withdrawn record)', () => {
   it('its late copy, read after the socket next message came over the rail, is dropped, not delivered after it', async () => {
-    const { A, B, proxy, b, a1, b1, path, up } = await setup(200);
+    // One lane through a FaultProxy whose stall acts as a stopped receiver, and the rail.
+    const { A, B, proxy, b, a1, b1, path, up } = await proxiedRailStacks(200, 1, cleanups.push, {
+      closeAfterHeld: true,
+    });
     const s = await bigBufferSocket(A, a1, portPath0ThenRail(5000));
     s.sendmsg(payload(900, 64), b.address());
     expect((await b.recv({ timeout: 5000 })).data.readUInt32BE(0)).toBe(900);
