@@ -6,7 +6,7 @@ import { SendLatency } from './send-latency.js';
 import { Fifo } from './fifo.js';
 import { RdsOutgoing, type SendOwner } from './message.js';
 import { OwnAccount } from './ext/own-budget.js';
-import { takesWithdrawn, WithdrawnAccount } from './ext/withdrawn.js';
+import { standIn, takesWithdrawn, WithdrawnAccount } from './ext/withdrawn.js';
 import { renumbered } from './ext/path-policy.js';
 import type { RdsConnPath } from './path.js';
 import { findBySeq, ReadConfirmations } from './ext/send-confirm.js';
@@ -208,8 +208,9 @@ export class PathSend {
   adoptAhead(msgs: readonly RdsOutgoing[]): (seq: number) => number {
     const sentBefore: RdsOutgoing[] = [];
     const held: RdsOutgoing[] = [];
-    for (const m of this.sendQueue.drain()) {
-      if (m.done) continue;
+    for (const queued of this.sendQueue.drain()) {
+      const m = queued.done ? standIn(this.path, queued) : queued;
+      if (m === null) continue;
       if (held.length === 0 && m.sentAt !== 0) sentBefore.push(m);
       else held.push(m);
     }
@@ -271,13 +272,10 @@ export class PathSend {
    */
   reset(): void {
     const resend: RdsOutgoing[] = [];
-    const withdraw = takesWithdrawn(this.path.conn);
-    for (const m of this.retrans.drain()) {
-      if (m.done) {
-        // Cancelled after it went out: a copy may still come out of the dead carrier (withdrawn.ts).
-        if (withdraw) this.withdrawn.keepPlace(m, resend, this.stack.counters);
-        continue;
-      }
+    for (const queued of this.retrans.drain()) {
+      // Cancelled after it went out: a copy may still come out of the dead carrier (standIn).
+      const m = queued.done ? standIn(this.path, queued) : queued;
+      if (m === null) continue;
       if (BREAK_RETRANSMIT && m.fromSocket) {
         m.complete();
         continue;
@@ -335,12 +333,14 @@ export class PathSend {
           }
           const head = gated ? this.sendQueue.peek() : undefined;
           if (head?.fromSocket && !head.done) break; // Handshake.holdsData
-          const msg = this.sendQueue.shift();
-          if (msg === undefined) {
+          const next = this.sendQueue.shift();
+          if (next === undefined) {
             stack.counters.add(RDS_CTR.send_queue_empty);
             break;
           }
-          if (msg.done) continue; // cancelled while queued
+          // Cancelled while queued: skipped, or its record goes if it was sent before a reset.
+          const msg = next.done ? standIn(cp, next) : next;
+          if (msg === null) continue;
           this.retrans.push(msg);
           msg.sent(now);
           this.messages++;
@@ -411,19 +411,19 @@ export class PathSend {
   /**
    * Sequence of the oldest message that may still reach the peer and is not acknowledged: as
    * oldestUnacked, but a message cancelled (a send() timeout, RDS_CANCEL_SENT_TO) after it went
-   * out counts until it is acknowledged, since it is still in the carrier and may be delivered.
-   * What waits behind this path, or a socket that would leave it, must wait for it too (found by
-   * the nemesis: a later message on another path was read before it, issue #35).
+   * out counts until acknowledged (it may still be delivered, or its withdrawn record stands in
+   * its place). What waits behind this path, or a socket that would leave it, waits for it too
+   * (the nemesis: a later message on another path was read before it, issue #35).
    */
   oldestInCarrier(): number | undefined {
-    // Only acknowledgements take messages off retrans (a reset leaves a cancelled one's withdrawn
-    // record, or drops it for a peer that takes none): its head, cancelled or not, was sent and
-    // is unacknowledged.
+    // Only acks take messages off retrans: its head, cancelled or not, is unacknowledged.
     const head = this.retrans.peek();
     if (head !== undefined) return head.seq;
-    for (const m of this.sendQueue) if (!m.done) return m.seq;
+    const records = takesWithdrawn(this.path.conn); // a cancelled one sent before a reset: standIn
+    for (const m of this.sendQueue) if (!m.done || (records && m.cancelled && m.sentAt !== 0)) return m.seq;
     return undefined;
   }
+
 
   /**
    * Application messages wait to be sent, acknowledged, or (acknowledged as queued) reported read

@@ -82,6 +82,46 @@ describe('withdrawn records: a cancelled message in a dead carrier keeps its pla
     expect(cp.tx.oldestInCarrier()).toBeUndefined();
   });
 
+  it('cancelled after the reset, while waiting to be resent: its record goes out in its place', async () => {
+    const { cp, t, stack: s } = await upPath(RDS_SOCKET);
+    const [a, b, c] = await sent(cp, 3);
+    cp.drop('test');
+    // b waits in the send queue to be resent (its first copy is in the dead carrier) when it is cancelled.
+    b!.complete(new Error('timed out'));
+    a!.complete();
+    c!.complete();
+    expect(cp.tx.oldestInCarrier()).toBe(b!.seq);
+    expect(cp.tx.hasPendingData()).toBe(false);
+    t.sent.length = 0;
+    cp.connectIfDown();
+    cp.connectComplete();
+    await turn();
+    const out = t.sent.filter((f) => f.seq === b!.seq);
+    expect(out.length).toBe(1);
+    expect(out[0]!.flags & RDS_FLAG_RETRANSMITTED).toBe(RDS_FLAG_RETRANSMITTED);
+    const rec = [...cp.tx.retrans].find((m) => m.seq === b!.seq)!;
+    expect(rec).not.toBe(b);
+    expect(rec.len).toBe(0);
+    expect(rec.wire[OFF_EXTHDR + 10]).toBe(RDSSOCK_EXTHDR_WITHDRAWN);
+    expect(s.counters.get('send_withdrawn')).toBe(1);
+  });
+
+  it('a message cancelled before it ever went out leaves nothing', async () => {
+    const { cp, t, stack: s } = await upPath(RDS_SOCKET);
+    t.accept = false;
+    const [a, b] = await sent(cp, 2); // the transport took a only
+    b!.complete(new Error('timed out'));
+    cp.drop('test');
+    expect([...cp.tx.sendQueue]).toEqual([a, b]);
+    cp.connectIfDown();
+    cp.connectComplete();
+    t.accept = true;
+    t.sent.length = 0;
+    await turn();
+    expect(t.sent.map((f) => f.seq)).not.toContain(b!.seq);
+    expect(s.counters.get('send_withdrawn')).toBe(0);
+  });
+
   it('a moved message keeps the origin its MOVED record named', async () => {
     const { cp } = await upPath(RDS_SOCKET);
     const m = cp.tx.queue(Buffer.from('x'), 1, 4000, 4001, owner);

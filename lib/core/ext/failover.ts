@@ -3,6 +3,7 @@ import type { RdsConnection } from '../connection.js';
 import type { RdsOutgoing } from '../message.js';
 import type { RdsConnPath } from '../path.js';
 import { failoverPaths, multiPath } from './rail.js';
+import { standIn } from './withdrawn.js';
 import { RDS_CTR } from '../stats.js';
 
 /** One path's part in the relation. */
@@ -129,8 +130,10 @@ export class ConnFailover {
     const ahead = this.currentHold(target) === from;
     const stay: RdsOutgoing[] = [];
     const move: RdsOutgoing[] = [];
-    for (const m of from.tx.sendQueue.drain()) {
-      if (m.done) continue;
+    for (const queued of from.tx.sendQueue.drain()) {
+      // A cancelled one that went out before a reset moves as its withdrawn record.
+      const m = queued.done ? standIn(from, queued) : queued;
+      if (m === null) continue;
       if (!m.movable)
         stay.push(m); // pings and probes belong to this path
       else move.push(m);

@@ -6,6 +6,7 @@ import {
 } from '../../constants.js';
 import { encodeDataHeader, OFF_EXTHDR, writeU64 } from '../../wire/header.js';
 import type { RdsConnection } from '../connection.js';
+import type { RdsConnPath } from '../path.js';
 import { RdsOutgoing, type SendOwner } from '../message.js';
 import { RDS_CTR, type RdsStats } from '../stats.js';
 
@@ -38,6 +39,16 @@ export function takesWithdrawn(conn: RdsConnection): boolean {
 }
 
 /**
+ * What stands in the place of `m`, a message found done in one of `cp`'s queues (acknowledged ones
+ * never are: acks take them off): if it was cancelled after it went out, a copy may still come out
+ * of a carrier that died, so a peer that takes them gets its withdrawn record. Null: nothing (a
+ * kernel, never transmitted, or the record bound reached).
+ */
+export function standIn(cp: RdsConnPath, m: RdsOutgoing): RdsOutgoing | null {
+  return takesWithdrawn(cp.conn) ? cp.tx.withdrawn.recordOf(m, cp.conn.stack.counters) : null;
+}
+
+/**
  * The sender of one path's withdrawn records: no socket pays for them (their messages' bytes
  * went back at the cancel), so this counts those not yet acknowledged, up to MAX_WITHDRAWN.
  */
@@ -51,13 +62,14 @@ export class WithdrawnAccount implements SendOwner {
   }
 
   /**
-   * A reset found `m` done and unacknowledged: if it was cancelled, its withdrawn record goes on
-   * `resend` in its place, unless this account is full (then it is forgotten, as before withdrawn
-   * records). Made from the message's fields, never its frame: a cancelled message's frame may
-   * already be reused. Whatever extensions it had (RDMA) stay behind: the record only holds its place.
+   * The withdrawn record that takes the place of `m`, a message cancelled after it went out (it
+   * was transmitted at least once, on this path or one it moved from), or null: `m` was never
+   * transmitted, or this account is full (then it is forgotten, as before withdrawn records).
+   * Made from the message's fields, never its frame: a cancelled message's frame may already be
+   * reused. Whatever extensions it had (RDMA) stay behind: the record only holds its place.
    */
-  keepPlace(m: RdsOutgoing, resend: RdsOutgoing[], counters: RdsStats): void {
-    if (!m.cancelled || !m.fromSocket || this.count >= MAX_WITHDRAWN) return;
+  recordOf(m: RdsOutgoing, counters: RdsStats): RdsOutgoing | null {
+    if (!m.cancelled || !m.fromSocket || m.sentAt === 0 || this.count >= MAX_WITHDRAWN) return null;
     this.count++;
     counters.add(RDS_CTR.send_withdrawn);
     const w = Buffer.allocUnsafe(RDS_HEADER_SIZE);
@@ -68,7 +80,9 @@ export class WithdrawnAccount implements SendOwner {
     w[WITHDRAWN_AT] = RDSSOCK_EXTHDR_WITHDRAWN;
     const rec = new RdsOutgoing(w, 0, m.seq, m.sport, m.dport, m.daddr, m.path, this);
     rec.markRetransmitted();
-    resend.push(rec);
+    // It stands where a transmitted message stood (PathSend.adoptAhead keeps such ones in front).
+    rec.sent(m.sentAt);
+    return rec;
   }
 
   messageDone(_msg: RdsOutgoing): void {
