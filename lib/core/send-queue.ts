@@ -424,7 +424,6 @@ export class PathSend {
     return undefined;
   }
 
-
   /**
    * Application messages wait to be sent, acknowledged, or (acknowledged as queued) reported read
    * here; control frames (probes, pongs) and withdrawn records do not count: a peer is not
