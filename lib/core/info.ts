@@ -128,7 +128,8 @@ export function peersInfo(conns: Iterable<RdsConnection>, table: PeerTable): Pee
     for (const p of c.madePaths()) {
       for (const list of [p.tx.sendQueue, p.tx.retrans]) {
         for (const m of list) {
-          if (m.done || !m.fromSocket) continue;
+          // Withdrawn records (ext/withdrawn.ts) hold a place and carry no message.
+          if (m.done || !m.fromSocket || m.owner!.placeHolder === true) continue;
           q.messages++;
           q.bytes += m.len;
         }
