@@ -332,7 +332,8 @@ export class PathSend {
             continue;
           }
           const head = gated ? this.sendQueue.peek() : undefined;
-          if (head?.fromSocket && !head.done) break; // Handshake.holdsData
+          // Handshake.holdsData (a cancelled one that went out waits too: its record needs the caps).
+          if (head?.fromSocket && (!head.done || head.sentAt !== 0)) break;
           const next = this.sendQueue.shift();
           if (next === undefined) {
             stack.counters.add(RDS_CTR.send_queue_empty);
@@ -375,7 +376,7 @@ export class PathSend {
       const m = this.retrans.peek();
       if (m === undefined || m.seq > seq) break;
       this.retrans.shift();
-      if (!m.done && m.sentAt > 0) this.latency.record(now - m.sentAt);
+      if (!m.done && m.sentAt > 0 && m.owner?.placeHolder !== true) this.latency.record(now - m.sentAt);
       if (holdConfirm && this.confirms.mustWait(m)) {
         m.complete(undefined, true);
         this.confirms.awaitingRead.push(m);
