@@ -4,6 +4,7 @@ import {
   RDSSOCK_CAP_ACK,
   RDSSOCK_CAP_CONFIRM,
   RDSSOCK_CAP_NO_HELLO,
+  RDSSOCK_CAP_PATHS_SHIFT,
   RDSSOCK_CAP_WITHDRAWN,
   RDSSOCK_EXTHDR_MOVED,
   RDSSOCK_EXTHDR_WITHDRAWN,
@@ -11,7 +12,7 @@ import {
 import { MAX_WITHDRAWN } from '../../lib/core/ext/withdrawn.js';
 import type { RdsOutgoing, SendOwner } from '../../lib/core/message.js';
 import type { RdsStack } from '../../lib/core/stack.js';
-import { decodeHeader, OFF_EXTHDR, readU64 } from '../../lib/wire/header.js';
+import { decodeHeader, encodeHeader, OFF_EXTHDR, readU64, writeU64 } from '../../lib/wire/header.js';
 import { fakeConn, turn } from './fake-transport.js';
 
 // PathSend.reset and withdrawn records (lib/core/ext/withdrawn.ts): a message cancelled while in
@@ -164,5 +165,54 @@ describe('withdrawn records: a cancelled message in a dead carrier keeps its pla
     cp.drop('again');
     expect(cp.tx.withdrawn.outstanding).toBe(MAX_WITHDRAWN);
     expect(s.counters.get('send_withdrawn')).toBe(MAX_WITHDRAWN);
+  });
+});
+
+describe('withdrawn records: the receiver', () => {
+  /** A frame from port 4000 to 4001 numbered `seq`; `moved`: its MOVED record; `withdrawn`: the marker after it. */
+  function frame(seq: number, data: string, moved?: [number, number], withdrawn = false): [Buffer, Buffer] {
+    const h = Buffer.alloc(48);
+    encodeHeader(h, 0, { sequence: seq, len: data.length, sport: 4000, dport: 4001 });
+    if (moved !== undefined) {
+      h[OFF_EXTHDR] = RDSSOCK_EXTHDR_MOVED;
+      h[OFF_EXTHDR + 1] = moved[0];
+      writeU64(h, OFF_EXTHDR + 2, moved[1]);
+      if (withdrawn) h[OFF_EXTHDR + 10] = RDSSOCK_EXTHDR_WITHDRAWN;
+    }
+    return [h, Buffer.from(data)];
+  }
+
+  /** An rds-socket peer's connection, path 0 up; nothing is bound at port 4001, so what would be delivered counts recv_drop_no_sock. */
+  function peer(npaths: number) {
+    const f = fakeConn({ heartbeatIntervalMs: 0, npaths });
+    stack = f.stack;
+    const p0 = f.conn.path(0)!;
+    p0.connectIfDown();
+    p0.connectComplete();
+    f.conn.handshake.settle(RDS_SOCKET | (npaths << RDSSOCK_CAP_PATHS_SHIFT));
+    const count = (n: 'recv_withdrawn' | 'recv_drop_moved_dup' | 'recv_drop_no_sock') => f.stack.counters.get(n);
+    return { ...f, p0, count };
+  }
+
+  it('counts the original number as arrived, delivers nothing, and drops the late copy as a duplicate', () => {
+    const { stack: s, conn, p0, count } = peer(2);
+    const p1 = conn.path(1)!;
+    // Lane 1's number 5 was withdrawn; its record came over path 0 (a failover moved it there).
+    s.recvIncoming(p0, ...frame(10, '', [1, 5], true));
+    expect([count('recv_withdrawn'), count('recv_drop_no_sock')]).toEqual([1, 0]);
+    // The late copy in lane 1's dead carrier, then a moved copy of it: both duplicates.
+    s.recvIncoming(p1, ...frame(5, 'late'));
+    s.recvIncoming(p0, ...frame(11, 'late', [1, 5]));
+    expect([count('recv_drop_moved_dup'), count('recv_drop_no_sock')]).toEqual([2, 0]);
+    // What lane 1 numbered after it goes on to delivery.
+    s.recvIncoming(p1, ...frame(6, 'next'));
+    expect(count('recv_drop_no_sock')).toBe(1);
+  });
+
+  it('a record whose message already arrived is itself the duplicate', () => {
+    const { stack: s, p0, count } = peer(1);
+    s.recvIncoming(p0, ...frame(7, 'first'));
+    s.recvIncoming(p0, ...frame(9, '', [0, 7], true));
+    expect([count('recv_drop_no_sock'), count('recv_withdrawn'), count('recv_drop_moved_dup')]).toEqual([1, 0, 1]);
   });
 });
