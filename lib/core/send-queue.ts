@@ -34,7 +34,7 @@ export class PathSend {
   readonly confirms: ReadConfirmations;
   /** Messages queued on the node's own account (pongs, probes), bounded by maxOwnQueued. */
   readonly own = new OwnAccount();
-  /** Withdrawn records this path made at its resets, bounded (withdrawn.ts). */
+  /** Withdrawn records this path made (standIn), bounded (withdrawn.ts). */
   readonly withdrawn = new WithdrawnAccount();
   /** The full local congestion map must go out before the next message. */
   private congPending = false;

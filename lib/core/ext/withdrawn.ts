@@ -16,8 +16,9 @@ import { RDS_CTR, type RdsStats } from '../stats.js';
 // reads it to the end, after whatever other paths brought meanwhile. The sender used to forget
 // such a message at the reset, so nothing kept the socket's later messages behind it, and the
 // peer read it after them (the nemesis, seed 6067's replays: a reorder on the rail pair, #35).
-// So at a reset it leaves a withdrawn record in its place: a header with no payload, numbered
-// as it was, that is resent or moved as any unacknowledged message is. The peer counts its
+// So it leaves a withdrawn record in its place (at a reset, or where it is found cancelled in the
+// send queue after one: standIn): a header with no payload, numbered as it was, that is resent or
+// moved as any unacknowledged message is. The peer counts its
 // numbers as arrived (a late copy is then a duplicate) and delivers nothing. Its socket's later
 // messages stay behind it, as they stay behind any message still unacknowledged on a path.
 
