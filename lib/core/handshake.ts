@@ -24,6 +24,7 @@ import type { RdsConnection } from './connection.js';
 import { helloFrameOf, localCapsOf } from './handshake-frames.js';
 import type { RdsConnPath } from './path.js';
 import { hasRailSlots } from './ext/rail.js';
+import { laneSawRestart, misplacedLane } from './lane-pairing.js';
 import { RDS_CTR } from './stats.js';
 
 /**
@@ -180,7 +181,7 @@ export class Handshake {
    * knowing yet that it pairs carriers by source port, we take each for path 0, and what went on
    * one that is a lane is numbered in that lane's sequence space at the kernel (reset to 0 by our
    * new GEN_NUM) and resent on the next: read once per carrier (the nemesis, seed 2029). The
-   * probe goes; its pong either says the carrier is a lane (misplacedLane drops it unused) or
+   * probe goes; its pong either says the carrier is a lane (misplacedLane moves it there) or
    * settles the handshake. A kernel too sends nothing before its handshake settles the path count
    * (spec §3.4); the handshake timeout ends the wait.
    */
@@ -268,49 +269,13 @@ export class Handshake {
     this.genNum = genNum;
     if (!restarted) return true;
     this.peerRestarted();
-    return cp === undefined || !this.laneSawRestart(cp);
+    return cp === undefined || !laneSawRestart(this.conn, cp);
   }
 
-  /**
-   * A restart seen first on a lane > 0 that we dialled: we dialled it while path 0 still ran to the
-   * old life (lanes wait for path 0's pong, which would have told us the new generation first). The
-   * new life pairs accepted connections by source port only once it has read our SPORT_IDX, so it
-   * may have taken this lane for its path 0: what it sends here is numbered in its path 0's
-   * sequence space, which our path 0 never sees, and it resends that, RETRANSMITTED, on its real
-   * path 0 later: read twice. So nothing more is taken from this carrier, and every path to the
-   * peer is dropped (all were dialled against the old life, some may still be connecting): path 0
-   * reconnects and the lanes follow its pong (RdsConnection.lanesMayConnect), each then paired by
-   * its source port. True when it dropped them.
-   */
-  private laneSawRestart(cp: RdsConnPath): boolean {
-    const conn = this.conn;
-    if (cp.index === 0 || cp.index >= conn.stack.maxPaths || !conn.transport.initiates(cp)) return false;
-    conn.stack.counters.add(RDS_CTR.lane_restart_dropped);
-    for (const p of conn.madePaths())
-      if (p.index < conn.stack.maxPaths) p.drop('peer restarted: lanes wait for path 0');
-    return true;
-  }
-
-  /**
-   * The acceptor's side of laneSawRestart: a carrier we accepted, from a peer that says here that
-   * it encodes path indexes in its TCP source ports (SPORT_IDX), whose port names another lane
-   * than the path that took it. Before we have read the peer's SPORT_IDX we pair accepted
-   * carriers as kernels up to 6.19 do (the first free path), so a lane the peer dialled before its
-   * path 0 reached us (it still ran path 0 to our previous life) became our path 0: its messages,
-   * numbered in that lane's sequence space, would be read there, and again when the peer resends
-   * them on the real lane, whose sequence space here never saw them. So the carrier is dropped
-   * (counted) before anything on it is taken, this frame included; the peer dials it again and,
-   * once its path 0 has brought its SPORT_IDX, it is paired by its port (tcp-listen.ts). A 7.0
-   * kernel server drops such a path-0 carrier at fan-out (spec §3.6). True when it dropped it.
-   */
+  /** misplacedLane (lane-pairing.ts), remembering that the peer pairs carriers by port. */
   private misplacedLane(cp: RdsConnPath, hs: HandshakeExtensions): boolean {
-    if (hs.sportIdx !== true || cp.index >= this.conn.stack.maxPaths) return false;
-    const lane = this.conn.transport.acceptedLane?.(cp);
-    if (lane === undefined || lane === cp.index) return false;
-    this.conn.stack.counters.add(RDS_CTR.accept_lane_misplaced);
+    if (!misplacedLane(this.conn, cp, hs)) return false;
     this.misplacedSeen = true;
-    cp.drop(`accepted carrier from a source port for lane ${lane} taken for path ${cp.index}`);
-    cp.laneTakenForPath0();
     return true;
   }
 

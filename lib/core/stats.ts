@@ -107,7 +107,8 @@ export const RDS_COUNTER_NAMES = [
   'handshake_wait_rds_socket',
   // an accepted carrier whose peer encodes lanes in source ports (SPORT_IDX) and whose port names
   // another lane than the path that took it (a lane that came before the peer's path 0 to a node
-  // that just started): refused before anything on it was taken (handshake.ts)
+  // that just started): its path 0 numbering rolled back, the carrier moved to that lane
+  // (accept_lane_moved) or, when the lane had a carrier, dropped (handshake.ts)
   'accept_lane_misplaced',
   // a connection accepted for a path while the peer's pairing by source port was not known, that
   // waited behind that path's old carrier: when its turn came the pairing, learnt meanwhile, named
@@ -117,6 +118,9 @@ export const RDS_COUNTER_NAMES = [
   // and one such record arrived (not delivered; its numbers count as arrived): ext/withdrawn.ts
   'send_withdrawn',
   'recv_withdrawn',
+  // an accept_lane_misplaced carrier moved, unclosed, to the lane its source port names, which
+  // took the frame that showed it and everything after it (handshake.ts, tcp-listen.ts)
+  'accept_lane_moved',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

@@ -114,6 +114,13 @@ export interface RdsTransport {
    */
   acceptedLane?(cp: TransportPath): number | undefined;
   /**
+   * The accepted carrier of `cp` is lane `to` of the peer (acceptedLane): it becomes `to`'s
+   * carrier, unclosed, and everything it brings from now on (the rest of the read under way
+   * included) feeds `to`; `cp` is left without a carrier. The core then drops `cp` and completes
+   * `to`'s connect. False when it cannot (`to` has a carrier): the core drops the carrier.
+   */
+  carrierToLane?(cp: TransportPath, to: TransportPath): boolean;
+  /**
    * RDS's RDMA operations (IB): memory registration for getMr(); the transport posts a message's
    * RdmaOp (msg.rdma) before its SEND. Transports without it refuse RDMA with EOPNOTSUPP.
    */

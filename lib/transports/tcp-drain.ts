@@ -61,6 +61,9 @@ export function afterReadEnds(sock: Socket, done: () => void, hold?: DrainHold):
   arm(DRAIN_AFTER_RESET_MS);
 }
 
+/** Sockets whose destroy readQueuedBeforeResetDestroy already guards. */
+const guarded = new WeakSet<Socket>();
+
 /** A write refused because the peer reset the connection (ECONNRESET once, EPIPE after). */
 function resetOnWrite(err: unknown): boolean {
   const e = err as NodeJS.ErrnoException | undefined;
@@ -82,7 +85,9 @@ function resetOnWrite(err: unknown): boolean {
  * With `hold`, time the receive limits held the carrier's reading does not count (afterReadEnds).
  */
 export function readQueuedBeforeResetDestroy(sock: Socket, hold?: DrainHold): void {
-  if (sock instanceof tls.TLSSocket) return;
+  // Once per socket (a carrier moved to another lane is attached again: TcpListener.carrierToLane).
+  if (sock instanceof tls.TLSSocket || guarded.has(sock)) return;
+  guarded.add(sock);
   const destroy = sock.destroy;
   let draining = false;
   sock.destroy = function (this: Socket, err?: Error): Socket {

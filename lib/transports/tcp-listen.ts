@@ -8,11 +8,11 @@ import { RdsError } from '../errors.js';
 import { FrameReader } from '../wire/frame-reader.js';
 import { KNOWN_PEER_UNIDENTIFIED, type AdmissionSlot, type TcpAdmission } from './tcp-admission.js';
 import { KEEPALIVE_MS, tcpPath, type TcpShared } from './tcp-carrier.js';
-import { peerOf, refuse, withSlabReads } from './tcp-socket.js';
+import { peerOf, refuse, turnReads, withSlabReads } from './tcp-socket.js';
 import type { TcpReceiver } from './tcp-recv.js';
 import type { TcpRails } from './tcp-rail.js';
 import { RDS_CONN_UP } from '../constants.js';
-import { replaceCarrier, stillUsable } from './tcp-replace.js';
+import { carrierWaiting, replaceCarrier, stillUsable } from './tcp-replace.js';
 
 /**
  * Accepting carriers (the kernel's tcp_listen.c): one listener per local address; the allowlist,
@@ -25,6 +25,8 @@ export class TcpListener {
   private tlsServer: tls.Server | null = null;
   /** Admitted connections whose TLS handshake is under way, by their TCP socket. */
   private readonly handshaking = new WeakMap<Socket, { slot: AdmissionSlot; local: string; remote: string }>();
+  /** Accepted carriers, each with how it moves to another path (carrierToLane). */
+  private readonly lanes = new WeakMap<Socket, (to: TransportPath) => boolean>();
 
   constructor(
     private readonly ctx: TcpShared,
@@ -271,24 +273,55 @@ export class TcpListener {
   /** `sock` (accepted, paused) becomes the carrier of `cp`. */
   private takeCarrier(cp: TransportPath, sock: Socket, slot: AdmissionSlot): void {
     const host = this.ctx.host;
-    const tp = tcpPath(cp);
-    // A frame that made the core drop this carrier ends it: the rest of the same read is not taken
-    // (a lane taken for path 0 before the peer's SPORT_IDX was known; see Handshake.misplacedLane).
+    // The path the carrier feeds: `cp`, until the core moves the carrier to the lane it is
+    // (carrierToLane); the frame that moved it is then handed to that lane, and so is the rest of
+    // the same read. A frame that made the core drop the carrier ends it: nothing more is taken.
+    let at = cp;
     let mine: Socket | null = null;
     const reader = new FrameReader((h, p) => {
-      if (mine !== null && tp.slot.is(mine)) host.recvIncoming(cp, h, p);
+      for (let turn = 0; turn < 2 && mine !== null && tcpPath(at).slot.is(mine); turn++) {
+        const was = at;
+        host.recvIncoming(at, h, p);
+        if (at === was) return;
+      }
     });
     let received = (_n: number): void => {};
     const slabSock = this.ctx.topts.tls ? null : withSlabReads(sock, reader, (n) => received(n));
-    mine = slabSock ?? sock;
-    if (slabSock !== null) {
-      this.ctx.track(slabSock);
-      received = this.receiver.attachCarrier(cp, slabSock, reader, true, slot);
-    } else {
-      this.receiver.attachCarrier(cp, sock, reader, false, slot);
-      if (!cp.readPaused) sock.resume();
-    }
+    const carrier = slabSock ?? sock;
+    mine = carrier;
+    if (slabSock !== null) this.ctx.track(slabSock);
+    const attach = (p: TransportPath, moved: boolean): void => {
+      if (slabSock !== null) received = this.receiver.attachCarrier(p, slabSock, reader, true, slot);
+      else this.receiver.attachCarrier(p, sock, reader, false, slot);
+      // A moved carrier may have been paused for the path it left (its receive limits, a read turn).
+      if (p.readPaused) return;
+      if (slabSock === null || moved) carrier.resume();
+      if (moved) turnReads(carrier, slabSock !== null, true);
+    };
+    this.lanes.set(carrier, (to) => {
+      const tt = tcpPath(to);
+      if (tt.sock !== null || carrierWaiting(tt) || !tcpPath(at).slot.is(carrier)) return false;
+      // The path that took it forgets it without closing it (its drop then finds no carrier).
+      tcpPath(at).shutdown();
+      at = to;
+      attach(to, true);
+      return true;
+    });
+    attach(cp, false);
     cp.connectComplete();
+  }
+
+  /**
+   * The carrier of `cp`, a connection this side accepted, is another lane's (Handshake.misplacedLane):
+   * it goes on, unclosed, as the carrier of `to`, whose connectComplete the core calls. Closing it
+   * would lose what our TCP already acknowledged on it and the node has not read yet, which a
+   * kernel has released as delivered. False when `to` has a carrier (or one waiting for it) or
+   * `cp`'s carrier was not accepted here: the core drops it instead.
+   */
+  carrierToLane(cp: TransportPath, to: TransportPath): boolean {
+    const sock = tcpPath(cp).sock;
+    const move = sock === null ? undefined : this.lanes.get(sock);
+    return move?.(to) === true;
   }
 
   /** Applies the transport's setRef (TcpShared.ref) to the listeners. */

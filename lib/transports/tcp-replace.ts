@@ -58,6 +58,11 @@ export function replaceCarrier(ctx: TcpShared, cp: TransportPath, take: () => vo
   );
 }
 
+/** Whether a connection waits to take over `tp` (replaceCarrier). */
+export function carrierWaiting(tp: TcpPath): boolean {
+  return handovers.has(tp);
+}
+
 /** The socket `take` will attach is still usable (not closed meanwhile, the transport open). */
 export function stillUsable(ctx: TcpShared, sock: Socket): boolean {
   return !ctx.closed && !sock.destroyed;

@@ -97,6 +97,10 @@ export class TcpTransport implements RdsTransport {
     return port === undefined ? undefined : port % 8;
   }
 
+  carrierToLane(cp: TransportPath, to: TransportPath): boolean {
+    return this.listener.carrierToLane(cp, to);
+  }
+
   connPathConnect(cp: TransportPath): void {
     this.connector.connect(cp);
   }
