@@ -38,8 +38,10 @@ export function laneSawRestart(conn: RdsConnection, cp: RdsConnPath): boolean {
  * To the peer the carrier is that lane, and it goes on sending the lane's messages on it: it
  * moves, unclosed, to our lane (the transport's carrierToLane), and this frame and the rest are
  * taken there. Dropping it lost what followed this frame (seed 7079: a 7.x kernel's messages our
- * TCP had acknowledged, which the kernel had released). Dropped, as before, only when the lane
- * has a carrier or the peer's count does not include it. True when path `cp` lost the carrier.
+ * TCP had acknowledged, which the kernel had released). Dropped, as before, when the lane has a
+ * carrier or the peer's NPATHS does not count it: an rds-socket peer says 1 there (its count is in
+ * its capabilities), and it drops every lane itself when it meets our new generation on one
+ * (laneSawRestart) and resends what has no RDS ack. True when path `cp` lost the carrier.
  */
 export function misplacedLane(conn: RdsConnection, cp: RdsConnPath, hs: HandshakeExtensions): boolean {
   if (hs.sportIdx !== true || cp.index >= conn.stack.maxPaths) return false;

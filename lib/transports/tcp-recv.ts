@@ -81,8 +81,10 @@ export class TcpReceiver {
     const carrier = tp.slot;
     // A kernel that pairs by source port (SPORT_IDX, 7.0+) never resets a lane connection (one it
     // cannot place yet it keeps until it can) and may send nothing on a lane: there TCP's
-    // acknowledgement is enough from the first byte.
-    tp.attach(sock, reader, cp.index > 0 && cp.conn.handshake.kernelPairsBySport ? 0 : -1);
+    // acknowledgement is enough from the first byte. So it is on a carrier the peer has already
+    // sent frames on (one moved to the lane it is: TcpListener.carrierToLane).
+    const spoken = reader.frames > 0 || (cp.index > 0 && cp.conn.handshake.kernelPairsBySport);
+    tp.attach(sock, reader, spoken ? 0 : -1);
     // An accepted carrier counts as unidentified until its first complete frame (its slot was
     // taken when it was admitted); one we initiated is identified from the start.
     const slot = accepted ?? this.admission.takeSlot(null);
