@@ -109,8 +109,8 @@ export interface RdsTransport {
   /**
    * For a carrier this side accepted: the lane its source port names as a SPORT_IDX peer encodes
    * it (port % 8). Undefined for a carrier this side dialled, a rail's, or a transport without
-   * ports. The handshake refuses an accepted carrier whose peer says SPORT_IDX and whose port
-   * names another lane than the path that took it (Handshake.misplacedLane).
+   * ports. An accepted carrier whose peer says SPORT_IDX and whose port names another lane than
+   * the path that took it moves to that lane (carrierToLane) or is dropped (lane-pairing.ts).
    */
   acceptedLane?(cp: TransportPath): number | undefined;
   /**
