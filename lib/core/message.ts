@@ -1,5 +1,5 @@
 import { RDS_FLAG_RETRANSMITTED, RDSSOCK_EXTHDR_MOVED } from '../constants.js';
-import { OFF_EXTHDR, OFF_FLAGS, OFF_SEQUENCE, writeU64 } from '../wire/header.js';
+import { OFF_EXTHDR, OFF_FLAGS, OFF_SEQUENCE, readU64, writeU64 } from '../wire/header.js';
 import type { RdsConnPath } from './path.js';
 import type { RdmaOp } from './rdma-ops.js';
 import type { WireSlab } from './wire-slab.js';
@@ -120,12 +120,14 @@ export class RdsOutgoing {
    */
   moveTo(path: RdsConnPath, seq: number): void {
     const w = this.wire;
-    if (w[OFF_EXTHDR] !== RDSSOCK_EXTHDR_MOVED) {
+    if (this.firstPath < 0 && w[OFF_EXTHDR] === RDSSOCK_EXTHDR_MOVED) {
+      // A withdrawn record carries its message's origin from the start (ext/withdrawn.ts).
+      this.firstPath = w[OFF_EXTHDR + 1]!;
+      this.firstSeq = readU64(w, OFF_EXTHDR + 2);
+    } else if (this.firstPath < 0) {
       w[OFF_EXTHDR] = RDSSOCK_EXTHDR_MOVED;
       w[OFF_EXTHDR + 1] = this.path.index;
       writeU64(w, OFF_EXTHDR + 2, this.seq);
-    }
-    if (this.firstPath < 0) {
       this.firstPath = this.path.index;
       this.firstSeq = this.seq;
     }

@@ -140,6 +140,11 @@ describe('withdrawn records: a cancelled message in a dead carrier keeps its pla
     expect(rec.seq).toBe(m.seq);
     expect(rec.wire[OFF_EXTHDR + 1]).toBe(1);
     expect(readU64(rec.wire, OFF_EXTHDR + 2)).toBe(origin);
+    // The record moves on in turn (its path dies too): it still names the message's origin.
+    rec.moveTo(lane, lane.tx.takeSeq());
+    expect([rec.originPath, rec.originSeq]).toEqual([1, origin]);
+    expect(rec.wire[OFF_EXTHDR + 1]).toBe(1);
+    expect(readU64(rec.wire, OFF_EXTHDR + 2)).toBe(origin);
   });
 
   it('a kernel (no RDSSOCK_CAP_WITHDRAWN) never gets one: the cancelled message is forgotten, as the kernel does', async () => {
