@@ -286,4 +286,46 @@ describe('a kernel that redials its lanes to a node that restarted (this node, l
     p0.send({ sequence: 1, sport: 7001, dport: 5005, flags: constants.RDS_FLAG_RETRANSMITTED }, Buffer.from('p0-1'));
     expect((await b.recv({ timeout: 5000 })).data.toString()).toBe('p0-1');
   });
+
+  // The same moment as above with the kernel redialling several carriers at once: path 0's and
+  // lane 2's came while lane 1's was path 0's carrier, and waited to replace it (the newest carrier
+  // wins once the old one has been read to its end, or after a second). When lane 1's moved to its
+  // lane, the waiting ones went on waiting for it, and a second later the first took path 0 and
+  // lane 1's carrier was destroyed; lane 2's, paired by its port at its turn, then destroyed path
+  // 0's new carrier in the same way. Now they go when it moves, each to the path its port names,
+  // and no carrier is destroyed for a connection that went elsewhere.
+  it('connections waiting behind a lane taken for path 0 go when it moves, each to its own path, and close nothing', async () => {
+    const B = new RdsStack({ tcpPort: TEST_TCP_PORT, heartbeatIntervalMs: 0 });
+    cleanups.push(() => B.close());
+    const b = new RdsSocket({ stack: B });
+    await b.bind({ address: NODE, port: 5006 });
+    const conn = () => B.connections().find((c) => c.peerAddress === KERNEL)!;
+    const data = (c: RawConn, seq: number, text: string) =>
+      c.send({ sequence: seq, sport: 7001, dport: 5006 }, Buffer.from(text));
+    const lane1 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 1, false);
+    cleanups.push(() => void lane1.sock.destroy());
+    kernelMap(lane1);
+    await lane1.nextProbe();
+    const p0 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 0, false);
+    cleanups.push(() => void p0.sock.destroy());
+    const lane2 = await rawConnectLane(KERNEL, NODE, TEST_TCP_PORT, 2, false);
+    cleanups.push(() => void lane2.sock.destroy());
+    await until(() => B.counters.get('tcp_connect_raced') === 2, 'both wait behind the carrier taken for path 0');
+    pong(lane1, 41);
+    await until(() => conn().paths[2]?.state === 'UP', 'lane 2 up on its connection');
+    expect(conn().paths[0]!.state).toBe('UP');
+    expect(conn().paths[1]!.state).toBe('UP');
+    expect(B.counters.get('accept_lane_moved')).toBe(1);
+    // Every carrier goes on: a message on each is read.
+    kernelMap(p0);
+    await p0.nextProbe();
+    pong(p0, 1);
+    data(lane1, 42, 'lane-1');
+    data(lane2, 1, 'lane-2');
+    data(p0, 2, 'path-0');
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push((await b.recv({ timeout: 5000 })).data.toString());
+    expect(got.sort()).toEqual(['lane-1', 'lane-2', 'path-0']);
+    expect([lane1.closed, lane2.closed, p0.closed]).toEqual([false, false, false]);
+  });
 });

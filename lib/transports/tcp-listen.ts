@@ -12,7 +12,7 @@ import { peerOf, refuse, turnReads, withSlabReads } from './tcp-socket.js';
 import type { TcpReceiver } from './tcp-recv.js';
 import type { TcpRails } from './tcp-rail.js';
 import { RDS_CONN_UP } from '../constants.js';
-import { carrierWaiting, replaceCarrier, stillUsable } from './tcp-replace.js';
+import { carrierMovedAway, carrierWaiting, replaceCarrier, stillUsable } from './tcp-replace.js';
 
 /**
  * Accepting carriers (the kernel's tcp_listen.c): one listener per local address; the allowlist,
@@ -302,9 +302,13 @@ export class TcpListener {
       const tt = tcpPath(to);
       if (tt.sock !== null || carrierWaiting(tt) || !tcpPath(at).slot.is(carrier)) return false;
       // The path that took it forgets it without closing it (its drop then finds no carrier).
-      tcpPath(at).shutdown();
+      const from = at;
+      tcpPath(from).shutdown();
       at = to;
       attach(to, true);
+      // Connections that waited behind it on the path it left go now, once the frame that moved
+      // it has settled the pairing (they are then paired by their ports).
+      queueMicrotask(() => carrierMovedAway(this.ctx, from));
       return true;
     });
     attach(cp, false);

@@ -4,8 +4,14 @@ import { RDS_CTR } from '../core/stats.js';
 import { tcpPath, type TcpPath, type TcpShared } from './tcp-carrier.js';
 import { afterReadEnds } from './tcp-drain.js';
 
-/** Connections waiting, in order of arrival, to take over a path whose carrier is being drained. */
-const handovers = new WeakMap<TcpPath, (() => void)[]>();
+/** A path's carrier being drained (`old`) and the connections waiting, in order of arrival, to take over. */
+interface Handover {
+  readonly old: Socket;
+  readonly queue: (() => void)[];
+  done: boolean;
+}
+
+const handovers = new WeakMap<TcpPath, Handover>();
 
 /**
  * A newer connection from the peer replaces the path's carrier (the newest carrier wins). The old
@@ -22,7 +28,8 @@ const handovers = new WeakMap<TcpPath, (() => void)[]>();
  * new connection (accepted paused: nothing of it read yet) the carrier: the old carrier's frames
  * all come before any of the new one's, and the peer's sequence numbers continue across them.
  * If `take` cannot take the connection (gone meanwhile, the transport closing), the old carrier
- * stays in the slot and its close reaches the path as any other.
+ * stays in the slot and its close reaches the path as any other. An old carrier that leaves the
+ * path unclosed meanwhile (carrierMovedAway) is not destroyed: the waiting ones go at once.
  *
  * A connection that comes while another waits queues behind it and replaces it in turn. Each
  * waiting connection holds the admission slot it was accepted with (the connection limits bound
@@ -31,31 +38,49 @@ const handovers = new WeakMap<TcpPath, (() => void)[]>();
 export function replaceCarrier(ctx: TcpShared, cp: TransportPath, take: () => void): void {
   const tp = tcpPath(cp);
   const waiting = handovers.get(tp);
+  const old = tp.sock;
+  // Counted per connection that has to wait (behind the carrier, or behind others waiting).
+  if (waiting !== undefined || old !== null) ctx.host.counters.add(RDS_CTR.tcp_connect_raced);
   if (waiting !== undefined) {
-    waiting.push(take);
+    waiting.queue.push(take);
     return;
   }
-  const old = tp.sock;
   if (old === null) {
     take();
     return;
   }
-  ctx.host.counters.add(RDS_CTR.tcp_connect_raced);
-  const queue = [take];
-  handovers.set(tp, queue);
+  const h: Handover = { old, queue: [take], done: false };
+  handovers.set(tp, h);
   const hold = { heldMs: (now: number) => tp.heldMs(now), capMs: ctx.host.options.headerTimeoutMs };
-  afterReadEnds(
-    old,
-    () => {
-      handovers.delete(tp);
-      // The new carrier replaces the old one in the slot first, so the old one's close (now, or
-      // from the destroy below) is that of a replaced carrier, not the path's loss.
-      queue.shift()!();
-      old.destroy();
-      for (const next of queue) replaceCarrier(ctx, cp, next);
-    },
-    hold,
-  );
+  afterReadEnds(old, () => turnOver(ctx, cp, h, true), hold);
+}
+
+/**
+ * The waiting connections' turn, in order, until one becomes the path's carrier: by its turn the
+ * pairing may name another path for it (handOver moves it there) or it may be gone, and then the
+ * next one goes, and the old carrier stays (it is destroyed only when replaced). The rest queue
+ * behind the new carrier.
+ */
+function turnOver(ctx: TcpShared, cp: TransportPath, h: Handover, destroyOld: boolean): void {
+  if (h.done) return;
+  h.done = true;
+  const tp = tcpPath(cp);
+  handovers.delete(tp);
+  const before = tp.sock;
+  // The new carrier replaces the old one in the slot first, so the old one's close (now, or
+  // from the destroy below) is that of a replaced carrier, not the path's loss.
+  while (h.queue.length > 0 && tp.sock === before) h.queue.shift()!();
+  if (destroyOld && tp.sock !== before) h.old.destroy();
+  for (const next of h.queue) replaceCarrier(ctx, cp, next);
+}
+
+/**
+ * The carrier of `cp` left it unclosed (TcpListener.carrierToLane: it was another lane's):
+ * connections waiting to replace it take their turn now, and it is not destroyed.
+ */
+export function carrierMovedAway(ctx: TcpShared, cp: TransportPath): void {
+  const h = handovers.get(tcpPath(cp));
+  if (h !== undefined) turnOver(ctx, cp, h, false);
 }
 
 /** Whether a connection waits to take over `tp` (replaceCarrier). */
