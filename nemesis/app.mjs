@@ -350,9 +350,27 @@ if (isMainThread) {
   // not run this process is not the library's lateness (the checker allows for it).
   const lag = monitorEventLoopDelay({ resolution: 20 });
   lag.enable();
+  // Counters a post-mortem of a loss or a duplicate asks for, as what changed in each second
+  // (an embedded node's counters are otherwise gone with its life).
+  const watched =
+    /peer_restarted|recv_drop_(old_seq|moved_dup|no_sock|dead_sock)|accept_lane|accept_moved|tcp_connect_raced|withdrawn|conn_reset/;
+  let before = {};
   setInterval(() => {
     const paths = cfg.mode === 'embedded' ? stack.peers().map((p) => [p.address, p.pathsUp]) : undefined;
-    log({ ev: 'stat', rss: process.memoryUsage.rss(), lag: Math.round(lag.max / 1e6), ...(paths ? { paths } : {}) });
+    let ctr;
+    if (cfg.mode === 'embedded') {
+      const now = stack.counters.snapshot();
+      for (const [n, v] of Object.entries(now))
+        if (watched.test(n) && v !== (before[n] ?? 0)) (ctr ??= {})[n] = v - (before[n] ?? 0);
+      before = now;
+    }
+    log({
+      ev: 'stat',
+      rss: process.memoryUsage.rss(),
+      lag: Math.round(lag.max / 1e6),
+      ...(paths ? { paths } : {}),
+      ...(ctr ? { ctr } : {}),
+    });
     lag.reset();
   }, 1000);
   createInterface({ input: process.stdin }).on('line', (l) => void command(l.trim()));
