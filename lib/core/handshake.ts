@@ -274,8 +274,15 @@ export class Handshake {
 
   /** misplacedLane (lane-pairing.ts), remembering that the peer pairs carriers by port. */
   private misplacedLane(cp: RdsConnPath, hs: HandshakeExtensions): boolean {
-    if (!misplacedLane(this.conn, cp, hs)) return false;
+    const moved = misplacedLane(this.conn, cp, hs);
+    if (moved === false) return false;
     this.misplacedSeen = true;
+    if (moved === true) return true;
+    // The frame that showed the lane is the peer's handshake: settled before the lane comes up,
+    // so the lane starts as one to a known peer (a kernel gets no hello on it, whose NPATHS 1 it
+    // would take); the frame itself is then taken on the lane.
+    this.settle(hs.rdsCaps ?? 0, hs);
+    moved.connectComplete();
     return true;
   }
 

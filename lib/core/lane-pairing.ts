@@ -41,9 +41,10 @@ export function laneSawRestart(conn: RdsConnection, cp: RdsConnPath): boolean {
  * TCP had acknowledged, which the kernel had released). Dropped, as before, when the lane has a
  * carrier or the peer's NPATHS does not count it: an rds-socket peer says 1 there (its count is in
  * its capabilities), and it drops every lane itself when it meets our new generation on one
- * (laneSawRestart) and resends what has no RDS ack. True when path `cp` lost the carrier.
+ * (laneSawRestart) and resends what has no RDS ack. False when the carrier is where it belongs;
+ * true when it was dropped; the lane when it moved there (the caller completes the lane's connect).
  */
-export function misplacedLane(conn: RdsConnection, cp: RdsConnPath, hs: HandshakeExtensions): boolean {
+export function misplacedLane(conn: RdsConnection, cp: RdsConnPath, hs: HandshakeExtensions): RdsConnPath | boolean {
   if (hs.sportIdx !== true || cp.index >= conn.stack.maxPaths) return false;
   const lane = conn.transport.acceptedLane?.(cp);
   if (lane === undefined || lane === cp.index) return false;
@@ -57,6 +58,5 @@ export function misplacedLane(conn: RdsConnection, cp: RdsConnPath, hs: Handshak
   }
   conn.stack.counters.add(RDS_CTR.accept_lane_moved);
   cp.drop(`${why}: moved to lane ${lane}`);
-  to.connectComplete();
-  return true;
+  return to;
 }
