@@ -33,6 +33,12 @@
 //                   reload of that kernel between the two reads (every carrier is new after one):
 //                   the kernel orders a socket's messages per path and connection only
 //                   (docs/nemesis.md, "The kernel's reorders")
+//   kernel-flush    (a 7.x kernel peer) a kernel socket's unread message to a node of ours that had
+//                   restarted, sent before that life's first path to the kernel came up: the kernel
+//                   could only put it on a connection to the previous life, and when the new life's
+//                   GEN_NUM reaches it the kernel drops what it holds in flight there, telling no
+//                   one (test/interop/kernel-flush-new-life.test.ts; 6.x delivers it). Only for
+//                   nodes whose histories carry their path events (embedded nodes)
 // Usage: node nemesis/check.mjs DIR [--json]. Exit status 1 on any anomaly.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -169,6 +175,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
   const emptyRecv = new Map();
   const lastEmpty = new Map();
   const kernelPathOrder = [];
+  const kernelFlush = [];
   // rds_tcp reloads of a kernel peer, by its address: every carrier of its connections is new after one.
   const kernelAddrOf = new Map(
     (meta.topo?.procs ?? []).filter((p) => p.mode === 'kernel').map((p) => [p.proc, p.addr]),
@@ -232,6 +239,31 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     }
   }
 
+  // The lives of each embedded node (by address): when each began, and when its first path to
+  // the kernel came up (the moment the kernel could learn its GEN_NUM).
+  const flushes = Number.parseInt(String(meta.topo?.kernel ?? '0'), 10) >= 7;
+  const addrOf = new Map((meta.topo?.procs ?? []).map((p) => [p.proc, p.addr]));
+  const lives = new Map(); // addr -> [{ start, kernelUp }] in order
+  if (flushes)
+    for (const recs of hist) {
+      const st = recs[0];
+      const addr = st?.ev === 'start' ? addrOf.get(st.proc) : undefined;
+      if (addr === undefined) continue;
+      const up = recs.find((x) => x.ev === 'path' && x.what === 'up' && kernelAddrs.has(x.peer));
+      if (!lives.has(addr)) lives.set(addr, []);
+      lives.get(addr).push({ start: st.t, kernelUp: up?.t ?? Number.POSITIVE_INFINITY });
+    }
+  for (const l of lives.values()) l.sort((x, y) => x.start - y.start);
+  /** A kernel's message the kernel itself dropped at a restart of its destination (kernel-flush). */
+  function flushedByKernel(m, from) {
+    if (!kernelAddrs.has(from.split(':')[0])) return false;
+    const l = lives.get(m.d.split(':')[0]);
+    if (l === undefined) return false;
+    let i = -1;
+    while (i + 1 < l.length && l[i + 1].start <= m.t) i++;
+    return i >= 1 && m.t < l[i].kernelUp;
+  }
+
   // Sends: confirmations, settling, silent loss.
   const emptySent = new Map();
   const paused = pauseWindows(faults, meta);
@@ -284,6 +316,10 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
       receiverStayed(m.d, m.t) &&
       !cancelledAfter(m)
     ) {
+      if (flushedByKernel(m, from)) {
+        kernelFlush.push({ t: m.t, pair: `${from}->${m.d}`, detail: `${m.s} #${m.q} (${m.n} B, ${m.m})` });
+        continue;
+      }
       flag(
         'vanished',
         m.t,
@@ -332,12 +368,23 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
         const k = `${x.s !== undefined ? (sockOf(x.s) ?? x.from) : x.from}->${x.sock}`;
         if (!firstAfter.has(k) || firstAfter.get(k) > x.t) firstAfter.set(k, x.t);
       }
-    const wanted = new Set();
-    for (const m of sends.values()) wanted.add(`${sockOf(m.s) ?? m.s}->${m.d}`);
-    for (const k of wanted) {
+    const wanted = new Map(); // from->to -> send times
+    for (const m of sends.values()) {
+      const k = `${sockOf(m.s) ?? m.s}->${m.d}`;
+      if (!wanted.has(k)) wanted.set(k, []);
+      wanted.get(k).push(m.t);
+    }
+    // A pair whose messages after the heal the kernel dropped (kernel-flush) is held to its first
+    // send after the last of them: the kernel's application does not send those again.
+    const flushedUntil = new Map();
+    for (const f of kernelFlush)
+      if (f.t >= healT) flushedUntil.set(f.pair, Math.max(flushedUntil.get(f.pair) ?? 0, f.t));
+    for (const [k, times] of wanted) {
       const [from, to] = k.split('->');
       if (!finalInc.has(from) || !finalInc.has(to) || from === to) continue;
-      const start = Math.max(healT, finalInc.get(from), finalInc.get(to));
+      let start = Math.max(healT, finalInc.get(from), finalInc.get(to));
+      const flushed = flushedUntil.get(k);
+      if (flushed !== undefined) start = Math.max(start, Math.min(...times.filter((t) => t > flushed)));
       // A socket that opened too late to be probed before sending stopped cannot be held to it.
       if (meta.phases.quiet !== undefined && start + bound > meta.phases.quiet) {
         lateOpened++;
@@ -374,6 +421,7 @@ export function analyse({ hist, faults = [], samples = [], meta }) {
     seed: meta.seed,
     counts,
     kernelPathOrder: { count: kernelPathOrder.length, first: kernelPathOrder.slice(0, 20) },
+    kernelFlush: { count: kernelFlush.length, first: kernelFlush.slice(0, 20) },
     anomalyCount: kept.length,
     anomalies: kept.slice(0, 200),
     byKindPair: countByKindPair(kept),
@@ -463,6 +511,13 @@ export function printCheck(res, out = console.log) {
       `  not anomalies: kernel-path-order ${kpo.count} (a kernel socket's messages on different paths, or across an rds_tcp reload: the kernel orders them per path and connection only; docs/nemesis.md)`,
     );
     out(`    e.g. ${kpo.first[0].pair}: ${kpo.first[0].detail}`);
+  }
+  const kf = res.kernelFlush;
+  if (kf.count > 0) {
+    out(
+      `  not anomalies: kernel-flush ${kf.count} (a 7.x kernel's messages to a node's new life sent before that life's first path to it: the kernel dropped them with its connections to the old life; docs/nemesis.md)`,
+    );
+    out(`    e.g. ${kf.first[0].pair}: ${kf.first[0].detail}`);
   }
   if (res.first) {
     const { anomaly: a, records, activeFaults } = res.first;

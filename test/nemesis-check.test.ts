@@ -196,6 +196,70 @@ describe('nemesis checker', () => {
     expect(nonZero(withLateOpen(900, 800))).toEqual({ vanished: 1 });
   });
 
+  it("a 7.x kernel's unread message to a node's new life sent before that life's first path to the kernel is kernel-flush, not vanished", () => {
+    // The nemesis, seed 7079: a 7.x kernel drops what it holds in flight on its connections to a
+    // node's previous life when the new life's GEN_NUM reaches it (test/interop/kernel-flush-new-life.test.ts).
+    const lives = (kernel: string, newLife: number, up: number, sends: [number, number, boolean][]) => {
+      const a: Rec[] = [
+        { t: T0, ev: 'start', proc: 'e0', epoch: 0 },
+        { t: T0 + 1, ev: 'open', s: 'e0.0.1', sock: A },
+      ];
+      const old: Rec[] = [
+        { t: T0, ev: 'start', proc: 'e1', epoch: 0 },
+        { t: T0 + 1, ev: 'open', s: 'e1.0.1', sock: B },
+      ];
+      const b: Rec[] = [
+        { t: newLife, ev: 'start', proc: 'e1', epoch: 1 },
+        { t: newLife + 1, ev: 'open', s: 'e1.1.1', sock: B },
+        { t: up, ev: 'path', peer: A.split(':')[0], i: 0, what: 'up' },
+      ];
+      for (const [t, q, read] of sends) {
+        a.push(send(t, q));
+        if (read) b.push(recv(t + 5, q, { r: 'e1.1.1' }));
+      }
+      const m = {
+        ...meta,
+        topo: {
+          kernel,
+          procs: [
+            { proc: 'e0', node: 0, mode: 'kernel', addr: A.split(':')[0] },
+            { proc: 'e1', node: 1, mode: 'embedded', addr: B.split(':')[0] },
+          ],
+        },
+      };
+      return analyse({
+        hist: [[...a, { t: END, ev: 'end', s: 'e0.0.1' }], old, [...b, { t: END, ev: 'end', s: 'e1.1.1' }]],
+        faults: [],
+        samples: [],
+        meta: m,
+      });
+    };
+    const sends: [number, number, boolean][] = [
+      [T0 + 5000, 1, false], // after the new life began, before its first path to the kernel
+      [T0 + 9000, 2, true],
+      [T0 + 10_000, 3, false], // after it: the kernel had the new life's generation
+      [HEAL + 100, 4, true],
+    ];
+    const k7 = lives('7', T0 + 3000, T0 + 8000, sends);
+    expect(nonZero(k7.counts)).toEqual({ vanished: 1 });
+    expect(k7.anomalies[0].detail).toContain('e0.0.1 #3');
+    expect(k7.kernelFlush.count).toBe(1);
+    expect(k7.kernelFlush.first[0].detail).toBe('e0.0.1 #1 (100 B, msg)');
+    // A 6.x kernel does not act on GEN_NUM: both are losses.
+    const k6 = lives('6.1', T0 + 3000, T0 + 8000, sends);
+    expect(nonZero(k6.counts)).toEqual({ vanished: 2 });
+    expect(k6.kernelFlush.count).toBe(0);
+    // The flushed message was the pair's first after the heal: the pair is held to its next send.
+    const late: [number, number, boolean][] = [
+      [HEAL + 100, 1, false],
+      [HEAL + 9000, 2, true],
+    ];
+    const after = lives('7', HEAL - 1000, HEAL + 3000, late);
+    expect(nonZero(after.counts)).toEqual({});
+    expect(after.kernelFlush.count).toBe(1);
+    expect(nonZero(lives('7', HEAL - 1000, HEAL + 50, late).counts)).toEqual({ vanished: 1, 'stuck-pair': 1 });
+  });
+
   it('finds a silent loss, and only where the sender could have been told', () => {
     const lossy = () => {
       const h = healthy();
