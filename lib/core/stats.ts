@@ -108,7 +108,7 @@ export const RDS_COUNTER_NAMES = [
   // an accepted carrier whose peer encodes lanes in source ports (SPORT_IDX) and whose port names
   // another lane than the path that took it (a lane that came before the peer's path 0 to a node
   // that just started): its path 0 numbering rolled back, the carrier moved to that lane
-  // (accept_lane_moved) or, when the lane had a carrier, dropped (handshake.ts)
+  // (accept_lane_moved) or, when the lane had a carrier, dropped (lane-pairing.ts)
   'accept_lane_misplaced',
   // a connection accepted for a path while the peer's pairing by source port was not known, that
   // waited behind that path's old carrier: when its turn came the pairing, learnt meanwhile, named
@@ -119,7 +119,7 @@ export const RDS_COUNTER_NAMES = [
   'send_withdrawn',
   'recv_withdrawn',
   // an accept_lane_misplaced carrier moved, unclosed, to the lane its source port names, which
-  // took the frame that showed it and everything after it (handshake.ts, tcp-listen.ts)
+  // took the frame that showed it and everything after it (lane-pairing.ts, tcp-listen.ts)
   'accept_lane_moved',
 ] as const;
 

@@ -277,9 +277,10 @@ export class TcpListener {
     // (carrierToLane); the frame that moved it is then handed to that lane, and so is the rest of
     // the same read. A frame that made the core drop the carrier ends it: nothing more is taken.
     let at = cp;
+    let atSlot = tcpPath(cp).slot;
     let mine: Socket | null = null;
     const reader = new FrameReader((h, p) => {
-      for (let turn = 0; turn < 2 && mine !== null && tcpPath(at).slot.is(mine); turn++) {
+      for (let turn = 0; turn < 2 && mine !== null && atSlot.is(mine); turn++) {
         const was = at;
         host.recvIncoming(at, h, p);
         if (at === was) return;
@@ -300,11 +301,12 @@ export class TcpListener {
     };
     this.lanes.set(carrier, (to) => {
       const tt = tcpPath(to);
-      if (tt.sock !== null || carrierWaiting(tt) || !tcpPath(at).slot.is(carrier)) return false;
+      if (tt.sock !== null || carrierWaiting(tt) || !atSlot.is(carrier)) return false;
       // The path that took it forgets it without closing it (its drop then finds no carrier).
       const from = at;
       tcpPath(from).shutdown();
       at = to;
+      atSlot = tt.slot;
       attach(to, true);
       // Connections that waited behind it on the path it left go now, once the frame that moved
       // it has settled the pairing (they are then paired by their ports).
