@@ -5,7 +5,7 @@
 // peer acknowledged them, or they failed or were cancelled), as SO_SNDBUF counts in the kernel.
 // What the node holds for a client, all its sockets together, is bounded by the node's
 // maxClientSendBytes, which the client also enforces (it learns it in the welcome).
-import { SO_SNDBUF, SOL_SOCKET, RDS_MAX_MSG_SIZE } from '../constants.js';
+import { RDS_MAX_MSG_SIZE } from '../constants.js';
 import { RdsError } from '../errors.js';
 import { decodeSend, writeCount } from './hot-frames.js';
 import { checkWireHeader } from './send-wire.js';
@@ -113,29 +113,30 @@ export class SendSide {
       if (confirm) this.host.fail(f.id, new RdsError('EBADF', 'sendmsg() on a closed socket; make a new RdsSocket'));
       return;
     }
-    const it: Item = {
-      data,
-      wire: sm.wire === true ? f.data : null,
-      dest: sm, // its address and port
-      flags: sm.flags,
-      cookie: sm.cookie,
-      confirm,
-      id: confirm ? f.id : 0,
-      ac: null,
-    };
-    s.queue(it);
+    const len = data.length;
+    const wire = sm.wire === true ? f.data : null;
+    // The usual case: nothing waits before this message, so it goes to the real socket at once,
+    // without a backlog Item or a turn of run() (a promise per message); only one that must wait
+    // for room becomes an Item, and run() takes over.
+    const direct = !confirm && s.backlogLength === 0 && !s.running && !s.closed;
+    let it: Item | null = null;
+    if (direct) s.acceptDirect(len);
+    else {
+      it = item(data, wire, sm, confirm ? f.id : 0);
+      s.queue(it);
+    }
     // A client keeps at most SO_SNDBUF bytes in flight to us; allow one message of slack.
-    // (getsockopt reports twice the value set, as Linux does.)
-    const sndbuf2 = s.real.getsockopt(SOL_SOCKET, SO_SNDBUF);
+    // (The socket's SO_SNDBUF as set: getsockopt would report twice this, as Linux does.)
+    const sndbuf2 = 2 * s.sndbuf;
     const limit = sndbuf2 + RDS_MAX_MSG_SIZE;
     if (s.backlogBytes > limit)
       throw new ProtocolError(`socket ${s.id} sent ${s.backlogBytes} bytes past its send buffer`);
     // And all its sockets together at most the node's budget for it (the client stops at the
     // budget: one message may cross it).
     const processLimit = this.host.node.maxClientSendBytes + RDS_MAX_MSG_SIZE;
-    this.outstanding += it.data.length;
+    this.outstanding += len;
     if (this.outstanding > processLimit) {
-      const held = this.heldNow();
+      const held = this.heldNow() + (direct ? len : 0);
       if (held > processLimit)
         throw new ProtocolError(
           `sent ${held} bytes not yet acknowledged, past the node's budget of ${this.host.node.maxClientSendBytes} per process`,
@@ -145,12 +146,38 @@ export class SendSide {
     // client is about to stop until it hears of it.
     if (this.unreported.size > 0 && (this.nearBudget() || (s.accepted - s.reported) * 2 >= sndbuf2))
       this.scheduleReport();
-    if (s.running || s.closed) return;
-    // The usual case: nothing waits before this message, so it goes to the real socket now, with
-    // no turn of run() (a promise per message); run() takes over when it must wait for room.
-    if (!confirm && s.backlogLength === 1 && this.tryHand(s, it) === 'done') return;
+    if (it === null) {
+      const r = this.handDirect(s, data, sm, wire);
+      if (r === 'done') return;
+      // No room, or a congested port: it waits in the backlog like any other, run() below.
+      it = item(data, wire, sm, 0);
+      s.queueAccepted(it);
+    } else if (s.running || s.closed) return;
     s.startRun();
     this.run(s).catch((e: unknown) => this.host.drop(`internal error: ${(e as Error).message}`));
+  }
+
+  /**
+   * Hands a message that nothing waits before to the real socket (as tryHand() a backlog head):
+   * 'done' once it is queued there or failed for good, or why it must wait.
+   */
+  private handDirect(
+    s: NodeSock,
+    data: Buffer,
+    sm: { address: string; port: number; flags: number; cookie: number | undefined },
+    wire: Buffer | null,
+  ): 'done' | 'EAGAIN' | 'ENOBUFS' {
+    try {
+      s.real.enqueue(data, sm, sendOpts(sm.flags, sm.cookie), false, sm.cookie === undefined ? wire : null);
+    } catch (e) {
+      const code = e instanceof RdsError ? e.code : '';
+      if (code === 'EAGAIN' || code === 'ENOBUFS') return code;
+      this.host.node.counters.sendFailed++;
+    }
+    if (!s.sentDirect()) return 'done';
+    this.done(s);
+    if (s.backlogLength === 0 && !s.running) s.drained();
+    return 'done';
   }
 
   /**
@@ -162,7 +189,7 @@ export class SendSide {
     try {
       // The client's encoded message is queued as it is (cut-through): sendmsg()'s checks, then
       // only the sequence stamped. Zero-copy keeps the old way: its payload is referenced anyway.
-      s.real.enqueue(it.data, it.dest, sendOpts(it), false, wireOf(it));
+      s.real.enqueue(it.data, it.dest, sendOpts(it.flags, it.cookie), false, wireOf(it));
     } catch (e) {
       const code = e instanceof RdsError ? e.code : '';
       if (code === 'EAGAIN' || code === 'ENOBUFS') return code;
@@ -197,11 +224,9 @@ export class SendSide {
   done(s: NodeSock): void {
     if (s.closed) return;
     this.unreported.add(s);
-    // getsockopt reports twice the budget (as Linux does): a quarter of it is an eighth of that.
     // Near the process's budget every turn with something done reports: its sockets may each be
     // far from a quarter of their own SO_SNDBUF while together they hold the whole budget.
-    if (this.unreportedBytes(s) * 8 >= s.real.getsockopt(SOL_SOCKET, SO_SNDBUF) || this.nearBudget())
-      this.scheduleReport();
+    if (this.unreportedBytes(s) * 4 >= s.sndbuf || this.nearBudget()) this.scheduleReport();
   }
 
   /** The client's sockets together hold three quarters of the node's budget for it or more. */
@@ -245,7 +270,7 @@ export class SendSide {
     try {
       while (s.backlogLength > 0 && !s.closed) {
         const it = s.head()!;
-        const opts = sendOpts(it);
+        const opts = sendOpts(it.flags, it.cookie);
         if (it.confirm) {
           this.handed(s, it);
           const ac = new AbortController();
@@ -306,8 +331,18 @@ function wireOf(it: Item): Buffer | null {
   return it.cookie === undefined ? it.wire : null;
 }
 
-/** The sendmsg() options a backlog item carries (none for a plain message). */
-function sendOpts(it: Item): { flags: number; zcopyCookie?: number } | undefined {
-  if (it.cookie !== undefined) return { flags: it.flags, zcopyCookie: it.cookie };
-  return it.flags !== 0 ? { flags: it.flags } : undefined;
+/** The sendmsg() options of a SEND frame's message (none for a plain message). */
+function sendOpts(flags: number, cookie: number | undefined): { flags: number; zcopyCookie?: number } | undefined {
+  if (cookie !== undefined) return { flags, zcopyCookie: cookie };
+  return flags !== 0 ? { flags } : undefined;
+}
+
+/** A backlog entry for a SEND frame's message (`id`: the request to answer for a confirm send, else 0). */
+function item(
+  data: Buffer,
+  wire: Buffer | null,
+  sm: { address: string; port: number; flags: number; cookie: number | undefined; confirm: boolean },
+  id: number,
+): Item {
+  return { data, wire, dest: sm, flags: sm.flags, cookie: sm.cookie, confirm: sm.confirm, id, ac: null };
 }

@@ -119,11 +119,40 @@ export class NodeSock {
     return this.#backlog.peek();
   }
 
+  /**
+   * SO_SNDBUF as set (getsockopt reports twice this, as Linux does): read from the real socket's
+   * options rather than through getsockopt(), twice per message on the node's send side.
+   */
+  get sndbuf(): number {
+    return this.local.options.sndbuf;
+  }
+
+  /**
+   * A SEND frame's message that nothing in the backlog waits before (node-send's direct hand-off):
+   * counted as accepted without an Item; sentDirect() once the real socket took it, or
+   * queueAccepted() if it must wait after all.
+   */
+  acceptDirect(bytes: number): void {
+    this.#accepted += bytes;
+  }
+
+  /** The message acceptDirect() counted was handed on: one more for the next SENT report, unless closed (false then). */
+  sentDirect(): boolean {
+    if (this.closed) return false;
+    this.#sentMsgs++;
+    return true;
+  }
+
   /** A SEND frame's message joins the backlog. */
   queue(it: Item): void {
+    this.queueAccepted(it);
+    this.#accepted += it.data.length;
+  }
+
+  /** A message acceptDirect() already counted joins the backlog: the real socket had no room for it. */
+  queueAccepted(it: Item): void {
     this.#backlog.push(it);
     this.#backlogBytes += it.data.length;
-    this.#accepted += it.data.length;
   }
 
   /**
