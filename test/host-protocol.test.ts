@@ -9,11 +9,13 @@ import {
   encodeMsgWire,
   encodeSend,
   readMsg,
+  readMsgFrame,
 } from '../lib/host/hot-frames.js';
 import {
   C_CREDIT,
   C_REQ,
   C_SEND,
+  decodeFrame,
   encodeFrame,
   FrameParser,
   FrameWriter,
@@ -280,6 +282,15 @@ describe('host node control framing', () => {
     const m = readMsg(f.raw, f.metaStart, f.metaEnd, f.data);
     expect(m).toMatchObject({ address: '10.0.0.9', port: 18634, timestamp: 12.5, rxStamps: [1n, 2n, 3n] });
     expect(m.data.toString()).toBe('cut through');
+    // Read in place from the frame (what an attached stack does): the same message, its data a
+    // view of the frame's buffer, not a copy.
+    const inPlace = readMsgFrame(f);
+    expect(inPlace).toEqual(m);
+    expect(inPlace.data.buffer).toBe(f.raw.buffer);
+    // A frame whose header length is not what follows it is refused read in place too.
+    const lying = Buffer.concat(encodeMsgWire(3, { address: '10.0.0.9', port: 0, data: payload }, h));
+    lying.writeUInt32BE(payload.length + 1, lying.length - payload.length - 48 + 16);
+    expect(() => readMsgFrame(new FrameParser().push(lying)[0]!)).toThrow(ProtocolError);
     // The meta alone (decodeMsg) has the meta's port, 0.
     expect(decodeMsg(f.raw, f.metaStart, f.metaEnd)).toMatchObject({ address: '10.0.0.9', port: 0 });
     // Shorter than a header, or a header whose length is not what follows it.
@@ -293,6 +304,13 @@ describe('host node control framing', () => {
     const empty = Buffer.concat(encodeMsgWire(3, { address: '10.0.0.9', port: 0, data: Buffer.alloc(0) }, h));
     const e = new FrameParser().push(empty)[0]!;
     expect(readMsg(e.raw, e.metaStart, e.metaEnd, e.data)).toMatchObject({ port: 18634, data: Buffer.alloc(0) });
+  });
+
+  it('decodeFrame refuses a frame shorter than its header, or running past its buffer, with a ProtocolError', () => {
+    const one = Buffer.concat(encodeFrame(C_REQ, 1, 2, { a: 1 }));
+    expect(decodeFrame(one, 0, one.length)).toMatchObject({ type: C_REQ, sock: 1, id: 2 });
+    expect(() => decodeFrame(one, 0, HEADER_BYTES - 1)).toThrow(ProtocolError);
+    expect(() => decodeFrame(one.subarray(0, one.length - 1), 0, one.length)).toThrow(ProtocolError);
   });
 
   it('rejects truncated or overlong binary metas with a ProtocolError, never another error', () => {

@@ -5,7 +5,7 @@
 // under JOIN_BELOW bytes in one place, with nothing allocated per frame; a larger payload follows
 // as a part of its own, written as it is.
 // MSG lives in msg-frames.ts, the helpers they share in frame-encode.ts.
-import { type C_CREDIT, C_SEND, type FrameOut, JOIN_BELOW, type N_SENT, ProtocolError } from './protocol.js';
+import { type C_CREDIT, C_SEND, type FrameOut, JOIN_BELOW, type N_SENT, ProtocolError, u32be } from './protocol.js';
 import { RDS_HEADER_SIZE } from '../constants.js';
 import { encodeDataHeader } from '../wire/header.js';
 import { asParts, checkShort, finish, header, lengthOf, readAddress, writeShort } from './frame-encode.js';
@@ -17,6 +17,7 @@ export {
   type MsgFields,
   type MsgMeta,
   readMsg,
+  readMsgFrame,
   writeMsg,
   writeMsgWire,
 } from './msg-frames.js';
@@ -155,13 +156,14 @@ export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
   const address = readAddress(b, off, end);
   const o = off + 1 + address.length;
   if (o + 7 > end) throw new ProtocolError('SEND meta too short');
-  const port = b.readUInt16BE(o);
-  const flags = b.readUInt32BE(o + 2);
+  // Bounds checked just above: byte arithmetic, without the read methods' argument checks.
+  const port = (b[o]! << 8) | b[o + 1]!;
+  const flags = u32be(b, o + 2);
   const bits = b[o + 6]!;
   let cookie: number | undefined;
   if ((bits & F_COOKIE) !== 0) {
     if (o + 11 > end) throw new ProtocolError('SEND meta too short for its cookie');
-    cookie = b.readUInt32BE(o + 7);
+    cookie = u32be(b, o + 7);
   }
   return {
     address,

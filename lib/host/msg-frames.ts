@@ -3,7 +3,7 @@
 // as the node's stack received it from the peer, its 48-byte RDS header and the payload, and the
 // client reads the port and length from that header (the node's cut-through receive,
 // node-deliver.ts).
-import { type FrameOut, JOIN_BELOW, N_MSG, ProtocolError } from './protocol.js';
+import { type Frame, type FrameOut, JOIN_BELOW, N_MSG, ProtocolError, u32be } from './protocol.js';
 import type { RdsMessage } from '../core/types.js';
 import { RDS_HEADER_SIZE } from '../constants.js';
 import { OFF_LEN, OFF_SPORT } from '../wire/header.js';
@@ -153,17 +153,29 @@ export function encodeMsgWire(sock: number, m: MsgFields, wire: Uint8Array): Buf
  * the payload's is a protocol error), the message's data is the payload after it.
  */
 export function readMsg(b: Buffer, off: number, end: number, data: Buffer): RdsMessage {
-  return parse(b, off, end, data, true);
+  return parse(b, off, end, data, 0, true);
 }
 
-/** readMsg; `wire` false: the meta alone (decodeMsg), an M_WIRE frame's port left as the meta's 0. */
-function parse(b: Buffer, off: number, end: number, data: Buffer, wire: boolean): RdsMessage {
+/** readMsg of a MSG frame as read: its data taken apart where it lies in the frame's buffer (one view made). */
+export function readMsgFrame(f: Frame): RdsMessage {
+  return parse(f.raw, f.metaStart, f.metaEnd, null, f.end, true);
+}
+
+/**
+ * readMsg; `wire` false: the meta alone (decodeMsg), an M_WIRE frame's port left as the meta's 0.
+ * The data: `data`, or when null `b` from `end` (the meta's end) to `dataEnd`.
+ */
+function parse(b: Buffer, off: number, end: number, data: Buffer | null, dataEnd: number, wire: boolean): RdsMessage {
   const address = readAddress(b, off, end);
   let o = off + 1 + address.length;
   if (o + 3 > end) throw new ProtocolError('MSG meta too short');
   const bits = b[o + 2]!;
   const m: RdsMessage =
-    (bits & M_WIRE) === 0 || !wire ? { data, address, port: b.readUInt16BE(o) } : fromWire(data, address);
+    (bits & M_WIRE) === 0 || !wire
+      ? { data: data ?? (dataEnd > end ? b.subarray(end, dataEnd) : NO_DATA), address, port: (b[o]! << 8) | b[o + 1]! }
+      : data !== null
+        ? fromWire(data, 0, data.length, address)
+        : fromWire(b, end, dataEnd, address);
   o += 3;
   if (bits === 0) return m;
   if ((bits & M_TS) !== 0) {
@@ -199,7 +211,7 @@ function parse(b: Buffer, off: number, end: number, data: Buffer, wire: boolean)
 
 /** The meta of a MSG frame: `b` from `off` to `end` (a whole buffer by default). */
 export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
-  const m = parse(b, off, end, NO_DATA, false);
+  const m = parse(b, off, end, NO_DATA, 0, false);
   return {
     address: m.address,
     port: m.port,
@@ -211,11 +223,12 @@ export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
 }
 
 /** The message whose data is an RDS header and its payload (M_WIRE). */
-function fromWire(data: Buffer, address: string): RdsMessage {
-  if (data.length < RDS_HEADER_SIZE)
-    throw new ProtocolError(`MSG data of ${data.length} bytes is shorter than an RDS header`);
-  const len = data.readUInt32BE(OFF_LEN);
-  if (len !== data.length - RDS_HEADER_SIZE)
-    throw new ProtocolError(`MSG header length ${len} is not its payload's ${data.length - RDS_HEADER_SIZE} bytes`);
-  return { data: data.subarray(RDS_HEADER_SIZE), address, port: data.readUInt16BE(OFF_SPORT) };
+function fromWire(b: Buffer, start: number, stop: number, address: string): RdsMessage {
+  const n = stop - start;
+  if (n < RDS_HEADER_SIZE) throw new ProtocolError(`MSG data of ${n} bytes is shorter than an RDS header`);
+  const len = u32be(b, start + OFF_LEN);
+  if (len !== n - RDS_HEADER_SIZE)
+    throw new ProtocolError(`MSG header length ${len} is not its payload's ${n - RDS_HEADER_SIZE} bytes`);
+  const port = (b[start + OFF_SPORT]! << 8) | b[start + OFF_SPORT + 1]!;
+  return { data: b.subarray(start + RDS_HEADER_SIZE, stop), address, port };
 }

@@ -22,7 +22,7 @@ import { SocketOptionValues, socketSideOnly, storeOption } from '../core/socket-
 import { packRxTrace } from '../core/rx-trace.js';
 import type { MessageInfo, RdsMessage, SocketInfo } from '../core/types.js';
 import { C_ABORT, C_CREDIT, encodeFrame, type Frame } from './protocol.js';
-import { readMsg, WIRE_SEND_ABOVE, writeCount, writeSend, writeSendWire } from './hot-frames.js';
+import { readMsgFrame, WIRE_SEND_ABOVE, writeCount, writeSend, writeSendWire } from './hot-frames.js';
 import type { AttachedStack } from './attached-stack.js';
 import type { NodeLink } from './client.js';
 import { UnansweredCalls } from './attached-refusals.js';
@@ -369,7 +369,7 @@ export class NodeBackend implements SocketBackend {
   /** MSG: a received message. */
   fromNode(f: Frame): void {
     if (this.closed) return;
-    this.rx.push(readMsg(f.raw, f.metaStart, f.metaEnd, f.data));
+    this.rx.push(readMsgFrame(f));
     this.events!.readable();
   }
 

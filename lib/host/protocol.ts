@@ -49,6 +49,8 @@ export const MAX_FRAME_BYTES = HEADER_BYTES + MAX_META_BYTES + RDS_MAX_MSG_SIZE;
  * `metaEnd`): a binary meta is read in place by hot-frames.ts, with no buffer of its own.
  */
 export class Frame {
+  #data: Buffer | null = null;
+
   constructor(
     readonly type: number,
     readonly sock: number,
@@ -58,8 +60,18 @@ export class Frame {
     readonly raw: Buffer,
     readonly metaStart: number,
     readonly metaEnd: number,
-    readonly data: Buffer,
+    /** Where the frame ends in `raw`: its data is `raw` from metaEnd to here. */
+    readonly end: number,
   ) {}
+
+  /**
+   * The frame's data, a view of `raw`, made when first asked for: a reader that takes the data
+   * apart in place (a MSG with its RDS header, readMsgFrame) makes one view, not two.
+   */
+  get data(): Buffer {
+    if (this.#data === null) this.#data = this.end > this.metaEnd ? this.raw.subarray(this.metaEnd, this.end) : EMPTY;
+    return this.#data;
+  }
 
   /** The raw meta bytes of a binary-meta type (BINARY_META), decoded by hot-frames.ts; empty otherwise. */
   get bin(): Buffer {
@@ -67,8 +79,17 @@ export class Frame {
   }
 }
 
-/** Frame types whose meta is binary (hot-frames.ts), not JSON. */
-const BINARY_META = new Set([C_SEND, C_CREDIT, N_MSG, N_SENT]);
+/** Frame types whose meta is binary (hot-frames.ts), not JSON: 1 at their type (a table, not a Set: read per frame). */
+const BINARY_META = new Uint8Array(256);
+for (const t of [C_SEND, C_CREDIT, N_MSG, N_SENT]) BINARY_META[t] = 1;
+
+/**
+ * The big-endian u32 at `o` of `b`, which the caller knows holds 4 bytes there: byte arithmetic,
+ * without readUInt32BE()'s argument checks (three per frame received, in every process).
+ */
+export function u32be(b: Uint8Array, o: number): number {
+  return b[o]! * 0x100_0000 + ((b[o + 1]! << 16) | (b[o + 2]! << 8) | b[o + 3]!);
+}
 const NO_META: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 export { ProtocolError };
@@ -201,16 +222,16 @@ export class FrameParser {
 
 /** The frame in `b` from `start` to `end` (its length field included); throws ProtocolError. */
 export function decodeFrame(b: Buffer, start: number, end: number): Frame {
+  if (end - start < HEADER_BYTES || end > b.length) throw new ProtocolError('frame shorter than its header');
   const type = b[start + 4]!;
-  const sock = b.readUInt32BE(start + 5);
-  const id = b.readUInt32BE(start + 9);
-  const mlen = b.readUInt32BE(start + 13);
+  const sock = u32be(b, start + 5);
+  const id = u32be(b, start + 9);
+  const mlen = u32be(b, start + 13);
   const metaStart = start + HEADER_BYTES;
   if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > end - start)
     throw new ProtocolError(`meta length ${mlen} out of bounds`);
   const metaEnd = metaStart + mlen;
-  const data = end > metaEnd ? b.subarray(metaEnd, end) : EMPTY;
-  if (BINARY_META.has(type)) return new Frame(type, sock, id, NO_META, b, metaStart, metaEnd, data);
+  if (BINARY_META[type] === 1) return new Frame(type, sock, id, NO_META, b, metaStart, metaEnd, end);
   let meta: unknown;
   try {
     meta = mlen === 0 ? {} : JSON.parse(b.toString('utf8', metaStart, metaEnd));
@@ -219,7 +240,7 @@ export function decodeFrame(b: Buffer, start: number, end: number): Frame {
   }
   if (meta === null || typeof meta !== 'object' || Array.isArray(meta))
     throw new ProtocolError('meta is not a JSON object');
-  return new Frame(type, sock, id, meta as Record<string, unknown>, b, metaStart, metaEnd, data);
+  return new Frame(type, sock, id, meta as Record<string, unknown>, b, metaStart, metaEnd, end);
 }
 
 /** An error as carried in meta. */
