@@ -15,12 +15,29 @@ export function header(
 ): number {
   const o = w.reserve(HEADER_BYTES + metaLen + inline);
   const b = w.slab;
-  b.writeUInt32BE(HEADER_BYTES - 4 + metaLen + dataLen, o);
+  // Byte arithmetic, not writeUInt32BE() (its range checks, four per frame, every message).
+  put32(b, o, HEADER_BYTES - 4 + metaLen + dataLen);
   b[o + 4] = type;
-  b.writeUInt32BE(sock >>> 0, o + 5);
-  b.writeUInt32BE(id >>> 0, o + 9);
-  b.writeUInt32BE(metaLen, o + 13);
+  put32(b, o + 5, sock);
+  put32(b, o + 9, id);
+  put32(b, o + 13, metaLen);
   return o + HEADER_BYTES;
+}
+
+/** `v` as a big-endian u32 at `o` of `b` (taken modulo 2^32, as `v >>> 0`); returns the offset after it. */
+export function put32(b: Uint8Array, o: number, v: number): number {
+  b[o] = v >>> 24;
+  b[o + 1] = v >>> 16;
+  b[o + 2] = v >>> 8;
+  b[o + 3] = v;
+  return o + 4;
+}
+
+/** `v` (0 to 65535) as a big-endian u16 at `o` of `b`; returns the offset after it. */
+export function put16(b: Uint8Array, o: number, v: number): number {
+  b[o] = v >>> 8;
+  b[o + 1] = v;
+  return o + 2;
 }
 
 /**
@@ -118,9 +135,11 @@ export function readAddress(b: Buffer, off: number, end: number): string {
 }
 
 export function writeShort(b: Buffer, off: number, s: string): number {
-  b[off] = s.length;
-  b.write(s, off + 1, 'latin1');
-  return off + 1 + s.length;
+  const n = s.length;
+  b[off] = n;
+  // An address is a few characters: a loop costs less than a native write() call per message.
+  for (let i = 0; i < n; i++) b[off + 1 + i] = s.charCodeAt(i);
+  return off + 1 + n;
 }
 
 export function checkShort(s: string, what: string): void {

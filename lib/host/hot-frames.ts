@@ -8,7 +8,17 @@
 import { type C_CREDIT, C_SEND, type FrameOut, JOIN_BELOW, type N_SENT, ProtocolError, u32be } from './protocol.js';
 import { RDS_HEADER_SIZE } from '../constants.js';
 import { encodeDataHeader } from '../wire/header.js';
-import { asParts, checkShort, finish, header, lengthOf, readAddress, writeShort } from './frame-encode.js';
+import {
+  asParts,
+  checkShort,
+  finish,
+  header,
+  lengthOf,
+  put16,
+  put32,
+  readAddress,
+  writeShort,
+} from './frame-encode.js';
 
 export {
   decodeMsg,
@@ -115,10 +125,10 @@ function sendMeta(
   let o = header(w, C_SEND, sock, id, mlen, dataLen, inline);
   const h = w.slab;
   o = writeShort(h, o, address);
-  o = h.writeUInt16BE(port, o);
-  o = h.writeUInt32BE(flags >>> 0, o);
+  o = put16(h, o, port);
+  o = put32(h, o, flags);
   h[o++] = (confirm ? F_CONFIRM : 0) | (cookie !== undefined ? F_COOKIE : 0) | (wire ? F_WIRE : 0);
-  if (cookie !== undefined) o = h.writeUInt32BE(cookie >>> 0, o);
+  if (cookie !== undefined) o = put32(h, o, cookie);
   return o;
 }
 

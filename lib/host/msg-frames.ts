@@ -7,7 +7,7 @@ import { type Frame, type FrameOut, JOIN_BELOW, N_MSG, ProtocolError, u32be } fr
 import type { RdsMessage } from '../core/types.js';
 import { RDS_HEADER_SIZE } from '../constants.js';
 import { OFF_LEN, OFF_SPORT } from '../wire/header.js';
-import { asParts, checkShort, finish, header, readAddress, writeShort } from './frame-encode.js';
+import { asParts, checkShort, finish, header, put16, readAddress, writeShort } from './frame-encode.js';
 
 const NO_DATA = Buffer.alloc(0);
 const M_TS = 1;
@@ -113,7 +113,7 @@ function writeAny(
   let o = header(w, N_MSG, sock, 0, mlen, hlen + len, hlen + (len < JOIN_BELOW ? len : 0));
   const h = w.slab;
   o = writeShort(h, o, address);
-  o = h.writeUInt16BE(port, o);
+  o = put16(h, o, port);
   h[o++] =
     (timestamp !== undefined ? M_TS : 0) |
     (zc !== undefined ? M_ZC : 0) |
