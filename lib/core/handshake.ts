@@ -52,6 +52,7 @@ export class Handshake {
   private pathsPongPending = false;
   /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
   private spokeRdsSocket = false;
+  private pingAnswered = false;
 
   constructor(private readonly conn: RdsConnection) {}
 
@@ -224,6 +225,8 @@ export class Handshake {
    * NPATHS, this is it (a kernel answers probes in order).
    */
   pongReceived(header: Buffer): void {
+    // A probe is a ping: a peer that answers one has pings enabled (answersPings).
+    this.pingAnswered = true;
     const raised = this.pathsPongPending;
     this.frameReceived(header);
     if (raised) this.pathsPongPending = false;
@@ -384,6 +387,18 @@ export class Handshake {
    */
   get lazyLanes(): boolean {
     return (this.peerCaps & RDSSOCK_CAP_LAZY_LANES) !== 0 && (this.localCaps() & RDSSOCK_CAP_LAZY_LANES) !== 0;
+  }
+
+  /**
+   * The peer has answered a ping on this connection, our multipath probe or a liveness ping
+   * (ext/heartbeat.ts): a kernel with net.rds.ping_enable = 0 answers neither.
+   */
+  get answersPings(): boolean {
+    return this.pingAnswered;
+  }
+
+  notePingAnswered(): void {
+    this.pingAnswered = true;
   }
 
   /** The peer answers heartbeats. */

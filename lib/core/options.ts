@@ -37,9 +37,16 @@ export interface RdsStackOptions {
    * wait for the read). Infinity: never acknowledge unread messages. Default 1000.
    */
   ackDelayMaxMs?: number;
-  /** Heartbeat period towards rds-socket peers; 0 disables. Default 2000. */
+  /**
+   * Heartbeat period towards rds-socket peers (an ack-only frame asking for an answer) and kernel
+   * peers over TCP (an RDS ping, which the kernel answers with a pong: ext/heartbeat.ts); 0
+   * disables both. Default 2000.
+   */
   heartbeatIntervalMs?: number;
-  /** Silent periods after which the path is dropped and reconnected. Default 4 (detection < 10 s). */
+  /**
+   * Silent periods after which the path is dropped and reconnected (a kernel's only if it has
+   * answered a ping on the connection, our multipath probe included). Default 4 (detection < 10 s).
+   */
   heartbeatMissedLimit?: number;
   /**
    * How long to wait for the peer's handshake before treating it as a kernel (a peer that has

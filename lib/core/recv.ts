@@ -16,6 +16,7 @@ import { OFF_ACK, OFF_DPORT, OFF_EXTHDR, OFF_FLAGS, OFF_SPORT, readU64 } from '.
 import { decodeReadReport, parseExtensions, type RdsExtension } from '../wire/extensions.js';
 import { follow, RX_DISCARDED, RX_REFUSED, type RxEntry } from './ext/rx-ack.js';
 import { isWithdrawn } from './ext/withdrawn.js';
+import { KERNEL_PING_PORT } from './ext/heartbeat.js';
 import type { RdsConnPath } from './path.js';
 import type { RdsStack } from './stack.js';
 import { RDS_CTR } from './stats.js';
@@ -179,6 +180,12 @@ export function recvIncoming(
     // A pong is not sent to a pinger whose port is congested.
     if (conn.peerCong.test(sport)) return;
     answerPing(stack, cp, sport);
+    return;
+  }
+  // A kernel's answer to this path's liveness ping (ext/heartbeat.ts): nobody's message.
+  if (sport === 0 && dport === KERNEL_PING_PORT && payload.length === 0 && cp.heartbeat.expectsPong) {
+    cp.acks.recordReceived(seq, true, ackRequired);
+    cp.heartbeat.pongReceived();
     return;
   }
   if (sport === 0 && dport === RDS_FLAG_PROBE_PORT) {

@@ -121,6 +121,10 @@ export const RDS_COUNTER_NAMES = [
   // an accept_lane_misplaced carrier moved, unclosed, to the lane its source port names, which
   // took the frame that showed it and everything after it (lane-pairing.ts, tcp-listen.ts)
   'accept_lane_moved',
+  // a kernel peer answered a liveness ping of a silent TCP path (its pong to KERNEL_PING_PORT);
+  // the pings are counted in heartbeat_sent, a carrier dropped for a ping unanswered in
+  // heartbeat_timeout (ext/heartbeat.ts)
+  'heartbeat_pong',
 ] as const;
 
 /** A counter's name, as the kernel names its RDS counters (`stack.counters.get(name)`). */

@@ -72,6 +72,12 @@ export interface RdsTransport {
   /** Whether sockets may choose it (the loopback transport is only ever picked by the core). */
   readonly userSelectable: boolean;
   /**
+   * Each path is one byte stream (TCP): a segment the peer's kernel must retransmit holds up
+   * everything it sent after it, pongs included, for as long as its retransmission backs off. The
+   * core then pings a kernel peer that has gone silent (ext/heartbeat.ts).
+   */
+  readonly streamCarrier?: boolean;
+  /**
    * The kernel's get_tos_map: the TOS a socket asking for `tos` (0..255) keeps, and whose
    * connection it then uses (connections are keyed by it). TCP maps every TOS to 0 (one
    * connection carries them all); IB keeps it (a connection per TOS). Without it SIOCRDSSETTOS is

@@ -26,6 +26,7 @@ const CLOSE_LINGER_MS = 2000;
  */
 export class TcpTransport implements RdsTransport {
   readonly name = 'tcp';
+  readonly streamCarrier = true;
   readonly transType = RDS_TRANS_TCP;
   readonly mpathCapable = true;
   readonly userSelectable = true;
