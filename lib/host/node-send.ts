@@ -136,7 +136,7 @@ export class SendSide {
     const processLimit = this.host.node.maxClientSendBytes + RDS_MAX_MSG_SIZE;
     this.outstanding += len;
     if (this.outstanding > processLimit) {
-      const held = this.heldNow() + (direct ? len : 0);
+      const held = this.heldNow();
       if (held > processLimit)
         throw new ProtocolError(
           `sent ${held} bytes not yet acknowledged, past the node's budget of ${this.host.node.maxClientSendBytes} per process`,
@@ -174,7 +174,7 @@ export class SendSide {
       if (code === 'EAGAIN' || code === 'ENOBUFS') return code;
       this.host.node.counters.sendFailed++;
     }
-    if (!s.sentDirect()) return 'done';
+    if (!s.sentDirect(data.length)) return 'done';
     this.done(s);
     if (s.backlogLength === 0 && !s.running) s.drained();
     return 'done';

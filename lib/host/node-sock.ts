@@ -129,15 +129,17 @@ export class NodeSock {
 
   /**
    * A SEND frame's message that nothing in the backlog waits before (node-send's direct hand-off):
-   * counted as accepted without an Item; sentDirect() once the real socket took it, or
-   * queueAccepted() if it must wait after all.
+   * counted as accepted and as in the backlog, as queue() counts it, without an Item;
+   * sentDirect() once the real socket took it, or queueAccepted() if it must wait after all.
    */
   acceptDirect(bytes: number): void {
     this.#accepted += bytes;
+    this.#backlogBytes += bytes;
   }
 
-  /** The message acceptDirect() counted was handed on: one more for the next SENT report, unless closed (false then). */
-  sentDirect(): boolean {
+  /** The message acceptDirect() counted was handed on (as take()): one more for the next SENT report, unless closed (false then). */
+  sentDirect(bytes: number): boolean {
+    this.#backlogBytes -= bytes;
     if (this.closed) return false;
     this.#sentMsgs++;
     return true;
@@ -145,14 +147,14 @@ export class NodeSock {
 
   /** A SEND frame's message joins the backlog. */
   queue(it: Item): void {
-    this.queueAccepted(it);
+    this.#backlog.push(it);
+    this.#backlogBytes += it.data.length;
     this.#accepted += it.data.length;
   }
 
   /** A message acceptDirect() already counted joins the backlog: the real socket had no room for it. */
   queueAccepted(it: Item): void {
     this.#backlog.push(it);
-    this.#backlogBytes += it.data.length;
   }
 
   /**

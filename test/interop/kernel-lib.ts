@@ -136,6 +136,16 @@ export function cut(local: string, ports?: number[]): void {
       ` chain i { type filter hook input priority 0; ip saddr ${KERNEL} ip daddr ${local} ${i}drop; }\n}\n`,
   );
 }
+/**
+ * Drops only what the kernel sends to `local` (this host's input): our side of every connection
+ * still flows, the kernel's waits in its TCP retransmission backoff, as after a partition.
+ */
+export function cutFromKernel(local: string): void {
+  heal();
+  nft(
+    `table ip ${NFT_TABLE} {\n chain i { type filter hook input priority 0; ip saddr ${KERNEL} ip daddr ${local} drop; }\n}\n`,
+  );
+}
 /** Ends what cut() did. */
 export function heal(): void {
   try {
