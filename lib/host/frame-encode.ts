@@ -1,6 +1,7 @@
 // What the per-message frames (hot-frames.ts, msg-frames.ts) share: a frame header written
 // straight into the writer's slab, a payload after it (inline under JOIN_BELOW, else as parts of
 // its own), and the short latin1 address strings their metas carry.
+import { put32 } from '../wire/header.js';
 import { type FrameOut, HEADER_BYTES, JOIN_BELOW, ProtocolError } from './protocol.js';
 
 /** Writes a frame header at the start of `n` reserved bytes of `w`; returns the offset after it. */
@@ -22,22 +23,6 @@ export function header(
   put32(b, o + 9, id);
   put32(b, o + 13, metaLen);
   return o + HEADER_BYTES;
-}
-
-/** `v` as a big-endian u32 at `o` of `b` (taken modulo 2^32, as `v >>> 0`); returns the offset after it. */
-export function put32(b: Uint8Array, o: number, v: number): number {
-  b[o] = v >>> 24;
-  b[o + 1] = v >>> 16;
-  b[o + 2] = v >>> 8;
-  b[o + 3] = v;
-  return o + 4;
-}
-
-/** `v` (0 to 65535) as a big-endian u16 at `o` of `b`; returns the offset after it. */
-export function put16(b: Uint8Array, o: number, v: number): number {
-  b[o] = v >>> 8;
-  b[o + 1] = v;
-  return o + 2;
 }
 
 /**

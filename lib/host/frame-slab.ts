@@ -1,4 +1,5 @@
-import { decodeFrame, type Frame, HEADER_BYTES, MAX_FRAME_BYTES, ProtocolError, u32be } from './protocol.js';
+import { decodeFrame, type Frame, HEADER_BYTES, MAX_FRAME_BYTES, ProtocolError } from './protocol.js';
+import { get32 } from '../wire/header.js';
 
 /** Reads of a busy control socket go one after another into slabs this large. */
 export const SLAB_BYTES = 64 * 1024;
@@ -104,7 +105,7 @@ export class SlabFrameParser {
     const end = (this.fill += n);
     let at = this.at;
     while (end - at >= 4) {
-      const len = u32be(slab, at);
+      const len = get32(slab, at);
       if (len < HEADER_BYTES - 4 || len + 4 > this.maxFrame) {
         this.failed = true;
         throw new ProtocolError(`frame length ${len} out of bounds`);

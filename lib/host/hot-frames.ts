@@ -5,20 +5,10 @@
 // under JOIN_BELOW bytes in one place, with nothing allocated per frame; a larger payload follows
 // as a part of its own, written as it is.
 // MSG lives in msg-frames.ts, the helpers they share in frame-encode.ts.
-import { type C_CREDIT, C_SEND, type FrameOut, JOIN_BELOW, type N_SENT, ProtocolError, u32be } from './protocol.js';
+import { type C_CREDIT, C_SEND, type FrameOut, JOIN_BELOW, type N_SENT, ProtocolError } from './protocol.js';
 import { RDS_HEADER_SIZE } from '../constants.js';
-import { encodeDataHeader } from '../wire/header.js';
-import {
-  asParts,
-  checkShort,
-  finish,
-  header,
-  lengthOf,
-  put16,
-  put32,
-  readAddress,
-  writeShort,
-} from './frame-encode.js';
+import { encodeDataHeader, get32, put16, put32 } from '../wire/header.js';
+import { asParts, checkShort, finish, header, lengthOf, readAddress, writeShort } from './frame-encode.js';
 
 export {
   decodeMsg,
@@ -168,12 +158,12 @@ export function decodeSend(b: Buffer, off = 0, end = b.length): SendMeta {
   if (o + 7 > end) throw new ProtocolError('SEND meta too short');
   // Bounds checked just above: byte arithmetic, without the read methods' argument checks.
   const port = (b[o]! << 8) | b[o + 1]!;
-  const flags = u32be(b, o + 2);
+  const flags = get32(b, o + 2);
   const bits = b[o + 6]!;
   let cookie: number | undefined;
   if ((bits & F_COOKIE) !== 0) {
     if (o + 11 > end) throw new ProtocolError('SEND meta too short for its cookie');
-    cookie = u32be(b, o + 7);
+    cookie = get32(b, o + 7);
   }
   return {
     address,

@@ -3,11 +3,11 @@
 // as the node's stack received it from the peer, its 48-byte RDS header and the payload, and the
 // client reads the port and length from that header (the node's cut-through receive,
 // node-deliver.ts).
-import { type Frame, type FrameOut, JOIN_BELOW, N_MSG, ProtocolError, u32be } from './protocol.js';
+import { type Frame, type FrameOut, JOIN_BELOW, N_MSG, ProtocolError } from './protocol.js';
 import type { RdsMessage } from '../core/types.js';
 import { RDS_HEADER_SIZE } from '../constants.js';
-import { OFF_LEN, OFF_SPORT } from '../wire/header.js';
-import { asParts, checkShort, finish, header, put16, readAddress, writeShort } from './frame-encode.js';
+import { get32, OFF_LEN, OFF_SPORT, put16 } from '../wire/header.js';
+import { asParts, checkShort, finish, header, readAddress, writeShort } from './frame-encode.js';
 
 const NO_DATA = Buffer.alloc(0);
 const M_TS = 1;
@@ -226,7 +226,7 @@ export function decodeMsg(b: Buffer, off = 0, end = b.length): MsgMeta {
 function fromWire(b: Buffer, start: number, stop: number, address: string): RdsMessage {
   const n = stop - start;
   if (n < RDS_HEADER_SIZE) throw new ProtocolError(`MSG data of ${n} bytes is shorter than an RDS header`);
-  const len = u32be(b, start + OFF_LEN);
+  const len = get32(b, start + OFF_LEN);
   if (len !== n - RDS_HEADER_SIZE)
     throw new ProtocolError(`MSG header length ${len} is not its payload's ${n - RDS_HEADER_SIZE} bytes`);
   const port = (b[start + OFF_SPORT]! << 8) | b[start + OFF_SPORT + 1]!;

@@ -1,5 +1,6 @@
 import { ProtocolError } from './protocol-error.js';
 import { RDS_MAX_MSG_SIZE } from '../constants.js';
+import { get32 } from '../wire/header.js';
 
 /**
  * The control protocol between a host node and the processes attached to it, over a Unix stream
@@ -83,13 +84,6 @@ export class Frame {
 const BINARY_META = new Uint8Array(256);
 for (const t of [C_SEND, C_CREDIT, N_MSG, N_SENT]) BINARY_META[t] = 1;
 
-/**
- * The big-endian u32 at `o` of `b`, which the caller knows holds 4 bytes there: byte arithmetic,
- * without readUInt32BE()'s argument checks (three per frame received, in every process).
- */
-export function u32be(b: Uint8Array, o: number): number {
-  return b[o]! * 0x100_0000 + ((b[o + 1]! << 16) | (b[o + 2]! << 8) | b[o + 3]!);
-}
 const NO_META: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 export { ProtocolError };
@@ -224,9 +218,9 @@ export class FrameParser {
 export function decodeFrame(b: Buffer, start: number, end: number): Frame {
   if (end - start < HEADER_BYTES || end > b.length) throw new ProtocolError('frame shorter than its header');
   const type = b[start + 4]!;
-  const sock = u32be(b, start + 5);
-  const id = u32be(b, start + 9);
-  const mlen = u32be(b, start + 13);
+  const sock = get32(b, start + 5);
+  const id = get32(b, start + 9);
+  const mlen = get32(b, start + 13);
   const metaStart = start + HEADER_BYTES;
   if (mlen > MAX_META_BYTES || HEADER_BYTES + mlen > end - start)
     throw new ProtocolError(`meta length ${mlen} out of bounds`);

@@ -39,15 +39,26 @@ const TWO_32 = 0x1_0000_0000;
 
 // Sequence numbers are be64 on the wire; JS numbers hold them exactly up to 2^53, which a
 // path counting from 1 never reaches. Larger values from a hostile peer lose low bits only.
-// Byte arithmetic instead of a DataView: these run for every frame sent and received.
-function put32(buf: Uint8Array, off: number, v: number): void {
+// Byte arithmetic instead of a DataView or Buffer's readUInt32BE() (its range checks): these run
+// for every frame sent and received, here and in the host node's attach frames.
+/** `v` as a big-endian u32 at `off` of `buf` (taken modulo 2^32); returns the offset after it. */
+export function put32(buf: Uint8Array, off: number, v: number): number {
   buf[off] = v >>> 24;
-  buf[off + 1] = (v >>> 16) & 0xff;
-  buf[off + 2] = (v >>> 8) & 0xff;
-  buf[off + 3] = v & 0xff;
+  buf[off + 1] = v >>> 16;
+  buf[off + 2] = v >>> 8;
+  buf[off + 3] = v;
+  return off + 4;
 }
 
-function get32(buf: Uint8Array, off: number): number {
+/** `v` (0 to 65535) as a big-endian u16 at `off` of `buf`; returns the offset after it. */
+export function put16(buf: Uint8Array, off: number, v: number): number {
+  buf[off] = v >>> 8;
+  buf[off + 1] = v;
+  return off + 2;
+}
+
+/** The big-endian u32 at `off` of `buf`, which the caller knows holds 4 bytes there. */
+export function get32(buf: Uint8Array, off: number): number {
   return ((buf[off]! << 24) >>> 0) + (buf[off + 1]! << 16) + (buf[off + 2]! << 8) + buf[off + 3]!;
 }
 

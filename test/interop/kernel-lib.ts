@@ -101,9 +101,22 @@ export async function kernelCounters(): Promise<Record<string, number>> {
   return r.lines[0] as Record<string, number>;
 }
 
-/** Unloads and reloads the kernel's RDS modules: the kernel forgets every connection. */
+/**
+ * Unloads and reloads the kernel's RDS modules: the kernel forgets every connection.
+ *
+ * A guest program that a failed test left running (rdspeer.py lives up to its `timeout`) holds an
+ * RDS socket and with it the rds module: `rmmod rds` then failed after `rmmod rds_tcp` had
+ * worked, and every later file of the guest session found no RDS/TCP (CI, 7.x: one failed test
+ * became thirteen). So guest programs are killed first, the unload is retried while their sockets
+ * go away, and rds_tcp is loaded again whatever happened before the assertion.
+ */
 export async function reloadRds(): Promise<void> {
-  const r = await guest('rmmod rds_tcp && rmmod rds && modprobe rds_tcp && echo reloaded');
+  const r = await guest(
+    'pkill -9 -f rdspeer.py; u=0; for i in $(seq 100); do rmmod rds_tcp 2>/dev/null; ' +
+      'if rmmod rds 2>/dev/null; then u=1; break; fi; sleep 0.1; done; ' +
+      'modprobe rds_tcp && lsmod | grep -q "^rds_tcp " && if [ $u = 1 ]; then echo reloaded; ' +
+      'else echo "rds stayed loaded:"; lsmod | grep "^rds"; fi',
+  );
   expect(r.out).toContain('reloaded');
 }
 
