@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { runExample } from '../run-example.js';
-import { INST, KERNEL, KERNEL_GEN, peer, readyFile } from './kernel-lib.js';
+import { INST, KERNEL, KERNEL_GEN, peer, readyFile, reloadRds } from './kernel-lib.js';
 
 // examples/kernel-peer.mjs run as a user would (`node examples/kernel-peer.mjs <local> <kernel>
 // <port>`, importing the built package by its name) against the guest's kernel, and what it prints
@@ -10,6 +10,9 @@ import { INST, KERNEL, KERNEL_GEN, peer, readyFile } from './kernel-lib.js';
 // 10.77.0.4 (as rds-ping in kernel.test.ts), so no other file's stack owns its RDS/TCP port.
 const LOCAL = '10.77.0.4';
 const PORT = 4730;
+afterAll(async () => {
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
+});
 
 describe(`examples/kernel-peer.mjs against a kernel AF_RDS echo program (Linux ${KERNEL_GEN})`, () => {
   it('prints the kernel\'s three answers, "ping 1" to "ping 3" from the kernel\'s address and port, and exits 0', async () => {

@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack } from '../../lib/index.js';
-import { KERNEL, KERNEL_GEN, SMALL, bound, cutFromKernel, heal, peer, until } from './kernel-lib.js';
+import { bound, cutFromKernel, heal, KERNEL, KERNEL_GEN, peer, reloadRds, SMALL, until } from './kernel-lib.js';
 
 // Issue 35 (the nemesis, seed 9091): after a partition, a kernel's side of a connection waits in
 // its TCP retransmission backoff (20 s there) while ours flows, and the kernel's RDS has no
@@ -11,6 +11,7 @@ const stacks: RdsStack[] = [];
 afterAll(async () => {
   heal();
   for (const s of stacks.splice(0)) await s.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
 
 describe(`a kernel whose side of the connections stalls (Linux ${KERNEL_GEN})`, () => {

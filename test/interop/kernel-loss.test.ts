@@ -2,20 +2,21 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type RdsSocket, RdsStack } from '../../lib/index.js';
 import {
-  INST,
-  KERNEL,
-  KERNEL_GEN,
-  LARGE,
-  PEER,
-  SMALL,
   bound,
   clearMeshMarkers,
   expectEveryPairExact,
   guest,
+  INST,
+  KERNEL,
+  KERNEL_GEN,
   kernelCounters,
+  LARGE,
   meshBody,
   peer,
+  PEER,
   receiveMesh,
+  reloadRds,
+  SMALL,
   startCapture,
 } from './kernel-lib.js';
 
@@ -29,6 +30,7 @@ const largeNode = new RdsStack();
 afterAll(async () => {
   await smallNode.close();
   await largeNode.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
 
 /**

@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsStack, constants } from '../../lib/index.js';
-import { KERNEL, PEER, SMALL, bound, guest, pattern, ready, sha } from './kernel-lib.js';
+import { bound, guest, KERNEL, pattern, PEER, ready, reloadRds, sha, SMALL } from './kernel-lib.js';
 
 // A socket's TOS over RDS/TCP with a kernel peer (issue 38): the kernel maps every TOS to 0 on TCP
 // (rds_tcp_get_tos_map) and carries all of them on one connection, as rds-socket does. The guest's
@@ -9,6 +9,7 @@ import { KERNEL, PEER, SMALL, bound, guest, pattern, ready, sha } from './kernel
 const stacks: RdsStack[] = [];
 afterAll(async () => {
   for (const s of stacks) await s.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
 
 describe('SIOCRDSSETTOS against the kernel over TCP', () => {

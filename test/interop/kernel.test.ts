@@ -3,18 +3,19 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { RdsSocket, RdsStack, constants } from '../../lib/index.js';
 import {
-  IS_7X,
-  KERNEL,
-  LARGE,
-  SMALL,
   bound,
   guest,
+  IS_7X,
+  KERNEL,
   kernelCounters,
+  LARGE,
   pattern,
   peer,
   ready,
   readyFile,
+  reloadRds,
   sha,
+  SMALL,
   type GuestRun,
 } from './kernel-lib.js';
 import { sendUntilCongested } from '../helpers.js';
@@ -33,6 +34,7 @@ function node(): RdsStack {
 }
 afterAll(async () => {
   for (const s of stacks) await s.close();
+  await reloadRds(); // leave the kernel without our connections, as the other files expect
 });
 
 // One node per host-side address, as in a real deployment: a node owns its RDS/TCP port.
