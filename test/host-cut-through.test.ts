@@ -109,9 +109,12 @@ describe('host node cut-through send (protocol 4)', () => {
     const queued = () => conn.paths.flatMap((p) => (p === undefined ? [] : [...p.tx.sendQueue, ...p.tx.retrans]));
     await until(() => queued().filter((m) => m.sport === 5000).length === 2, 'both messages queued in the node');
     const [big, small] = queued().filter((m) => m.sport === 5000);
-    // A frame the node made itself for a large message is its own recycled memory; the process's
-    // bytes are not (they go with the message).
-    expect([big!.len, big!.recycles]).toEqual([65536, false]);
+    // The node read the large SEND into its stack's wire memory and queued those bytes where they
+    // lay (a view after the control frame's header, not a copy); that memory goes back to the
+    // slab once the message is acknowledged (host-wire-memory.test.ts).
+    expect([big!.len, big!.recycles]).toEqual([65536, true]);
+    expect(big!.wire.byteOffset).toBeGreaterThan(0);
+    expect(nodeStack.wireSlab.owns(big!.wire)).toBe(true);
     expect(big!.wire.readUInt32BE(OFF_LEN)).toBe(65536);
     expect(big!.wire[constants.RDS_HEADER_SIZE]).toBe(5);
     expect(small!.len).toBe(1024);

@@ -38,6 +38,26 @@ describe('WireSlab', () => {
     expect(ws.alloc(32768).buffer).not.toBe(f.buffer);
   });
 
+  it('takes back only memory its own large alloc() handed out, all of it even from a view inside it', () => {
+    const ws = new WireSlab();
+    const big = ws.alloc(70000);
+    expect(ws.owns(big)).toBe(true);
+    // The host node's SEND: the RDS frame is a view after the control frame's own header.
+    const inner = big.subarray(21, 70000);
+    expect(ws.owns(inner)).toBe(true);
+    ws.recycle(inner);
+    expect(ws.pooled).toBe(73728);
+    expect(ws.alloc(70000).buffer).toBe(big.buffer);
+    // A small frame's shared slab, or memory from elsewhere, is never pooled.
+    const small = ws.alloc(1000);
+    expect(ws.owns(small)).toBe(false);
+    ws.recycle(small);
+    const foreign = Buffer.allocUnsafeSlow(73728);
+    expect(ws.owns(foreign)).toBe(false);
+    ws.recycle(foreign);
+    expect(ws.pooled).toBe(0);
+  });
+
   it('keeps at most poolBytes for reuse', () => {
     const ws = new WireSlab(128 * 1024, 16 * 1024, 3 * 20480);
     const frames = Array.from({ length: 5 }, () => ws.alloc(20000));

@@ -153,7 +153,8 @@ export class PathSend {
     const seq = this.nextSeq++;
     writeU64(frame, OFF_SEQUENCE, seq);
     const msg = new RdsOutgoing(frame, totalLen, seq, sport, dport, this.path.conn.faddr, this.path, owner);
-    if (copied && slab.recyclable(frame.length)) msg.recycleInto(slab);
+    // A frame kept by reference is taken back too when the node read it into memory of the slab's.
+    if (copied ? slab.recyclable(frame.length) : slab.owns(frame)) msg.recycleInto(slab);
     return this.enlist(msg);
   }
 

@@ -19,6 +19,8 @@ export class WireSlab {
   /** Free large buffers by capacity; the ArrayBuffer is the whole capacity. */
   private readonly pool = new Map<number, ArrayBuffer[]>();
   private pooledBytes = 0;
+  /** The memory of every large frame alloc() handed out: only these are ever taken back. */
+  private readonly own = new WeakSet<ArrayBuffer>();
 
   constructor(
     private readonly slabSize = 128 * 1024,
@@ -35,7 +37,9 @@ export class WireSlab {
         this.pooledBytes -= cap;
         return Buffer.from(ab, 0, n);
       }
-      return Buffer.allocUnsafeSlow(cap).subarray(0, n);
+      const b = Buffer.allocUnsafeSlow(cap);
+      this.own.add(b.buffer as ArrayBuffer);
+      return b.subarray(0, n);
     }
     if (this.slab === null || this.slabSize - this.used < n) {
       this.slab = Buffer.allocUnsafeSlow(this.slabSize);
@@ -52,13 +56,23 @@ export class WireSlab {
   }
 
   /**
-   * Takes back a large frame from alloc(). The caller guarantees nothing reads or writes it any
-   * more: its message is done, no write still reads it, and no receiver was handed a view of it.
+   * Whether `b` lies in memory a large alloc() handed out (all of it one frame's): the host node
+   * reads a large SEND from its client into such memory, and the message keeps it (send-queue.ts
+   * queueWire), so it can come back here too.
+   */
+  owns(b: Uint8Array): boolean {
+    return this.own.has(b.buffer as ArrayBuffer);
+  }
+
+  /**
+   * Takes back the memory of a large frame from alloc() (all of it: `frame` may be a view of part
+   * of it). The caller guarantees nothing reads or writes it any more: its message is done, no
+   * write still reads it, and no receiver was handed a view of it.
    */
   recycle(frame: Buffer): void {
     const ab = frame.buffer as ArrayBuffer;
     const cap = ab.byteLength;
-    if (frame.byteOffset !== 0 || cap % PAGE !== 0 || this.pooledBytes + cap > this.poolBytes) return;
+    if (!this.own.has(ab) || this.pooledBytes + cap > this.poolBytes) return;
     let list = this.pool.get(cap);
     if (list === undefined) {
       list = [];

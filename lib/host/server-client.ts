@@ -37,7 +37,7 @@ import type { HostNode } from './server.js';
 import { decodeCount } from './hot-frames.js';
 import { cutThrough, type DeliveryTarget, pump } from './node-deliver.js';
 import { peerCredentials, widenSendBuffer } from './unix-peer.js';
-import { feedChunk, SlabFrameParser } from './frame-slab.js';
+import { feedChunk, nodeFrameParser } from './frame-slab.js';
 import { adoptWithOnread } from '../onread.js';
 import { controlAnswer } from '../core/ext/control-commands.js';
 import { SendSide } from './node-send.js';
@@ -66,7 +66,7 @@ export class Client implements DeliveryTarget {
   /** pid, uid and gid come from the kernel, not from the client. */
   readonly verified: boolean;
   private hello = false;
-  private readonly parser = new SlabFrameParser();
+  private readonly parser = nodeFrameParser((n) => this.node.stack.wireSlab.alloc(n));
   private readonly conn: Socket;
   readonly writer: FrameWriter;
   private readonly sends: SendSide;
