@@ -45,5 +45,7 @@ describe("the host node's large SENDs in its stack's wire memory", () => {
     // The node took SEND memory back while the stream ran (acknowledged messages), so later
     // SENDs were read into memory an earlier one had used.
     expect(recycledWhileSending).toBeGreaterThan(0);
+    // What it keeps for reuse is bounded: 16 MiB in a host node (server.ts NODE_WIRE_POOL_BYTES).
+    expect(nodeStack.wireSlab.pooled).toBeLessThanOrEqual(16 << 20);
   });
 });

@@ -58,6 +58,15 @@ describe('WireSlab', () => {
     expect(ws.pooled).toBe(0);
   });
 
+  it('widenPool raises what the pool keeps, never lowers it (a host node keeps 16 MiB)', () => {
+    const ws = new WireSlab(128 * 1024, 16 * 1024, 2 * 20480);
+    ws.widenPool(4 * 20480);
+    ws.widenPool(20480);
+    const frames = Array.from({ length: 6 }, () => ws.alloc(20000));
+    for (const f of frames) ws.recycle(f);
+    expect(ws.pooled).toBe(4 * 20480);
+  });
+
   it('keeps at most poolBytes for reuse', () => {
     const ws = new WireSlab(128 * 1024, 16 * 1024, 3 * 20480);
     const frames = Array.from({ length: 5 }, () => ws.alloc(20000));

@@ -25,8 +25,17 @@ export class WireSlab {
   constructor(
     private readonly slabSize = 128 * 1024,
     private readonly maxFrame = 16 * 1024,
-    private readonly poolBytes = 4 * 1024 * 1024,
+    private poolBytes = 4 * 1024 * 1024,
   ) {}
+
+  /**
+   * Lets the pool keep up to `bytes` (never less than it keeps now). A host node does: the large
+   * SENDs of all its processes are read into this memory (send-queue.ts queueWire), and with 4 MiB
+   * a stream of 64 KiB messages with 8 MiB in flight still left half its buffers to the collector.
+   */
+  widenPool(bytes: number): void {
+    this.poolBytes = Math.max(this.poolBytes, bytes);
+  }
 
   /** A frame of n bytes, uninitialised; large ones may be recycled (see recyclable). */
   alloc(n: number): Buffer {

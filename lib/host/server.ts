@@ -9,6 +9,14 @@ import { defaultNodePath, pidFileOf } from './paths.js';
 import { Client } from './server-client.js';
 import { DEFAULT_MAX_CLIENT_SEND_BYTES } from './client-state.js';
 
+/**
+ * Frame memory a host node's stack keeps for reuse (WireSlab.widenPool): its processes' large
+ * SENDs are read into it and it comes back when they are acknowledged. 16 MiB holds what a
+ * stream with an 8 MiB send buffer has in flight twice over (at 4 MiB the sending node still ran a
+ * full collection every 600 ms at 64 KiB; at 16 MiB every 3 s).
+ */
+const NODE_WIRE_POOL_BYTES = 16 << 20;
+
 export {
   DEFAULT_MAX_CLIENT_SEND_BYTES,
   MAX_CLIENT_WRITE_BACKLOG,
@@ -68,6 +76,7 @@ export class HostNode implements HostNodeHandle {
         `a host node already answers at ${path}; attach to it with RdsStack.attach() or stop it`,
       );
     takeOverStale(path, log);
+    stack.wireSlab.widenPool(NODE_WIRE_POOL_BYTES);
     let node: HostNode | null = null;
     // Taken paused: the client reads them into its parser's memory (server-client.ts).
     const server = createServer({ pauseOnConnect: true }, (c) => node?.accept(c));
