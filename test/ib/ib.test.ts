@@ -87,18 +87,26 @@ describe('InfiniBand transport (Soft-RoCE)', () => {
       300_000,
     );
     expect(r.code, r.out).toBe(0);
-    const res = JSON.parse(r.out.trim().split('\n').pop()!) as Record<string, number>;
-    for (const k of [
-      'rdsMBs',
-      'verbsMBs',
-      'rdsRttUs',
-      'verbsRttUs',
-      'rdsWriteMBs',
-      'verbsWriteMBs',
-      'rdsReadMBs',
-      'verbsReadMBs',
-    ])
+    const res = JSON.parse(r.out.trim().split('\n').pop()!) as Record<string, number | null> & {
+      unmeasured: string[];
+    };
+    for (const k of ['rdsMBs', 'rdsRttUs', 'rdsWriteMBs', 'rdsReadMBs', 'verbsRttUs'])
       expect(res[k]).toBeGreaterThan(0);
+    // perftest's bandwidth tools give no figure when they cannot calibrate their clock (a busy
+    // machine under software emulation): then, and only then, the bench reports that baseline as
+    // not measured, by name, instead of failing the run.
+    const tools: Record<string, string> = {
+      verbsMBs: 'ib_send_bw',
+      verbsWriteMBs: 'ib_write_bw',
+      verbsReadMBs: 'ib_read_bw',
+    };
+    for (const [k, tool] of Object.entries(tools)) {
+      if (res.unmeasured.includes(tool)) {
+        expect(res[k]).toBeNull();
+        expect(r.out).toContain(`${tool}: perftest could not calibrate its clock`);
+      } else expect(res[k]).toBeGreaterThan(0);
+    }
+    expect(res.unmeasured.filter((t) => !Object.values(tools).includes(t))).toEqual([]);
     expect(r.out).toMatch(/ratio rds\/verbs/);
   }, 320_000);
 
