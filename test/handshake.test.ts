@@ -171,8 +171,12 @@ describe('handshake negotiator', () => {
     expect(conn.npaths).toBe(1);
   });
 
-  it('what we say: NPATHS 1 and GEN_NUM first, SPORT_IDX only when we connect, our capabilities last', () => {
+  it('what we say: NPATHS (none to a peer not known yet) and GEN_NUM first, SPORT_IDX only when we connect, our capabilities last', () => {
     const initiator = setup({ npaths: 4 }, '127.130.1.1', '127.130.1.2');
+    // Not known yet: no NPATHS, so a kernel keeps the count it has (see kernel-npaths-restart).
+    expect(decodeHandshake(initiator.conn.handshake.extensions()).npaths).toBeUndefined();
+    // Known (here a kernel that does not pair by port): NPATHS 1.
+    initiator.conn.handshake.settle(0);
     const exts = initiator.conn.handshake.extensions();
     const hs = decodeHandshake(exts);
     expect(hs.npaths).toBe(1);

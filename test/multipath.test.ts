@@ -69,6 +69,32 @@ describe('multipath negotiation (spec §3)', () => {
     expect(peer.conns.length).toBe(1); // no lane connections were opened
   });
 
+  it('a kernel before 7.0: our first probe leaves its path count alone, the one after its answer says 1', async () => {
+    const base = `127.27.${++sub}`;
+    const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT, false);
+    cleanups.push(() => peer.close());
+    const A = new RdsStack({ tcpPort: TEST_TCP_PORT });
+    cleanups.push(() => A.close());
+    const a = new RdsSocket({ stack: A });
+    await a.bind({ address: `${base}.1`, port: 4000 });
+    a.sendmsg(Buffer.from('x'), { address: `${base}.2`, port: 4000 });
+    const c = await peer.accept(0);
+    const npathsOf = (f: { header: w.RdsHeader }) => w.decodeHandshake(w.parseExtensions(f.header.exthdr)).npaths;
+    // Not known yet: no NPATHS, so a kernel keeps the count it has (a 7.x kernel its lanes).
+    expect(npathsOf(await c.nextProbe())).toBeUndefined();
+    // Its answer, as a 6.x kernel's: NPATHS 8, no SPORT_IDX, no rds-socket capabilities.
+    c.send({
+      sequence: 1,
+      sport: 0,
+      dport: 1,
+      exthdr: w.packExtensions([w.npathsExtension(8), w.genNumExtension(61)]),
+    });
+    // It may hold a count from a multipath peer that had our address: it is told ours.
+    expect(npathsOf(await c.nextProbe())).toBe(1);
+    expect(conn(A).npaths).toBe(1);
+    expect(peer.conns.length).toBe(1);
+  });
+
   it('a peer that never answers the probe does not hold senders: path 0 carries everything', async () => {
     const base = `127.27.${++sub}`;
     const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT);

@@ -53,6 +53,8 @@ export class Handshake {
   /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
   private spokeRdsSocket = false;
   private pingAnswered = false;
+  /** A frame of ours went without NPATHS (see extensions) and the peer, a kernel, was not told since. */
+  private npathsUnsaid = false;
 
   constructor(private readonly conn: RdsConnection) {}
 
@@ -120,11 +122,20 @@ export class Handshake {
 
   /**
    * Extensions of our hello, probe and pong: the kernel's set (NPATHS, GEN_NUM, and SPORT_IDX when
-   * we choose our source ports), then ours last, where kernel parsers stop.
+   * we choose our source ports), then ours last, where kernel parsers stop. To a peer not known yet
+   * over a multipath transport, without NPATHS: a kernel keeps the path count it has (it sets one
+   * only when NPATHS is present; rds_recv_hs_exthdrs), 1 if it had none. A 7.x kernel that ran 8
+   * paths with our previous life still hashes its sockets over 8 lanes and queues on the ones
+   * down; told 1 before we knew it pairs by port, it sent their next messages on path 0, ahead of
+   * what waited on their lanes (kernel-npaths-restart.test.ts). Once it is known, settle() says
+   * our count to it.
    */
   extensions(): RdsExtension[] {
     const conn = this.conn;
-    const exts = [npathsExtension(this.advertisedPaths()), genNumExtension(conn.stack.genNum)];
+    const exts: RdsExtension[] = [];
+    if (this.capsKnown || !conn.transport.mpathCapable) exts.push(npathsExtension(this.advertisedPaths()));
+    else this.npathsUnsaid = true;
+    exts.push(genNumExtension(conn.stack.genNum));
     if (conn.isInitiator && conn.transport.mpathCapable) exts.push(sportIdxExtension());
     exts.push(rdsCapsExtension(this.localCaps()));
     return exts;
@@ -329,10 +340,14 @@ export class Handshake {
       peerPaths > 0 && conn.transport.mpathCapable
         ? Math.min(conn.stack.options.npaths, peerPaths, conn.pathSlots)
         : Math.max(1, Math.min(this.advertisedPaths(), hs.npaths ?? 1));
-    // A kernel that just told us it pairs by source port has so far seen NPATHS = 1 from us: a
-    // new probe tells it our real count (7.x accepts the increase), and lanes wait for its pong.
-    if (learnedSportIdx && caps === 0 && this.advertisedPaths() > 1) {
-      this.pathsPongPending = true;
+    // A kernel that just told us it pairs by source port has so far seen NPATHS = 1 from us, or
+    // none: a new probe tells it our real count (7.x accepts the increase), and lanes wait for its
+    // pong. Any other kernel our frames said no count to gets one too: the count it kept may be
+    // one we do not run (a kernel peer that had our address before us, or npaths 1 here).
+    const raise = learnedSportIdx && caps === 0 && this.advertisedPaths() > 1;
+    if (raise || (caps === 0 && this.npathsUnsaid)) {
+      this.npathsUnsaid = false;
+      if (raise) this.pathsPongPending = true;
       if (!conn.isLoopback && conn.path(0)!.state === RDS_CONN_UP) this.queueProbe(conn.path(0)!);
     }
     conn.setPathCount(n);

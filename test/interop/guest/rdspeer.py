@@ -9,6 +9,10 @@
         with RDSPEER_NONBLOCK=1 MSG_DONTWAIT, a refused one printed with its errno); every socket
         stays open until the kernel holds none of their messages (up to 60 s); with
         RDSPEER_SENT_FILE=NAME, /rdsinst/NAME is created once all are sent
+  rdspeer.py trickle ADDR PORTS DEST DPORT N SIZE PACE_MS
+        N rounds, each one blocking send of [index u32][pattern] (SIZE bytes) from every port of
+        PORTS, PACE_MS apart: a steady stream across a peer's restart. After 10 rounds creates
+        /rdsinst/ready.FIRSTPORT; then waits (up to 60 s) until the kernel holds none of them
   rdspeer.py echo ADDR PORT N
         the kernel side of examples/kernel-peer.mjs (its C echo server): once bound, create
         /rdsinst/ready.PORT; send each of N messages back to its sender, print one JSON line each;
@@ -281,6 +285,18 @@ def main(argv):
         # net.rds.max_unacked_packets) or on its own next send: the last few may wait for good.
         drained = wait_unacked(probe, set(ports), float(os.environ.get('DRAIN_S', '60')))
         print(json.dumps({"sent": n, "drained": drained}), flush=True)
+    elif cmd == 'trickle':
+        dest, n, size, pace = (argv[3], int(argv[4])), int(argv[5]), int(argv[6]), float(argv[7]) / 1000
+        ports = [int(p) for p in argv[2].split(',')]
+        socks = [sock(argv[1], port) for port in ports]
+        for i in range(n):
+            if i == 10:
+                open('/rdsinst/ready.%d' % ports[0], 'w').close()
+            for port, s in zip(ports, socks):
+                s.sendto(mesh_body(i, size, port), dest)
+            time.sleep(pace)
+        probe = socket.socket(AF_RDS, socket.SOCK_SEQPACKET, 0)
+        print(json.dumps({"sent": n, "drained": wait_unacked(probe, set(ports), 60)}), flush=True)
     elif cmd == 'echo':
         s = sock(argv[1], int(argv[2]))
         s.settimeout(120)
