@@ -77,6 +77,9 @@ describe('a frame completed while the event loop was held (#40)', () => {
     const c0 = await listener.accept(0, 10_000);
     kernelMap(c0);
     await c0.nextUser(10_000);
+    // The node's second probe (its path count, once the pong showed a kernel) is answered by the
+    // raw peer as it arrives: wait for it, so that answer cannot fall between the halves below.
+    await c0.nextProbe(10_000);
     c0.sock.setNoDelay(true);
     // Header and half the payload: the node reads them and its frame timer starts.
     const payload = Buffer.alloc(4000, 9);

@@ -53,7 +53,7 @@ export class Handshake {
   /** The peer sent what only rds-socket sends (see spokeAsRdsSocket). */
   private spokeRdsSocket = false;
   private pingAnswered = false;
-  /** A frame of ours went without NPATHS (see extensions) and the peer, a kernel, was not told since. */
+  /** Our last handshake frame went without NPATHS (see extensions): the peer was not told our count. */
   private npathsUnsaid = false;
 
   constructor(private readonly conn: RdsConnection) {}
@@ -133,8 +133,9 @@ export class Handshake {
   extensions(): RdsExtension[] {
     const conn = this.conn;
     const exts: RdsExtension[] = [];
-    if (this.capsKnown || !conn.transport.mpathCapable) exts.push(npathsExtension(this.advertisedPaths()));
-    else this.npathsUnsaid = true;
+    const sayPaths = this.capsKnown || !conn.transport.mpathCapable;
+    if (sayPaths) exts.push(npathsExtension(this.advertisedPaths()));
+    this.npathsUnsaid = !sayPaths;
     exts.push(genNumExtension(conn.stack.genNum));
     if (conn.isInitiator && conn.transport.mpathCapable) exts.push(sportIdxExtension());
     exts.push(rdsCapsExtension(this.localCaps()));
@@ -344,11 +345,12 @@ export class Handshake {
     // none: a new probe tells it our real count (7.x accepts the increase), and lanes wait for its
     // pong. Any other kernel our frames said no count to gets one too: the count it kept may be
     // one we do not run (a kernel peer that had our address before us, or npaths 1 here).
-    const raise = learnedSportIdx && caps === 0 && this.advertisedPaths() > 1;
-    if (raise || (caps === 0 && this.npathsUnsaid)) {
-      this.npathsUnsaid = false;
-      if (raise) this.pathsPongPending = true;
+    if (learnedSportIdx && caps === 0 && this.advertisedPaths() > 1) {
+      this.pathsPongPending = true;
       if (!conn.isLoopback && conn.path(0)!.state === RDS_CONN_UP) this.queueProbe(conn.path(0)!);
+    } else if (caps === 0 && this.npathsUnsaid) {
+      // After this turn: settled by the kernel's probe, our pong (queued right after) says it.
+      queueMicrotask(() => this.tellPaths());
     }
     conn.setPathCount(n);
     // A kernel is never acknowledged: drop what was tracked while we did not know, but keep what a
@@ -361,6 +363,13 @@ export class Handshake {
     conn.transport.capabilitiesChanged?.(conn);
     // The dialling side opens the rails declared to this peer (if it runs them).
     conn.stack.rails.settled(conn);
+  }
+
+  /** A kernel our frames gave no count (see extensions) gets one, unless a frame since said it. */
+  private tellPaths(): void {
+    const cp0 = this.conn.path(0);
+    if (!this.npathsUnsaid || this.conn.isLoopback || cp0?.state !== RDS_CONN_UP) return;
+    this.queueProbe(cp0);
   }
 
   // ---- what follows from it (read by paths, receive and transports) ----
