@@ -21,6 +21,22 @@ async function pair(optsA: StackOpts = {}, optsB: StackOpts = {}, viaProxy = fal
 const conn = (s: RdsStack): ConnectionInfo => s.connections().find((c) => c.transport === 'tcp')!;
 const upPaths = (s: RdsStack): number => conn(s).paths.filter((p) => p.state === 'UP').length;
 
+/**
+ * A node on .1 that has sent one message to a raw peer listening on .2 (answering probes as a 6.1
+ * kernel when `kernelLike`), and the peer's first connection.
+ */
+async function rawPeerConnected(kernelLike: boolean) {
+  const base = `127.27.${++sub}`;
+  const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT, kernelLike);
+  cleanups.push(() => peer.close());
+  const A = new RdsStack({ tcpPort: TEST_TCP_PORT });
+  cleanups.push(() => A.close());
+  const a = new RdsSocket({ stack: A });
+  await a.bind({ address: `${base}.1`, port: 4000 });
+  a.sendmsg(Buffer.from('x'), { address: `${base}.2`, port: 4000 });
+  return { A, peer, c: await peer.accept(0) };
+}
+
 describe('multipath negotiation (spec §3)', () => {
   it('8 <-> 8: both sides run 8 paths; each lane opens when a socket that uses it first sends', async () => {
     const { A, B, a, b, mk, base } = await pair();
@@ -54,15 +70,7 @@ describe('multipath negotiation (spec §3)', () => {
   });
 
   it('a kernel-like peer (NPATHS only, no rds-socket capabilities) gets one path', async () => {
-    const base = `127.27.${++sub}`;
-    const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT);
-    cleanups.push(() => peer.close());
-    const A = new RdsStack({ tcpPort: TEST_TCP_PORT });
-    cleanups.push(() => A.close());
-    const a = new RdsSocket({ stack: A });
-    await a.bind({ address: `${base}.1`, port: 4000 });
-    a.sendmsg(Buffer.from('x'), { address: `${base}.2`, port: 4000 });
-    const c = await peer.accept(0); // answers our probe with NPATHS=8, as a 6.1 kernel
+    const { A, peer, c } = await rawPeerConnected(true); // answers our probe with NPATHS=8, as a 6.1 kernel
     await c.nextUser();
     await until(() => A.counters.get('handshake_received') >= 1, 'pong');
     expect(conn(A).npaths).toBe(1);
@@ -70,15 +78,7 @@ describe('multipath negotiation (spec §3)', () => {
   });
 
   it('a kernel before 7.0: our first probe leaves its path count alone, the one after its answer says 1', async () => {
-    const base = `127.27.${++sub}`;
-    const peer = await RawListener.listen(`${base}.2`, TEST_TCP_PORT, false);
-    cleanups.push(() => peer.close());
-    const A = new RdsStack({ tcpPort: TEST_TCP_PORT });
-    cleanups.push(() => A.close());
-    const a = new RdsSocket({ stack: A });
-    await a.bind({ address: `${base}.1`, port: 4000 });
-    a.sendmsg(Buffer.from('x'), { address: `${base}.2`, port: 4000 });
-    const c = await peer.accept(0);
+    const { A, peer, c } = await rawPeerConnected(false);
     const npathsOf = (f: { header: w.RdsHeader }) => w.decodeHandshake(w.parseExtensions(f.header.exthdr)).npaths;
     // Not known yet: no NPATHS, so a kernel keeps the count it has (a 7.x kernel its lanes).
     expect(npathsOf(await c.nextProbe())).toBeUndefined();
