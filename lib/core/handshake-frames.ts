@@ -1,5 +1,5 @@
-// What we say in a handshake that depends on nothing the peer said: the capability word we
-// advertise and the hello frame around our extensions (handshake.ts decides when and with what).
+// What we say in a handshake: the capability word we advertise, the extensions and the hello frame
+// around them (handshake.ts decides when, and what it knows of the peer decides the path count).
 import {
   RDS_FLAG_PROBE_PORT,
   RDS_FLAG_RETRANSMITTED,
@@ -14,7 +14,14 @@ import {
   RDSSOCK_CAP_RAILS,
   RDSSOCK_CAP_WITHDRAWN,
 } from '../constants.js';
-import { packExtensions, type RdsExtension } from '../wire/extensions.js';
+import {
+  genNumExtension,
+  npathsExtension,
+  packExtensions,
+  rdsCapsExtension,
+  sportIdxExtension,
+  type RdsExtension,
+} from '../wire/extensions.js';
 import { encodeHeader } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
 import type { RdsConnPath } from './path.js';
@@ -35,6 +42,25 @@ export function localCapsOf(conn: RdsConnection): number {
   return (
     acks | RDSSOCK_CAP_HEARTBEAT | RDSSOCK_CAP_NO_HELLO | failover | rails | lazy | (paths << RDSSOCK_CAP_PATHS_SHIFT)
   );
+}
+
+/**
+ * Extensions of a handshake frame (hello, probe, pong): the kernel's set (NPATHS when `paths` is
+ * given, GEN_NUM, and SPORT_IDX when we choose our source ports), then ours last, where kernel
+ * parsers stop. `paths` null (a peer not known yet, over a multipath transport): no NPATHS, so a
+ * kernel keeps the path count it has (it sets one only from an NPATHS record, rds_recv_hs_exthdrs,
+ * and raises it to 1 if it had none). A 7.x kernel that ran 8 paths with our previous life still
+ * hashes its sockets over 8 lanes and queues on the ones down; told 1 before we knew it pairs by
+ * port, it sent their next messages on path 0, ahead of what waited on their lanes
+ * (kernel-npaths-restart.test.ts). Once the peer is known, Handshake.settle sees that it is told.
+ */
+export function handshakeExtensionsOf(conn: RdsConnection, paths: number | null): RdsExtension[] {
+  const exts: RdsExtension[] = [];
+  if (paths !== null) exts.push(npathsExtension(paths));
+  exts.push(genNumExtension(conn.stack.genNum));
+  if (conn.isInitiator && conn.transport.mpathCapable) exts.push(sportIdxExtension());
+  exts.push(rdsCapsExtension(localCapsOf(conn)));
+  return exts;
 }
 
 /**

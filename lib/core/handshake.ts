@@ -9,19 +9,10 @@ import {
   RDSSOCK_CAP_PATHS_SHIFT,
   RDSSOCK_CAP_RAILS,
 } from '../constants.js';
-import {
-  decodeHandshake,
-  genNumExtension,
-  npathsExtension,
-  parseExtensions,
-  rdsCapsExtension,
-  sportIdxExtension,
-  type HandshakeExtensions,
-  type RdsExtension,
-} from '../wire/extensions.js';
+import { decodeHandshake, parseExtensions, type HandshakeExtensions, type RdsExtension } from '../wire/extensions.js';
 import { OFF_EXTHDR } from '../wire/header.js';
 import type { RdsConnection } from './connection.js';
-import { helloFrameOf, localCapsOf } from './handshake-frames.js';
+import { handshakeExtensionsOf, helloFrameOf, localCapsOf } from './handshake-frames.js';
 import type { RdsConnPath } from './path.js';
 import { hasRailSlots } from './ext/rail.js';
 import { laneSawRestart, misplacedLane } from './lane-pairing.js';
@@ -121,25 +112,13 @@ export class Handshake {
   }
 
   /**
-   * Extensions of our hello, probe and pong: the kernel's set (NPATHS, GEN_NUM, and SPORT_IDX when
-   * we choose our source ports), then ours last, where kernel parsers stop. To a peer not known yet
-   * over a multipath transport, without NPATHS: a kernel keeps the path count it has (it sets one
-   * only when NPATHS is present; rds_recv_hs_exthdrs), 1 if it had none. A 7.x kernel that ran 8
-   * paths with our previous life still hashes its sockets over 8 lanes and queues on the ones
-   * down; told 1 before we knew it pairs by port, it sent their next messages on path 0, ahead of
-   * what waited on their lanes (kernel-npaths-restart.test.ts). Once it is known, settle() says
-   * our count to it.
+   * Extensions of our hello, probe and pong (handshakeExtensionsOf): NPATHS only once the peer is
+   * known, over a multipath transport (why: handshakeExtensionsOf).
    */
   extensions(): RdsExtension[] {
-    const conn = this.conn;
-    const exts: RdsExtension[] = [];
-    const sayPaths = this.capsKnown || !conn.transport.mpathCapable;
-    if (sayPaths) exts.push(npathsExtension(this.advertisedPaths()));
+    const sayPaths = this.capsKnown || !this.conn.transport.mpathCapable;
     this.npathsUnsaid = !sayPaths;
-    exts.push(genNumExtension(conn.stack.genNum));
-    if (conn.isInitiator && conn.transport.mpathCapable) exts.push(sportIdxExtension());
-    exts.push(rdsCapsExtension(this.localCaps()));
-    return exts;
+    return handshakeExtensionsOf(this.conn, sayPaths ? this.advertisedPaths() : null);
   }
 
   /** The unsequenced hello that starts a lane's carrier (handshake-frames.ts). */
