@@ -118,7 +118,7 @@ export class Handshake {
   extensions(): RdsExtension[] {
     const sayPaths = this.capsKnown || !this.conn.transport.mpathCapable;
     this.npathsUnsaid = !sayPaths;
-    return handshakeExtensionsOf(this.conn, sayPaths ? this.advertisedPaths() : null);
+    return handshakeExtensionsOf(this.conn, sayPaths ? this.advertisedPaths() : null, this.localCaps());
   }
 
   /** The unsequenced hello that starts a lane's carrier (handshake-frames.ts). */
