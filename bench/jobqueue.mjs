@@ -198,7 +198,18 @@ async function once(kind, ms, warmupMs, n) {
   for (const p of cpuStart) process.kill(p, 'SIGKILL');
   daemon?.p.kill('SIGKILL');
   if (dir) rmSync(dir, { recursive: true, force: true });
-  return { jobsPerSec: r.jobs / r.secs, cpuUsPerJob: (cpu.reduce((a, c) => a + c, 0) * 1e6) / r.jobs };
+  // Per role as well (which process is the ceiling): the dispatcher, the workers together, the
+  // host node.
+  const us = (c) => (c * 1e6) / r.jobs;
+  const workers = cpu.slice(1, 1 + cpuStart.length).reduce((a, c) => a + c, 0);
+  return {
+    jobsPerSec: r.jobs / r.secs,
+    cpuUsPerJob: us(cpu.reduce((a, c) => a + c, 0)),
+    dispatcherUs: us(cpu[0]),
+    workersUs: us(workers),
+    nodeUs: daemon ? us(cpu[cpu.length - 1]) : NaN,
+    dispatcherCore: cpu[0] / r.secs,
+  };
 }
 
 async function main() {
@@ -231,7 +242,7 @@ async function main() {
     console.log(
       `  ${k.padEnd(12)} ${
         xs.length
-          ? `${fig(k, 'jobsPerSec').toFixed(0)} jobs/s (${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)}), ${fig(k, 'cpuUsPerJob').toFixed(1)} us CPU per job, all processes`
+          ? `${fig(k, 'jobsPerSec').toFixed(0)} jobs/s (${Math.min(...xs).toFixed(0)}-${Math.max(...xs).toFixed(0)}), ${fig(k, 'cpuUsPerJob').toFixed(1)} us CPU per job, all processes: dispatcher ${fig(k, 'dispatcherUs').toFixed(1)} (${(100 * fig(k, 'dispatcherCore')).toFixed(0)}% of a core), ${WORKERS} workers ${fig(k, 'workersUs').toFixed(1)}${k === 'zmq' ? '' : `, host node ${fig(k, 'nodeUs').toFixed(1)}`}`
           : 'baseline unavailable'
       }`,
     );

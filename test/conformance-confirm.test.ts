@@ -94,6 +94,39 @@ describe.each(CONFORMANCE_KINDS)('read confirmations over %s', (kind) => {
       expect(events.indexOf(`confirmed ${who}`), events.join(', ')).toBeGreaterThan(events.indexOf(`read ${who}`));
   });
 
+  it('without a signal or timeout: resolves with the length once read, and the sender closing first rejects it (ECANCELED)', async () => {
+    const p = await open();
+    const { a, b } = p;
+    const c = await colocated(p);
+    const events: string[] = [];
+    // No signal and no timeout: the form that answers with the confirmation's own promise.
+    const lenA = a.send(data('abc'), b.address(), { confirm: true });
+    const lenC = c.send(data('cd'), b.address(), { confirm: true });
+    const fromA = watch(lenA, events, 'a');
+    const fromC = watch(lenC, events, 'c');
+    await acknowledged(a, c);
+    expect([fromA.state, fromC.state]).toEqual(['pending', 'pending']);
+    for (let n = 0; n < 2; n++) {
+      await until(() => (b.poll() & constants.POLLIN) !== 0, 'a message at b', 20000);
+      events.push(`read ${b.recvmsg()!.data.toString()}`);
+    }
+    expect(await lenA).toBe(3);
+    expect(await lenC).toBe(2);
+    for (const who of ['a', 'c'])
+      expect(events.findIndex((e) => e === `confirmed ${who}`)).toBeGreaterThan(
+        events.findIndex((e) => e.startsWith(`read ${who}`)),
+      );
+    // Unread at b, then the senders close: their waits end with ECANCELED, not a confirmation.
+    const late = [a.send(data('x'), b.address(), { confirm: true }), c.send(data('y'), b.address(), { confirm: true })];
+    const lateW = late.map((w, i) => watch(w, events, `late ${i}`));
+    await acknowledged(a, c);
+    expect(lateW.map((w) => w.state)).toEqual(['pending', 'pending']);
+    await a.close();
+    await c.close();
+    await Promise.all(lateW.map((w) => w.done));
+    expect(lateW.map((w) => w.state)).toEqual(['ECANCELED', 'ECANCELED']);
+  });
+
   it('a confirmation rejects with ECONNRESET when the receiving socket closes with the message unread', async () => {
     const p = await open();
     const { a, b, stackB } = p;

@@ -228,18 +228,19 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
    * `confirm` until the peer has the message. `timeout` and `signal` cover the whole wait.
    */
   send(data: RdsData, dest?: { address: string; port: number } | null, opts: SendOptions = {}): Promise<number> {
-    // A plain send with room now is a sendmsg(): answered without the machinery of waiting (an
-    // async function's promises per message are a tenth of a sending application's time).
+    // A send with room now and nothing to abort it is a sendmsg(): answered without the machinery
+    // of waiting (an async function's promises per message are a tenth of a sending application's
+    // time), and with `confirm` by the confirmation's own promise.
     if (
       opts?.signal === undefined &&
       opts?.timeout === undefined &&
-      opts?.confirm !== true &&
       !this.closed &&
       this.backend.bound !== null &&
       this.backend.hasRoom(false)
     ) {
       try {
-        return Promise.resolve(this.enqueue(data, dest, opts, false) as number);
+        const r = this.enqueue(data, dest, opts, opts?.confirm === true);
+        return typeof r === 'number' ? Promise.resolve(r) : r.settled();
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) return Promise.reject(e);
       }

@@ -22,8 +22,15 @@ export function confirmationOf(msg: RdsOutgoing, confirming: Set<RdsOutgoing>, c
     else outcome = { err };
   });
   confirming.add(msg);
+  const len = msg.len;
   return {
-    len: msg.len,
+    len,
+    settled: () => {
+      if (outcome !== null) return outcome.err === undefined ? Promise.resolve(len) : Promise.reject(outcome.err);
+      return new Promise<number>((resolve, reject) => {
+        waiter = (err) => (err ? reject(err) : resolve(len));
+      });
+    },
     wait: (signal) => {
       if (outcome !== null) return outcome.err === undefined ? Promise.resolve() : Promise.reject(outcome.err);
       return new Promise<void>((resolve, reject) => {
