@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// node bench/jobqueue.mjs [--runs N --seconds S --warmup-ms MS --json FILE]   (a section of npm run bench)
+// node bench/jobqueue.mjs [--runs N --seconds S --warmup-ms MS --in-flight N --json FILE]   (a section of npm run bench)
 // A job queue as a new user writes it: a dispatcher (the cluster primary) keeps 256 jobs of 1 KiB
 // in flight to 4 `cluster` workers, each worker answers every job with a 64 B reply, and the
 // dispatcher counts a job done when its reply is back. Three contenders in the same run, run by
@@ -23,6 +23,7 @@ const DAEMON = fileURLToPath(new URL('../dist/cli/rds-socketd.js', import.meta.u
 const DISPATCHER = '127.151.0.1';
 const WORKERS_ADDR = '127.151.0.2';
 const WORKERS = 4;
+/** Jobs the dispatcher keeps in flight: the issue's pattern (npm run bench); --in-flight for a sweep. */
 const IN_FLIGHT = 256;
 const JOB = 1024;
 const REPLY = 64;
@@ -71,6 +72,7 @@ async function worker(cfg) {
 
 /** The cluster primary: forks the workers, then deals jobs and counts replies for warm-up + window. */
 async function dispatch(cfg) {
+  const window = cfg.inFlight;
   const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
   cluster.setupPrimary({ exec: fileURLToPath(import.meta.url), args: [], silent: false });
   const ports = [];
@@ -117,7 +119,7 @@ async function dispatch(cfg) {
       }
     })();
     for (let n = 0; ; n++) {
-      while (inflight >= IN_FLIGHT) await new Promise((r) => (wake = r));
+      while (inflight >= window) await new Promise((r) => (wake = r));
       job.writeUInt32LE(n, 0);
       inflight++;
       await d.send(job);
@@ -147,7 +149,7 @@ async function dispatch(cfg) {
     process.exit(1);
   };
   const pump = () => {
-    while (inflight < IN_FLIGHT) {
+    while (inflight < window) {
       const id = n++;
       const dest = { address: WORKERS_ADDR, port: ports[id % WORKERS] };
       job.writeUInt32LE(id, 0);
@@ -168,8 +170,8 @@ function proc(args) {
   return { p, next };
 }
 
-async function once(kind, ms, warmupMs, n) {
-  const cfg = { kind: kind === 'zmq' ? 'zmq' : 'rds', confirm: kind === 'rds-confirm', ms, warmupMs };
+async function once(kind, ms, warmupMs, n, inFlight) {
+  const cfg = { kind: kind === 'zmq' ? 'zmq' : 'rds', confirm: kind === 'rds-confirm', ms, warmupMs, inFlight };
   cfg.tcpPort = 26900 + (n % 50);
   cfg.zmqPort = 26950 + (n % 50);
   let dir = null;
@@ -216,6 +218,7 @@ async function main() {
   const runs = arg('--runs', 3);
   const ms = arg('--seconds', 2) * 1000;
   const warmupMs = arg('--warmup-ms', 1000);
+  const inFlight = arg('--in-flight', IN_FLIGHT);
   const kinds = ['rds', 'rds-confirm', 'zmq'];
   let zmqOk = true;
   try {
@@ -230,12 +233,12 @@ async function main() {
     for (let i = 0; i < kinds.length; i++) {
       const k = kinds[(i + r) % kinds.length];
       if (k === 'zmq' && !zmqOk) continue;
-      res[k].push(await once(k, ms, warmupMs, n++));
+      res[k].push(await once(k, ms, warmupMs, n++, inFlight));
     }
   const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const fig = (k, f) => (res[k].length ? median(res[k].map((x) => x[f])) : NaN);
   console.log(
-    `job queue: dispatcher + ${WORKERS} cluster workers, ${IN_FLIGHT} jobs in flight, ${JOB} B job, ${REPLY} B reply; ${runs} run(s), medians`,
+    `job queue: dispatcher + ${WORKERS} cluster workers, ${inFlight} jobs in flight, ${JOB} B job, ${REPLY} B reply; ${runs} run(s), medians`,
   );
   for (const k of kinds) {
     const xs = res[k].map((x) => x.jobsPerSec);
@@ -251,6 +254,6 @@ async function main() {
     kinds.map((k) => [k, { jobsPerSec: fig(k, 'jobsPerSec'), cpuUsPerJob: fig(k, 'cpuUsPerJob') }]),
   );
   const ji = process.argv.indexOf('--json');
-  if (ji >= 0) writeFileSync(process.argv[ji + 1], JSON.stringify({ runs, rows, zmqAvailable: zmqOk }));
+  if (ji >= 0) writeFileSync(process.argv[ji + 1], JSON.stringify({ runs, inFlight, rows, zmqAvailable: zmqOk }));
   process.exit(0);
 }
