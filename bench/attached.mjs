@@ -32,6 +32,15 @@ const arg = (n, d) => {
   return i >= 0 ? Number(process.argv[i + 1]) : d;
 };
 
+/**
+ * Every run's warm-up before anything is counted: the steady state a long-running service sees.
+ * An attached path has four processes to compile (and on two cores they compile in turn): a 1 KiB
+ * job queue took about 3 s to reach its steady rate, a round trip's p99 about 3 s to settle
+ * (1.5 s: 1.35-1.48 ms; 3 s or more: 0.38-0.47 ms; in-process 0.15 ms after either), while an
+ * in-process pair settles within a second (docs/performance.md, session 34).
+ */
+const WARMUP_MS = 4000;
+
 const role = process.argv[2];
 if (role === 'sender' || role === 'receiver') await peer(role, JSON.parse(process.argv[3]));
 else if (role?.startsWith('floor-')) floorRole(role, JSON.parse(process.argv[3]));
@@ -81,20 +90,41 @@ async function peer(r, cfg) {
   if (r === 'receiver') {
     let bytes = 0;
     let t0 = 0;
+    // Counted from the end of the warm-up (see WARMUP_MS; the clock is read every 256 messages
+    // or 1 MiB, not per message), which the receiver announces so the run takes CPU figures from
+    // there.
+    let warmEnd = 0;
+    let warming = (cfg.warmupMs ?? 0) > 0;
+    let n = 0;
+    let seen = 0;
     out({ ready: true });
     for await (const m of s) {
       if (m.data.length === 1 && m.data[0] === 0xff) {
+        // A warm-up that outlasted the stream measured nothing: say so (0), rather than hang.
+        if (warming) out({ warm: true });
         out({ mibPerSec: bytes / (1 << 20) / ((performance.now() - t0) / 1000), mib: bytes / (1 << 20) });
         process.exit(0);
       }
-      if (t0 === 0) t0 = performance.now();
+      if (warming) {
+        seen += m.data.length;
+        if (warmEnd === 0) warmEnd = performance.now() + cfg.warmupMs;
+        else if (++n >= 256 || seen >= 1 << 20) {
+          n = 0;
+          seen = 0;
+          if (performance.now() >= warmEnd) {
+            warming = false;
+            t0 = performance.now();
+            out({ warm: true });
+          }
+        }
+      } else if (t0 === 0) t0 = performance.now();
       else bytes += m.data.length;
     }
     return;
   }
   const d = Buffer.alloc(cfg.size, 7);
   out({ started: true });
-  const end = performance.now() + cfg.ms;
+  const end = performance.now() + (cfg.warmupMs ?? 0) + cfg.ms;
   while (performance.now() < end) {
     for (let k = 0; k < 64; k++) await s.send(d, to);
   }
@@ -141,7 +171,7 @@ function run(args) {
 async function once(mode, test, size, ms, bufMiB = 8) {
   const procs = [];
   let dir = null;
-  const cfgA = { test, size, ms, bufMiB, pings: arg('--pings', 5000), warmupMs: arg('--warmup-ms', 1500) };
+  const cfgA = { test, size, ms, bufMiB, pings: arg('--pings', 5000), warmupMs: arg('--warmup-ms', WARMUP_MS) };
   const cfgB = { ...cfgA };
   if (mode === 'attached') {
     dir = mkdtempSync(join(tmpdir(), 'rds-bench-attached-'));
@@ -174,6 +204,7 @@ async function once(mode, test, size, ms, bufMiB = 8) {
   let cpu0 = procs.map(() => 0);
   if (test !== 'rtt') {
     await tx.next((l) => l.started);
+    if (cfgA.warmupMs > 0) await rx.next((l) => l.warm);
     cpu0 = procs.map((p) => cpuOf(p.p.pid));
   }
   const r =
@@ -207,6 +238,7 @@ function cpuOf(pid) {
 
 /** 8 sender processes on A to 8 receiver processes on B, attached to a host node each. */
 async function fanout(ms) {
+  const warmupMs = arg('--warmup-ms', WARMUP_MS);
   const dir = mkdtempSync(join(tmpdir(), 'rds-bench-fanout-'));
   const nodes = ['a', 'b'].map((n) => join(dir, `${n}.sock`));
   const daemons = nodes.map((path) => run([DAEMON, '--path', path, '--tcp-port', String(TCP_PORT), '--quiet']));
@@ -222,7 +254,11 @@ async function fanout(ms) {
   const procs = [...daemons];
   const rxs = [];
   for (let i = 0; i < 8; i++) {
-    const rx = run([SELF, 'receiver', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[1] })]);
+    const rx = run([
+      SELF,
+      'receiver',
+      JSON.stringify({ test: 'tput', size: 1024, ms, warmupMs, idx: i, node: nodes[1] }),
+    ]);
     procs.push(rx);
     rxs.push(rx);
   }
@@ -230,7 +266,9 @@ async function fanout(ms) {
   const cpu0 = daemons.map((d) => cpuOf(d.p.pid));
   const t0 = performance.now();
   for (let i = 0; i < 8; i++)
-    procs.push(run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, idx: i, node: nodes[0] })]));
+    procs.push(
+      run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, warmupMs, idx: i, node: nodes[0] })]),
+    );
   const rates = await Promise.all(rxs.map((rx) => rx.next((l) => l.mibPerSec !== undefined)));
   const secs = (performance.now() - t0) / 1000;
   const cpu = daemons.map((d, i) => (cpuOf(d.p.pid) - cpu0[i]) / secs);

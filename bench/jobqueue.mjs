@@ -217,7 +217,11 @@ async function once(kind, ms, warmupMs, n, inFlight) {
 async function main() {
   const runs = arg('--runs', 3);
   const ms = arg('--seconds', 2) * 1000;
-  const warmupMs = arg('--warmup-ms', 1000);
+  // The steady state, as for the attached rows (bench/attached.mjs WARMUP_MS): counted from
+  // dispatcher start, rds-socket's rate climbed for about 3 s (to 4 s with confirm; six processes
+  // compiling on two cores) and zeromq.js's was flat after 0.5 s. After a 1 s warm-up the 2 s
+  // window took in that climb (docs/performance.md, session 34).
+  const warmupMs = arg('--warmup-ms', 4000);
   const inFlight = arg('--in-flight', IN_FLIGHT);
   const kinds = ['rds', 'rds-confirm', 'zmq'];
   let zmqOk = true;
