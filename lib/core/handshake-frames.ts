@@ -49,10 +49,11 @@ export function localCapsOf(conn: RdsConnection): number {
  * given, GEN_NUM, and SPORT_IDX when we choose our source ports), then ours last, where kernel
  * parsers stop (`caps`: Handshake.localCaps). `paths` null (a peer not known yet, over a
  * multipath transport): no NPATHS, so a kernel keeps the path count it has (it sets one only from
- * an NPATHS record, rds_recv_hs_exthdrs, and raises it to 1 if it had none). A 7.x kernel that ran 8 paths with our previous life still
- * hashes its sockets over 8 lanes and queues on the ones down; told 1 before we knew it pairs by
- * port, it sent their next messages on path 0, ahead of what waited on their lanes
- * (kernel-npaths-restart.test.ts). Once the peer is known, Handshake.settle sees that it is told.
+ * an NPATHS record, rds_recv_hs_exthdrs, and raises it to 1 if it had none). A 7.x kernel that
+ * ran 8 paths with our previous life still hashes its sockets over 8 lanes and queues on the ones
+ * down; told 1 before we knew it pairs by port, it sent their next messages on path 0, ahead of
+ * what waited on their lanes (kernel-npaths-restart.test.ts). Once the peer is known,
+ * Handshake.settle sees that it is told.
  */
 export function handshakeExtensionsOf(conn: RdsConnection, paths: number | null, caps: number): RdsExtension[] {
   const exts: RdsExtension[] = [];
