@@ -338,6 +338,102 @@ function floorRole(r, cfg) {
       .listen(cfg.u1, () => say({ ready: true }));
     return;
   }
+  if (r === 'floor-app-reader') {
+    // The receiving application's floor at 1 KiB: frames (u32 length, payload) read from a Unix
+    // socket, one Buffer view per message handed through an async iterator, as an attached
+    // receiver's loop takes them; only a frame split across reads is copied. A 0-length frame ends.
+    const q = [];
+    let wake = null;
+    // A 1-byte frame marks the end of the writer's warm-up: counting starts there.
+    const deliver = (m) => q.push(m.length === 0 ? null : m.length === 1 ? 'mark' : m);
+    net
+      .createServer((c) => {
+        let part = null;
+        c.on('data', (d) => {
+          let o = 0;
+          if (part !== null) {
+            if (part.length < 4) {
+              const t = Math.min(4 - part.length, d.length);
+              part = Buffer.concat([part, d.subarray(0, t)]);
+              o = t;
+              if (part.length < 4) return;
+            }
+            const need = 4 + part.readUInt32BE(0) - part.length;
+            const t = Math.min(need, d.length - o);
+            part = Buffer.concat([part, d.subarray(o, o + t)]);
+            o += t;
+            if (t < need) return;
+            deliver(part.subarray(4));
+            part = null;
+          }
+          while (d.length - o >= 4) {
+            const len = d.readUInt32BE(o);
+            if (d.length - o - 4 < len) break;
+            deliver(d.subarray(o + 4, o + 4 + len));
+            o += 4 + len;
+          }
+          if (o < d.length) part = d.subarray(o);
+          wake?.();
+        });
+      })
+      .listen(cfg.u1, () => say({ ready: true }));
+    const messages = async function* () {
+      for (;;) {
+        while (q.length > 0) yield q.shift();
+        await new Promise((r) => (wake = r));
+        wake = null;
+      }
+    };
+    (async () => {
+      let n = 0;
+      let c0 = null;
+      let sum = 0;
+      for await (const m of messages()) {
+        if (m === null) break;
+        if (m === 'mark') c0 = process.cpuUsage();
+        else if (c0 !== null) {
+          sum += m[0];
+          n++;
+        }
+      }
+      const u = process.cpuUsage(c0);
+      say({ readerUs: (u.user + u.system) / n, n, sum });
+    })();
+    return;
+  }
+  if (r === 'floor-app-writer') {
+    // The sending application's floor at 1 KiB: each message framed and copied into a batch, one
+    // Unix write per 256 messages (an attached sender's frames leave in one write per turn).
+    const c = net.connect(cfg.u1, () => {
+      const payload = Buffer.alloc(1024, 7);
+      // Warmed up first (the code is compiled within a fraction of this), then counted.
+      const warmEnd = performance.now() + cfg.warmMs;
+      const end = warmEnd + cfg.ms;
+      let c0 = null;
+      let n = 0;
+      const go = () => {
+        // At least one batch is counted, even when a wait for drain outlasted the window.
+        while (c0 === null || performance.now() < end) {
+          if (c0 === null && performance.now() >= warmEnd) {
+            c.write(Buffer.from([0, 0, 0, 1, 0]));
+            c0 = process.cpuUsage();
+            n = 0;
+          }
+          const batch = Buffer.allocUnsafe(256 * 1028);
+          for (let k = 0, o = 0; k < 256; k++, o += 1028, n++) {
+            batch.writeUInt32BE(1024, o);
+            payload.copy(batch, o + 4);
+          }
+          if (!c.write(batch)) return void c.once('drain', go);
+        }
+        const u = process.cpuUsage(c0);
+        say({ writerUs: (u.user + u.system) / n, n });
+        c.end(Buffer.alloc(4));
+      };
+      go();
+    });
+    return;
+  }
   if (r === 'floor-src') {
     const c = cfg.direct ? net.connect({ port: FLOOR_TCP_PORT, host: FB, localAddress: FA }) : net.connect(cfg.u1);
     c.on('connect', () => {
@@ -420,6 +516,25 @@ async function floorRelay(direct, ms) {
   return { mibPerSec: r.mibPerSec, cpuPerGiB: ((r.cpu + srcCpu + relayCpu) / r.mib) * 1024 };
 }
 
+/**
+ * The two attached applications' floor at 1 KiB, no RDS: CPU per message of a process writing
+ * framed 1 KiB messages to a Unix socket in batches and of one reading them into a message per
+ * Buffer through an async iterator (floor-app-writer / floor-app-reader).
+ */
+async function floorApps(ms) {
+  const dir = mkdtempSync(join(tmpdir(), 'rds-bench-floor-'));
+  const c = JSON.stringify({ ms, warmMs: Math.min(1000, ms), u1: join(dir, 'app.sock') });
+  const reader = run([SELF, 'floor-app-reader', c]);
+  await reader.next((l) => l.ready);
+  const writer = run([SELF, 'floor-app-writer', c]);
+  const w = await writer.next((l) => l.writerUs !== undefined);
+  const r = await reader.next((l) => l.readerUs !== undefined);
+  reader.kill();
+  writer.kill();
+  rmSync(dir, { recursive: true, force: true });
+  return { writerUs: w.writerUs, readerUs: r.readerUs, messages: r.n };
+}
+
 function median(xs) {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
@@ -453,7 +568,7 @@ async function main() {
     if (only.includes('floor'))
       for (let i = 0; i < runs; i++)
         console.log(
-          `floors: ${JSON.stringify({ unixRttP50: await floorUnixRtt(), direct: await floorRelay(true, ms), relay: await floorRelay(false, ms) })} (MiB/s, CPU s per GiB)`,
+          `floors: ${JSON.stringify({ unixRttP50: await floorUnixRtt(), direct: await floorRelay(true, ms), relay: await floorRelay(false, ms), apps: await floorApps(ms) })} (MiB/s, CPU s per GiB; apps: us per 1 KiB message)`,
         );
     process.exit(0);
   }
@@ -475,7 +590,12 @@ async function main() {
   for (let i = 0; i < runs; i++) fan.push(await fanout(ms));
   const floors = [];
   for (let i = 0; i < runs; i++)
-    floors.push({ rtt: await floorUnixRtt(), direct: await floorRelay(true, ms), relay: await floorRelay(false, ms) });
+    floors.push({
+      rtt: await floorUnixRtt(),
+      direct: await floorRelay(true, ms),
+      relay: await floorRelay(false, ms),
+      apps: await floorApps(ms),
+    });
   const tput = (k) => median(res[k].map((r) => r.mibPerSec));
   const lat = (k, q) => median(res[k].map((r) => r[q]));
   console.log(`attached vs in-process, ${runs} run(s) each, medians`);
@@ -581,11 +701,18 @@ async function main() {
   const fDirectCpu = (median(floors.map((f) => f.direct.cpuPerGiB)) * 65536 * 1e6) / 2 ** 30;
   const fRelayCpu = (median(floors.map((f) => f.relay.cpuPerGiB)) * 65536 * 1e6) / 2 ** 30;
   const ip64 = cpuRows['64 KiB'].inProcess;
+  // At 1 KiB: an attached path whose host nodes cost what the in-process pair does and whose
+  // applications cost the bare floor (framing, a Unix socket, a Buffer per message) would spend
+  // the in-process CPU plus these two.
+  const fAppW = median(floors.map((f) => f.apps.writerUs));
+  const fAppR = median(floors.map((f) => f.apps.readerUs));
+  const ip1 = cpuRows['1 KiB'].inProcess;
   console.log(
     `\nfloors on this machine, no RDS at all (medians):\n` +
       `  bare Unix round trip between two Node processes: p50 ${fRtt.toFixed(1)} us; an attached round trip adds two such round trips (the two-hop floor): ${twoHop.toFixed(0)} us\n` +
       `  64 KiB writes, one direct TCP connection: ${fDirect.toFixed(0)} MiB/s; through two relay processes (Unix, TCP, Unix): ${fRelay.toFixed(0)} MiB/s = ${(fRelay / rows[1][1]).toFixed(2)}x in-process RDS (target for attached RDS: 0.6x)\n` +
-      `  CPU per 64 KiB write, all processes: direct ${fDirectCpu.toFixed(2)} us (2 processes), through the relays ${fRelayCpu.toFixed(2)} us (4) = ${(fRelayCpu / ip64).toFixed(2)}x in-process RDS's ${ip64.toFixed(2)} us (target for attached RDS: 1.5x); the relays' bytes alone cost ${(fRelayCpu - fDirectCpu).toFixed(2)} us = ${((fRelayCpu - fDirectCpu) / ip64).toFixed(2)}x in-process RDS`,
+      `  CPU per 64 KiB write, all processes: direct ${fDirectCpu.toFixed(2)} us (2 processes), through the relays ${fRelayCpu.toFixed(2)} us (4) = ${(fRelayCpu / ip64).toFixed(2)}x in-process RDS's ${ip64.toFixed(2)} us (target for attached RDS: 1.5x); the relays' bytes alone cost ${(fRelayCpu - fDirectCpu).toFixed(2)} us = ${((fRelayCpu - fDirectCpu) / ip64).toFixed(2)}x in-process RDS\n` +
+      `  1 KiB messages between two processes over a Unix socket (framed, batched writes, a Buffer per message through an async iterator): writer ${fAppW.toFixed(2)} us, reader ${fAppR.toFixed(2)} us per message; in-process RDS's ${ip1.toFixed(2)} us plus these = ${((ip1 + fAppW + fAppR) / ip1).toFixed(2)}x in-process RDS (target for attached RDS: 1.5x)`,
   );
   console.log('\ntargets');
   for (const [n, f, t, met] of targets)
@@ -607,6 +734,8 @@ async function main() {
           relayMiBps: fRelay,
           directCpuUsPer64KiB: fDirectCpu,
           relayCpuUsPer64KiB: fRelayCpu,
+          appWriterUsPer1KiB: fAppW,
+          appReaderUsPer1KiB: fAppR,
         },
         targets: targets.map(([name, figure, target, met]) => ({ name, figure, target, met })),
       }),
