@@ -48,14 +48,12 @@ export interface CheckedSend {
 /** A confirmed send's wait for the peer (send({ confirm })). @internal */
 export interface Confirmation {
   readonly len: number;
-  /** Resolves once the peer has the message; the signal gives it up (as RDS_CANCEL_SENT_TO would). */
-  wait(signal: AbortSignal | undefined): Promise<void>;
   /**
-   * wait() without a signal, resolving with `len`: send({ confirm }) with nothing to abort it
-   * answers with this one promise (an async wait around wait() cost a dispatcher a third more CPU
-   * per confirmed job, bench/jobqueue.mjs).
+   * Resolves with `len` once the peer has the message; the signal gives it up (as
+   * RDS_CANCEL_SENT_TO would). send({ confirm }) with nothing to abort it returns this promise
+   * itself, with no async wait around it.
    */
-  settled(): Promise<number>;
+  wait(signal: AbortSignal | undefined): Promise<number>;
 }
 
 /** What enqueue() answers: the length queued, a confirmation to wait for, or why it must wait. @internal */

@@ -40,8 +40,7 @@ export async function sendWaiting(
     }
   }
   if (typeof r === 'number') return r;
-  await r.wait(signal);
-  return r.len;
+  return r.wait(signal);
 }
 
 /** flush(): waits until the backend says every queued message is acknowledged or cancelled. @internal */

@@ -240,7 +240,7 @@ export class RdsSocket extends EventEmitter<RdsSocketEvents> {
     ) {
       try {
         const r = this.enqueue(data, dest, opts, opts?.confirm === true);
-        return typeof r === 'number' ? Promise.resolve(r) : r.settled();
+        return typeof r === 'number' ? Promise.resolve(r) : r.wait(undefined);
       } catch (e) {
         if (!(e instanceof RdsError) || (e.code !== 'EAGAIN' && e.code !== 'ENOBUFS')) return Promise.reject(e);
       }

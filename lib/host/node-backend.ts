@@ -200,25 +200,13 @@ export class NodeBackend implements SocketBackend {
     const answer = this.link.expect(id);
     return {
       len,
-      // Nothing can abort it: the node's answer is the outcome (close() rejects it through
-      // `confirms`, as it does a wait()).
-      settled: () =>
-        new Promise<number>((resolve, reject) => {
-          const done = (err?: Error): void => {
-            this.confirms.delete(id);
-            if (err) reject(err);
-            else resolve(len);
-          };
-          this.confirms.set(id, done);
-          answer.then(() => done(), done);
-        }),
       wait: (signal) =>
-        new Promise<void>((resolve, reject) => {
+        new Promise<number>((resolve, reject) => {
           const done = (err?: Error): void => {
             signal?.removeEventListener('abort', onAbort);
             this.confirms.delete(id);
             if (err) reject(err);
-            else resolve();
+            else resolve(len);
           };
           const onAbort = (): void => {
             this.link.forget(id);

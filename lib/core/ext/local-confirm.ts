@@ -25,15 +25,9 @@ export function confirmationOf(msg: RdsOutgoing, confirming: Set<RdsOutgoing>, c
   const len = msg.len;
   return {
     len,
-    settled: () => {
+    wait: (signal) => {
       if (outcome !== null) return outcome.err === undefined ? Promise.resolve(len) : Promise.reject(outcome.err);
       return new Promise<number>((resolve, reject) => {
-        waiter = (err) => (err ? reject(err) : resolve(len));
-      });
-    },
-    wait: (signal) => {
-      if (outcome !== null) return outcome.err === undefined ? Promise.resolve() : Promise.reject(outcome.err);
-      return new Promise<void>((resolve, reject) => {
         const onAbort = (): void => {
           if (msg.done) {
             // Acknowledged as queued: it is at the peer and cannot be taken back; stop waiting.
@@ -47,7 +41,7 @@ export function confirmationOf(msg: RdsOutgoing, confirming: Set<RdsOutgoing>, c
         waiter = (err) => {
           signal?.removeEventListener('abort', onAbort);
           if (err) reject(err);
-          else resolve();
+          else resolve(len);
         };
         signal?.addEventListener('abort', onAbort, { once: true });
       });
