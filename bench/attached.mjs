@@ -13,7 +13,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RdsSocket, RdsStack } from '../dist/index.js';
@@ -40,6 +40,9 @@ const arg = (n, d) => {
  * in-process pair settles within a second (docs/performance.md, session 34).
  */
 const WARMUP_MS = 4000;
+
+/** The cores this process may run on (taskset narrows it): what a CPU-bound row can use at most. */
+const NCORES = availableParallelism();
 
 const role = process.argv[2];
 if (role === 'sender' || role === 'receiver') await peer(role, JSON.parse(process.argv[3]));
@@ -101,8 +104,13 @@ async function peer(r, cfg) {
     for await (const m of s) {
       if (m.data.length === 1 && m.data[0] === 0xff) {
         // A warm-up that outlasted the stream measured nothing: say so (0), rather than hang.
-        if (warming) out({ warm: true });
-        out({ mibPerSec: bytes / (1 << 20) / ((performance.now() - t0) / 1000), mib: bytes / (1 << 20) });
+        if (warming) out({ warm: true, cpuUs: cpuUsNow() });
+        // Its own CPU too: a receiver exits at once, before a parent could read /proc for it.
+        out({
+          mibPerSec: bytes / (1 << 20) / ((performance.now() - t0) / 1000),
+          mib: bytes / (1 << 20),
+          cpuUs: cpuUsNow(),
+        });
         process.exit(0);
       }
       if (warming) {
@@ -114,7 +122,7 @@ async function peer(r, cfg) {
           if (performance.now() >= warmEnd) {
             warming = false;
             t0 = performance.now();
-            out({ warm: true });
+            out({ warm: true, cpuUs: cpuUsNow() });
           }
         }
       } else if (t0 === 0) t0 = performance.now();
@@ -226,6 +234,12 @@ async function once(mode, test, size, ms, bufMiB = 8) {
   return r;
 }
 
+/** This process's CPU so far, user and system, in microseconds. */
+function cpuUsNow() {
+  const u = process.cpuUsage();
+  return u.user + u.system;
+}
+
 /** CPU seconds a process has used (utime + stime from /proc). */
 function cpuOf(pid) {
   try {
@@ -269,9 +283,21 @@ async function fanout(ms) {
     procs.push(
       run([SELF, 'sender', JSON.stringify({ test: 'tput', size: 1024, ms, warmupMs, idx: i, node: nodes[0] })]),
     );
+  // Every process's CPU over the counted part (from the last receiver's end of warm-up to the
+  // last result): how many of the machine's cores the 18 processes keep busy, and their CPU per
+  // message, to set beside the one attached pair's.
+  const warm = warmupMs > 0 ? await Promise.all(rxs.map((rx) => rx.next((l) => l.warm))) : null;
+  const others = procs.filter((p) => !rxs.includes(p));
+  const allCpu0 = others.map((p) => cpuOf(p.p.pid));
+  const tw = performance.now();
   const rates = await Promise.all(rxs.map((rx) => rx.next((l) => l.mibPerSec !== undefined)));
   const secs = (performance.now() - t0) / 1000;
   const cpu = daemons.map((d, i) => (cpuOf(d.p.pid) - cpu0[i]) / secs);
+  const wSecs = (performance.now() - tw) / 1000;
+  // A receiver's share over its own counted seconds (the receivers warm up at different moments).
+  const rxCores =
+    warm === null ? NaN : rates.reduce((a, r, i) => a + (r.cpuUs - warm[i].cpuUs) / 1e6 / (r.mib / r.mibPerSec), 0);
+  const coresBusy = others.reduce((a, p, i) => a + cpuOf(p.p.pid) - allCpu0[i], 0) / wSecs + rxCores;
   let tcp = NaN;
   try {
     const out = execFileSync('ss', ['-tn', 'state', 'established'], { encoding: 'utf8' });
@@ -283,7 +309,8 @@ async function fanout(ms) {
   }
   for (const p of procs) p.kill();
   rmSync(dir, { recursive: true, force: true });
-  return { mibPerSec: rates.reduce((a, r) => a + r.mibPerSec, 0), cpu, tcp };
+  const mibPerSec = rates.reduce((a, r) => a + r.mibPerSec, 0);
+  return { mibPerSec, cpu, tcp, coresBusy, cpuUsPerMsg: (coresBusy * 1e6) / (mibPerSec * 1024) };
 }
 
 // Floors: plain Node sockets, no RDS. Roles run in processes of their own, like the real thing.
@@ -672,8 +699,11 @@ async function main() {
   const fanMib = median(fan.map((f) => f.mibPerSec));
   const onePair = rows[0][1];
   const f0 = fan[fan.length - 1];
+  const fanCores = median(fan.map((f) => f.coresBusy));
+  const fanCpu = median(fan.map((f) => f.cpuUsPerMsg));
   console.log(
-    `\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}`,
+    `\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}\n` +
+      `  all 18 processes: ${fanCores.toFixed(2)} of ${NCORES} cores busy, ${fanCpu.toFixed(2)} us of CPU per message (one attached pair: ${cpuRows['1 KiB'].attached.toFixed(2)} us)`,
   );
   targets.push([
     '8+8 processes total >= 0.6x one in-process pair',
@@ -714,6 +744,36 @@ async function main() {
       `  CPU per 64 KiB write, all processes: direct ${fDirectCpu.toFixed(2)} us (2 processes), through the relays ${fRelayCpu.toFixed(2)} us (4) = ${(fRelayCpu / ip64).toFixed(2)}x in-process RDS's ${ip64.toFixed(2)} us (target for attached RDS: 1.5x); the relays' bytes alone cost ${(fRelayCpu - fDirectCpu).toFixed(2)} us = ${((fRelayCpu - fDirectCpu) / ip64).toFixed(2)}x in-process RDS\n` +
       `  1 KiB messages between two processes over a Unix socket (framed, batched writes, a Buffer per message through an async iterator): writer ${fAppW.toFixed(2)} us, reader ${fAppR.toFixed(2)} us per message; in-process RDS's ${ip1.toFixed(2)} us plus these = ${((ip1 + fAppW + fAppR) / ip1).toFixed(2)}x in-process RDS (target for attached RDS: 1.5x)`,
   );
+  // Throughput is CPU per message against the cores there are: a row that keeps every core busy
+  // can go no faster without costing less per message. Each throughput row's cores busy (its CPU
+  // over its counted seconds), and what the attached path could move with every core busy at its
+  // own CPU per message and at the floors' (in-process RDS plus the applications' floor at 1 KiB;
+  // the bare relay at 64 KiB), against in-process RDS's measured throughput.
+  const coresOf = (k) => median(res[k].map((r) => (r.cpuPerGiB * r.mibPerSec) / 1024));
+  const ceiling = (usPerMsg, size) => (NCORES * 1e6 * size) / usPerMsg / 2 ** 20;
+  const ceil = [
+    ['1 KiB', 1024, rows[0][1], ip1 + fAppW + fAppR, "in-process RDS + the applications' floor"],
+    ['64 KiB', 65536, rows[1][1], fRelayCpu, 'the bare relay'],
+  ].map(([n, size, ipMib, floorUs, floorName]) => {
+    const at = cpuRows[n].attached;
+    return {
+      n,
+      ipCores: coresOf(`${n} in-process`),
+      atCores: coresOf(`${n} attached`),
+      atCeil: ceiling(at, size) / ipMib,
+      floorCeil: ceiling(floorUs, size) / ipMib,
+      floorName,
+    };
+  });
+  console.log(
+    `\nthroughput against the ${NCORES} cores this run may use (a row with every core busy is bound by its CPU per message):\n` +
+      ceil
+        .map(
+          (c) =>
+            `  ${c.n}: in-process ${c.ipCores.toFixed(2)} cores busy, attached ${c.atCores.toFixed(2)}; with all ${NCORES} busy the attached path could move at most ${c.atCeil.toFixed(2)}x in-process at its own CPU per message, ${c.floorCeil.toFixed(2)}x at ${c.floorName}'s`,
+        )
+        .join('\n'),
+  );
   console.log('\ntargets');
   for (const [n, f, t, met] of targets)
     console.log(`${n.padEnd(72)}${f.toFixed(2).padEnd(10)}target ${t.padEnd(10)}${met ? 'met' : 'not met'}`);
@@ -725,7 +785,15 @@ async function main() {
       JSON.stringify({
         runs,
         rows: rows.map(([metric, inProcess, attached]) => ({ metric, inProcess, attached })),
-        fanout: { mibPerSec: fanMib, hostNodeCpu: f0.cpu, tcpConnections: f0.tcp },
+        fanout: {
+          mibPerSec: fanMib,
+          hostNodeCpu: f0.cpu,
+          tcpConnections: f0.tcp,
+          coresBusy: fanCores,
+          cpuUsPerMsg: fanCpu,
+        },
+        cores: NCORES,
+        throughputCeilings: ceil,
         cpuPerMessageUs: cpuRows,
         floors: {
           unixRttP50us: fRtt,

@@ -30,7 +30,9 @@ describe('bench (smoke)', () => {
       scale: { peers: number; pathsUp: number; perPeerKiB: number };
       attached: {
         rows: { metric: string; inProcess: number; attached: number }[];
-        fanout: { tcpConnections: number };
+        fanout: { tcpConnections: number; coresBusy: number; cpuUsPerMsg: number };
+        cores: number;
+        throughputCeilings: { n: string; ipCores: number; atCores: number; atCeil: number; floorCeil: number }[];
         floors: { unixRttP50us: number; relayMiBps: number };
         cpuPerMessageUs: Record<string, { inProcessEach: number[]; attachedEach: number[] }>;
       };
@@ -92,6 +94,17 @@ describe('bench (smoke)', () => {
     expect(json.attached.cpuPerMessageUs['64 KiB'].attachedEach).toHaveLength(4);
     for (const kind of ['rds', 'rds-confirm', 'zmq']) expect(json.jobQueue.rows[kind].jobsPerSec).toBeGreaterThan(0);
     expect(json.attached.fanout.tcpConnections).toBeGreaterThanOrEqual(1);
+    // Throughput set against the cores: how busy each row kept them (every process's own CPU over
+    // the counted seconds, the 18 of 8+8 too) and what that CPU per message allows at most.
+    expect(json.attached.fanout.coresBusy).toBeGreaterThan(0);
+    expect(json.attached.fanout.cpuUsPerMsg).toBeGreaterThan(0);
+    expect(json.attached.throughputCeilings.map((c) => c.n)).toEqual(['1 KiB', '64 KiB']);
+    for (const c of json.attached.throughputCeilings) {
+      expect(c.atCores).toBeGreaterThan(0);
+      expect(c.atCores).toBeLessThanOrEqual(json.attached.cores * 1.25);
+      expect(c.floorCeil).toBeGreaterThan(0);
+    }
+    expect(r.out).toMatch(/throughput against the \d+ cores this run may use/);
     expect(json.attached.floors.unixRttP50us).toBeGreaterThan(0);
     expect(json.attached.floors.relayMiBps).toBeGreaterThan(0);
     for (const t of json.targets)
