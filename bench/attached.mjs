@@ -297,7 +297,8 @@ async function fanout(ms) {
   // A receiver's share over its own counted seconds (the receivers warm up at different moments).
   const rxCores =
     warm === null ? NaN : rates.reduce((a, r, i) => a + (r.cpuUs - warm[i].cpuUs) / 1e6 / (r.mib / r.mibPerSec), 0);
-  const coresBusy = others.reduce((a, p, i) => a + cpuOf(p.p.pid) - allCpu0[i], 0) / wSecs + rxCores;
+  const othersCores = others.map((p, i) => (cpuOf(p.p.pid) - allCpu0[i]) / wSecs);
+  const coresBusy = othersCores.reduce((a, c) => a + c, 0) + rxCores;
   let tcp = NaN;
   try {
     const out = execFileSync('ss', ['-tn', 'state', 'established'], { encoding: 'utf8' });
@@ -310,7 +311,14 @@ async function fanout(ms) {
   for (const p of procs) p.kill();
   rmSync(dir, { recursive: true, force: true });
   const mibPerSec = rates.reduce((a, r) => a + r.mibPerSec, 0);
-  return { mibPerSec, cpu, tcp, coresBusy, cpuUsPerMsg: (coresBusy * 1e6) / (mibPerSec * 1024) };
+  // Per role, us of CPU per message: the two host nodes, the 8 senders together, the 8 receivers.
+  const perMsg = (cores) => (cores * 1e6) / (mibPerSec * 1024);
+  const cpuEach = {
+    nodes: othersCores.slice(0, 2).map(perMsg),
+    senders: perMsg(othersCores.slice(2).reduce((a, c) => a + c, 0)),
+    receivers: perMsg(rxCores),
+  };
+  return { mibPerSec, cpu, tcp, coresBusy, cpuUsPerMsg: perMsg(coresBusy), cpuEach };
 }
 
 // Floors: plain Node sockets, no RDS. Roles run in processes of their own, like the real thing.
@@ -703,7 +711,7 @@ async function main() {
   const fanCpu = median(fan.map((f) => f.cpuUsPerMsg));
   console.log(
     `\n8 processes on ${A} -> 8 on ${B}, 1 KiB, through their host nodes: ${fanMib.toFixed(1)} MiB/s total, ${(fanMib / onePair).toFixed(2)}x one in-process pair; host nodes' CPU ${f0.cpu.map((c) => `${(c * 100).toFixed(0)}%`).join(' / ')} of a core; TCP connections between the hosts (ss -tn): ${f0.tcp}\n` +
-      `  all 18 processes: ${fanCores.toFixed(2)} of ${NCORES} cores busy, ${fanCpu.toFixed(2)} us of CPU per message (one attached pair: ${cpuRows['1 KiB'].attached.toFixed(2)} us)`,
+      `  all 18 processes: ${fanCores.toFixed(2)} of ${NCORES} cores busy, ${fanCpu.toFixed(2)} us of CPU per message (one attached pair: ${cpuRows['1 KiB'].attached.toFixed(2)} us); per message: sending node ${median(fan.map((f) => f.cpuEach.nodes[0])).toFixed(2)}, receiving node ${median(fan.map((f) => f.cpuEach.nodes[1])).toFixed(2)}, the 8 receivers ${median(fan.map((f) => f.cpuEach.receivers)).toFixed(2)}, the 8 senders ${median(fan.map((f) => f.cpuEach.senders)).toFixed(2)} us`,
   );
   targets.push([
     '8+8 processes total >= 0.6x one in-process pair',
