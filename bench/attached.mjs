@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench:attached [-- --seconds S --runs N --pings N --warmup-ms MS --only 1k,64k,rtt,fan,bigbuf,floor --json FILE] [NODE_PROF=DIR: host nodes' CPU profiles]
+// npm run bench:attached [-- --seconds S --runs N --pings N --warmup-ms MS --only 1k,64k,rtt,fan,bigbuf,floor --json FILE] [NODE_PROF=DIR: every process's CPU profile, see bench/profile-summary.mjs]
 // (also a section of npm run bench)
 // Attached sockets (issue 21) against in-process ones, in the same run: sender and receiver each
 // in its own process; "attached": each attached to its own host node (rds-socketd) on
@@ -60,6 +60,8 @@ async function open(cfg, address, port) {
 
 async function peer(r, cfg) {
   const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
+  // Profiled (NODE_PROF), the run stops its processes with SIGTERM: exit so V8 writes the profile.
+  process.once('SIGTERM', () => process.exit(0));
   const idx = cfg.idx ?? 0;
   const s = await open(cfg, r === 'sender' ? A : B, (r === 'sender' ? 4000 : 5000) + idx);
   const to = { address: r === 'sender' ? B : A, port: (r === 'sender' ? 5000 : 4000) + idx };
@@ -188,9 +190,15 @@ async function once(mode, test, size, ms, bufMiB = 8) {
       [cfgB, 'b'],
     ]) {
       cfg.node = join(dir, `${addr}.sock`);
-      // NODE_PROF=DIR: each host node writes its CPU profile there when the run stops it (SIGTERM).
-      const prof = process.env.NODE_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.NODE_PROF] : [];
-      const d = run([...prof, DAEMON, '--path', cfg.node, '--tcp-port', String(TCP_PORT), '--quiet']);
+      const d = run([
+        ...profArgs(mode, size, addr === 'a' ? 'sending-node' : 'receiving-node'),
+        DAEMON,
+        '--path',
+        cfg.node,
+        '--tcp-port',
+        String(TCP_PORT),
+        '--quiet',
+      ]);
       procs.push(d);
     }
     for (let i = 0; i < 200; i++) {
@@ -203,10 +211,10 @@ async function once(mode, test, size, ms, bufMiB = 8) {
       }
     }
   }
-  const rx = run([SELF, 'receiver', JSON.stringify(cfgB)]);
+  const rx = run([...profArgs(mode, size, 'receiver'), SELF, 'receiver', JSON.stringify(cfgB)]);
   procs.push(rx);
   await rx.next((l) => l.ready);
-  const tx = run([SELF, 'sender', JSON.stringify(cfgA)]);
+  const tx = run([...profArgs(mode, size, 'sender'), SELF, 'sender', JSON.stringify(cfgA)]);
   procs.push(tx);
   // CPU from the moment the sender starts sending (process start-up left out).
   let cpu0 = procs.map(() => 0);
@@ -225,13 +233,23 @@ async function once(mode, test, size, ms, bufMiB = 8) {
     r.cpuPerGiBEach = each.map((c) => Number(c.toFixed(2)));
     r.cpuPerGiB = each.reduce((a, c) => a + c, 0);
   }
-  // A profiled host node must stop on SIGTERM to write its profile; otherwise SIGKILL.
+  // A profiled process must stop on SIGTERM to write its profile; otherwise SIGKILL.
   for (const p of procs) process.env.NODE_PROF ? p.p.kill('SIGTERM') : p.kill();
-  // A profiled host node writes its profile on exit: wait for that before the next run (or exit).
+  // A profiled process writes its profile on exit: wait for that before the next run (or exit).
   if (process.env.NODE_PROF)
     await Promise.all(procs.map(({ p }) => (p.exitCode !== null ? null : new Promise((res) => p.once('exit', res)))));
   if (dir !== null) rmSync(dir, { recursive: true, force: true });
   return r;
+}
+
+/**
+ * NODE_PROF=DIR: every process of a throughput or round-trip run (host nodes and applications)
+ * writes a V8 CPU profile into DIR/<mode>-<size>-<role>/ when the run stops it;
+ * bench/profile-summary.mjs DIR sums them up per process.
+ */
+function profArgs(mode, size, role) {
+  if (!process.env.NODE_PROF) return [];
+  return ['--cpu-prof', '--cpu-prof-dir', join(process.env.NODE_PROF, `${mode}-${size}-${role}`)];
 }
 
 /** This process's CPU so far, user and system, in microseconds. */

@@ -1,4 +1,5 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { SparePool } from '../lib/host/frame-writer.js';
 import { encodeDataHeader } from '../lib/wire/header.js';
 import {
   decodeCount,
@@ -446,6 +447,60 @@ describe('host node control writer (FrameWriter)', () => {
       await nextTurn();
     }
     kept.forEach((parts, t) => expect(Buffer.concat(parts).equals(Buffer.alloc(100 * 100, t + 1))).toBe(true));
+  });
+
+  it('reuses a full-size slab the socket kept only once the socket says it has written it', async () => {
+    // A socket that never takes a batch whole (its reader is slower): each batch is kept, and the
+    // writer must not write into its bytes until the write's callback; after it, the slab comes
+    // back for later batches instead of a new one per batch.
+    const handed: { parts: Buffer[]; copy: Buffer[]; written: () => void }[] = [];
+    const w = new FrameWriter((parts, written) => {
+      handed.push({ parts, copy: parts.map((p) => Buffer.from(p)), written });
+      return false;
+    });
+    const turn = async (fill: number): Promise<void> => {
+      for (let i = 0; i < 600; i++) w.write(frame(1000, fill));
+      await nextTurn();
+    };
+    const intact = (hs: typeof handed): void => {
+      for (const h of hs) h.parts.forEach((p, i) => expect(p.equals(h.copy[i]!)).toBe(true));
+    };
+    const fullSize = (b: Buffer): boolean => b.buffer.byteLength >= 256 * 1024;
+    for (let t = 1; t <= 5; t++) await turn(t); // the first turn grows the slab to full size
+    intact(handed);
+    const early = new Set(handed.flatMap((h) => h.parts.filter(fullSize).map((p) => p.buffer)));
+    expect(early.size).toBeGreaterThan(2);
+    // Until the socket says so, no later batch is written into an earlier batch's slab.
+    const n = handed.length;
+    for (let t = 6; t <= 7; t++) await turn(t);
+    intact(handed);
+    const n2 = handed.length;
+    for (const h of handed.slice(0, n)) h.written();
+    for (let t = 8; t <= 10; t++) await turn(t);
+    intact(handed.slice(n));
+    // Written, those slabs came back: later batches use them.
+    expect(handed.slice(n2).some((h) => h.parts.some((p) => early.has(p.buffer)))).toBe(true);
+  });
+
+  it('keeps written slabs for reuse while they are taken, and lets them all go after a second in which none was', () => {
+    vi.useFakeTimers();
+    try {
+      const pool = new SparePool();
+      const full = (): Buffer => Buffer.allocUnsafeSlow(256 * 1024 + 16 * 1024);
+      pool.give(Buffer.allocUnsafeSlow(1000)); // only full-size slabs are kept
+      expect(pool.size).toBe(0);
+      for (let i = 0; i < 100; i++) pool.give(full());
+      expect(pool.size).toBe(64); // bounded
+      vi.advanceTimersByTime(900);
+      expect(pool.take()).toBeDefined(); // in use: kept past the second
+      vi.advanceTimersByTime(200);
+      expect(pool.size).toBe(63);
+      vi.advanceTimersByTime(1000); // a second with nothing taken
+      expect(pool.size).toBe(0);
+      expect(pool.take()).toBeUndefined();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('adds piggyback frames only to writes that carry frames anyway', async () => {

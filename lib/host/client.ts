@@ -82,9 +82,9 @@ export class NodeLink {
     });
     this.conn.once('connect', () => widenSendBuffer(this.conn));
     this.writer = new FrameWriter(
-      (parts) => {
+      (parts, written) => {
         if (this.downError !== null) return false;
-        return writeBatch(this.conn, parts);
+        return writeBatch(this.conn, parts, written);
       },
       () => this.welcomed && this.conn.writableLength === 0,
     );

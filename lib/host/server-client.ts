@@ -102,13 +102,13 @@ export class Client implements DeliveryTarget {
     if (cred !== null) ({ pid: this.pid, uid: this.uid, gid: this.gid } = cred);
     widenSendBuffer(conn);
     this.writer = new FrameWriter(
-      (parts) => {
+      (parts, written) => {
         if (this.gone) return false;
         if (conn.writableLength > MAX_CLIENT_WRITE_BACKLOG) {
           this.drop('it does not read its control socket');
           return false;
         }
-        return writeBatch(conn, parts);
+        return writeBatch(conn, parts, written);
       },
       () => this.hello && conn.writableLength === 0,
     );
