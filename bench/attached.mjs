@@ -233,11 +233,21 @@ async function once(mode, test, size, ms, bufMiB = 8) {
     r.cpuPerGiBEach = each.map((c) => Number(c.toFixed(2)));
     r.cpuPerGiB = each.reduce((a, c) => a + c, 0);
   }
-  // A profiled process must stop on SIGTERM to write its profile; otherwise SIGKILL.
-  for (const p of procs) process.env.NODE_PROF ? p.p.kill('SIGTERM') : p.kill();
-  // A profiled process writes its profile on exit: wait for that before the next run (or exit).
-  if (process.env.NODE_PROF)
-    await Promise.all(procs.map(({ p }) => (p.exitCode !== null ? null : new Promise((res) => p.once('exit', res)))));
+  if (process.env.NODE_PROF) {
+    // A profiled process must stop on SIGTERM to write its profile, and is waited for (before the
+    // next run, or exit). The applications first: a host node going first would fail their
+    // sockets' calls in progress (ENETDOWN) before their own SIGTERM arrived.
+    const stop = (ps) =>
+      Promise.all(
+        ps.map(({ p }) => {
+          if (p.exitCode !== null) return null;
+          p.kill('SIGTERM');
+          return new Promise((res) => p.once('exit', res));
+        }),
+      );
+    await stop([rx, tx]);
+    await stop(procs.filter((p) => p !== rx && p !== tx));
+  } else for (const p of procs) p.kill();
   if (dir !== null) rmSync(dir, { recursive: true, force: true });
   return r;
 }
